@@ -1,0 +1,38 @@
+"""`python -m pipeline [overrides]`: Hydra composes conf/, then pipeline.run.run does the work."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+import pipeline.config  # noqa: F401  (registers the schemas in Hydra's ConfigStore)
+
+_HERE = Path(__file__).resolve().parent
+CONFIG_DIR = str(_HERE / "conf" if (_HERE / "conf").is_dir() else _HERE.parent / "conf")
+
+
+@hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="config")
+def main(cfg: DictConfig):
+    from pipeline.errors import PipelineError
+    from pipeline.run import run
+
+    try:
+        return run(cfg)
+    except PipelineError as exc:
+        from pipeline.redact import redact_text
+        from pipeline.report import err_console
+
+        err_console.print(f"[bold red]error:[/bold red] {redact_text(str(exc))}", soft_wrap=True)
+        sys.exit(exc.exit_code)
+
+
+def entry() -> None:
+    """The `tabular-pipeline` console script."""
+    main()
+
+
+if __name__ == "__main__":
+    main()

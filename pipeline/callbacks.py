@@ -1,0 +1,90 @@
+"""A Hydra callback that gives every multirun sweep one MLflow parent run.
+
+It creates the store and the experiment in the driver before any job starts (concurrent first
+writes to a SQLite store race), opens the parent run, and hands its id to the jobs through the
+environment; each job's run becomes its child.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.experimental.callback import Callback
+
+log = logging.getLogger(__name__)
+
+
+class MlflowSweepCallback(Callback):
+    def __init__(self) -> None:
+        self.uri: Optional[str] = None
+        self.parent_run_id: Optional[str] = None
+
+    def on_multirun_start(self, config, **kwargs: Any) -> None:
+        tracking = config.get("tracking")
+        if tracking is None or tracking.get("backend") != "mlflow":
+            return
+        from hydra.core.hydra_config import HydraConfig
+
+        from pipeline import tracking as tr
+
+        launch_dir = Path(HydraConfig.get().runtime.cwd)
+        self.uri = tracking.get("uri") or tr.default_uri(launch_dir)
+        if tr.is_remote(self.uri):
+            tr.configure_http(float(tracking.get("timeout_s", 10)))
+            tr.check_server(self.uri, float(tracking.get("timeout_s", 10)))
+        else:
+            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        import mlflow
+
+        artifact_root = None if tr.is_remote(self.uri) else launch_dir / "outputs" / "mlartifacts"
+        experiment_id = tr.ensure_experiment(self.uri, tracking.get("experiment", "pipeline"), artifact_root)
+        sweep_dir = str(config.hydra.sweep.dir)
+        overrides = " ".join(config.hydra.overrides.task) or "default"
+        run = mlflow.MlflowClient(self.uri).create_run(
+            experiment_id, run_name=f"sweep {overrides}",
+            tags={"pipeline.sweep_dir": sweep_dir, "pipeline.sweep": "parent", "pipeline.overrides": overrides},
+        )
+        self.parent_run_id = run.info.run_id
+        os.environ[tr.PARENT_RUN_ENV] = self.parent_run_id
+        log.info("MLflow parent run %s for this sweep", self.parent_run_id)
+
+    def on_multirun_end(self, config, **kwargs: Any) -> None:
+        if self.parent_run_id is None:
+            return
+        import mlflow
+
+        from pipeline import tracking as tr
+
+        client = mlflow.MlflowClient(self.uri)
+        children = client.search_runs(
+            [client.get_run(self.parent_run_id).info.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
+        )
+        tr.mark_orphans(self.uri, [c.info.run_id for c in children])
+        failed = any(c.info.status != "FINISHED" for c in children)
+        self._summarise(client, children)
+        client.set_terminated(self.parent_run_id, "FAILED" if failed else "FINISHED")
+        os.environ.pop(tr.PARENT_RUN_ENV, None)
+        self.parent_run_id = None
+
+    def _summarise(self, client, children) -> None:
+        """The sweep's best job on the parent run: best/val_<metric>, best/model, best/job."""
+        scored = []
+        for child in children:
+            metric = child.data.tags.get("pipeline.eval_metric")
+            value = child.data.metrics.get(f"best/val_{metric}") if metric else None
+            if value is not None:
+                scored.append((metric, value, child))
+        if not scored:
+            return
+        from pipeline.metrics import METRICS
+
+        metric = scored[0][0]
+        sign = 1 if METRICS[metric].greater_is_better else -1
+        _, value, child = max(scored, key=lambda s: sign * s[1])
+        client.log_metric(self.parent_run_id, f"best/val_{metric}", value)
+        client.set_tag(self.parent_run_id, "best/job", child.info.run_name)
+        client.set_tag(self.parent_run_id, "best/model", child.data.tags.get("best/model", ""))

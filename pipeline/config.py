@@ -1,0 +1,136 @@
+"""Typed schemas of every config group, registered in Hydra's ConfigStore.
+
+The primary config (`conf/config.yaml`) lists `config_schema` first in its defaults, so every
+group merges into these dataclasses: a misspelt key or a wrong type fails at compose time
+with Hydra's message naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class ResourcesConf:
+    """A resource request at one level; null means 'derive from the level above'."""
+
+    num_cpus: Optional[int] = None
+    num_gpus: Optional[float] = None
+
+
+@dataclass
+class HardwareConf:
+    """The total of the run (the predictor level). Absent from the defaults: detected."""
+
+    name: str = "custom"
+    num_cpus: Optional[int] = None  # null: this machine's CPU count
+    num_gpus: float = 0  # fractions below 1 give a job a share of one device
+    devices: Any = None  # Lightning grammar: N, -1, [1, 3], "1, 3", "2,"; null: the first num_gpus
+
+
+@dataclass
+class ParallelismConf:
+    num_folds: int = 1  # k-fold bagging; 0 or 1 is a single holdout fit
+    bag: ResourcesConf = field(default_factory=ResourcesConf)  # one bagged model (all its folds)
+    fit: ResourcesConf = field(default_factory=ResourcesConf)  # one base-model fit (one fold)
+    sequential: bool = False  # one fit at a time, however many would fit
+
+
+@dataclass
+class SearchDimConf:
+    """One hyperparameter's search space (Optuna distributions)."""
+
+    type: str = MISSING  # float | int | categorical
+    low: Optional[float] = None
+    high: Optional[float] = None
+    log: bool = False
+    step: Optional[float] = None
+    choices: Optional[List[Any]] = None
+
+
+@dataclass
+class ModelSpecConf:
+    """One model: its class, the library's own parameters, its base-model resources."""
+
+    _target_: str = MISSING
+    params: Dict[str, Any] = field(default_factory=dict)
+    resources: ResourcesConf = field(default_factory=ResourcesConf)
+    search_space: Dict[str, SearchDimConf] = field(default_factory=dict)
+
+
+@dataclass
+class HpoConf:
+    searcher: str = "none"  # none | random | tpe | grid
+    num_trials: int = 1
+    seed: Optional[int] = None  # null: the run's seed
+    start_from_defaults: bool = True  # trial 0 fits the model's own params
+    pruning: bool = False  # stop bad trials early (network epochs, boosting rounds)
+
+
+@dataclass
+class DataConf:
+    name: str = "adult"
+    source: str = "bundled"  # bundled | csv | parquet | synthetic
+    path: Optional[str] = None  # csv/parquet file; bundled: adult | california_housing
+    label: Optional[str] = None
+    problem_type: str = "auto"  # auto | binary | multiclass | regression
+    drop_columns: List[str] = field(default_factory=list)
+    categorical_columns: List[str] = field(default_factory=list)  # besides those typed as text or category
+    test_path: Optional[str] = None  # a separate test file; else a seeded split of data.path
+    unseen_categories: str = "missing"  # test categories never seen in training: missing | error
+    test_size: float = 0.2
+    val_size: float = 0.2  # of what remains after the test split
+    max_rows: Optional[int] = None  # a seeded subsample, for quick runs
+    # synthetic generator
+    rows: int = 10_000
+    features: int = 20
+    classes: int = 2  # 0: regression
+    categorical_features: int = 0
+
+
+@dataclass
+class ExecutorConf:
+    name: str = "local"  # local | ray
+    max_retries: int = 1
+    in_process: str = "auto"  # local: auto | always | never
+    address: Optional[str] = None  # ray: null starts a local instance; "auto" or ray://host:port joins one
+    ray_init: Dict[str, Any] = field(default_factory=dict)  # extra ray.init keyword arguments
+
+
+@dataclass
+class TrackingConf:
+    backend: str = "mlflow"  # mlflow | none
+    uri: Optional[str] = None  # null: sqlite:///outputs/mlflow.db under the launch directory
+    experiment: str = "pipeline"
+    run_name: Optional[str] = None  # null: the job's overrides
+    log_models: bool = True
+    system_metrics: bool = False
+    timeout_s: float = 10.0  # how long an MLflow server may take to answer
+    tags: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Config:
+    data: DataConf = MISSING
+    model: Dict[str, ModelSpecConf] = MISSING
+    parallelism: ParallelismConf = MISSING
+    hpo: HpoConf = MISSING
+    executor: ExecutorConf = MISSING
+    tracking: TrackingConf = MISSING
+    hardware: Optional[HardwareConf] = None
+    seed: int = 0
+    eval_metric: str = "auto"
+    dry_run: bool = False
+    resume: Any = False  # false | true (newest unfinished run) | a run directory
+    allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name="config_schema", node=Config)
+
+
+register_configs()

@@ -1,0 +1,377 @@
+"""Load a table (bundled, CSV, Parquet or synthetic), check it, type it and split it.
+
+Categorical columns stay categorical (pandas categories fixed from the training rows), so
+LightGBM and XGBoost use native categories and the network learns embeddings.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from importlib import resources as importlib_resources
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from pipeline.errors import ConfigError, DataError, closest
+
+log = logging.getLogger(__name__)
+
+BUNDLED = ("adult", "california_housing")
+PROBLEM_TYPES = ("auto", "binary", "multiclass", "regression")
+SOURCES = ("bundled", "csv", "parquet", "synthetic")
+UNSEEN_POLICIES = ("missing", "error")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Typed data settings, built by the composition root from the `data` group."""
+
+    name: str = "adult"
+    source: str = "bundled"
+    path: Optional[str] = "adult"
+    label: Optional[str] = "income"
+    problem_type: str = "auto"
+    drop_columns: tuple[str, ...] = ()
+    categorical_columns: tuple[str, ...] = ()
+    test_path: Optional[str] = None
+    unseen_categories: str = "missing"
+    test_size: float = 0.2
+    val_size: float = 0.2
+    max_rows: Optional[int] = None
+    rows: int = 10_000
+    features: int = 20
+    classes: int = 2
+    categorical_features: int = 0
+    seed: int = 0
+
+
+@dataclass
+class TabularData:
+    """Typed features and encoded labels with a fixed train/validation/test split."""
+
+    X: pd.DataFrame
+    y: np.ndarray
+    problem_type: str
+    label: str
+    classes: Optional[list] = None
+    categorical: list[str] = field(default_factory=list)
+    numeric: list[str] = field(default_factory=list)
+    train_idx: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    val_idx: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    test_idx: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    name: str = ""
+    fingerprint: str = ""
+    raw_dtypes: dict[str, str] = field(default_factory=dict)  # numeric columns as read, for model signatures
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes) if self.classes is not None else 0
+
+    def fit_idx(self, bagging: bool) -> np.ndarray:
+        """Rows models learn from: train (holdout), or train and validation together (k-fold bagging)."""
+        return np.concatenate([self.train_idx, self.val_idx]) if bagging else self.train_idx
+
+    def fold_ids(self, num_folds: int, seed: int) -> np.ndarray:
+        """Fold of each row of fit_idx(bagging=True): stratified for classification, seeded."""
+        from sklearn.model_selection import KFold, StratifiedKFold
+
+        rows = self.fit_idx(True)
+        folds = np.empty(len(rows), dtype=np.int32)
+        y = self.y[rows]
+        if self.problem_type != "regression" and np.bincount(y.astype(int)).min(initial=num_folds) >= num_folds:
+            splitter = StratifiedKFold(num_folds, shuffle=True, random_state=seed).split(rows, y)
+        else:
+            splitter = KFold(num_folds, shuffle=True, random_state=seed).split(rows)
+        for k, (_, held_out) in enumerate(splitter):
+            folds[held_out] = k
+        return folds
+
+
+def load(spec: DataSpec, base_dir: Path) -> TabularData:
+    """Read, check, type and split the data the spec names; every failure is a DataError."""
+    _check_spec(spec)
+    frame = _read(spec, base_dir)
+    test_frame = _read_file(_resolve(spec.test_path, base_dir), "data.test_path") if spec.test_path else None
+    label = spec.label if spec.source != "synthetic" else "target"
+    frame = _check_columns(frame, spec, label, "data.path")
+    if test_frame is not None:
+        test_frame = _check_columns(test_frame, spec, label, "data.test_path")
+    if spec.max_rows is not None and len(frame) > spec.max_rows:
+        frame = frame.sample(n=spec.max_rows, random_state=spec.seed).reset_index(drop=True)
+    n_main = len(frame)
+    if test_frame is not None:
+        frame = pd.concat([frame, test_frame[frame.columns]], ignore_index=True)
+    y_raw = frame[label]
+    X = frame.drop(columns=[label])
+    problem_type = _problem_type(y_raw, spec.problem_type, label)
+    y, classes = _encode_label(y_raw, problem_type, label)
+    categorical, numeric = _column_types(X, spec.categorical_columns)
+    train_idx, val_idx, test_idx = _split(y, problem_type, spec, n_main, len(frame))
+    raw_dtypes = {c: str(X[c].dtype) for c in numeric}
+    X = _type_columns(X, categorical, numeric, np.concatenate([train_idx, val_idx]), test_idx, spec)
+    data = TabularData(
+        X, y, problem_type, label, classes, categorical, numeric, train_idx, val_idx, test_idx, spec.name,
+        raw_dtypes=raw_dtypes,
+    )
+    data.fingerprint = fingerprint(data)
+    return data
+
+
+def _check_spec(spec: DataSpec) -> None:
+    if spec.source not in SOURCES:
+        raise ConfigError(f"data.source={spec.source!r} is not one of {', '.join(SOURCES)}{closest(spec.source, SOURCES)}")
+    if spec.problem_type not in PROBLEM_TYPES:
+        raise ConfigError(f"data.problem_type={spec.problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}")
+    if spec.unseen_categories not in UNSEEN_POLICIES:
+        raise ConfigError(f"data.unseen_categories={spec.unseen_categories!r} is not one of {', '.join(UNSEEN_POLICIES)}")
+    if spec.source in ("csv", "parquet"):
+        if not spec.path:
+            raise ConfigError(f"data.path is required with data.source={spec.source}: data.path=my_table.{spec.source}")
+        if not spec.label:
+            raise ConfigError("data.label is required: name the column to predict, as in data.label=target")
+    if spec.source == "bundled" and spec.path not in BUNDLED:
+        raise ConfigError(
+            f"data.path={spec.path!r} is not a bundled data set; bundled: {', '.join(BUNDLED)}{closest(str(spec.path), BUNDLED)}"
+        )
+    for key in ("test_size", "val_size"):
+        value = getattr(spec, key)
+        if not 0 < value < 1:
+            raise ConfigError(f"data.{key}={value} must be a fraction between 0 and 1")
+    if spec.max_rows is not None and spec.max_rows < 10:
+        raise ConfigError(f"data.max_rows={spec.max_rows} must be at least 10")
+    if spec.source == "synthetic":
+        if spec.rows < 10 or spec.features < 1:
+            raise ConfigError(f"data.rows={spec.rows} and data.features={spec.features}: need >= 10 rows and >= 1 feature")
+        if spec.classes == 1 or spec.classes < 0:
+            raise ConfigError(f"data.classes={spec.classes}: 0 for regression, or 2 or more classes")
+        if not 0 <= spec.categorical_features <= spec.features:
+            raise ConfigError(
+                f"data.categorical_features={spec.categorical_features} must be between 0 and data.features={spec.features}"
+            )
+
+
+def _resolve(path: str, base_dir: Path) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else base_dir / p
+
+
+def _read(spec: DataSpec, base_dir: Path) -> pd.DataFrame:
+    if spec.source == "synthetic":
+        return synthetic(spec)
+    if spec.source == "bundled":
+        with importlib_resources.as_file(importlib_resources.files("pipeline.datasets") / f"{spec.path}.parquet") as p:
+            return pd.read_parquet(p)
+    return _read_file(_resolve(spec.path, base_dir), "data.path", spec.source)
+
+
+def _read_file(path: Path, key: str, kind: Optional[str] = None) -> pd.DataFrame:
+    if not path.exists():
+        raise DataError(f"{key}={str(path)!r}: no such file")
+    if path.is_dir():
+        raise DataError(f"{key}={str(path)!r} is a directory, not a data file")
+    if path.stat().st_size == 0:
+        raise DataError(f"{key}={str(path)!r} is empty")
+    kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
+    try:
+        if kind == "csv":
+            with path.open(newline="") as fh:
+                header = next(csv.reader(fh), [])
+            _check_unique(header, key, path)
+            frame = pd.read_csv(path)
+        else:
+            frame = pd.read_parquet(path)
+    except DataError:
+        raise
+    except Exception as exc:  # pandas/pyarrow parse errors carry the useful detail
+        raise DataError(f"{key}={str(path)!r} cannot be read as {kind}: {exc}") from None
+    _check_unique(list(frame.columns), key, path)
+    if frame.empty:
+        raise DataError(f"{key}={str(path)!r} has a header but no rows")
+    return frame
+
+
+def _check_unique(columns: list, key: str, path: Path) -> None:
+    seen, dups = set(), []
+    for c in columns:
+        if c in seen and c not in dups:
+            dups.append(c)
+        seen.add(c)
+    if dups:
+        raise DataError(f"{key}={str(path)!r}: duplicate column names {dups}; every column needs its own name")
+
+
+def _check_columns(frame: pd.DataFrame, spec: DataSpec, label: str, key: str) -> pd.DataFrame:
+    columns = [str(c) for c in frame.columns]
+    frame.columns = columns
+    if label not in columns:
+        raise DataError(
+            f"data.label={label!r} is not a column of {key}{closest(label, columns)}; columns: {', '.join(columns)}"
+        )
+    missing = [c for c in spec.drop_columns if c not in columns]
+    if missing:
+        raise DataError(f"data.drop_columns names {missing}, which are not columns; columns: {', '.join(columns)}")
+    unknown = [c for c in spec.categorical_columns if c not in columns]
+    if unknown:
+        raise DataError(f"data.categorical_columns names {unknown}, which are not columns; columns: {', '.join(columns)}")
+    frame = frame.drop(columns=list(spec.drop_columns))
+    if frame.shape[1] < 2:
+        raise DataError(f"{key}: no feature column is left besides the label {label!r}")
+    y = frame[label]
+    if y.isna().all():
+        raise DataError(f"data.label={label!r}: every value of the label column is missing (NaN)")
+    n_missing = int(y.isna().sum())
+    if n_missing:
+        log.warning("data.label=%r: dropping %d rows whose label is missing", label, n_missing)
+        frame = frame[y.notna()].reset_index(drop=True)
+    if frame[label].nunique() < 2:
+        raise DataError(
+            f"data.label={label!r} is constant (every row is {frame[label].iloc[0]!r}); there is nothing to learn"
+        )
+    return frame
+
+
+def _problem_type(y: pd.Series, declared: str, label: str) -> str:
+    numeric = pd.api.types.is_numeric_dtype(y) and not pd.api.types.is_bool_dtype(y)
+    n_unique = y.nunique()
+    if declared == "regression":
+        if not numeric:
+            raise DataError(f"data.problem_type=regression but data.label={label!r} holds text values such as {y.iloc[0]!r}")
+        return declared
+    if declared in ("binary", "multiclass"):
+        if declared == "binary" and n_unique != 2:
+            raise DataError(f"data.problem_type=binary but data.label={label!r} has {n_unique} distinct values")
+        return declared
+    if not numeric:
+        return "binary" if n_unique == 2 else "multiclass"
+    values = y.to_numpy()
+    integral = np.all(np.equal(np.mod(values, 1), 0))
+    if n_unique == 2:
+        return "binary"
+    if integral and n_unique <= 20:
+        return "multiclass"
+    return "regression"
+
+
+def _encode_label(y: pd.Series, problem_type: str, label: str) -> tuple[np.ndarray, Optional[list]]:
+    if problem_type == "regression":
+        return y.to_numpy(dtype=np.float64), None
+    classes = sorted(y.unique().tolist(), key=lambda v: (str(type(v)), v))
+    codes = pd.Categorical(y, categories=classes).codes.astype(np.int64)
+    return codes, classes
+
+
+def _column_types(X: pd.DataFrame, declared: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    categorical, numeric = [], []
+    for column in X.columns:
+        s = X[column]
+        if column in declared or isinstance(s.dtype, pd.CategoricalDtype) or pd.api.types.is_bool_dtype(s):
+            categorical.append(column)
+        elif pd.api.types.is_numeric_dtype(s):
+            numeric.append(column)
+        else:
+            _reject_text_in_numbers(column, s)
+            categorical.append(column)
+    return categorical, numeric
+
+
+def _reject_text_in_numbers(column: str, s: pd.Series) -> None:
+    """A text column whose values are nearly all numbers is a numeric column with dirt in it."""
+    counts = s.value_counts(dropna=True)  # parse each distinct value once
+    if counts.empty:
+        return
+    parsed = pd.to_numeric(pd.Series(counts.index, dtype=object), errors="coerce").to_numpy()
+    bad = counts[np.isnan(parsed.astype(float))]
+    n_bad, n_all = int(bad.sum()), int(counts.sum())
+    if n_bad and n_bad <= 0.05 * n_all and n_all - n_bad >= 10:
+        examples = ", ".join(repr(v) for v in list(bad.index)[:3])
+        raise DataError(
+            f"column {column!r} is numeric but {n_bad} row(s) hold text ({examples}); clean those values, "
+            f"or list the column in data.categorical_columns to treat it as categories"
+        )
+
+
+def _split(y: np.ndarray, problem_type: str, spec: DataSpec, n_main: int, n_all: int):
+    from sklearn.model_selection import train_test_split
+
+    main = np.arange(n_main)
+
+    def strat(idx):
+        if problem_type == "regression":
+            return None
+        counts = np.bincount(y[idx])
+        return y[idx] if counts[counts > 0].min() >= 2 else None
+
+    if n_all > n_main:  # a separate test file
+        rest, test = main, np.arange(n_main, n_all)
+    else:
+        rest, test = train_test_split(main, test_size=spec.test_size, random_state=spec.seed, stratify=strat(main))
+    train, val = train_test_split(rest, test_size=spec.val_size, random_state=spec.seed, stratify=strat(rest))
+    return np.sort(train), np.sort(val), np.sort(test)
+
+
+def _type_columns(X, categorical, numeric, fit_rows, test_rows, spec: DataSpec) -> pd.DataFrame:
+    out = {}
+    for column in numeric:
+        out[column] = X[column].astype(np.float32)
+    for column in categorical:
+        values = X[column].astype("string") if not pd.api.types.is_bool_dtype(X[column]) else X[column].astype(str)
+        seen = pd.unique(values.iloc[fit_rows].dropna())
+        categories = sorted(str(v) for v in seen)
+        typed = pd.Categorical(values, categories=categories)
+        unseen_mask = np.zeros(len(values), dtype=bool)
+        unseen_mask[test_rows] = True
+        unseen_mask &= np.asarray(values.notna()) & (typed.codes == -1)
+        if unseen_mask.any():
+            examples = sorted(set(values[unseen_mask].astype(str)))[:5]
+            message = (
+                f"column {column!r}: {int(unseen_mask.sum())} test row(s) hold categories never seen in training "
+                f"({', '.join(map(repr, examples))})"
+            )
+            if spec.unseen_categories == "error":
+                raise DataError(message + "; set data.unseen_categories=missing to treat them as missing values")
+            log.warning("%s; treated as missing values", message)
+        out[column] = typed
+    return pd.DataFrame(out, columns=list(X.columns))
+
+
+def synthetic(spec: DataSpec) -> pd.DataFrame:
+    """A seeded classification or regression table; some columns binned into categories."""
+    from sklearn.datasets import make_classification, make_regression
+
+    informative = max(1, min(spec.features, max(2, spec.features // 2)))
+    if spec.classes >= 2:
+        X, y = make_classification(
+            n_samples=spec.rows, n_features=spec.features, n_informative=min(informative, spec.features),
+            n_redundant=0, n_classes=spec.classes, n_clusters_per_class=1 if spec.classes > 4 else 2,
+            random_state=spec.seed, flip_y=0.02,
+        )
+    else:
+        X, y = make_regression(
+            n_samples=spec.rows, n_features=spec.features, n_informative=informative, noise=10.0,
+            random_state=spec.seed,
+        )
+    X = X.astype(np.float32)
+    frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(spec.features)])
+    for i in range(spec.categorical_features):
+        column = f"x{i}"
+        bins = np.quantile(X[:, i], np.linspace(0, 1, 9)[1:-1])
+        frame[column] = pd.Categorical.from_codes(np.digitize(X[:, i], bins), [f"c{j}" for j in range(8)])
+        frame = frame.rename(columns={column: f"cat{i}"})
+    frame["target"] = y
+    return frame
+
+
+def fingerprint(data: TabularData) -> str:
+    """A hash of the content and the split: part of every task's cache key."""
+    h = hashlib.sha256()
+    h.update(pd.util.hash_pandas_object(data.X, index=False).to_numpy().tobytes())
+    h.update(np.ascontiguousarray(data.y).tobytes())
+    for idx in (data.train_idx, data.val_idx, data.test_idx):
+        h.update(np.ascontiguousarray(idx).tobytes())
+    h.update(data.problem_type.encode())
+    return h.hexdigest()[:16]

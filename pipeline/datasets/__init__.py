@@ -1,0 +1,1 @@
+"""Data sets that ship inside the package: Adult (census income) and California housing."""

@@ -1,0 +1,103 @@
+"""Greedy weighted ensemble selection (Caruana et al., 2004), as AutoGluon's WeightedEnsemble does,
+and the predictors a run hands to users: a bagged model and the weighted ensemble of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from pipeline.metrics import Metric
+
+
+def ensemble_selection(preds: list[np.ndarray], y: np.ndarray, metric: Metric, size: int = 25) -> np.ndarray:
+    """Weights over `preds`: add, with replacement, the member that most improves the average;
+    keep the best prefix of the trajectory, so the result never scores below the best member."""
+    if not preds:
+        raise ValueError("ensemble_selection needs at least one prediction")
+    counts = np.zeros(len(preds), dtype=np.int64)
+    current = np.zeros_like(preds[0], dtype=np.float64)
+    best_loss, best_counts = np.inf, None
+    for step in range(size):
+        losses = [metric.loss(y, (current * step + p) / (step + 1)) for p in preds]
+        j = int(np.argmin(losses))
+        counts[j] += 1
+        current = (current * step + preds[j]) / (step + 1)
+        if losses[j] < best_loss - 1e-12:
+            best_loss, best_counts = losses[j], counts.copy()
+    return best_counts / best_counts.sum()
+
+
+def blend(preds: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
+    return sum(w * p for w, p in zip(weights, preds) if w > 0)
+
+
+@dataclass
+class FeatureSchema:
+    """The columns a predictor expects and how to type raw input the way training data was typed."""
+
+    columns: list[str]
+    categories: dict[str, list] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, X: pd.DataFrame) -> "FeatureSchema":
+        cats = {c: list(X[c].cat.categories) for c in X.columns if isinstance(X[c].dtype, pd.CategoricalDtype)}
+        return cls(list(X.columns), cats)
+
+    def apply(self, frame: pd.DataFrame) -> pd.DataFrame:
+        missing = [c for c in self.columns if c not in frame.columns]
+        if missing:
+            raise ValueError(f"input lacks the columns {missing}; expected {self.columns}")
+        out = {}
+        for c in self.columns:
+            if c in self.categories:
+                values = frame[c]
+                if not isinstance(values.dtype, pd.CategoricalDtype) or list(values.cat.categories) != self.categories[c]:
+                    values = pd.Categorical(values.astype("string"), categories=self.categories[c])
+                out[c] = values
+            else:
+                out[c] = pd.to_numeric(frame[c], errors="raise").astype(np.float32)
+        return pd.DataFrame(out, columns=self.columns, index=frame.index)
+
+
+@dataclass
+class BaggedPredictor:
+    """One model's fold models; predicts their average on raw input."""
+
+    name: str
+    models: list
+    problem_type: str
+    classes: Optional[list]
+    schema: FeatureSchema
+
+    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
+        X = self.schema.apply(frame)
+        return np.mean([m.predict_proba(X) for m in self.models], axis=0)
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        return _labels(self.predict_proba(frame), self.problem_type, self.classes)
+
+
+@dataclass
+class EnsemblePredictor:
+    """The weighted blend of bagged predictors."""
+
+    name: str
+    members: list[BaggedPredictor]
+    weights: list[float]
+    problem_type: str
+    classes: Optional[list]
+
+    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
+        return blend([m.predict_proba(frame) for m in self.members], np.asarray(self.weights))
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        return _labels(self.predict_proba(frame), self.problem_type, self.classes)
+
+
+def _labels(pred: np.ndarray, problem_type: str, classes) -> np.ndarray:
+    if problem_type == "regression":
+        return pred
+    return np.asarray(classes, dtype=object)[np.argmax(pred, axis=1)]

@@ -1,0 +1,164 @@
+"""The local executor: worker processes pinned to device slots, or the driver itself for tiny plans."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import pickle
+from dataclasses import dataclass
+from multiprocessing.connection import wait as wait_connections
+from pathlib import Path
+from typing import Optional
+
+from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit
+from pipeline.executors.worker import worker_main
+from pipeline.hardware import Hardware
+from pipeline.plan import Plan
+from pipeline.store import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+
+class InProcessBackend:
+    """Fits in the driver, one at a time: for plans with a single slot, where a process start costs
+    more than the fit. The driver's own devices are used by id, without CUDA_VISIBLE_DEVICES."""
+
+    name = "in-process"
+
+    def __init__(self, data):
+        self.data = data
+        self.done: dict[int, object] = {}
+        self.counter = itertools.count()
+
+    def prepare(self, plan: Plan) -> DataRef:
+        return DataRef(obj=self.data)
+
+    def submit(self, request: FitRequest):
+        handle = next(self.counter)
+        request.local_gpus = request.gpu_ids
+        self.done[handle] = safe_run_fit(request)
+        return handle
+
+    def wait(self, handles, timeout=None):
+        return [(h, self.done.pop(h)) for h in handles if h in self.done]
+
+    def shutdown(self) -> None:
+        self.done.clear()
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.Process
+    conn: object
+    devices: tuple[int, ...]
+
+
+class ProcessBackend:
+    """A pool of worker processes keyed by the devices they see.
+
+    A task runs in an idle worker bound to exactly its device ids, or in a fresh one. A worker
+    that dies (SIGKILL, a segfault, the OOM killer) fails its task instead of hanging the run.
+    """
+
+    name = "processes"
+
+    def __init__(self, data, hardware: Hardware, run_dir: Path, max_idle: int = 8):
+        self.data, self.hardware, self.run_dir = data, hardware, run_dir
+        self.ctx = multiprocessing.get_context("spawn")
+        self.idle: list[_Worker] = []
+        self.busy: dict[int, _Worker] = {}
+        self.counter = itertools.count()
+        self.max_idle = max_idle
+
+    def prepare(self, plan: Plan) -> DataRef:
+        path = self.run_dir / "data.pkl"
+        if not path.exists():
+            atomic_write_bytes(path, pickle.dumps(self.data, protocol=pickle.HIGHEST_PROTOCOL))
+        self.max_idle = max(self.max_idle, plan.max_concurrency)
+        return DataRef(path=str(path))
+
+    def submit(self, request: FitRequest):
+        worker = self._worker_for(tuple(request.gpu_ids))
+        handle = next(self.counter)
+        self.busy[handle] = worker
+        try:
+            worker.conn.send(request)
+        except (BrokenPipeError, OSError):
+            pass  # the worker died: wait() reports it through its sentinel
+        return handle
+
+    def _worker_for(self, devices: tuple[int, ...]) -> _Worker:
+        for i, w in enumerate(self.idle):
+            if w.devices == devices and w.process.is_alive():
+                return self.idle.pop(i)
+        env = {"CUDA_VISIBLE_DEVICES": self.hardware.visible_devices(devices)}
+        parent, child = self.ctx.Pipe()
+        process = self.ctx.Process(target=worker_main, args=(child, env), name=f"fit-worker-{devices}")
+        process.start()
+        child.close()
+        return _Worker(process, parent, devices)
+
+    def wait(self, handles, timeout: Optional[float] = None):
+        by_conn = {}
+        for h in handles:
+            w = self.busy[h]
+            by_conn[w.conn] = h
+            by_conn[w.process.sentinel] = h
+        ready = wait_connections(list(by_conn), timeout)
+        out, seen = [], set()
+        for obj in ready:
+            h = by_conn[obj]
+            if h in seen:
+                continue
+            seen.add(h)
+            w = self.busy.pop(h)
+            result = None
+            try:
+                if w.conn.poll():
+                    result = w.conn.recv()
+            except (EOFError, OSError, pickle.UnpicklingError):
+                result = None
+            if result is None:
+                w.process.join(timeout=5)
+                code = w.process.exitcode
+                reason = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                out.append((h, TaskFailure("", f"the worker process died ({reason}) during the fit")))
+                continue
+            self._release(w)
+            out.append((h, result))
+        return out
+
+    def _release(self, w: _Worker) -> None:
+        self.idle.append(w)
+        while len(self.idle) > self.max_idle:
+            self._stop(self.idle.pop(0))
+
+    def _stop(self, w: _Worker, timeout: float = 5.0) -> None:
+        try:
+            w.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        w.process.join(timeout)
+        if w.process.is_alive():
+            w.process.terminate()
+            w.process.join(timeout)
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join()
+
+    def shutdown(self) -> None:
+        for w in self.busy.values():  # a run that stops early: kill its fits at once
+            w.process.terminate()
+        for w in list(self.busy.values()) + self.idle:
+            self._stop(w, timeout=2.0)
+        self.busy.clear()
+        self.idle.clear()
+
+
+def make_local_backend(mode: str, plan: Plan, data, run_dir: Path):
+    """in_process: auto (when one slot covers the plan), always, or never."""
+    single_slot = plan.max_concurrency <= 1
+    if mode == "always" or (mode == "auto" and single_slot):
+        return InProcessBackend(data)
+    return ProcessBackend(data, plan.hardware, run_dir)

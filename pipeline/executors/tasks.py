@@ -1,0 +1,183 @@
+"""What travels to a worker (FitRequest), what comes back (FoldResult), and the fit of one fold.
+
+`run_fit` is the one function every backend calls: in the driver, in a worker process, in a
+Ray task. It reads no config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from pipeline.models.base import FitContext, Placement, TabularModel
+
+
+@dataclass(frozen=True)
+class DataRef:
+    """The prepared data: a pickle in the run directory, or the object itself (in-process, Ray)."""
+
+    path: Optional[str] = None
+    obj: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass
+class FitRequest:
+    task_id: str
+    key: str
+    model: TabularModel  # unfitted prototype
+    params: dict  # the trial's parameters, laid over the prototype's
+    model_name: str
+    trial: int
+    fold: int
+    num_folds: int
+    fold_seed: int
+    seed: int
+    eval_metric: str
+    num_cpus: int
+    gpu_ids: tuple[int, ...]
+    gpu_shares: tuple[Fraction, ...]
+    data: DataRef
+    checkpoint_dir: Optional[str] = None
+    local_gpus: Optional[tuple[int, ...]] = None  # None: the worker sees exactly gpu_ids (CUDA_VISIBLE_DEVICES)
+    pruning: bool = False
+
+
+@dataclass
+class FoldResult:
+    task_id: str
+    key: str
+    model: TabularModel
+    held_out: np.ndarray  # row indices the fold model did not learn from
+    val_pred: np.ndarray
+    test_pred: np.ndarray
+    fit_seconds: float
+    predict_seconds: float
+    device: str
+    start: float
+    end: float
+    pid: int
+    host: str
+    gpu_ids: tuple[int, ...] = ()
+    cuda_visible_devices: Optional[str] = None
+    num_cpus: int = 1
+    pruned: bool = False
+    cached: bool = False
+    attempt: int = 0
+
+
+@dataclass
+class TaskFailure:
+    task_id: str
+    message: str
+    details: str = ""
+
+
+def task_key(fingerprint: str, model: TabularModel, params: dict, fold: int, num_folds: int, fold_seed: int,
+             seed: int, eval_metric: str) -> str:
+    """A hash of everything that determines a fold's result; the cache and resume key."""
+    payload = {
+        "data": fingerprint,
+        "model": type(model).__module__ + "." + type(model).__qualname__,
+        "params": {**model.params, **params},
+        "fold": fold,
+        "num_folds": num_folds,
+        "fold_seed": fold_seed,
+        "seed": seed,
+        "eval_metric": eval_metric,
+    }
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def task_seed(seed: int, model: str, trial: int, fold: int) -> int:
+    digest = hashlib.sha256(f"{seed}/{model}/{trial}/{fold}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") % (2**31 - 1)
+
+
+_DATA_CACHE: dict[str, Any] = {}
+
+
+def resolve_data(ref: DataRef):
+    if ref.obj is not None:
+        return ref.obj
+    if ref.path not in _DATA_CACHE:
+        with open(ref.path, "rb") as fh:
+            _DATA_CACHE.clear()  # one data set per worker at a time
+            _DATA_CACHE[ref.path] = pickle.load(fh)
+    return _DATA_CACHE[ref.path]
+
+
+_FOLD_CACHE: dict[tuple, np.ndarray] = {}
+
+
+def split_rows(data, num_folds: int, fold: int, fold_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows to learn from, rows held out) of one fold; k <= 1 is the holdout split."""
+    if num_folds <= 1:
+        return data.train_idx, data.val_idx
+    key = (data.fingerprint, num_folds, fold_seed)
+    if key not in _FOLD_CACHE:
+        _FOLD_CACHE.clear()
+        _FOLD_CACHE[key] = data.fold_ids(num_folds, fold_seed)
+    folds = _FOLD_CACHE[key]
+    rows = data.fit_idx(True)
+    return rows[folds != fold], rows[folds == fold]
+
+
+def run_fit(request: FitRequest, report=None) -> FoldResult:
+    """Fit one fold of one trial of one model, and predict its held-out rows and the test rows."""
+    start = time.time()
+    data = resolve_data(request.data)
+    train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed)
+    local = request.local_gpus if request.local_gpus is not None else tuple(range(len(request.gpu_ids)))
+    share = sum(request.gpu_shares, Fraction(0))
+    placement = Placement(request.num_cpus, request.gpu_ids, local, share)
+    ctx = FitContext(
+        problem_type=data.problem_type,
+        num_classes=data.num_classes,
+        placement=placement,
+        seed=request.seed,
+        checkpoint_dir=Path(request.checkpoint_dir) if request.checkpoint_dir else None,
+        eval_metric=request.eval_metric,
+        report=report,
+    )
+    model = request.model.clone(request.params)
+    X, y = data.X, data.y
+    model.fit(X.iloc[train_rows], y[train_rows], X.iloc[held_out], y[held_out], ctx)
+    t0 = time.perf_counter()
+    val_pred = model.predict_proba(X.iloc[held_out])
+    test_pred = model.predict_proba(X.iloc[data.test_idx])
+    predict_seconds = time.perf_counter() - t0
+    if ctx.checkpoint_dir is not None and ctx.checkpoint_dir.exists():
+        import shutil
+
+        shutil.rmtree(ctx.checkpoint_dir, ignore_errors=True)  # the result below supersedes it
+    return FoldResult(
+        task_id=request.task_id, key=request.key, model=model, held_out=held_out,
+        val_pred=val_pred, test_pred=test_pred, fit_seconds=model.fit_seconds_,
+        predict_seconds=predict_seconds, device=model.device_, start=start, end=time.time(),
+        pid=os.getpid(), host=socket.gethostname(), gpu_ids=request.gpu_ids,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), num_cpus=request.num_cpus,
+        pruned=bool(getattr(model, "pruned_", False)),
+    )
+
+
+def safe_run_fit(request: FitRequest):
+    """run_fit, with any exception turned into a TaskFailure that pickles."""
+    try:
+        return run_fit(request)
+    except Exception as exc:  # a task failure is data for the driver, not a crash of the worker
+        from pipeline.errors import PipelineError
+
+        message = str(exc) if isinstance(exc, PipelineError) else f"{type(exc).__name__}: {exc}"
+        return TaskFailure(request.task_id, message, traceback.format_exc())

@@ -1,0 +1,28 @@
+"""The worker process: sees only its slot's GPUs, then fits whatever requests arrive on its pipe.
+
+CUDA_VISIBLE_DEVICES is set before anything can import torch, xgboost or lightgbm, and a
+worker is bound to one device set for its whole life: a task for other devices gets another
+worker, never this process's CUDA context.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def worker_main(conn, env: dict[str, str]) -> None:
+    os.environ.update(env)
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when workers stop
+
+    from pipeline.executors.tasks import safe_run_fit
+
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        conn.send(safe_run_fit(request))

@@ -1,0 +1,173 @@
+"""The run's total resources: detected from this machine, or a declared `+hardware=NAME` profile."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Optional
+
+from pipeline.errors import HardwareError
+from pipeline.resources import Resources, cpu_count, fmt, gpu_amount, select_devices
+
+SIMULATE_ENV = "PIPELINE_SIMULATE_GPUS"  # tests: pretend this many CUDA devices exist
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine has: CPUs, and the CUDA devices this process may see."""
+
+    num_cpus: int
+    gpu_tokens: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES token of each visible device
+    gpu_names: tuple[str, ...] = ()
+    gpu_memory: tuple[int, ...] = ()  # bytes
+    simulated: bool = False
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpu_tokens)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The total a run may use; device ids index this machine's visible CUDA devices."""
+
+    num_cpus: int
+    num_gpus: Fraction
+    devices: tuple[int, ...]
+    source: str  # "detected" or the declared profile's name
+    tokens: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES token for each id in `devices`
+    names: tuple[str, ...] = field(default=(), compare=False)
+    planned_only: bool = False  # declared larger than this machine (dry_run)
+
+    @property
+    def total(self) -> Resources:
+        return Resources(self.num_cpus, self.num_gpus)
+
+    def capacities(self) -> dict[int, Fraction]:
+        """GPU capacity per device: 1 each, or the share when the whole run has less than one GPU."""
+        cap = min(Fraction(1), self.num_gpus)
+        return {d: cap for d in self.devices}
+
+    def visible_devices(self, ids) -> str:
+        """The CUDA_VISIBLE_DEVICES value that shows a worker exactly these devices."""
+        lookup = dict(zip(self.devices, self.tokens))
+        return ",".join(lookup.get(i, str(i)) for i in ids)
+
+    def to_json(self) -> dict:
+        return {
+            "num_cpus": self.num_cpus,
+            "num_gpus": float(self.num_gpus),
+            "devices": list(self.devices),
+            "source": self.source,
+            "gpu_names": list(self.names),
+            "planned_only": self.planned_only,
+        }
+
+    def __str__(self) -> str:
+        ids = ",".join(map(str, self.devices)) or "-"
+        return f"{self.num_cpus} CPU / {fmt(self.num_gpus)} GPU (devices {ids}; {self.source})"
+
+
+def detect() -> Machine:
+    """CPU count (affinity-aware) and visible CUDA devices, without importing torch."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    simulated = os.environ.get(SIMULATE_ENV)
+    if simulated:
+        n = int(simulated)
+        return Machine(cpus, tuple(map(str, range(n))), ("simulated",) * n, (0,) * n, simulated=True)
+    gpus = _nvml_devices() or _nvidia_smi_devices()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [t.strip() for t in visible.split(",") if t.strip()]
+        by_token = {}
+        for index, (uuid, name, mem) in enumerate(gpus):
+            by_token[str(index)] = by_token[uuid] = (name, mem)
+        kept = [(t, *by_token[t]) for t in wanted if t in by_token]
+        return Machine(cpus, tuple(t for t, _, _ in kept), tuple(n for _, n, _ in kept), tuple(m for _, _, m in kept))
+    return Machine(
+        cpus, tuple(str(i) for i in range(len(gpus))), tuple(g[1] for g in gpus), tuple(g[2] for g in gpus)
+    )
+
+
+def _nvml_devices() -> list[tuple[str, str, int]]:
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver: NVMLError_LibraryNotFound and friends
+        return []
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+            out.append((_text(uuid), _text(name), int(memory)))
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvidia_smi_devices() -> list[tuple[str, str, int]]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        text = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    rows = [r.split(", ") for r in text.strip().splitlines() if r.strip()]
+    return [(r[0], r[1], int(float(r[2])) * 2**20) for r in rows if len(r) == 3]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def resolve(declared: Optional[dict], machine: Machine, *, dry_run: bool) -> Hardware:
+    """The run's hardware: the machine when nothing is declared, else the checked declaration.
+
+    A declared box larger than this machine is an error, except under dry_run, which plans for it.
+    """
+    if declared is None:
+        ids = tuple(range(machine.num_gpus))
+        return Hardware(machine.num_cpus, Fraction(machine.num_gpus), ids, "detected", machine.gpu_tokens, machine.gpu_names)
+
+    name = declared.get("name") or "custom"
+    cpus_value = declared.get("num_cpus")
+    num_cpus = machine.num_cpus if cpus_value is None else cpu_count(cpus_value, "hardware.num_cpus")
+    num_gpus = gpu_amount(declared.get("num_gpus") or 0, "hardware.num_gpus")
+    needed = math.ceil(num_gpus)
+    profile = f"+hardware={name}" if name != "custom" else "the declared hardware"
+    too_big = []
+    if num_cpus > machine.num_cpus:
+        too_big.append(f"hardware.num_cpus={num_cpus} but this machine has {machine.num_cpus} CPUs")
+    if needed > machine.num_gpus:
+        has = f"{machine.num_gpus} CUDA device(s)" if machine.num_gpus else "no CUDA device"
+        too_big.append(f"hardware.num_gpus={fmt(num_gpus)} but this machine has {has}")
+    if too_big and not dry_run:
+        raise HardwareError(
+            f"{profile} is larger than this machine: {'; '.join(too_big)}. "
+            "To plan for that box without fitting anything, add dry_run=true"
+        )
+    planned_only = bool(too_big)
+    available = max(needed, machine.num_gpus) if planned_only else machine.num_gpus
+    ids = tuple(select_devices(declared.get("devices"), num_gpus, available))
+    if planned_only:
+        tokens = tuple(str(i) for i in ids)
+    else:
+        tokens = tuple(machine.gpu_tokens[i] for i in ids)
+    names = tuple(machine.gpu_names[i] for i in ids if i < len(machine.gpu_names))
+    return Hardware(num_cpus, num_gpus, ids, name, tokens, names, planned_only)

@@ -1,0 +1,119 @@
+"""Metrics by problem type. Classification predictions are class-probability matrices (n, classes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from pipeline.errors import ConfigError, closest
+
+DEFAULT = {"binary": "roc_auc", "multiclass": "accuracy", "regression": "rmse"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    greater_is_better: bool
+    problem_types: tuple[str, ...]
+    fn: Callable[[np.ndarray, np.ndarray], float]
+
+    def __call__(self, y_true: np.ndarray, pred: np.ndarray) -> float:
+        return float(self.fn(y_true, pred))
+
+    def loss(self, y_true: np.ndarray, pred: np.ndarray) -> float:
+        """Lower is better, whatever the metric's direction (for selection and early stopping)."""
+        value = self(y_true, pred)
+        return -value if self.greater_is_better else value
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.greater_is_better else a < b
+
+
+def _accuracy(y, p):
+    return np.mean(np.argmax(p, axis=1) == y)
+
+
+def _balanced_accuracy(y, p):
+    from sklearn.metrics import balanced_accuracy_score
+
+    return balanced_accuracy_score(y, np.argmax(p, axis=1))
+
+
+def _roc_auc(y, p):
+    from sklearn.metrics import roc_auc_score
+
+    if p.shape[1] == 2:
+        return roc_auc_score(y, p[:, 1])
+    return roc_auc_score(y, p, multi_class="ovr", labels=np.arange(p.shape[1]))
+
+
+def _log_loss(y, p):
+    eps = 1e-15
+    p = np.clip(p, eps, 1 - eps)
+    p = p / p.sum(axis=1, keepdims=True)
+    return -np.mean(np.log(p[np.arange(len(y)), y.astype(int)]))
+
+
+def _f1(y, p):
+    from sklearn.metrics import f1_score
+
+    return f1_score(y, np.argmax(p, axis=1), average="binary" if p.shape[1] == 2 else "macro")
+
+
+def _rmse(y, p):
+    return np.sqrt(np.mean((np.asarray(p, dtype=np.float64) - y) ** 2))
+
+
+def _mae(y, p):
+    return np.mean(np.abs(np.asarray(p, dtype=np.float64) - y))
+
+
+def _r2(y, p):
+    ss_res = np.sum((y - np.asarray(p, dtype=np.float64)) ** 2)
+    ss_tot = np.sum((y - y.mean()) ** 2)
+    return 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
+
+
+CLASSIFICATION = ("binary", "multiclass")
+METRICS = {
+    m.name: m
+    for m in (
+        Metric("accuracy", True, CLASSIFICATION, _accuracy),
+        Metric("balanced_accuracy", True, CLASSIFICATION, _balanced_accuracy),
+        Metric("roc_auc", True, CLASSIFICATION, _roc_auc),
+        Metric("log_loss", False, CLASSIFICATION, _log_loss),
+        Metric("f1", True, CLASSIFICATION, _f1),
+        Metric("rmse", False, ("regression",), _rmse),
+        Metric("mae", False, ("regression",), _mae),
+        Metric("r2", True, ("regression",), _r2),
+    )
+}
+
+
+def for_problem(problem_type: str) -> list[Metric]:
+    return [m for m in METRICS.values() if problem_type in m.problem_types]
+
+
+def resolve(name: str, problem_type: str) -> Metric:
+    """The eval metric: `auto` picks the problem type's default; others must suit the problem."""
+    if name == "auto":
+        return METRICS[DEFAULT[problem_type]]
+    valid = [m.name for m in for_problem(problem_type)]
+    if name not in METRICS or name not in valid:
+        raise ConfigError(
+            f"eval_metric={name!r} is not a {problem_type} metric{closest(name, valid)}; "
+            f"choose one of: auto, {', '.join(valid)}"
+        )
+    return METRICS[name]
+
+
+def score_all(problem_type: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    out = {}
+    for metric in for_problem(problem_type):
+        try:
+            out[metric.name] = metric(y, pred)
+        except ValueError:  # e.g. ROC AUC on a split holding one class
+            continue
+    return out

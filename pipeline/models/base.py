@@ -1,0 +1,124 @@
+"""The model base class: a public `fit()` template around `_fit`/`_predict` hooks.
+
+Like scikit-learn estimators, `__init__` only stores parameters, fitted state ends in `_`, and
+`fit` returns `self`. Library imports happen inside the hooks, so importing a model is cheap.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Optional
+
+import numpy as np
+import pandas as pd
+
+from pipeline.resources import ModelNeeds
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a fit runs: its CPU count and GPUs (physical ids, and ordinals this process sees)."""
+
+    num_cpus: int = 1
+    gpu_ids: tuple[int, ...] = ()
+    local_gpus: tuple[int, ...] = ()
+    gpu_share: Fraction = Fraction(0)
+
+    @property
+    def device(self) -> str:
+        return f"cuda:{self.local_gpus[0]}" if self.local_gpus else "cpu"
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.local_gpus)
+
+
+@dataclass
+class FitContext:
+    """What a fit needs besides data: problem, placement, seed, a checkpoint folder, callbacks."""
+
+    problem_type: str
+    num_classes: int
+    placement: Placement = field(default_factory=Placement)
+    seed: int = 0
+    checkpoint_dir: Optional[Path] = None
+    eval_metric: str = "auto"
+    report: Optional[Callable[[int, float], bool]] = None  # (step, value) -> prune?
+
+
+class TabularModel(ABC):
+    """Base of every model. Subclasses implement `_fit` and `_predict`, never `fit`."""
+
+    library: ClassVar[str] = ""
+    max_gpus_per_fit: ClassVar[Optional[int]] = 1  # GBMs: one device per fit; networks: None (DDP)
+    probe_imports_library: ClassVar[bool] = True  # check_params imports the library (seconds)
+
+    def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
+        self.params = dict(params or {})
+        self.name = name or type(self).__name__
+
+    # ---- description, before any fit
+    @classmethod
+    @abstractmethod
+    def gpu_request(cls, params: dict) -> tuple[bool, bool, str]:
+        """(may use a GPU, cannot run without one, the parameter that says so) for these params."""
+
+    @classmethod
+    def needs(cls, name: str, params: dict) -> ModelNeeds:
+        wants, requires, param = cls.gpu_request(params)
+        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library)
+
+    @classmethod
+    def check_params(cls, name: str, params: dict, problem_type: Optional[str] = None) -> None:
+        """Raise ConfigError for a parameter the library does not know, naming the closest one."""
+
+    @classmethod
+    def check_environment(cls, name: str, params: dict) -> None:
+        """Raise HardwareError when this library build cannot do what the params ask (GPU support)."""
+
+    def clone(self, params: Optional[dict] = None) -> "TabularModel":
+        """A fresh, unfitted copy, with `params` laid over this model's own."""
+        return type(self)({**self.params, **(params or {})}, self.name)
+
+    # ---- the template
+    def fit(self, X: pd.DataFrame, y: np.ndarray, X_val: pd.DataFrame, y_val: np.ndarray, ctx: FitContext):
+        self.problem_type_ = ctx.problem_type
+        self.num_classes_ = ctx.num_classes
+        self.device_ = ctx.placement.device
+        self.history_: dict[str, list[float]] = {}
+        start = time.perf_counter()
+        self._fit(X, y, X_val, y_val, ctx)
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
+        """(n, classes) probabilities for classification; (n,) values for regression."""
+        self._check_fitted()
+        out = np.asarray(self._predict(X))
+        if self.problem_type_ == "binary" and out.ndim == 1:
+            out = np.column_stack([1.0 - out, out])
+        return out
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        out = self.predict_proba(X)
+        return out if self.problem_type_ == "regression" else np.argmax(out, axis=1)
+
+    def feature_importance(self) -> Optional[dict[str, float]]:
+        return None
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "fit_seconds_"):
+            raise RuntimeError(f"{self.name} is not fitted; call fit() first")
+
+    @abstractmethod
+    def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None: ...
+
+    @abstractmethod
+    def _predict(self, X: pd.DataFrame) -> Any: ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, params={self.params!r})"

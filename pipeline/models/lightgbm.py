@@ -1,0 +1,118 @@
+"""LightGBM through `lgb.train`, with native categorical features and early stopping."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Optional
+
+import numpy as np
+
+from pipeline.errors import ConfigError, HardwareError, closest
+from pipeline.models.base import FitContext, TabularModel
+
+GPU_HELP = (
+    "The PyPI wheel's OpenCL learner (device_type=gpu) needs an OpenCL runtime, which NVIDIA's driver "
+    "ships (check with `clinfo`); device_type=cuda needs a CUDA build: "
+    "pip install lightgbm --no-binary lightgbm --config-settings=cmake.define.USE_CUDA=ON"
+)
+OBJECTIVES = {"binary": "binary", "multiclass": "multiclass", "regression": "regression"}
+
+
+def _device(params: dict) -> str:
+    for key in ("device_type", "device"):
+        if key in params:
+            return str(params[key]).lower()
+    return "cpu"
+
+
+@functools.lru_cache(maxsize=1)
+def _known_params() -> frozenset[str]:
+    from lightgbm.basic import _ConfigAliases
+
+    names = set()
+    for param, aliases in _ConfigAliases._get_all_param_aliases().items():
+        names.add(param)
+        names.update(aliases)
+    return frozenset(names)
+
+
+class LightGBMModel(TabularModel):
+    library = "LightGBM"
+
+    @classmethod
+    def gpu_request(cls, params):
+        device = _device(params)
+        on_gpu = device in ("gpu", "cuda")
+        return on_gpu, on_gpu, f"params.device_type={device}"
+
+    @classmethod
+    def check_params(cls, name, params, problem_type=None):
+        known = _known_params()
+        for key in params:
+            if key not in known:
+                raise ConfigError(
+                    f"model.{name}.params.{key} is not a LightGBM parameter{closest(key, known)}; "
+                    "LightGBM would only warn and ignore it"
+                )
+
+    @classmethod
+    def check_environment(cls, name, params):
+        device = _device(params)
+        if device not in ("gpu", "cuda"):
+            return
+        import lightgbm as lgb
+
+        X = np.random.default_rng(0).random((64, 2))
+        try:
+            lgb.train({"device_type": device, "verbosity": -1, "num_iterations": 1},
+                      lgb.Dataset(X, X[:, 0] > 0.5))
+        except lgb.basic.LightGBMError as exc:
+            raise HardwareError(
+                f"model.{name}.params.device_type={device}: this LightGBM cannot train on the GPU "
+                f"({str(exc).strip()}). {GPU_HELP}"
+            ) from None
+
+    def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        import lightgbm as lgb
+
+        params = {"objective": OBJECTIVES[ctx.problem_type], "verbosity": -1, **self.params}
+        if ctx.problem_type == "multiclass":
+            params.setdefault("num_class", ctx.num_classes)
+        params["num_threads"] = ctx.placement.num_cpus
+        params.setdefault("seed", ctx.seed)
+        if _device(params) in ("gpu", "cuda") and ctx.placement.local_gpus:
+            params["gpu_device_id"] = ctx.placement.local_gpus[0]
+        train = lgb.Dataset(X, y, free_raw_data=True)
+        valid = lgb.Dataset(X_val, y_val, reference=train)
+        record: dict = {}
+        callbacks = [lgb.record_evaluation(record)]
+        if ctx.report is not None:
+            callbacks.append(_pruning_callback(ctx.report))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*categorical_feature.*")
+            self.booster_ = lgb.train(params, train, valid_sets=[valid], valid_names=["valid"], callbacks=callbacks)
+        self.best_iteration_ = self.booster_.best_iteration or self.booster_.current_iteration()
+        self.history_ = {f"valid_{k}": list(v) for k, v in record.get("valid", {}).items()}
+
+    def _predict(self, X):
+        return self.booster_.predict(X, num_iteration=self.best_iteration_)
+
+    def feature_importance(self) -> Optional[dict[str, float]]:
+        gains = self.booster_.feature_importance(importance_type="gain")
+        return dict(zip(self.booster_.feature_name(), map(float, gains)))
+
+
+def _pruning_callback(report):
+    """Report the validation loss every 10 rounds; stop the booster when the trial is pruned."""
+    import lightgbm as lgb
+
+    def callback(env):
+        if env.iteration % 10 or not env.evaluation_result_list:
+            return
+        _, _, value, higher_better = env.evaluation_result_list[0][:4]
+        if report(env.iteration, -value if higher_better else value):
+            raise lgb.callback.EarlyStopException(env.iteration, env.evaluation_result_list)
+
+    callback.order = 40
+    return callback

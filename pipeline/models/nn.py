@@ -1,0 +1,180 @@
+"""A PyTorch MLP with categorical embeddings, trained by pipeline.nn's device-resident loop."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from pipeline.errors import ConfigError, closest
+from pipeline.models.base import FitContext, TabularModel
+from pipeline.resources import Resources
+
+DEFAULTS = {
+    "device": "auto",
+    "hidden_sizes": [256, 128],
+    "dropout": 0.1,
+    "max_embedding_dim": 16,
+    "learning_rate": 1e-3,
+    "weight_decay": 1e-5,
+    "batch_size": 512,
+    "max_batch_size": 16_384,
+    "max_epochs": 30,
+    "patience": 5,
+    "precision": "32",
+    "lr_scaling": "linear",
+    "accumulate_grad_batches": 1,
+    "compile": False,
+}
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("32", "16-mixed", "bf16-mixed")
+LR_SCALING = ("none", "linear", "sqrt")
+
+
+class TorchMLPModel(TabularModel):
+    library = "PyTorch"
+    max_gpus_per_fit = None  # several whole GPUs train one network with DDP
+    probe_imports_library = False
+
+    @classmethod
+    def gpu_request(cls, params):
+        device = str(params.get("device", "auto")).lower()
+        return device in ("auto", "cuda"), device == "cuda", f"params.device={device}"
+
+    @classmethod
+    def check_params(cls, name, params, problem_type=None):
+        for key in params:
+            if key not in DEFAULTS:
+                raise ConfigError(
+                    f"model.{name}.params.{key} is not a parameter of the network{closest(key, DEFAULTS)}; "
+                    f"parameters: {', '.join(DEFAULTS)}"
+                )
+        p = {**DEFAULTS, **params}
+        if str(p["device"]).lower() not in DEVICES:
+            raise ConfigError(f"model.{name}.params.device={p['device']!r} is not one of {', '.join(DEVICES)}")
+        if str(p["precision"]) not in PRECISIONS:
+            raise ConfigError(f"model.{name}.params.precision={p['precision']!r} is not one of {', '.join(PRECISIONS)}")
+        if p["lr_scaling"] not in LR_SCALING:
+            raise ConfigError(f"model.{name}.params.lr_scaling={p['lr_scaling']!r} is not one of {', '.join(LR_SCALING)}")
+        batch = p["batch_size"]
+        if batch != "auto" and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+            raise ConfigError(f"model.{name}.params.batch_size={batch!r} must be a positive integer or 'auto'")
+        for key in ("max_epochs", "accumulate_grad_batches", "max_batch_size", "max_embedding_dim"):
+            if isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < 1:
+                raise ConfigError(f"model.{name}.params.{key}={p[key]!r} must be an integer >= 1")
+        if not 0 <= float(p["dropout"]) < 1:
+            raise ConfigError(f"model.{name}.params.dropout={p['dropout']!r} must be in [0, 1)")
+        if not all(isinstance(h, int) and h > 0 for h in p["hidden_sizes"]):
+            raise ConfigError(f"model.{name}.params.hidden_sizes={p['hidden_sizes']!r} must be a list of positive ints")
+
+    @classmethod
+    def check_placement(cls, name: str, params: dict, fit: Resources) -> None:
+        """Checks that need the fit's resources: fp16 autocast needs a GPU."""
+        p = {**DEFAULTS, **params}
+        on_gpu = fit.num_gpus > 0 and str(p["device"]).lower() != "cpu"
+        if str(p["precision"]) == "16-mixed" and not on_gpu:
+            raise ConfigError(
+                f"model.{name}.params.precision=16-mixed needs a CUDA device but this fit has none; "
+                "on the CPU use precision=bf16-mixed or 32"
+            )
+
+    def _settings(self):
+        from pipeline.nn.loop import LoopConfig
+
+        p = {**DEFAULTS, **self.params}
+        config = LoopConfig(
+            batch_size=p["batch_size"], max_batch_size=p["max_batch_size"], max_epochs=p["max_epochs"],
+            patience=p["patience"], learning_rate=float(p["learning_rate"]), weight_decay=float(p["weight_decay"]),
+            precision=str(p["precision"]), accumulate_grad_batches=p["accumulate_grad_batches"],
+            compile=bool(p["compile"]), lr_scaling=p["lr_scaling"],
+        )
+        return p, config
+
+    def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        import torch
+
+        from pipeline import metrics
+        from pipeline.nn.encoding import TabularEncoder
+        from pipeline.nn.loop import Arrays, Loop, NetSpec
+
+        p, config = self._settings()
+        torch.set_num_threads(ctx.placement.num_cpus)
+        use_gpu = ctx.placement.local_gpus and p["device"] != "cpu"
+        self.encoder_ = TabularEncoder().fit(X)
+        regression = ctx.problem_type == "regression"
+        self.y_scale_ = (float(np.mean(y)), float(np.std(y)) or 1.0) if regression else (0.0, 1.0)
+        arrays = Arrays(*self._tensors(X, y), *self._tensors(X_val, y_val))
+        self.spec_ = NetSpec(
+            num_numeric=len(self.encoder_.numeric),
+            cardinalities=tuple(self.encoder_.cardinalities),
+            out_dim=1 if regression else ctx.num_classes,
+            hidden_sizes=tuple(p["hidden_sizes"]),
+            dropout=float(p["dropout"]),
+            max_embedding_dim=int(p["max_embedding_dim"]),
+        )
+        metric = metrics.resolve(ctx.eval_metric, ctx.problem_type)
+        world = len(ctx.placement.local_gpus) if use_gpu else 1
+        if world > 1:
+            from pipeline.nn.ddp import fit_distributed
+
+            result = fit_distributed(
+                world, self.spec_, config, ctx.problem_type, metric, arrays, backend="nccl", seed=ctx.seed,
+                checkpoint_dir=ctx.checkpoint_dir, y_scale=self.y_scale_,
+            )
+        else:
+            device = torch.device(ctx.placement.device if use_gpu else "cpu")
+            loop = Loop(self.spec_, config, ctx.problem_type, metric, device, seed=ctx.seed,
+                        checkpoint_dir=ctx.checkpoint_dir, y_scale=self.y_scale_, report=ctx.report)
+            result = loop.run(arrays)
+        self.device_ = ctx.placement.device if use_gpu else "cpu"
+        self.state_dict_ = result.state_dict
+        self.history_ = result.history
+        self.best_epoch_ = result.best_epoch
+        self.batch_size_ = result.batch_size
+        self.oom_backoffs_ = result.oom_backoffs
+        self.world_size_ = world
+        self.module_ = None
+
+    def _tensors(self, X, y):
+        import torch
+
+        num, cat = self.encoder_.transform(X)
+        if self.problem_type_ == "regression":
+            target = torch.as_tensor((np.asarray(y, dtype=np.float64) - self.y_scale_[0]) / self.y_scale_[1], dtype=torch.float32)
+        else:
+            target = torch.as_tensor(np.asarray(y), dtype=torch.long)
+        return torch.from_numpy(num), torch.from_numpy(cat), target
+
+    def _module(self):
+        import torch
+
+        if self.module_ is None:
+            module = self.spec_.build()
+            module.load_state_dict(self.state_dict_)
+            device = self.device_ if (self.device_.startswith("cuda") and torch.cuda.is_available()) else "cpu"
+            self.module_ = module.to(device).eval()
+        return self.module_
+
+    def _predict(self, X):
+        import torch
+
+        from pipeline.nn.loop import EVAL_BATCH, to_prediction
+
+        module = self._module()
+        device = next(module.parameters()).device
+        num, cat = self.encoder_.transform(X)
+        outs = []
+        with torch.no_grad():
+            for start in range(0, len(num), EVAL_BATCH):
+                xb = torch.from_numpy(num[start : start + EVAL_BATCH]).to(device)
+                cb = torch.from_numpy(cat[start : start + EVAL_BATCH]).to(device)
+                outs.append(module(xb, cb).float())
+        out = torch.cat(outs) if outs else torch.empty(0, self.spec_.out_dim)
+        return to_prediction(out, self.problem_type_, self.y_scale_)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["module_"] = None  # weights travel as the CPU state dict
+        if "state_dict_" in state:
+            state["state_dict_"] = {k: v.cpu() for k, v in state["state_dict_"].items()}
+        return state

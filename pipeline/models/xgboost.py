@@ -1,0 +1,153 @@
+"""XGBoost through `xgb.train`, with native categorical features and early stopping."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Optional
+
+import numpy as np
+
+from pipeline.errors import ConfigError, HardwareError, closest
+from pipeline.models.base import FitContext, TabularModel
+
+TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds")  # xgb.train's arguments, not booster params
+OBJECTIVES = {"binary": "binary:logistic", "multiclass": "multi:softprob", "regression": "reg:squarederror"}
+
+
+def _device(params: dict) -> str:
+    return str(params.get("device", "cpu")).lower()
+
+
+def _booster_params(params: dict, problem_type: str, num_classes: int) -> dict:
+    out = {k: v for k, v in params.items() if k not in TRAIN_ARGS}
+    out.setdefault("objective", OBJECTIVES[problem_type])
+    out.setdefault("tree_method", "hist")
+    if problem_type == "multiclass":
+        out.setdefault("num_class", num_classes)
+    return out
+
+
+class XGBoostModel(TabularModel):
+    library = "XGBoost"
+
+    @classmethod
+    def gpu_request(cls, params):
+        device = _device(params)
+        on_gpu = device.startswith("cuda") or device == "gpu"
+        return on_gpu, on_gpu, f"params.device={device}"
+
+    @classmethod
+    def check_params(cls, name, params, problem_type="binary"):
+        """XGBoost only warns about parameters it does not use; a tiny probe fit turns that into an error."""
+        import xgboost as xgb
+
+        probe = _booster_params(params, problem_type or "binary", 3)
+        probe.update(device="cpu", nthread=1, validate_parameters=True)
+        X = np.random.default_rng(0).random((32, 2))
+        y = np.arange(32) % (3 if problem_type == "multiclass" else 2)
+        if problem_type == "regression":
+            y = X[:, 0]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                booster = xgb.train(probe, xgb.DMatrix(X, label=y), num_boost_round=1)
+            except xgb.core.XGBoostError as exc:
+                raise ConfigError(f"model.{name}.params: XGBoost rejects them: {str(exc).strip().splitlines()[0]}") from None
+        unused = []
+        for w in caught:
+            text = str(w.message)
+            if "are not used" in text:
+                unused += [p.strip().strip('"') for p in text.split("{", 1)[1].split("}", 1)[0].split(",")]
+        if unused:
+            known = _config_keys(json.loads(booster.save_config())) | set(TRAIN_ARGS) | {"eval_metric"}
+            key = unused[0]
+            raise ConfigError(
+                f"model.{name}.params.{key} is not an XGBoost parameter{closest(key, known)}; "
+                "XGBoost would only warn and ignore it"
+            )
+
+    @classmethod
+    def check_environment(cls, name, params):
+        """Nothing to probe before the fit: XGBoost's wheels carry CUDA. After a GPU fit the
+        booster's own config is checked, since XGBoost silently falls back to the CPU."""
+
+    def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        import xgboost as xgb
+
+        params = _booster_params(self.params, ctx.problem_type, ctx.num_classes)
+        params["nthread"] = ctx.placement.num_cpus
+        params.setdefault("seed", ctx.seed)
+        on_gpu = self.gpu_request(params)[0]
+        if on_gpu:
+            params["device"] = ctx.placement.device if ctx.placement.local_gpus else params["device"]
+        train = xgb.DMatrix(X, label=y, enable_categorical=True, nthread=ctx.placement.num_cpus)
+        valid = xgb.DMatrix(X_val, label=y_val, enable_categorical=True, nthread=ctx.placement.num_cpus)
+        record: dict = {}
+        callbacks = [_PruningCallback(ctx.report)] if ctx.report is not None else None
+        self.booster_ = xgb.train(
+            params, train,
+            num_boost_round=int(self.params.get("num_boost_round", 1000)),
+            evals=[(valid, "valid")],
+            early_stopping_rounds=self.params.get("early_stopping_rounds"),
+            evals_result=record, verbose_eval=False, callbacks=callbacks,
+        )
+        if on_gpu:
+            ran_on = json.loads(self.booster_.save_config())["learner"]["generic_param"]["device"]
+            if not ran_on.startswith("cuda"):
+                raise HardwareError(
+                    f"model {self.name}: XGBoost was asked for device={params['device']} but trained on the "
+                    f"CPU (device={ran_on}): no GPU was visible to it (CUDA_VISIBLE_DEVICES="
+                    f"{_visible()}). Check the driver with nvidia-smi, or use the xgboost wheel with CUDA "
+                    "(not xgboost-cpu)"
+                )
+        self.best_iteration_ = getattr(self.booster_, "best_iteration", self.booster_.num_boosted_rounds() - 1)
+        self.history_ = {f"valid_{k}": list(v) for k, v in record.get("valid", {}).items()}
+
+    def _predict(self, X):
+        import xgboost as xgb
+
+        matrix = xgb.DMatrix(X, enable_categorical=True)
+        return self.booster_.predict(matrix, iteration_range=(0, self.best_iteration_ + 1))
+
+    def feature_importance(self) -> Optional[dict[str, float]]:
+        return {k: float(v) for k, v in self.booster_.get_score(importance_type="total_gain").items()}
+
+
+def _visible() -> str:
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+
+
+def _config_keys(config) -> set[str]:
+    keys = set()
+    stack = [config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if isinstance(v, (dict, list)):
+                    stack.append(v)
+                else:
+                    keys.add(k)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return keys
+
+
+class _PruningCallback:
+    """Report the validation loss every 10 rounds; stop when the trial is pruned."""
+
+    def __new__(cls, report):
+        import xgboost as xgb
+
+        class Callback(xgb.callback.TrainingCallback):
+            def after_iteration(self, model, epoch, evals_log):
+                if epoch % 10:
+                    return False
+                metric, values = next(iter(evals_log["valid"].items()))
+                higher = metric in ("auc", "aucpr", "map", "ndcg")
+                return bool(report(epoch, -values[-1] if higher else values[-1]))
+
+        return Callback()

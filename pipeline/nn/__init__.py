@@ -1,0 +1,1 @@
+"""The tabular network: encoding, module, a device-resident training loop, and DDP across devices."""

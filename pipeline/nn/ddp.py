@@ -1,0 +1,76 @@
+"""One network across several devices: a process per device, torch DistributedDataParallel.
+
+NCCL on GPUs, gloo on CPUs (the same code path, which the tests run with 2 ranks). Ranks see
+the same shuffled index and take their slice of each global batch; DDP averages the gradients.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from pipeline.metrics import Metric
+from pipeline.nn.loop import Arrays, Loop, LoopConfig, LoopResult, NetSpec
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fit_distributed(
+    world_size: int,
+    spec: NetSpec,
+    config: LoopConfig,
+    problem_type: str,
+    metric: Metric,
+    arrays: Arrays,
+    *,
+    backend: str = "nccl",
+    seed: int = 0,
+    checkpoint_dir: Optional[Path] = None,
+    y_scale: tuple[float, float] = (0.0, 1.0),
+) -> LoopResult:
+    """Train on `world_size` ranks (cuda:0..N-1 with nccl, the CPU with gloo); rank 0's result."""
+    import torch.multiprocessing as mp
+
+    for t in vars(arrays).values():
+        t.share_memory_()
+    with tempfile.TemporaryDirectory(prefix="ddp-") as tmp:
+        out = Path(tmp) / "result.pt"
+        mp.start_processes(
+            _rank_main,
+            args=(world_size, backend, free_port(), spec, config, problem_type, metric, arrays, seed,
+                  checkpoint_dir, y_scale, out),
+            nprocs=world_size,
+            join=True,
+            start_method="spawn",
+        )
+        return torch.load(out, weights_only=False)
+
+
+def _rank_main(rank, world_size, backend, port, spec, config, problem_type, metric, arrays, seed,
+               checkpoint_dir, y_scale, out):
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    try:
+        loop = Loop(spec, config, problem_type, metric, device, seed=seed, rank=rank, world_size=world_size,
+                    checkpoint_dir=checkpoint_dir, y_scale=y_scale)
+        result = loop.run(arrays)
+        if rank == 0:
+            torch.save(result, out)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

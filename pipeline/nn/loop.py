@@ -1,0 +1,419 @@
+"""The network's training loop: data resident on the device, batches as index slices.
+
+No DataLoader: the whole training table sits on the device as tensors and every batch is a
+gather by a slice of a shuffled index. Mixed precision by autocast (a gradient scaler for fp16),
+gradient accumulation, an optional torch.compile, a power-of-two batch-size search, CUDA OOM
+back-off, early stopping, a checkpoint per epoch, and DDP when `world_size > 1` (the caller
+starts the process group; evaluation and checkpoints happen on rank 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from pipeline.errors import ConfigError, HardwareError
+from pipeline.metrics import Metric
+from pipeline.nn.network import TabularMLP
+
+log = logging.getLogger(__name__)
+
+from pipeline.models.nn import LR_SCALING
+
+PRECISIONS = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+EVAL_BATCH = 65_536
+
+
+@dataclass(frozen=True)
+class NetSpec:
+    num_numeric: int
+    cardinalities: tuple[int, ...]
+    out_dim: int
+    hidden_sizes: tuple[int, ...] = (256, 128)
+    dropout: float = 0.1
+    max_embedding_dim: int = 16
+
+    def build(self) -> TabularMLP:
+        return TabularMLP(
+            self.num_numeric, list(self.cardinalities), self.out_dim, self.hidden_sizes, self.dropout,
+            self.max_embedding_dim,
+        )
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    batch_size: int | str = 512  # per device, or "auto"
+    max_batch_size: int = 16_384
+    max_epochs: int = 30
+    patience: int = 5
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-5
+    precision: str = "32"
+    accumulate_grad_batches: int = 1
+    compile: bool = False
+    lr_scaling: str = "linear"
+
+
+@dataclass
+class Arrays:
+    """CPU tensors of one fit: training rows and validation rows."""
+
+    x_num: torch.Tensor
+    x_cat: torch.Tensor
+    y: torch.Tensor
+    v_num: torch.Tensor
+    v_cat: torch.Tensor
+    v_y: torch.Tensor
+
+
+@dataclass
+class LoopResult:
+    state_dict: dict
+    history: dict[str, list[float]] = field(default_factory=dict)
+    best_epoch: int = -1
+    best_score: float = float("nan")
+    batch_size: int = 0
+    oom_backoffs: int = 0
+    epochs_run: int = 0
+    pruned: bool = False
+
+
+def scaled_lr(lr: float, world_size: int, rule: str) -> float:
+    """The learning rate for `world_size` devices: linear (x N) or sqrt (x sqrt N) in the global batch."""
+    if rule not in LR_SCALING:
+        raise ConfigError(f"params.lr_scaling={rule!r} is not one of {', '.join(LR_SCALING)}")
+    if rule == "linear":
+        return lr * world_size
+    if rule == "sqrt":
+        return lr * math.sqrt(world_size)
+    return lr
+
+
+def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype]:
+    if precision not in PRECISIONS:
+        raise ConfigError(f"params.precision={precision!r} is not one of {', '.join(PRECISIONS)}")
+    if precision == "16-mixed" and device.type != "cuda":
+        raise ConfigError(
+            "params.precision='16-mixed' needs a CUDA device; on the CPU use precision=bf16-mixed or 32"
+        )
+    return PRECISIONS[precision]
+
+
+class Loop:
+    """One fit of the network on one device (a rank of DDP when world_size > 1)."""
+
+    def __init__(
+        self,
+        spec: NetSpec,
+        config: LoopConfig,
+        problem_type: str,
+        metric: Metric,
+        device: torch.device,
+        *,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        checkpoint_dir: Optional[Path] = None,
+        y_scale: tuple[float, float] = (0.0, 1.0),
+        report: Optional[Callable[[int, float], bool]] = None,
+    ):
+        self.spec, self.cfg, self.problem_type, self.metric = spec, config, problem_type, metric
+        self.device, self.seed, self.rank, self.world = device, seed, rank, world_size
+        self.checkpoint_dir = checkpoint_dir
+        self.y_scale = y_scale
+        self.report = report
+        self.dtype = autocast_dtype(config.precision, device)
+        if config.accumulate_grad_batches < 1:
+            raise ConfigError(f"params.accumulate_grad_batches={config.accumulate_grad_batches} must be >= 1")
+
+    # ------------------------------------------------------------------ setup
+    def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.problem_type == "regression":
+            return nn.functional.mse_loss(out.float().squeeze(1), y)
+        return nn.functional.cross_entropy(out.float(), y)
+
+    def _autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _to_device(self, a: Arrays) -> tuple:
+        d = self.device
+        return tuple(t.to(d, non_blocking=True) for t in (a.x_num, a.x_cat, a.y, a.v_num, a.v_cat, a.v_y))
+
+    # ------------------------------------------------------------------ run
+    def run(self, arrays: Arrays) -> LoopResult:
+        torch.manual_seed(self.seed)
+        module = self.spec.build().to(self.device)
+        x_num, x_cat, y, v_num, v_cat, v_y = self._to_device(arrays)
+        n = len(y)
+        state = self._load_checkpoint()
+        if state is not None:
+            module.load_state_dict(state["model"])
+        batch = self._batch_size(module, x_num, x_cat, y, state)
+        model: nn.Module = module
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if self.cfg.compile:
+            model = torch.compile(model)
+        lr = scaled_lr(self.cfg.learning_rate, self.world, self.cfg.lr_scaling)
+        optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=self.cfg.weight_decay)
+        scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype is torch.float16)
+        generator = torch.Generator().manual_seed(self.seed)
+        result = LoopResult(state_dict={}, batch_size=batch)
+        best_state, bad_epochs, start_epoch = None, 0, 0
+        if state is not None:
+            optimizer.load_state_dict(state["optimizer"])
+            scaler.load_state_dict(state["scaler"])
+            generator.set_state(state["generator"])
+            torch.set_rng_state(state["torch_rng"])
+            if self.device.type == "cuda" and state.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+            best_state, bad_epochs, start_epoch = state["best_state"], state["bad_epochs"], state["epoch"] + 1
+            result.history, result.best_epoch, result.best_score = state["history"], state["best_epoch"], state["best_score"]
+            result.oom_backoffs = state["oom_backoffs"]
+            log.info("resuming the network fit from its checkpoint after epoch %d", state["epoch"])
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+        for epoch in range(start_epoch, self.cfg.max_epochs):
+            model.train()
+            perm = torch.randperm(n, generator=generator).to(self.device)
+            t0 = time.perf_counter()
+            loss_sum, rows, batch = self._epoch(model, optimizer, scaler, perm, x_num, x_cat, y, batch, result)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            seconds = time.perf_counter() - t0
+            stop = torch.zeros(1, device=self.device)
+            if self.rank == 0:
+                val_loss, score = self._evaluate(module, v_num, v_cat, v_y)
+                improved = result.best_epoch < 0 or self.metric.better(score, result.best_score)
+                if improved:
+                    best_state = {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+                    result.best_epoch, result.best_score, bad_epochs = epoch, score, 0
+                else:
+                    bad_epochs += 1
+                h = result.history
+                for key, value in (
+                    ("train_loss", (loss_sum / max(rows, 1)).item()),
+                    ("val_loss", val_loss),
+                    (f"val_{self.metric.name}", score),
+                    ("lr", optimizer.param_groups[0]["lr"]),
+                    ("rows_per_second", rows * self.world / max(seconds, 1e-9)),
+                    ("batch_size", float(batch)),
+                    ("peak_gpu_memory_mb", self._peak_memory_mb()),
+                ):
+                    h.setdefault(key, []).append(float(value))
+                if self.cfg.patience > 0 and bad_epochs >= self.cfg.patience:
+                    stop[0] = 1
+                if self.report is not None and self.report(epoch, -score if self.metric.greater_is_better else score):
+                    stop[0] = 2
+            if self.world > 1:
+                import torch.distributed as dist
+
+                dist.broadcast(stop, src=0)
+            result.epochs_run = epoch + 1
+            if self.rank == 0:
+                self._save_checkpoint(epoch, module, optimizer, scaler, generator, best_state, bad_epochs, batch, result)
+            if stop.item() > 0:
+                result.pruned = stop.item() == 2
+                break
+        result.state_dict = best_state if best_state is not None else module.state_dict()
+        result.batch_size = batch
+        return result
+
+    def _epoch(self, model, optimizer, scaler, perm, x_num, x_cat, y, batch, result):
+        n = len(perm)
+        acc = self.cfg.accumulate_grad_batches
+        loss_sum = torch.zeros((), device=self.device)
+        rows, pos, step = 0, 0, 0
+        optimizer.zero_grad(set_to_none=True)
+        while pos < n:
+            end = pos + batch * self.world
+            if self.world > 1 and end > n:
+                break  # every rank needs a full share: drop the trailing partial global batch
+            idx = perm[pos:end]
+            if self.world > 1:
+                idx = idx[self.rank * batch : (self.rank + 1) * batch]
+            try:
+                loss = self._step(model, optimizer, scaler, idx, x_num, x_cat, y, step)
+            except torch.OutOfMemoryError:
+                batch = self._back_off(batch, optimizer, result)
+                continue  # retry the same rows with the smaller batch
+            loss_sum += loss * len(idx)
+            rows += len(idx)
+            pos, step = end, step + 1
+        if step % acc:
+            self._optimizer_step(optimizer, scaler)
+        return loss_sum, rows, batch
+
+    def _step(self, model, optimizer, scaler, idx, x_num, x_cat, y, step):
+        acc = self.cfg.accumulate_grad_batches
+        boundary = (step + 1) % acc == 0
+        sync = model.no_sync() if self.world > 1 and not boundary and hasattr(model, "no_sync") else contextlib.nullcontext()
+        with sync:
+            with self._autocast():
+                out = model(x_num[idx], x_cat[idx])
+            loss = self._loss(out, y[idx])
+            scaler.scale(loss / acc).backward()
+        if boundary:
+            self._optimizer_step(optimizer, scaler)
+        return loss.detach()
+
+    @staticmethod
+    def _optimizer_step(optimizer, scaler) -> None:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    def _back_off(self, batch: int, optimizer, result: LoopResult) -> int:
+        if self.world > 1:
+            raise HardwareError(
+                f"CUDA ran out of memory at batch_size={batch} per device under DDP; ranks cannot halve "
+                "their batch independently, so set a smaller params.batch_size (or batch_size=auto)"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        _free_memory(self.device)
+        if batch <= 1:
+            raise HardwareError("CUDA ran out of memory with a batch of 1 row; the network does not fit on the device")
+        result.oom_backoffs += 1
+        log.warning("CUDA out of memory at batch_size=%d: halving it to %d and continuing", batch, batch // 2)
+        return batch // 2
+
+    def _batch_size(self, module, x_num, x_cat, y, state) -> int:
+        if state is not None:
+            return int(state["batch_size"])
+        requested = self.cfg.batch_size
+        if requested != "auto":
+            if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+                raise ConfigError(f"params.batch_size={requested!r} must be a positive integer or 'auto'")
+            return requested
+        found = find_batch_size(
+            module, lambda b: self._probe(module, b, x_num, x_cat, y), len(y), self.cfg.max_batch_size, self.device
+        )
+        if self.world > 1:
+            import torch.distributed as dist
+
+            t = torch.tensor([found], device=self.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            found = int(t.item())
+        log.info("batch_size=auto chose %d rows per device", found)
+        return found
+
+    def _probe(self, module, batch, x_num, x_cat, y):
+        idx = torch.arange(min(batch, len(y)), device=self.device)
+        with self._autocast():
+            out = module(x_num[idx], x_cat[idx])
+        self._loss(out, y[idx]).backward()
+        module.zero_grad(set_to_none=True)
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def _predict_raw(self, module, v_num, v_cat) -> torch.Tensor:
+        module.eval()
+        outs = []
+        for start in range(0, len(v_num), EVAL_BATCH):
+            with self._autocast():
+                outs.append(module(v_num[start : start + EVAL_BATCH], v_cat[start : start + EVAL_BATCH]).float())
+        module.train()
+        return torch.cat(outs) if outs else torch.empty(0, self.spec.out_dim, device=self.device)
+
+    def _evaluate(self, module, v_num, v_cat, v_y) -> tuple[float, float]:
+        out = self._predict_raw(module, v_num, v_cat)
+        val_loss = self._loss(out, v_y).item()
+        pred = to_prediction(out, self.problem_type, self.y_scale)
+        truth = v_y.cpu().numpy()
+        if self.problem_type == "regression":
+            truth = truth * self.y_scale[1] + self.y_scale[0]
+        return val_loss, self.metric(truth, pred)
+
+    def _peak_memory_mb(self) -> float:
+        if self.device.type != "cuda":
+            return 0.0
+        return torch.cuda.max_memory_allocated(self.device) / 2**20
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint_path(self) -> Optional[Path]:
+        return self.checkpoint_dir / "last.pt" if self.checkpoint_dir is not None else None
+
+    def _load_checkpoint(self) -> Optional[dict]:
+        path = self._checkpoint_path()
+        if path is None or not path.exists():
+            return None
+        return torch.load(path, map_location=self.device, weights_only=False)
+
+    def _save_checkpoint(self, epoch, module, optimizer, scaler, generator, best_state, bad_epochs, batch, result):
+        path = self._checkpoint_path()
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "epoch": epoch,
+            "model": module.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(),
+            "generator": generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            "best_state": best_state,
+            "best_epoch": result.best_epoch,
+            "best_score": result.best_score,
+            "bad_epochs": bad_epochs,
+            "batch_size": batch,
+            "history": copy.deepcopy(result.history),
+            "oom_backoffs": result.oom_backoffs,
+        }
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+
+def to_prediction(out: torch.Tensor, problem_type: str, y_scale=(0.0, 1.0)) -> np.ndarray:
+    """Network outputs to what models return: class probabilities, or values on the label's scale."""
+    if problem_type == "regression":
+        return out.squeeze(1).double().cpu().numpy() * y_scale[1] + y_scale[0]
+    return torch.softmax(out.float(), dim=1).double().cpu().numpy()
+
+
+def find_batch_size(module, probe, n_rows: int, max_batch: int, device: torch.device, start: int = 32) -> int:
+    """The largest power of two that runs a training step, as Lightning's `power` scaler searches."""
+    cap = max(1, min(max_batch, n_rows))
+    batch = min(start, cap)
+    best = None
+    while True:
+        try:
+            probe(batch)
+            best = batch
+        except torch.OutOfMemoryError:
+            module.zero_grad(set_to_none=True)
+            _free_memory(device)
+            if best is not None:
+                break
+            if batch == 1:
+                raise HardwareError("CUDA ran out of memory with a batch of 1 row; the network does not fit on the device") from None
+            batch //= 2
+            continue
+        if batch >= cap:
+            break
+        batch = min(batch * 2, cap)
+    return best
+
+
+def _free_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,186 @@
+"""The execution graph: fit tasks (model x trial x fold), a bag node per trial, the ensemble and
+the evaluation, each with its resources and device ids. `dry_run` stops here and writes plan.json.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterable, Optional
+
+from pipeline.hardware import Hardware
+from pipeline.resources import ZERO, Allocation, DevicePool, Resources
+
+DRIVER = Resources(0, ZERO)  # bag, ensemble and evaluate nodes run in the driver, holding no slot
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    kind: str  # fit | bag | ensemble | evaluate
+    resources: Resources
+    depends_on: tuple[str, ...] = ()
+    model: Optional[str] = None
+    trial: Optional[int] = None
+    fold: Optional[int] = None
+    device_ids: tuple[int, ...] = ()
+    gpu_shares: tuple[Fraction, ...] = ()
+    wave: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "model": self.model,
+            "trial": self.trial,
+            "fold": self.fold,
+            "num_cpus": self.resources.num_cpus,
+            "num_gpus": float(self.resources.num_gpus),
+            "device_ids": list(self.device_ids),
+            "gpu_shares": [float(s) for s in self.gpu_shares],
+            "depends_on": list(self.depends_on),
+            "wave": self.wave,
+        }
+
+
+def fit_id(model: str, trial: int, fold: int) -> str:
+    return f"fit/{model}/t{trial}/f{fold}"
+
+
+def bag_id(model: str, trial: int) -> str:
+    return f"bag/{model}/t{trial}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    hardware: Hardware
+    allocations: tuple[Allocation, ...]
+    tasks: tuple[Task, ...]
+
+    @property
+    def fit_tasks(self) -> list[Task]:
+        return [t for t in self.tasks if t.kind == "fit"]
+
+    def allocation(self, model: str) -> Allocation:
+        return next(a for a in self.allocations if a.model == model)
+
+    @property
+    def num_waves(self) -> int:
+        return 1 + max((t.wave for t in self.fit_tasks), default=-1)
+
+    @property
+    def max_concurrency(self) -> int:
+        """The most fit tasks that run at once in the simulated schedule."""
+        per_wave = defaultdict(int)
+        for t in self.fit_tasks:
+            per_wave[t.wave] += 1
+        return max(per_wave.values(), default=0)
+
+    def to_json(self) -> dict:
+        return {
+            "hardware": self.hardware.to_json(),
+            "models": [
+                {
+                    "name": a.model,
+                    "num_folds": a.num_folds,
+                    "num_trials": a.num_trials,
+                    "folds_parallel": a.folds_parallel,
+                    "trials_parallel": a.trials_parallel,
+                    "bag": a.bag.to_json(),
+                    "fit": a.fit.to_json(),
+                    "used": a.used.to_json(),
+                }
+                for a in self.allocations
+            ],
+            "num_waves": self.num_waves,
+            "tasks": [t.to_json() for t in self.tasks],
+        }
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(self.to_json(), indent=2))
+        return path
+
+
+class Admission:
+    """Decides which fit may start now: the plan's per-trial and per-model limits, and the pool.
+
+    The plan's simulation and the executors share it, so a run follows its plan.
+    """
+
+    def __init__(self, plan_hardware: Hardware, allocations: Iterable[Allocation]):
+        self.pool = DevicePool(plan_hardware.num_cpus, plan_hardware.capacities())
+        self.limits = {a.model: a for a in allocations}
+        self.folds_running: dict[tuple[str, int], int] = defaultdict(int)
+        self.trials_running: dict[str, set[int]] = defaultdict(set)
+
+    def try_admit(self, task: Task):
+        alloc = self.limits[task.model]
+        key = (task.model, task.trial)
+        if self.folds_running[key] >= alloc.folds_parallel:
+            return None
+        trials = self.trials_running[task.model]
+        if task.trial not in trials and len(trials) >= alloc.trials_parallel:
+            return None
+        shares = self.pool.try_allocate(task.resources)
+        if shares is None:
+            return None
+        self.folds_running[key] += 1
+        trials.add(task.trial)
+        return shares
+
+    def release(self, task: Task, shares) -> None:
+        self.pool.release(task.resources, shares)
+        key = (task.model, task.trial)
+        self.folds_running[key] -= 1
+        if self.folds_running[key] == 0:
+            self.trials_running[task.model].discard(task.trial)
+
+
+def build_plan(hardware: Hardware, allocations: list[Allocation]) -> Plan:
+    """Tasks in order (model, trial, fold), then waves and device ids from a unit-time simulation."""
+    fits = [
+        Task(fit_id(a.model, t, f), "fit", a.fit, model=a.model, trial=t, fold=f)
+        for a in allocations
+        for t in range(a.num_trials)
+        for f in range(a.num_folds)
+    ]
+    placed = _simulate(hardware, allocations, fits)
+    wave_of = {t.id: t.wave for t in placed}
+    bags = []
+    for a in allocations:
+        for t in range(a.num_trials):
+            folds = tuple(fit_id(a.model, t, f) for f in range(a.num_folds))
+            wave = max(wave_of[f] for f in folds)
+            bags.append(Task(bag_id(a.model, t), "bag", DRIVER, folds, model=a.model, trial=t, wave=wave))
+    last = max(wave_of.values(), default=-1)
+    ensemble = Task("ensemble", "ensemble", DRIVER, tuple(b.id for b in bags), wave=last + 1)
+    evaluate = Task("evaluate", "evaluate", DRIVER, ("ensemble",), wave=last + 2)
+    return Plan(hardware, tuple(allocations), tuple(placed + bags + [ensemble, evaluate]))
+
+
+def _simulate(hardware: Hardware, allocations: list[Allocation], fits: list[Task]) -> list[Task]:
+    admission = Admission(hardware, allocations)
+    pending = list(fits)
+    placed: dict[str, Task] = {}
+    wave = 0
+    while pending:
+        started = []
+        for task in pending:
+            shares = admission.try_admit(task)
+            if shares is not None:
+                started.append((task, shares))
+        if not started:  # cannot happen after allocate() passed; guards an endless loop
+            raise RuntimeError(f"plan simulation stalled at wave {wave} with {len(pending)} tasks")
+        for task, shares in started:
+            placed[task.id] = Task(
+                task.id, task.kind, task.resources, task.depends_on, task.model, task.trial, task.fold,
+                tuple(d for d, _ in shares), tuple(s for _, s in shares), wave,
+            )
+            admission.release(task, shares)
+        started_ids = {t.id for t, _ in started}
+        pending = [t for t in pending if t.id not in started_ids]
+        wave += 1
+    return [placed[t.id] for t in fits]

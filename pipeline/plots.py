@@ -1,0 +1,85 @@
+"""Plots logged as artifacts: the task timeline (Gantt), learning curves, feature importance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def timeline(entries: list[dict], path: Path) -> Optional[Path]:
+    """One row per device slot (GPU ids, or the worker process for CPU fits); a bar per task."""
+    if not entries:
+        return None
+    plt = _pyplot()
+    t0 = min(e["start"] for e in entries)
+    lanes: dict[str, int] = {}
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.35 * len({_lane(e) for e in entries})))
+    models = sorted({e["model"] for e in entries})
+    colors = {m: plt.cm.tab10(i % 10) for i, m in enumerate(models)}
+    for e in sorted(entries, key=lambda e: e["start"]):
+        lane = lanes.setdefault(_lane(e), len(lanes))
+        ax.barh(lane, e["end"] - e["start"], left=e["start"] - t0, color=colors[e["model"]],
+                edgecolor="black", linewidth=0.4, alpha=0.5 if e.get("cached") else 0.9)
+        ax.text(e["start"] - t0, lane, f" t{e['trial']}/f{e['fold']}", va="center", fontsize=7)
+    ax.set_yticks(range(len(lanes)), list(lanes))
+    ax.set_xlabel("seconds since the first fit started")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[m]) for m in models], labels=models,
+              loc="upper right", fontsize=8)
+    ax.set_title("Task timeline")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _lane(e: dict) -> str:
+    if e["device_ids"]:
+        shares = e.get("gpu_shares") or []
+        share = f" x{shares[0]:g}" if shares and shares[0] < 1 else ""
+        return "GPU " + ",".join(map(str, e["device_ids"])) + share + f" pid {e['pid']}"
+    return f"CPU pid {e['pid']}"
+
+
+def learning_curves(histories: dict[str, dict[str, list[float]]], path: Path) -> Optional[Path]:
+    """Per model (and fold): each recorded curve against its epoch or boosting round."""
+    curves = {k: h for k, h in histories.items() if h}
+    if not curves:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.4), squeeze=False)
+    for ax, (name, history) in zip(axes[0], curves.items()):
+        for metric, values in history.items():
+            if metric.startswith(("train_loss", "val_loss", "valid_")):
+                ax.plot(range(len(values)), values, label=metric)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("epoch / round")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def feature_importance(importances: dict[str, dict[str, float]], path: Path, top: int = 20) -> Optional[Path]:
+    shown = {k: v for k, v in importances.items() if v}
+    if not shown:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 0.3 * top + 1.2), squeeze=False)
+    for ax, (name, values) in zip(axes[0], shown.items()):
+        items = sorted(values.items(), key=lambda kv: kv[1])[-top:]
+        ax.barh([k for k, _ in items], [v for _, v in items])
+        ax.set_title(f"{name}: gain", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

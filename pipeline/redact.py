@@ -1,0 +1,71 @@
+"""Keep credentials out of logged params, the logged config and console output."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+MASK = "***"
+SECRET_KEY = re.compile(
+    r"(passw(or)?d|passwd|pwd|token|secret|api[_-]?key|apikey|credential|private[_-]?key|access[_-]?key|auth)",
+    re.IGNORECASE,
+)
+URI_WITH_USER = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s:@]+):([^/\s@]+)@")
+
+
+def is_secret_key(key: str) -> bool:
+    return bool(SECRET_KEY.search(str(key).rsplit(".", 1)[-1]))
+
+
+def redact_uri(uri: str) -> str:
+    """scheme://user:password@host/...?token=x -> scheme://user:***@host/...?token=***"""
+    if not isinstance(uri, str) or "://" not in uri:
+        return uri
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return URI_WITH_USER.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", uri)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:{MASK}@{host}" if ":" in userinfo else f"{MASK}@{host}"
+    query = parts.query
+    if query:
+        pairs = [(k, MASK if is_secret_key(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)]
+        query = urlencode(pairs, safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_text(text: str) -> str:
+    """Credentials inside URIs anywhere in a line of text."""
+    return URI_WITH_USER.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """A copy of a (nested) config value with secrets masked."""
+    if key and is_secret_key(key) and value not in (None, ""):
+        return MASK
+    if isinstance(value, dict):
+        return {k: redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact(v) for v in value)
+    if isinstance(value, str):
+        return redact_uri(value) if "://" in value else value
+    return value
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists stay values."""
+    out: dict[str, Any] = {}
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, dict) and v:
+                out.update(flatten(v, key))
+            else:
+                out[key] = v
+    else:
+        out[prefix] = tree
+    return out

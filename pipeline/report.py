@@ -1,0 +1,109 @@
+"""What the user sees in the terminal: the plan, a progress display, the leaderboard (rich)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+from typing import Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.tree import Tree
+
+from pipeline.plan import Plan
+from pipeline.resources import fmt
+
+def _width():
+    """Wide tables in logs and pipes too, where rich would otherwise assume 80 columns."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    return None if sys.stdout.isatty() else 120
+
+
+console = Console(stderr=False, highlight=False, width=_width())
+err_console = Console(stderr=True, highlight=False, width=_width())
+
+MAX_WAVES_SHOWN = 6
+
+
+def plan_tree(plan: Plan) -> Tree:
+    hw = plan.hardware
+    devices = ", ".join(map(str, hw.devices)) or "none"
+    title = f"[bold]Plan[/bold]: {hw.num_cpus} CPU, {fmt(hw.num_gpus)} GPU (devices {devices}; {hw.source})"
+    if hw.planned_only:
+        title += " [yellow](declared, larger than this machine: dry run only)[/yellow]"
+    tree = Tree(title)
+    by_model = defaultdict(list)
+    for t in plan.fit_tasks:
+        by_model[t.model].append(t)
+    for a in plan.allocations:
+        used = a.used
+        node = tree.add(
+            f"[bold cyan]{a.model}[/bold cyan]: fit {a.fit.num_cpus} CPU / {fmt(a.fit.num_gpus)} GPU; "
+            f"{a.num_folds} fold(s), {a.folds_parallel} in parallel; {a.num_trials} trial(s), "
+            f"{a.trials_parallel} in parallel; uses {used.num_cpus} CPU / {fmt(used.num_gpus)} GPU "
+            f"({a.folds_parallel * a.trials_parallel} fits at once)"
+        )
+        waves = defaultdict(list)
+        for t in by_model[a.model]:
+            waves[t.wave].append(t)
+        for i, wave in enumerate(sorted(waves)):
+            if i == MAX_WAVES_SHOWN:
+                node.add(f"... {len(waves) - MAX_WAVES_SHOWN} more wave(s)")
+                break
+            cells = []
+            for t in waves[wave]:
+                where = ",".join(f"GPU{d}" + (f"x{fmt(s)}" if s < 1 else "") for d, s in zip(t.device_ids, t.gpu_shares))
+                cells.append(f"t{t.trial}/f{t.fold}" + (f"@{where}" if where else ""))
+            node.add(f"wave {wave}: " + "  ".join(cells))
+    if len(plan.allocations) > 1:
+        tree.add(f"then: weighted ensemble of the {len(plan.allocations)} models, evaluation on the test split")
+    else:
+        tree.add("then: evaluation on the test split")
+    return tree
+
+
+def print_plan(plan: Plan) -> None:
+    console.print(plan_tree(plan))
+
+
+def leaderboard_table(rows: list[dict], metric: str) -> Table:
+    table = Table(title=f"Leaderboard ({metric})", show_lines=False)
+    for column, justify in (
+        ("model", "left"), (f"val_{metric}", "right"), (f"test_{metric}", "right"),
+        ("fit_s", "right"), ("predict_s", "right"), ("device", "left"), ("folds", "right"), ("trial", "right"),
+    ):
+        table.add_column(column, justify=justify)
+    for r in rows:
+        table.add_row(
+            r["model"], f"{r[f'val_{metric}']:.4f}", f"{r[f'test_{metric}']:.4f}", f"{r['fit_seconds']:.2f}",
+            f"{r['predict_seconds']:.2f}", str(r["device"]), str(r["num_folds"]), str(r["best_trial"]),
+        )
+    return table
+
+
+class FitProgress:
+    """A progress bar per model (fits done of fits planned); quiet when not a terminal."""
+
+    def __init__(self, plan: Plan, enabled: Optional[bool] = None):
+        self.enabled = sys.stdout.isatty() if enabled is None else enabled
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=False, disable=not self.enabled,
+        )
+        self.ids = {
+            a.model: self.progress.add_task(f"{a.model:>12}", total=a.num_folds * a.num_trials)
+            for a in plan.allocations
+        }
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def advance(self, model: str) -> None:
+        self.progress.advance(self.ids[model])

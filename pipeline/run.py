@@ -1,0 +1,190 @@
+"""The composition root: config -> hardware -> allocation -> plan -> execution -> ensemble -> tracking.
+
+`run(cfg)` is the Hydra task. It returns the best validation score, so sweepers can optimise it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig
+
+from pipeline import hardware as hw
+from pipeline.errors import Interrupted, PipelineError
+from pipeline.plan import Plan, build_plan
+from pipeline.resources import allocate
+from pipeline.settings import Settings, read_settings
+
+log = logging.getLogger("pipeline")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where a job runs: its Hydra output directory, the launch directory, its overrides."""
+
+    run_dir: Path
+    launch_dir: Path
+    overrides: str = ""
+    job_num: Optional[int] = None
+
+    @classmethod
+    def from_hydra(cls) -> "Runtime":
+        from hydra.core.hydra_config import HydraConfig
+
+        h = HydraConfig.get()
+        num = h.job.get("num") if h.mode.name == "MULTIRUN" else None
+        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), h.job.override_dirname or "", num)
+
+
+def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Optional[float]:
+    settings = read_settings(cfg)
+    runtime = runtime or Runtime.from_hydra()
+    runtime.run_dir.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(settings)
+    from pipeline import report
+
+    report.print_plan(plan)
+    plan.write(runtime.run_dir / "plan.json")
+    if settings.dry_run:
+        for spec in settings.models:
+            if not spec.cls.probe_imports_library:  # library probes cost seconds: they run when fitting starts
+                spec.cls.check_params(spec.name, spec.params, _problem_hint(settings))
+        report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
+        return None
+    return execute(settings, plan, runtime)
+
+
+def make_plan(settings: Settings) -> Plan:
+    """Validate the resource hierarchy for every model and build the execution graph."""
+    machine = hw.detect()
+    hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
+    allocations = []
+    for spec in settings.models:
+        needs = spec.cls.needs(spec.name, spec.params)
+        allocation = allocate(
+            hardware.total, settings.bag, spec.resources.over(settings.fit), needs,
+            num_folds=settings.num_folds, num_trials=settings.hpo.num_trials, sequential=settings.sequential,
+            gpu_capacities=list(hardware.capacities().values()), warn=log.warning,
+        )
+        check = getattr(spec.cls, "check_placement", None)
+        if check is not None:
+            check(spec.name, spec.params, allocation.fit)
+        allocations.append(allocation)
+    return build_plan(hardware, allocations)
+
+
+def _problem_hint(settings: Settings) -> Optional[str]:
+    return None if settings.data.problem_type == "auto" else settings.data.problem_type
+
+
+def execute(settings: Settings, plan: Plan, runtime: Runtime) -> float:
+    from pipeline import data as data_module
+    from pipeline import metrics
+    from pipeline.store import write_state
+
+    data = data_module.load(settings.data, runtime.launch_dir)
+    metric = metrics.resolve(settings.eval_metric, data.problem_type)
+    for spec in settings.models:
+        spec.cls.check_params(spec.name, spec.params, data.problem_type)
+        if spec.cls.needs(spec.name, spec.params).requires_gpu and not plan.hardware.planned_only:
+            spec.cls.check_environment(spec.name, spec.params)
+    tracker = make_tracker(settings, runtime)
+    tracker.connect() if tracker.enabled else None
+    status = "FAILED"
+    previous = _install_signal_handlers()
+    try:
+        tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
+        write_state(runtime.run_dir, status="RUNNING", mlflow_run_id=tracker.run_id, started=time.time())
+        tracker.log_artifact(runtime.run_dir / "plan.json")
+        _log_config(settings, runtime, tracker)
+        from pipeline.evaluation import evaluate, fit_all
+
+        outcome = fit_all(settings, plan, data, metric, runtime, tracker)
+        best = evaluate(settings, plan, data, metric, outcome, runtime, tracker)
+        status = "FINISHED"
+        return best
+    except Interrupted:
+        status = "KILLED"
+        raise
+    finally:
+        _restore_signal_handlers(previous)
+        write_state(runtime.run_dir, status=status, ended=time.time())
+        tracker.end(status)
+        if tracker.failure is not None and status == "FINISHED":
+            from pipeline.errors import TrackingError
+
+            raise TrackingError(
+                f"the run finished and its results are in {runtime.run_dir}, but MLflow tracking failed: "
+                f"{tracker.failure}"
+            )
+
+
+def make_tracker(settings: Settings, runtime: Runtime):
+    from pipeline import tracking
+
+    t = settings.tracking
+    if t.backend == "none":
+        return tracking.NullTracker()
+    uri = t.uri or tracking.default_uri(runtime.launch_dir)
+    local = not tracking.is_remote(uri)
+    artifact_root = runtime.launch_dir / "outputs" / "mlartifacts" if local else None
+    return tracking.MlflowTracker(uri, t.experiment, artifact_root=artifact_root, timeout_s=t.timeout_s,
+                                  system_metrics=t.system_metrics, log_models=t.log_models)
+
+
+def run_name(settings: Settings, runtime: Runtime) -> str:
+    if settings.tracking.run_name:
+        return settings.tracking.run_name
+    from pipeline.redact import redact_text
+
+    return redact_text(runtime.overrides) or "default"
+
+
+def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
+    gpu_ids = sorted({t for task in plan.fit_tasks for t in task.device_ids})
+    physical = plan.hardware.visible_devices(gpu_ids) if gpu_ids else ""
+    tags = {
+        "pipeline.run_dir": str(runtime.run_dir),
+        "pipeline.hardware": str(plan.hardware),
+        "pipeline.gpu_ids": physical or "none",
+        "pipeline.models": ",".join(a.model for a in plan.allocations),
+        "pipeline.overrides": runtime.overrides,
+        **settings.tracking.tags,
+    }
+    if runtime.job_num is not None:
+        tags["pipeline.job_num"] = str(runtime.job_num)
+    return tags
+
+
+def _log_config(settings: Settings, runtime: Runtime, tracker) -> None:
+    path = runtime.run_dir / "config.yaml"
+    path.write_text(settings.config_yaml)
+    tracker.log_artifact(path)
+
+
+def _raise_interrupted(signum, frame):
+    name = signal.Signals(signum).name
+    raise Interrupted(signum, f"stopped by {name}; finished tasks stay in the run directory: re-run with "
+                              "resume=true (or the same hydra.run.dir) to continue")
+
+
+def _install_signal_handlers():
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, _raise_interrupted)
+        except ValueError:  # not the main thread
+            pass
+    return previous
+
+
+def _restore_signal_handlers(previous) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)

@@ -1,0 +1,116 @@
+"""The run directory's durable state: finished task results keyed by hash, and the run's status.
+
+Every finished fold is written atomically as soon as it arrives, so an interrupted or failed run
+keeps what it finished; a resumed run (same directory, or resume=true) skips those tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from pipeline.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "run_state.json"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class ResultStore:
+    """tasks/<key>.pkl in the run directory; optionally read-through from earlier run directories."""
+
+    def __init__(self, run_dir: Path, sources: Iterable[Path] = ()):
+        self.dir = run_dir / "tasks"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.sources = [Path(s) / "tasks" for s in sources if Path(s).resolve() != run_dir.resolve()]
+
+    def get(self, key: str) -> Optional[Any]:
+        path = self.dir / f"{key}.pkl"
+        if not path.exists():
+            for source in self.sources:
+                candidate = source / f"{key}.pkl"
+                if candidate.exists():
+                    shutil.copyfile(candidate, path)
+                    break
+            else:
+                return None
+        try:
+            with open(path, "rb") as fh:
+                return pickle.load(fh)
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+            log.warning("ignoring the unreadable cached result %s (%s)", path.name, exc)
+            return None
+
+    def put(self, key: str, result: Any) -> None:
+        atomic_write_bytes(self.dir / f"{key}.pkl", pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def checkpoint_dir(self, key: str) -> Path:
+        """The per-task checkpoint folder, seeded from an earlier run's checkpoint when resuming."""
+        target = self.dir.parent / "checkpoints" / key
+        if not target.exists():
+            for source in self.sources:
+                candidate = source.parent / "checkpoints" / key
+                if candidate.exists():
+                    shutil.copytree(candidate, target)
+                    break
+        return target
+
+    def __len__(self) -> int:
+        return len(list(self.dir.glob("*.pkl")))
+
+
+def write_state(run_dir: Path, **fields) -> None:
+    path = run_dir / STATE_FILE
+    state = read_state(run_dir) or {}
+    state.update(fields, updated=time.time())
+    atomic_write_bytes(path, json.dumps(state, indent=2).encode())
+
+
+def read_state(run_dir: Path) -> Optional[dict]:
+    try:
+        return json.loads((run_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def resume_sources(resume: Any, run_dir: Path, outputs_root: Path) -> list[Path]:
+    """The earlier run directories whose finished tasks this run may reuse.
+
+    The run directory itself always counts (re-running with the same hydra.run.dir). resume=true
+    adds the newest unfinished run under outputs/; a path adds that directory.
+    """
+    if resume in (False, None, "false", "False"):
+        return []
+    if resume in (True, "true", "True"):
+        candidates = []
+        for state_file in outputs_root.glob(f"**/{STATE_FILE}"):
+            directory = state_file.parent
+            state = read_state(directory) or {}
+            if directory.resolve() != run_dir.resolve() and state.get("status") != "FINISHED":
+                candidates.append((state_file.stat().st_mtime, directory))
+        if not candidates:
+            log.warning("resume=true: no unfinished run under %s; starting afresh", outputs_root)
+            return []
+        newest = max(candidates)[1]
+        log.info("resume=true: reusing the finished tasks of %s", newest)
+        return [newest]
+    path = Path(str(resume)).expanduser()
+    if not (path / "tasks").is_dir():
+        raise ConfigError(f"resume={resume!r}: not a run directory (it has no tasks/ folder)")
+    return [path]

@@ -1,0 +1,283 @@
+"""MLflow tracking: the only module that imports mlflow (lazily, so start-up stays fast).
+
+One run per Hydra job, a child of the sweep's parent run in a multirun; a nested child run per
+HPO trial. A tracking failure in the middle of a run (a server that dies) does not stop the
+fits: later calls are skipped, results stay in the run directory and the failure is reported
+when the run ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Optional
+
+from pipeline.errors import TrackingError
+
+log = logging.getLogger(__name__)
+
+PARENT_RUN_ENV = "PIPELINE_MLFLOW_PARENT_RUN_ID"
+MAX_PARAM_LENGTH = 6000
+
+
+def default_uri(base_dir: Path) -> str:
+    return f"sqlite:///{(base_dir / 'outputs' / 'mlflow.db').resolve()}"
+
+
+def is_remote(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def check_server(uri: str, timeout_s: float) -> None:
+    """Fail in seconds, not minutes of retries, when a tracking server does not answer."""
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            if response.status >= 500:
+                raise TrackingError(f"tracking.uri={redact_uri(uri)} answers /health with HTTP {response.status}")
+    except urllib.error.HTTPError as exc:
+        raise TrackingError(f"tracking.uri={redact_uri(uri)} answers /health with HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TrackingError(
+            f"tracking.uri={redact_uri(uri)} does not answer within {timeout_s:g} s ({reason}); start the "
+            "server, point tracking.uri at a running one, or run with tracking=none"
+        ) from None
+
+
+def redact_uri(uri: str) -> str:
+    """Hide the password of user:password@host in a URI."""
+    from pipeline.redact import redact_uri as _redact
+
+    return _redact(uri)
+
+
+def configure_http(timeout_s: float) -> None:
+    """Bound MLflow's HTTP retries (by default about two minutes per call) unless the user set them."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(timeout_s))))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+
+
+def ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> str:
+    """The experiment's id, created once (concurrent creations race, so a lost race is read back)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient(uri)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = artifact_root.resolve().as_uri() if artifact_root is not None else None
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException:
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+class NullTracker:
+    """tracking=none: every call does nothing."""
+
+    enabled = False
+    run_id: Optional[str] = None
+    failure: Optional[str] = None
+
+    def start(self, run_name: str, params: dict, tags: dict) -> None: ...
+
+    def log_params(self, params: dict) -> None: ...
+
+    def log_metrics(self, metrics: dict, step: Optional[int] = None) -> None: ...
+
+    def log_history(self, prefix: str, history: dict[str, list[float]]) -> None: ...
+
+    def set_tags(self, tags: dict) -> None: ...
+
+    def log_artifact(self, path: Path, folder: Optional[str] = None) -> None: ...
+
+    def log_predictor(self, name: str, predictor, example) -> None: ...
+
+    def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
+
+    def end(self, status: str) -> None: ...
+
+
+class MlflowTracker(NullTracker):
+    enabled = True
+
+    def __init__(self, uri: str, experiment: str, *, artifact_root: Optional[Path] = None, timeout_s: float = 10,
+                 system_metrics: bool = False, log_models: bool = True):
+        self.uri, self.experiment, self.artifact_root = uri, experiment, artifact_root
+        self.timeout_s, self.system_metrics, self.log_models = timeout_s, system_metrics, log_models
+        self.run_id = None
+        self.failure = None
+
+    def connect(self) -> None:
+        """Reach the store before any work starts; errors here are TrackingErrors."""
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        if is_remote(self.uri):
+            configure_http(self.timeout_s)
+            check_server(self.uri, self.timeout_s)
+        elif self.uri.startswith("sqlite:///"):
+            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            import mlflow
+
+            mlflow.set_tracking_uri(self.uri)
+            self.experiment_id = ensure_experiment(self.uri, self.experiment, self.artifact_root)
+        except TrackingError:
+            raise
+        except Exception as exc:
+            raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot open the MLflow store: {exc}") from None
+
+    def start(self, run_name: str, params: dict, tags: dict) -> None:
+        import mlflow
+
+        parent = os.environ.get(PARENT_RUN_ENV)
+        try:
+            run = mlflow.start_run(
+                experiment_id=self.experiment_id, run_name=run_name, tags=tags,
+                parent_run_id=parent or None, log_system_metrics=self.system_metrics,
+            )
+        except Exception as exc:
+            raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot start an MLflow run: {exc}") from None
+        self.run_id = run.info.run_id
+        self.log_params(params)
+
+    def _safely(self, what: str, fn, *args, **kwargs) -> Any:
+        if self.failure is not None or self.run_id is None:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # a dead server must not stop the fits
+            self.failure = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            log.error("MLflow tracking failed (%s); the run goes on and keeps its results on disk", self.failure)
+            return None
+
+    def log_params(self, params: dict) -> None:
+        import mlflow
+
+        clean = {}
+        for key, value in params.items():
+            text = str(value)
+            if len(text) > MAX_PARAM_LENGTH:
+                log.warning("param %s is %d characters long; logged truncated to %d", key, len(text), MAX_PARAM_LENGTH)
+                text = text[: MAX_PARAM_LENGTH - 3] + "..."
+            clean[key] = text
+        self._safely("log_params", mlflow.log_params, clean)
+
+    def log_metrics(self, metrics: dict, step: Optional[int] = None) -> None:
+        import mlflow
+
+        finite = {k: float(v) for k, v in metrics.items() if v is not None and v == v}
+        self._safely("log_metrics", mlflow.log_metrics, finite, step=step)
+
+    def log_history(self, prefix: str, history: dict[str, list[float]]) -> None:
+        """Per-epoch (or per-round) curves, step = epoch, in one batch."""
+        import mlflow
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        entries = [
+            Metric(f"{prefix}/{name}", float(v), now, step)
+            for name, values in history.items()
+            for step, v in enumerate(values)
+            if v == v
+        ]
+        client = mlflow.MlflowClient(self.uri)
+        for start in range(0, len(entries), 1000):
+            self._safely("log_batch", client.log_batch, self.run_id, metrics=entries[start : start + 1000])
+
+    def set_tags(self, tags: dict) -> None:
+        import mlflow
+
+        self._safely("set_tags", mlflow.set_tags, {k: str(v) for k, v in tags.items()})
+
+    def log_artifact(self, path: Path, folder: Optional[str] = None) -> None:
+        import mlflow
+
+        if Path(path).exists():
+            self._safely("log_artifact", mlflow.log_artifact, str(path), folder)
+
+    def log_predictor(self, name: str, predictor, example) -> None:
+        if not self.log_models:
+            return
+        self._safely("log_model", _log_pyfunc, name, predictor, example)
+
+    def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None:
+        import mlflow
+
+        def child():
+            client = mlflow.MlflowClient(self.uri)
+            run = client.create_run(
+                self.experiment_id, run_name=name,
+                tags={"mlflow.parentRunId": self.run_id, **{k: str(v) for k, v in tags.items()}},
+            )
+            from mlflow.entities import Metric, Param
+
+            now = int(time.time() * 1000)
+            client.log_batch(
+                run.info.run_id,
+                metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if v == v],
+                params=[Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params.items()],
+            )
+            client.set_terminated(run.info.run_id, "FINISHED")
+
+        self._safely("log_trial", child)
+
+    def end(self, status: str) -> None:
+        import mlflow
+
+        if self.run_id is None:
+            return
+        try:
+            mlflow.end_run(status=status)
+        except Exception as exc:
+            self.failure = self.failure or f"end_run: {type(exc).__name__}: {exc}"
+            try:  # leave no active run behind in this process, whatever the server did
+                mlflow.end_run(status=status) if mlflow.active_run() else None
+            except Exception:
+                pass
+
+
+def _log_pyfunc(name: str, predictor, example) -> None:
+    import pickle
+    import tempfile
+
+    import mlflow
+    from mlflow.models import infer_signature
+
+    import pipeline
+
+    code = Path(pipeline.__file__).parent / "mlflow_model.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        artifact = Path(tmp) / "predictor.pkl"
+        artifact.write_bytes(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL))
+        mlflow.pyfunc.log_model(
+            name=name,
+            python_model=str(code),
+            artifacts={"predictor": str(artifact)},
+            signature=infer_signature(example, predictor.predict(example)),
+            input_example=example,
+            pip_requirements=[f"tabular-pipeline=={pipeline.__version__}", "lightgbm", "xgboost", "torch", "pandas"],
+        )
+
+
+def mark_orphans(uri: str, run_ids: list[str], status: str = "FAILED") -> None:
+    """Close runs left RUNNING by a process that died (used by the sweep callback)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    for run_id in run_ids:
+        try:
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, status)
+        except Exception:
+            continue
