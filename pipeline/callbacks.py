@@ -26,11 +26,9 @@ class MlflowSweepCallback(Callback):
         tracking = config.get("tracking")
         if tracking is None or tracking.get("backend") != "mlflow":
             return
-        from hydra.core.hydra_config import HydraConfig
-
         from pipeline import tracking as tr
 
-        launch_dir = Path(HydraConfig.get().runtime.cwd)
+        launch_dir = Path(config.hydra.runtime.cwd)
         self.uri = tracking.get("uri") or tr.default_uri(launch_dir)
         if tr.is_remote(self.uri):
             tr.configure_http(float(tracking.get("timeout_s", 10)))

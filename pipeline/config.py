@@ -69,6 +69,7 @@ class HpoConf:
     seed: Optional[int] = None  # null: the run's seed
     start_from_defaults: bool = True  # trial 0 fits the model's own params
     pruning: bool = False  # stop bad trials early (network epochs, boosting rounds)
+    grid_points: int = 3  # grid: values per continuous dimension (stepped ranges and choices in full)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -11,6 +12,8 @@ from fractions import Fraction
 from typing import Any, Optional
 
 from pipeline.errors import HardwareError
+
+log = logging.getLogger(__name__)
 from pipeline.resources import Resources, cpu_count, fmt, gpu_amount, select_devices
 
 SIMULATE_ENV = "PIPELINE_SIMULATE_GPUS"  # tests: pretend this many CUDA devices exist
@@ -163,6 +166,11 @@ def resolve(declared: Optional[dict], machine: Machine, *, dry_run: bool) -> Har
             "To plan for that box without fitting anything, add dry_run=true"
         )
     planned_only = bool(too_big)
+    if planned_only and cpus_value is None:
+        log.warning(
+            "hardware.num_cpus is unset: planning %s with this machine's %d CPUs; set hardware.num_cpus to the "
+            "CPU count of the box you plan for", profile, num_cpus,
+        )
     available = max(needed, machine.num_gpus) if planned_only else machine.num_gpus
     ids = tuple(select_devices(declared.get("devices"), num_gpus, available))
     if planned_only:

@@ -54,16 +54,21 @@ class SearchDim:
             return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
         return optuna.distributions.FloatDistribution(float(self.low), float(self.high), log=self.log, step=self.step)
 
-    def grid(self, key: str) -> list:
-        if self.type == "categorical":
-            return list(self.choices)
-        if self.type == "int":
-            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
-        if self.step is None:
-            raise ConfigError(f"hpo=grid needs a finite space: {key} is a continuous range; give it choices or a step")
+    def grid(self, points: int = 3) -> list:
+        """Grid values: every choice; a stepped range in full; else `points` values, geometric on a log scale."""
         import numpy as np
 
-        return [float(v) for v in np.arange(self.low, self.high + self.step / 2, self.step)]
+        if self.type == "categorical":
+            return list(self.choices)
+        if self.step is not None:
+            values = np.arange(self.low, self.high + self.step / 2, self.step)
+        elif self.log:
+            values = np.geomspace(self.low, self.high, points)
+        else:
+            values = np.linspace(self.low, self.high, points)
+        if self.type == "int":
+            return sorted({int(round(v)) for v in values})
+        return [float(v) for v in values]
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class HpoSpec:
     seed: int = 0
     start_from_defaults: bool = True
     pruning: bool = False
+    grid_points: int = 3
 
     def check(self, spaces: dict[str, dict[str, SearchDim]]) -> None:
         if self.searcher not in SEARCHERS:
@@ -89,9 +95,8 @@ class HpoSpec:
                 dim.check(f"model.{model}.search_space.{name}")
             if self.searcher != "none" and not space:
                 raise ConfigError(f"hpo.searcher={self.searcher} but model.{model}.search_space is empty")
-            if self.searcher == "grid":
-                for name, dim in space.items():
-                    dim.grid(f"model.{model}.search_space.{name}")
+        if self.grid_points < 2:
+            raise ConfigError(f"hpo.grid_points={self.grid_points} must be >= 2")
 
 
 class TrialSource:
@@ -148,7 +153,7 @@ class TrialSource:
             elif self.spec.searcher == "tpe":
                 sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, self.spec.num_trials // 3)))
             else:
-                grid = {k: d.grid(f"model.{model}.search_space.{k}") for k, d in self.spaces[model].items()}
+                grid = {k: d.grid(self.spec.grid_points) for k, d in self.spaces[model].items()}
                 sampler = optuna.samplers.GridSampler(grid, seed=seed)
             self._studies[model] = optuna.create_study(direction=self.direction, sampler=sampler, study_name=model)
         return self._studies[model]

@@ -100,6 +100,7 @@ def read_settings(cfg: DictConfig) -> Settings:
         searcher=hpo["searcher"], num_trials=int(hpo["num_trials"]),
         seed=seed if hpo["seed"] is None else int(hpo["seed"]),
         start_from_defaults=bool(hpo["start_from_defaults"]), pruning=bool(hpo["pruning"]),
+        grid_points=int(hpo["grid_points"]),
     )
     hpo_spec.check({m.name: m.search_space for m in models})
     ex = tree["executor"]

@@ -84,23 +84,21 @@ class XGBoostModel(TabularModel):
         train = xgb.DMatrix(X, label=y, enable_categorical=True, nthread=ctx.placement.num_cpus)
         valid = xgb.DMatrix(X_val, label=y_val, enable_categorical=True, nthread=ctx.placement.num_cpus)
         record: dict = {}
-        callbacks = [_PruningCallback(ctx.report)] if ctx.report is not None else None
-        self.booster_ = xgb.train(
-            params, train,
-            num_boost_round=int(self.params.get("num_boost_round", 1000)),
-            evals=[(valid, "valid")],
-            early_stopping_rounds=self.params.get("early_stopping_rounds"),
-            evals_result=record, verbose_eval=False, callbacks=callbacks,
-        )
+        callbacks = []
         if on_gpu:
-            ran_on = json.loads(self.booster_.save_config())["learner"]["generic_param"]["device"]
-            if not ran_on.startswith("cuda"):
-                raise HardwareError(
-                    f"model {self.name}: XGBoost was asked for device={params['device']} but trained on the "
-                    f"CPU (device={ran_on}): no GPU was visible to it (CUDA_VISIBLE_DEVICES="
-                    f"{_visible()}). Check the driver with nvidia-smi, or use the xgboost wheel with CUDA "
-                    "(not xgboost-cpu)"
-                )
+            callbacks.append(_GpuGuard(self.name, params["device"]))
+        if ctx.report is not None:
+            callbacks.append(_PruningCallback(ctx.report))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*No visible GPU is found.*")
+            warnings.filterwarnings("ignore", message=".*Device is changed from GPU to CPU.*")
+            self.booster_ = xgb.train(
+                params, train,
+                num_boost_round=int(self.params.get("num_boost_round", 1000)),
+                evals=[(valid, "valid")],
+                early_stopping_rounds=self.params.get("early_stopping_rounds"),
+                evals_result=record, verbose_eval=False, callbacks=callbacks or None,
+            )
         self.best_iteration_ = getattr(self.booster_, "best_iteration", self.booster_.num_boosted_rounds() - 1)
         self.history_ = {f"valid_{k}": list(v) for k, v in record.get("valid", {}).items()}
 
@@ -134,6 +132,25 @@ def _config_keys(config) -> set[str]:
         elif isinstance(node, list):
             stack.extend(node)
     return keys
+
+
+def _GpuGuard(name: str, device: str):
+    """After the first round: XGBoost with device=cuda and no visible GPU silently trains on the CPU."""
+    import xgboost as xgb
+
+    class Guard(xgb.callback.TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            if epoch == 0:
+                ran_on = json.loads(model.save_config())["learner"]["generic_param"]["device"]
+                if not ran_on.startswith("cuda"):
+                    raise HardwareError(
+                        f"model {name}: XGBoost was asked for device={device} but trained on the CPU "
+                        f"(device={ran_on}): no GPU was visible to it (CUDA_VISIBLE_DEVICES={_visible()}). "
+                        "Check the driver with nvidia-smi, or install the xgboost wheel with CUDA (not xgboost-cpu)"
+                    )
+            return False
+
+    return Guard()
 
 
 class _PruningCallback:

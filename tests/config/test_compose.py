@@ -1,0 +1,112 @@
+"""Every config option composes against the typed schemas, and every target instantiates."""
+
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from pipeline.models.base import TabularModel
+from pipeline.settings import read_settings
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+GROUPS = ["data", "model", "parallelism", "hpo", "executor", "tracking"]
+
+
+def options(group):
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def test_defaults_list_is_the_table_of_contents(compose):
+    import yaml
+
+    defaults = yaml.safe_load((CONF / "config.yaml").read_text())["defaults"]
+    groups = [next(iter(d)) for d in defaults if isinstance(d, dict)]
+    assert groups == GROUPS
+    assert defaults[-1] == "_self_"
+    assert "hardware" not in groups
+
+
+@pytest.mark.parametrize("group, option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_option_composes(compose, group, option):
+    cfg = compose([f"{group}={option}"])
+    assert cfg[group] is not None
+    settings = read_settings(cfg)
+    assert settings.models
+
+
+@pytest.mark.parametrize("option", options("hardware"))
+def test_every_hardware_profile_is_appended(compose, option):
+    cfg = compose([f"+hardware={option}"])
+    assert cfg.hardware.name == option
+    assert read_settings(cfg).hardware["num_gpus"] == cfg.hardware.num_gpus
+
+
+@pytest.mark.parametrize("option", options("model"))
+def test_every_model_spec_instantiates(compose, option):
+    settings = read_settings(compose([f"model={option}"]))
+    for spec in settings.models:
+        model = spec.prototype()
+        assert isinstance(model, TabularModel)
+        assert model.name == spec.name
+        assert model.params == spec.params
+
+
+def test_model_all_holds_three_models(compose):
+    assert list(compose(["model=all"]).model) == ["lightgbm", "xgboost", "nn"]
+
+
+def test_gbm_gpu_asks_for_gpus(compose):
+    cfg = compose(["model=gbm_gpu"])
+    assert cfg.model.lightgbm.params.device_type == "gpu"
+    assert cfg.model.xgboost.params.device == "cuda"
+    assert cfg.model.lightgbm.resources.num_gpus == 1
+
+
+def test_without_hardware_nothing_is_declared(compose):
+    cfg = compose([])
+    assert cfg.hardware is None
+
+
+def test_hardware_without_plus_is_refused(compose):
+    with pytest.raises(ConfigCompositionException, match=r"To append to your default list use \+hardware=4gpu"):
+        compose(["hardware=4gpu"])
+
+
+def test_misspelt_key_names_it(compose):
+    with pytest.raises(ConfigCompositionException) as info:
+        compose(["parallelism.num_fold=3"])
+    assert "num_fold" in str(info.value.__cause__ or info.value)
+
+
+def test_misspelt_key_in_appended_hardware(compose):
+    with pytest.raises(ConfigCompositionException) as info:
+        compose(["+hardware=4gpu", "hardware.num_cpuz=8"])
+    assert "num_cpuz" in str(info.value.__cause__ or info.value)
+
+
+def test_wrong_type_names_the_key(compose):
+    with pytest.raises(ConfigCompositionException) as info:
+        compose(["parallelism.num_folds=many"])
+    cause = info.value.__cause__
+    assert isinstance(cause, ValidationError) and "num_folds" in str(cause)
+
+
+def test_unknown_option_lists_the_options(compose):
+    with pytest.raises(MissingConfigException) as info:
+        compose(["model=catboost"])
+    text = str(info.value)
+    for option in options("model"):
+        assert option in text
+
+
+def test_unknown_key_in_a_model_spec(compose):
+    with pytest.raises(ConfigCompositionException) as info:
+        compose(["model=lightgbm", "model.lightgbm.resourcez.num_cpus=1"])
+    assert "resourcez" in str(info.value.__cause__ or info.value)
+
+
+def test_resources_are_typed(compose):
+    with pytest.raises(ConfigCompositionException) as info:
+        compose(["parallelism.fit.num_gpus=half"])
+    assert isinstance(info.value.__cause__, (ValidationError, ConfigKeyError))

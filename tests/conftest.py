@@ -1,0 +1,100 @@
+"""Shared fixtures: Hydra composition, the CLI in a scratch directory, small real data."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+# Fast settings for end-to-end runs where the full data set is not the point.
+SMALL = [
+    "data.max_rows=4000",
+    "model.nn.params.max_epochs=3",
+    "model.lightgbm.params.num_iterations=60",
+    "model.xgboost.params.num_boost_round=60",
+]
+
+
+def small(models=("lightgbm", "xgboost", "nn")) -> list[str]:
+    keep = {"nn": "model.nn.", "lightgbm": "model.lightgbm.", "xgboost": "model.xgboost."}
+    return [o for o in SMALL if not o.startswith("model.") or any(o.startswith(keep[m]) for m in models)]
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def compose():
+    """compose(overrides) -> the composed DictConfig, with Hydra's global state cleaned up."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import pipeline.config  # noqa: F401
+
+    def _compose(overrides=(), return_hydra_config=False):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            return hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+    yield _compose
+    GlobalHydra.instance().clear()
+
+
+def run_cli(args, cwd: Path, env=None, timeout=300, check=False) -> subprocess.CompletedProcess:
+    """`python -m pipeline ARGS` in `cwd`, so outputs/ (and the MLflow store) land there."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})}
+    full_env.pop("CUDA_VISIBLE_DEVICES", None) if env is None or "CUDA_VISIBLE_DEVICES" not in env else None
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], cwd=cwd, env=full_env, capture_output=True, text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def cli(tmp_path):
+    def _cli(*args, env=None, timeout=300, check=False, cwd=None):
+        return run_cli(list(args), cwd or tmp_path, env=env, timeout=timeout, check=check)
+
+    return _cli
+
+
+def user_config(root: Path, group: str, name: str, text: str) -> str:
+    """Write a config option of the user's own (as a user would, beside the project) and return the
+    override that adds its directory to Hydra's search path."""
+    folder = root / "user_conf" / group
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.yaml").write_text(text)
+    return f"hydra.searchpath=[file://{root / 'user_conf'}]"
+
+
+FAULT_ENV = {"PYTHONPATH": str(ROOT)}  # lets a run import tests.fault_models
+
+
+@pytest.fixture(scope="session")
+def adult():
+    """The bundled Adult data, loaded and split once."""
+    from pipeline.data import DataSpec, load
+
+    return load(DataSpec(max_rows=6000), ROOT)

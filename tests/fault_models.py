@@ -1,0 +1,70 @@
+"""Models for fault injection and scheduling tests: they fail, crash, or sleep and record where they ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.models.base import TabularModel
+
+
+class _Constant(TabularModel):
+    """Predicts the training prior; subclasses add the behaviour under test."""
+
+    library = "test"
+
+    @classmethod
+    def gpu_request(cls, params):
+        return False, False, "params.device=cpu"
+
+    def _fit(self, X, y, X_val, y_val, ctx):
+        if ctx.problem_type == "regression":
+            self.prior_ = float(np.mean(y))
+        else:
+            self.prior_ = np.bincount(y, minlength=ctx.num_classes) / len(y)
+
+    def _predict(self, X):
+        if np.isscalar(self.prior_):
+            return np.full(len(X), self.prior_)
+        return np.tile(self.prior_, (len(X), 1))
+
+
+class FailingModel(_Constant):
+    """Raises in every fit."""
+
+    def _fit(self, X, y, X_val, y_val, ctx):
+        raise RuntimeError("injected failure")
+
+
+class SleepModel(_Constant):
+    """Sleeps `seconds`, then records its pid, CUDA_VISIBLE_DEVICES and time span in `record_dir`."""
+
+    def _fit(self, X, y, X_val, y_val, ctx):
+        start = time.time()
+        time.sleep(float(self.params.get("seconds", 0.5)))
+        super()._fit(X, y, X_val, y_val, ctx)
+        record_dir = self.params.get("record_dir")
+        if record_dir:
+            Path(record_dir).mkdir(parents=True, exist_ok=True)
+            entry = {
+                "pid": os.getpid(), "start": start, "end": time.time(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "gpu_ids": list(ctx.placement.gpu_ids), "num_cpus": ctx.placement.num_cpus,
+            }
+            (Path(record_dir) / f"{os.getpid()}-{time.time_ns()}.json").write_text(json.dumps(entry))
+
+
+class KillOnceModel(_Constant):
+    """The first fit SIGKILLs its own process (a worker killed mid-fit); later fits succeed."""
+
+    def _fit(self, X, y, X_val, y_val, ctx):
+        marker = Path(self.params["marker"])
+        if not marker.exists():
+            marker.write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)
+        super()._fit(X, y, X_val, y_val, ctx)

@@ -1,0 +1,286 @@
+"""The resource arithmetic: levels, derivation, errors, the devices grammar and GPU packing."""
+
+from fractions import Fraction as F
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.errors import ConfigError, ResourceError
+from pipeline.hardware import Machine, resolve
+from pipeline.plan import build_plan
+from pipeline.resources import (
+    DevicePool,
+    ModelNeeds,
+    Request,
+    Resources,
+    allocate,
+    gpu_amount,
+    parse_devices,
+    select_devices,
+)
+
+NN_AUTO = ModelNeeds("nn", wants_gpu=True, requires_gpu=False, max_gpus_per_fit=None, gpu_param="params.device=auto")
+GBM_CPU = ModelNeeds("lightgbm", False, False, 1, "params.device_type=cpu", "LightGBM")
+GBM_GPU = ModelNeeds("xgboost", True, True, 1, "params.device=cuda", "XGBoost")
+
+
+def req(cpus=None, gpus=None, prefix="parallelism.fit"):
+    return Request.parse(cpus, gpus, prefix)
+
+
+def box(cpus, gpus):
+    return resolve({"name": "box", "num_cpus": cpus, "num_gpus": gpus}, Machine(cpus, tuple(map(str, range(int(gpus) or 1)))[: int(gpus)]), dry_run=True)
+
+
+class TestSeedExample:
+    """AutoGluon's documented case: 32 CPU / 4 GPU, bag 10 / 2, fit 4 / 0.5, 2 folds, 2 trials."""
+
+    def test_arithmetic(self):
+        a = allocate(Resources(32, F(4)), req(10, 2, "parallelism.bag"), req(4, 0.5), NN_AUTO, num_folds=2,
+                     num_trials=2, gpu_capacities=[F(1)] * 4)
+        assert a.folds_parallel == 2
+        assert a.trials_parallel == 2
+        assert a.reservation == Resources(8, F(1))
+        assert a.used == Resources(16, F(2))
+        assert a.folds_parallel * a.trials_parallel == 4
+
+    def test_plan_packs_the_four_fits_onto_two_devices(self):
+        hw = resolve({"name": "4gpu", "num_cpus": 32, "num_gpus": 4, "devices": 4}, Machine(2), dry_run=True)
+        a = allocate(hw.total, req(10, 2, "parallelism.bag"), req(4, 0.5), NN_AUTO, num_folds=2, num_trials=2,
+                     gpu_capacities=list(hw.capacities().values()))
+        plan = build_plan(hw, [a])
+        fits = plan.fit_tasks
+        assert [t.wave for t in fits] == [0, 0, 0, 0]
+        assert [t.device_ids for t in fits] == [(0,), (0,), (1,), (1,)]
+        assert all(t.gpu_shares == (F(1, 2),) for t in fits)
+
+
+class TestDerivation:
+    def test_everything_unset_spreads_the_box_over_trials_and_folds(self):
+        a = allocate(Resources(8, F(0)), req(prefix="parallelism.bag"), req(), GBM_CPU, num_folds=4, num_trials=1)
+        assert a.fit == Resources(2, F(0))
+        assert a.folds_parallel == 4
+
+    def test_bag_set_fit_derived_from_bag(self):
+        a = allocate(Resources(16, F(0)), req(8, None, "parallelism.bag"), req(), GBM_CPU, num_folds=4, num_trials=2)
+        assert a.fit.num_cpus == 2
+        assert (a.folds_parallel, a.trials_parallel) == (4, 2)
+
+    def test_holdout_ignores_the_bag_level(self):
+        a = allocate(Resources(4, F(0)), req(2, None, "parallelism.bag"), req(), GBM_CPU, num_folds=1, num_trials=1)
+        assert a.fit.num_cpus == 4
+
+    def test_gpu_model_gets_a_derived_share(self):
+        a = allocate(Resources(8, F(1)), req(prefix="parallelism.bag"), req(), GBM_GPU, num_folds=2, num_trials=1,
+                     gpu_capacities=[F(1)])
+        assert a.fit.num_gpus == F(1, 2)
+        assert a.folds_parallel == 2
+
+    def test_derived_gpu_is_capped_at_one_device(self):
+        a = allocate(Resources(8, F(4)), req(prefix="parallelism.bag"), req(), NN_AUTO, num_folds=1, num_trials=1,
+                     gpu_capacities=[F(1)] * 4)
+        assert a.fit.num_gpus == 1
+
+    def test_cpu_model_gets_no_gpu(self):
+        a = allocate(Resources(8, F(4)), req(prefix="parallelism.bag"), req(), GBM_CPU, num_folds=1, num_trials=1)
+        assert a.fit.num_gpus == 0
+
+    def test_sequential_runs_one_fit_with_the_whole_bag(self):
+        a = allocate(Resources(8, F(0)), req(prefix="parallelism.bag"), req(), GBM_CPU, num_folds=5, num_trials=3,
+                     sequential=True)
+        assert a.fit.num_cpus == 8
+        assert (a.folds_parallel, a.trials_parallel) == (1, 1)
+
+    def test_model_resources_override_fit_per_field(self):
+        model = Request.parse(None, 1, "model.xgboost.resources")
+        merged = model.over(req(3, 0.5))
+        assert (merged.num_cpus, merged.num_gpus) == (3, F(1))
+        assert (merged.cpus_key, merged.gpus_key) == ("parallelism.fit.num_cpus", "model.xgboost.resources.num_gpus")
+
+
+class TestErrors:
+    def test_bag_above_total(self):
+        with pytest.raises(ResourceError, match=r"parallelism.bag.num_cpus=40 exceeds hardware.num_cpus=32"):
+            allocate(Resources(32, F(4)), req(40, None, "parallelism.bag"), req(), GBM_CPU, num_folds=2, num_trials=1)
+
+    def test_fit_above_bag(self):
+        with pytest.raises(ResourceError, match=r"parallelism.fit.num_gpus=3 exceeds parallelism.bag.num_gpus=2"):
+            allocate(Resources(32, F(4)), req(None, 2, "parallelism.bag"), req(None, 3), NN_AUTO, num_folds=2,
+                     num_trials=1)
+
+    def test_fit_above_total_without_bagging(self):
+        with pytest.raises(ResourceError, match=r"parallelism.fit.num_cpus=64 exceeds hardware.num_cpus=32"):
+            allocate(Resources(32, F(0)), req(prefix="parallelism.bag"), req(64), GBM_CPU, num_folds=1, num_trials=1)
+
+    def test_gpu_model_without_gpu(self):
+        with pytest.raises(ResourceError, match=r"asks for a GPU \(params.device=cuda\).*hardware.num_gpus=0"):
+            allocate(Resources(4, F(0)), req(prefix="parallelism.bag"), req(), GBM_GPU, num_folds=1, num_trials=1)
+
+    def test_gpu_model_with_zero_gpu_fit(self):
+        with pytest.raises(ResourceError, match=r"parallelism.fit.num_gpus=0"):
+            allocate(Resources(4, F(2)), req(prefix="parallelism.bag"), req(None, 0), GBM_GPU, num_folds=1,
+                     num_trials=1)
+
+    def test_gbm_takes_at_most_one_gpu(self):
+        with pytest.raises(ResourceError, match=r"a XGBoost fit uses at most 1 GPU"):
+            allocate(Resources(4, F(4)), req(prefix="parallelism.bag"), req(None, 2), GBM_GPU, num_folds=1,
+                     num_trials=1, gpu_capacities=[F(1)] * 4)
+
+    def test_network_may_take_several_gpus(self):
+        a = allocate(Resources(4, F(4)), req(prefix="parallelism.bag"), req(None, 2), NN_AUTO, num_folds=1,
+                     num_trials=1, gpu_capacities=[F(1)] * 4)
+        assert a.fit.num_gpus == 2
+
+    def test_cpu_model_given_gpus_warns(self):
+        warnings = []
+        allocate(Resources(4, F(1)), req(prefix="parallelism.bag"), req(None, 0.5), GBM_CPU, num_folds=1,
+                 num_trials=1, gpu_capacities=[F(1)], warn=warnings.append)
+        assert len(warnings) == 1 and "configured for the CPU" in warnings[0]
+
+    @pytest.mark.parametrize("value", [1.5, 2.25, 3.7])
+    def test_gpu_fraction_above_one(self, value):
+        with pytest.raises(ConfigError, match="above 1 a GPU count must be whole"):
+            gpu_amount(value, "parallelism.fit.num_gpus")
+
+    @pytest.mark.parametrize("value", [-1, -0.5])
+    def test_negative_gpus(self, value):
+        with pytest.raises(ConfigError, match="is negative"):
+            gpu_amount(value, "parallelism.fit.num_gpus")
+
+    @pytest.mark.parametrize("value", [0, -2])
+    def test_cpus_below_one(self, value):
+        with pytest.raises(ConfigError, match="must be at least 1 CPU"):
+            Request.parse(value, None, "parallelism.fit")
+
+    def test_fractional_cpus(self):
+        with pytest.raises(ConfigError, match="not a whole number of CPUs"):
+            Request.parse(1.5, None, "parallelism.fit")
+
+    def test_negative_folds(self):
+        with pytest.raises(ConfigError, match="parallelism.num_folds=-1"):
+            allocate(Resources(4, F(0)), req(prefix="parallelism.bag"), req(), GBM_CPU, num_folds=-1, num_trials=1)
+
+    def test_share_that_packs_nowhere(self):
+        # 0.75 of a device on a box whose only device is half-owned: no slot can hold it
+        with pytest.raises(ResourceError):
+            allocate(Resources(4, F(1, 2)), req(prefix="parallelism.bag"), req(None, 0.5), NN_AUTO, num_folds=1,
+                     num_trials=1, gpu_capacities=[F(1, 4)])
+
+
+class TestDevicesGrammar:
+    @pytest.mark.parametrize(
+        "devices, expected",
+        [
+            (3, 3),
+            ("3", 3),
+            (-1, -1),
+            ("-1", -1),
+            ([1, 3], [1, 3]),
+            ("1, 3", [1, 3]),
+            ("2,", [2]),
+            ("0", 0),
+            (0, 0),
+            (None, None),
+        ],
+    )
+    def test_parse(self, devices, expected):
+        assert parse_devices(devices) == expected
+
+    def test_two_means_two_gpus_but_two_comma_means_index_two(self):
+        assert select_devices("2", F(2), 4) == [0, 1]
+        assert select_devices("2,", F(1), 4) == [2]
+
+    def test_minus_one_means_all(self):
+        assert select_devices(-1, F(4), 4) == [0, 1, 2, 3]
+
+    @pytest.mark.parametrize("devices", [[1, 1], "0, 0", [2, 3, 2]])
+    def test_duplicates(self, devices):
+        with pytest.raises(ConfigError, match="must be unique"):
+            parse_devices(devices)
+
+    def test_out_of_range(self):
+        with pytest.raises(ConfigError, match="device 7 is out of range"):
+            select_devices([0, 7], F(2), 4)
+
+    def test_disagrees_with_num_gpus(self):
+        with pytest.raises(ConfigError, match=r"selects 1 GPU\(s\) \[2\] but hardware.num_gpus=4.*'2,' means GPU index 2"):
+            select_devices("2,", F(4), 4)
+
+    @pytest.mark.parametrize("devices", [True, [True, 1], [0.5], "a,b", "x", -3])
+    def test_bad_types(self, devices):
+        with pytest.raises(ConfigError):
+            parse_devices(devices)
+
+    def test_fraction_of_one_device(self):
+        assert select_devices([2], F(1, 2), 4) == [2]
+
+
+class TestPacking:
+    def test_fills_one_device_before_the_next(self):
+        """AutoGluon's plan_gpu_assignments example: [0.5, 1, 0.25, 0.5] on 4 GPUs -> 0, 1, 0, 2."""
+        pool = DevicePool(16, {d: F(1) for d in range(4)})
+        placed = [pool.try_allocate(Resources(1, F(g).limit_denominator())) for g in (0.5, 1, 0.25, 0.5)]
+        assert [p[0][0] for p in placed] == [0, 1, 0, 2]
+
+    def test_whole_gpus_take_free_devices(self):
+        pool = DevicePool(8, {d: F(1) for d in range(4)})
+        pool.try_allocate(Resources(1, F(1, 2)))
+        got = pool.try_allocate(Resources(1, F(2)))
+        assert [d for d, _ in got] == [1, 2]
+        assert pool.try_allocate(Resources(1, F(2))) is None
+
+    def test_quarters_fill_exactly(self):
+        pool = DevicePool(8, {0: F(1)})
+        for _ in range(4):
+            assert pool.try_allocate(Resources(1, F(1, 4))) is not None
+        assert pool.try_allocate(Resources(1, F(1, 4))) is None
+        assert pool.free[0] == 0
+
+    def test_release_restores(self):
+        pool = DevicePool(2, {0: F(1)})
+        shares = pool.try_allocate(Resources(2, F(1, 2)))
+        assert pool.try_allocate(Resources(1, F(0))) is None  # no CPU left
+        pool.release(Resources(2, F(1, 2)), shares)
+        assert pool.idle
+
+
+SHARES = st.sampled_from([F(0), F(1, 4), F(1, 3), F(1, 2), F(3, 4), F(1), F(2)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    total_cpus=st.integers(1, 64),
+    total_gpus=st.integers(0, 8),
+    fit_cpus=st.integers(1, 16),
+    fit_gpus=SHARES,
+    bag_scale=st.integers(1, 4),
+    folds=st.integers(0, 8),
+    trials=st.integers(1, 6),
+)
+def test_no_plan_oversubscribes(total_cpus, total_gpus, fit_cpus, fit_gpus, bag_scale, folds, trials):
+    """Whatever the request, a valid plan never puts more than the box on any wave or device."""
+    hw = resolve({"name": "box", "num_cpus": total_cpus, "num_gpus": total_gpus}, Machine(1), dry_run=True)
+    needs = NN_AUTO if fit_gpus > 0 else GBM_CPU
+    try:
+        bag = Request.parse(min(total_cpus, fit_cpus * bag_scale), min(F(total_gpus), fit_gpus * bag_scale),
+                            "parallelism.bag")
+        a = allocate(hw.total, bag, Request.parse(fit_cpus, fit_gpus, "parallelism.fit"), needs, num_folds=folds,
+                     num_trials=trials, gpu_capacities=list(hw.capacities().values()))
+    except (ResourceError, ConfigError):
+        return
+    plan = build_plan(hw, [a])
+    assert a.used.num_cpus <= total_cpus and a.used.num_gpus <= total_gpus
+    waves = {}
+    for t in plan.fit_tasks:
+        waves.setdefault(t.wave, []).append(t)
+    for tasks in waves.values():
+        assert sum(t.resources.num_cpus for t in tasks) <= total_cpus
+        per_device = {}
+        for t in tasks:
+            for d, s in zip(t.device_ids, t.gpu_shares):
+                per_device[d] = per_device.get(d, 0) + s
+            assert sum(t.gpu_shares, F(0)) == t.resources.num_gpus
+        assert all(v <= 1 for v in per_device.values())
+        assert len(tasks) <= a.folds_parallel * a.trials_parallel
+    assert len(plan.fit_tasks) == max(1, folds) * trials
