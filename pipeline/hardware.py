@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 from pipeline.resources import Resources, cpu_count, fmt, gpu_amount, select_devices
 
 SIMULATE_ENV = "PIPELINE_SIMULATE_GPUS"  # tests: pretend this many CUDA devices exist
+SLOT_CPUS_ENV = "PIPELINE_SLOT_CPUS"  # set by the GPU-aware launcher: this job's CPU share
+SLOT_GPUS_ENV = "PIPELINE_SLOT_GPUS"  # ... and its GPU share of the devices CUDA_VISIBLE_DEVICES shows
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,16 @@ class Machine:
     gpu_names: tuple[str, ...] = ()
     gpu_memory: tuple[int, ...] = ()  # bytes
     simulated: bool = False
+    gpu_share: Optional[Fraction] = None  # a launcher slot's share of the visible devices (e.g. 0.5)
 
     @property
     def num_gpus(self) -> int:
         return len(self.gpu_tokens)
+
+    @property
+    def gpu_capacity(self) -> Fraction:
+        """GPUs this process may use: its slot's share, or every visible device."""
+        return self.gpu_share if self.gpu_share is not None else Fraction(self.num_gpus)
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,21 @@ class Hardware:
 
 
 def detect() -> Machine:
-    """CPU count (affinity-aware) and visible CUDA devices, without importing torch."""
+    """CPU count (affinity-aware) and visible CUDA devices, without importing torch.
+
+    A job started by the GPU-aware launcher sees only its slot: CUDA_VISIBLE_DEVICES names its
+    devices, PIPELINE_SLOT_CPUS and PIPELINE_SLOT_GPUS its CPU count and GPU share.
+    """
+    machine = _detect_devices()
+    cpus, share = machine.num_cpus, None
+    if os.environ.get(SLOT_CPUS_ENV):
+        cpus = min(cpus, cpu_count(int(os.environ[SLOT_CPUS_ENV]), SLOT_CPUS_ENV))
+    if os.environ.get(SLOT_GPUS_ENV):
+        share = min(gpu_amount(float(os.environ[SLOT_GPUS_ENV]), SLOT_GPUS_ENV), Fraction(machine.num_gpus))
+    return Machine(cpus, machine.gpu_tokens, machine.gpu_names, machine.gpu_memory, machine.simulated, share)
+
+
+def _detect_devices() -> Machine:
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -84,7 +106,11 @@ def detect() -> Machine:
     simulated = os.environ.get(SIMULATE_ENV)
     if simulated:
         n = int(simulated)
-        return Machine(cpus, tuple(map(str, range(n))), ("simulated",) * n, (0,) * n, simulated=True)
+        tokens = tuple(map(str, range(n)))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            tokens = tuple(t.strip() for t in visible.split(",") if t.strip() in tokens)
+        return Machine(cpus, tokens, ("simulated",) * len(tokens), (0,) * len(tokens), simulated=True)
     gpus = _nvml_devices() or _nvidia_smi_devices()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -146,7 +172,8 @@ def resolve(declared: Optional[dict], machine: Machine, *, dry_run: bool) -> Har
     """
     if declared is None:
         ids = tuple(range(machine.num_gpus))
-        return Hardware(machine.num_cpus, Fraction(machine.num_gpus), ids, "detected", machine.gpu_tokens, machine.gpu_names)
+        source = "launcher slot" if machine.gpu_share is not None else "detected"
+        return Hardware(machine.num_cpus, machine.gpu_capacity, ids, source, machine.gpu_tokens, machine.gpu_names)
 
     name = declared.get("name") or "custom"
     cpus_value = declared.get("num_cpus")
@@ -157,7 +184,7 @@ def resolve(declared: Optional[dict], machine: Machine, *, dry_run: bool) -> Har
     too_big = []
     if num_cpus > machine.num_cpus:
         too_big.append(f"hardware.num_cpus={num_cpus} but this machine has {machine.num_cpus} CPUs")
-    if needed > machine.num_gpus:
+    if num_gpus > machine.gpu_capacity:
         has = f"{machine.num_gpus} CUDA device(s)" if machine.num_gpus else "no CUDA device"
         too_big.append(f"hardware.num_gpus={fmt(num_gpus)} but this machine has {has}")
     if too_big and not dry_run:
