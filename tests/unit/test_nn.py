@@ -1,0 +1,169 @@
+"""The network's loop: DDP equals one process on the same global batch, accumulation, precision,
+the batch-size search, OOM back-off and resumable checkpoints, all on the CPU (gloo)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.errors import ConfigError, HardwareError
+from pipeline.metrics import METRICS
+from pipeline.nn import loop as loop_module
+from pipeline.nn.ddp import fit_distributed
+from pipeline.nn.loop import Arrays, Loop, LoopConfig, NetSpec, find_batch_size, scaled_lr
+from pipeline.nn.network import TabularMLP
+
+CPU = torch.device("cpu")
+ACC = METRICS["accuracy"]
+
+
+def arrays(n=512, seed=0) -> Arrays:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=g)
+    c = torch.randint(0, 5, (n, 2), generator=g)
+    y = ((x[:, 0] + (c[:, 0] == 2).float()) > 0.3).long()
+    return Arrays(x, c, y, x[:128].clone(), c[:128].clone(), y[:128].clone())
+
+
+SPEC = NetSpec(num_numeric=6, cardinalities=(5, 5), out_dim=2, hidden_sizes=(32, 16), dropout=0.0, max_embedding_dim=4)
+
+
+def run(config: LoopConfig, data=None, **kwargs):
+    return Loop(SPEC, config, "binary", ACC, CPU, seed=3, **kwargs).run(data or arrays())
+
+
+def assert_same_weights(a: dict, b: dict, atol=1e-5):
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=atol, rtol=1e-4, msg=k)
+
+
+def test_ddp_on_gloo_matches_one_process_on_the_same_global_batch():
+    """2 ranks x 64 rows, gradients averaged by DDP == 1 process x 128 rows, after 8 optimizer steps."""
+    base = dict(max_epochs=2, patience=0, learning_rate=0.01, lr_scaling="none")
+    single = run(LoopConfig(batch_size=128, **base))
+    ddp = fit_distributed(2, SPEC, LoopConfig(batch_size=64, **base), "binary", ACC, arrays(), backend="gloo", seed=3)
+    assert single.best_epoch == ddp.best_epoch
+    assert_same_weights(single.state_dict, ddp.state_dict)
+    assert ddp.history["rows_per_second"][0] > 0
+    assert len(ddp.history["val_loss"]) == 2  # evaluated on rank 0 only, once per epoch
+
+
+def test_ddp_scales_the_learning_rate():
+    assert scaled_lr(1e-3, 4, "linear") == pytest.approx(4e-3)
+    assert scaled_lr(1e-3, 4, "sqrt") == pytest.approx(2e-3)
+    assert scaled_lr(1e-3, 4, "none") == pytest.approx(1e-3)
+    with pytest.raises(ConfigError, match="lr_scaling"):
+        scaled_lr(1e-3, 2, "cubic")
+
+
+def test_gradient_accumulation_equals_the_larger_batch():
+    base = dict(max_epochs=2, patience=0, learning_rate=0.01)
+    big = run(LoopConfig(batch_size=128, **base))
+    accumulated = run(LoopConfig(batch_size=64, accumulate_grad_batches=2, **base))
+    assert_same_weights(big.state_dict, accumulated.state_dict)
+
+
+def test_bf16_autocast_on_cpu_trains():
+    result = run(LoopConfig(batch_size=64, max_epochs=3, patience=0, precision="bf16-mixed", learning_rate=0.01))
+    losses = result.history["train_loss"]
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
+    assert result.best_score > 0.6
+
+
+def test_fp16_on_cpu_is_a_clear_error():
+    with pytest.raises(ConfigError, match="16-mixed' needs a CUDA device; on the CPU use precision=bf16-mixed"):
+        run(LoopConfig(precision="16-mixed"))
+
+
+def test_early_stopping_keeps_the_best_epoch():
+    result = run(LoopConfig(batch_size=32, max_epochs=40, patience=2, learning_rate=0.05))
+    assert result.epochs_run < 40
+    assert result.epochs_run - 1 - result.best_epoch == 2
+    best = max(result.history["val_accuracy"])
+    assert result.best_score == best
+
+
+def test_auto_batch_size_on_cpu_is_capped():
+    result = run(LoopConfig(batch_size="auto", max_batch_size=256, max_epochs=1))
+    assert result.batch_size == 256
+
+
+class OomAbove(TabularMLP):
+    """Raises CUDA's out-of-memory error for training batches larger than `limit` rows."""
+
+    limit = 32
+
+    def forward(self, x_num, x_cat):
+        if self.training and x_num.shape[0] > self.limit:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return super().forward(x_num, x_cat)
+
+
+@pytest.fixture
+def oom_network(monkeypatch):
+    def build(spec):
+        return OomAbove(spec.num_numeric, list(spec.cardinalities), spec.out_dim, spec.hidden_sizes, spec.dropout,
+                        spec.max_embedding_dim)
+
+    monkeypatch.setattr(loop_module.NetSpec, "build", build)
+
+
+def test_out_of_memory_halves_the_batch_and_continues(oom_network, caplog):
+    result = run(LoopConfig(batch_size=128, max_epochs=2, patience=0))
+    assert result.batch_size == 32
+    assert result.oom_backoffs == 2
+    assert result.history["batch_size"] == [32.0, 32.0]
+    assert "halving it to 64" in caplog.text and "halving it to 32" in caplog.text
+    assert result.epochs_run == 2
+
+
+def test_out_of_memory_at_batch_one_is_an_error(oom_network, monkeypatch):
+    monkeypatch.setattr(OomAbove, "limit", 0)
+    with pytest.raises(HardwareError, match="batch of 1 row"):
+        run(LoopConfig(batch_size=4, max_epochs=1))
+
+
+def test_batch_search_stops_below_the_first_out_of_memory():
+    limit = 300
+
+    def probe(batch):
+        if batch > limit:
+            raise torch.OutOfMemoryError("simulated")
+
+    module = torch.nn.Linear(2, 2)
+    assert find_batch_size(module, probe, n_rows=100_000, max_batch=65_536, device=CPU) == 256
+    assert find_batch_size(module, probe, n_rows=100, max_batch=65_536, device=CPU) == 100
+
+
+def test_checkpoint_resumes_an_interrupted_fit(tmp_path):
+    """A fit stopped after epoch 2 and resumed to 4 ends where an uninterrupted 4-epoch fit ends."""
+    config = dict(batch_size=64, patience=0, learning_rate=0.01)
+    data = arrays()
+    first = run(LoopConfig(max_epochs=2, **config), data, checkpoint_dir=tmp_path)
+    assert (tmp_path / "last.pt").exists() and first.epochs_run == 2
+    resumed = run(LoopConfig(max_epochs=4, **config), data, checkpoint_dir=tmp_path)
+    straight = run(LoopConfig(max_epochs=4, **config), data)
+    assert_same_weights(resumed.state_dict, straight.state_dict, atol=1e-6)
+    assert resumed.history["train_loss"] == pytest.approx(straight.history["train_loss"])
+    assert resumed.epochs_run == 4
+
+
+def test_batches_are_index_slices_of_device_tensors(monkeypatch):
+    """No DataLoader: the loop gathers each batch from tensors that stay on the device."""
+    import torch.utils.data as tud
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the fast loop must not build a DataLoader")
+
+    monkeypatch.setattr(tud, "DataLoader", forbidden)
+    result = run(LoopConfig(batch_size=64, max_epochs=1))
+    assert result.history["rows_per_second"][0] > 0
+
+
+@pytest.mark.slow
+def test_torch_compile_trains():
+    result = run(LoopConfig(batch_size=64, max_epochs=2, patience=0, compile=True, learning_rate=0.01))
+    assert np.isfinite(result.history["train_loss"]).all()
+    assert result.history["train_loss"][1] < result.history["train_loss"][0]
