@@ -99,6 +99,19 @@ class HpoSpec:
             raise ConfigError(f"hpo.grid_points={self.grid_points} must be >= 2")
 
 
+    def trials_for(self, model: str, space: dict[str, SearchDim]) -> int:
+        """How many trials a model runs: num_trials, or fewer when a grid has fewer points."""
+        if self.searcher != "grid":
+            return self.num_trials
+        size = 1
+        for dim in space.values():
+            size *= len(dim.grid(self.grid_points))
+        if size < self.num_trials:
+            log.info("hpo=grid: model %s has %d grid points, so it runs %d trials, not hpo.num_trials=%d",
+                     model, size, size, self.num_trials)
+        return min(self.num_trials, size)
+
+
 class TrialSource:
     """The parameters of each (model, trial), and the score each trial earned."""
 
@@ -140,7 +153,11 @@ class TrialSource:
             import optuna
 
             state = optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.COMPLETE
-            self._study(model).tell(optuna_trial, None if pruned else score, state=state)
+            try:
+                self._study(model).tell(optuna_trial, None if pruned else score, state=state)
+            except RuntimeError as exc:  # GridSampler stops the study once the grid is done; the trial is stored
+                if "Study.stop" not in str(exc):
+                    raise
 
     def _study(self, model: str):
         if model not in self._studies:

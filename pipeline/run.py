@@ -70,7 +70,8 @@ def make_plan(settings: Settings) -> Plan:
         needs = spec.cls.needs(spec.name, spec.params)
         allocation = allocate(
             hardware.total, settings.bag, spec.resources.over(settings.fit), needs,
-            num_folds=settings.num_folds, num_trials=settings.hpo.num_trials, sequential=settings.sequential,
+            num_folds=settings.num_folds, num_trials=settings.hpo.trials_for(spec.name, spec.search_space),
+            sequential=settings.sequential,
             gpu_capacities=list(hardware.capacities().values()), warn=log.warning,
         )
         check = getattr(spec.cls, "check_placement", None)

@@ -104,6 +104,7 @@ class Scheduler:
         self.plan, self.backend, self.store, self.trials = plan, backend, store, trials
         self.prototypes, self.data, self.metric = prototypes, data, metric
         self.seed, self.max_retries, self.hooks, self.pruning = seed, max_retries, hooks, pruning
+        self.curves: dict[tuple[str, int], list[dict]] = {}
 
     def run(self) -> Outcome:
         outcome = Outcome()
@@ -157,24 +158,31 @@ class Scheduler:
             self.backend.shutdown()
         return outcome
 
+    def _reference(self, model: str, fold: int) -> tuple[dict, ...]:
+        """Loss curves of this model's finished, unpruned trials on this fold, for the pruner."""
+        return tuple(self.curves.get((model, fold), ()))
+
     def _request(self, task: Task, shares, data_ref: DataRef, attempt: int) -> FitRequest:
         params = self.trials.params(task.model, task.trial)
         prototype = self.prototypes[task.model]
         num_folds = self.plan.allocation(task.model).num_folds
         seed = task_seed(self.seed, task.model, task.trial, task.fold)
         key = task_key(self.data.fingerprint, prototype, params, task.fold, num_folds, self.seed, seed,
-                       self.metric.name)
+                       self.metric.name, self.pruning)
         return FitRequest(
             task_id=task.id, key=key, model=prototype, params=params, model_name=task.model,
             trial=task.trial, fold=task.fold, num_folds=num_folds, fold_seed=self.seed, seed=seed,
             eval_metric=self.metric.name, num_cpus=task.resources.num_cpus,
             gpu_ids=tuple(d for d, _ in shares), gpu_shares=tuple(s for _, s in shares), data=data_ref,
             checkpoint_dir=str(self.store.checkpoint_dir(key)), pruning=self.pruning,
+            prune_reference=self._reference(task.model, task.fold) if self.pruning else (),
         )
 
     def _finish(self, task: Task, result: FoldResult, request: FitRequest, finished: dict, folds_of: dict,
                 outcome: Outcome) -> None:
         finished[task.id] = result
+        if result.curve and not result.pruned:
+            self.curves.setdefault((task.model, task.fold), []).append(result.curve)
         outcome.timeline.append(
             {
                 "task": task.id, "model": task.model, "trial": task.trial, "fold": task.fold,
@@ -182,7 +190,7 @@ class Scheduler:
                 "num_cpus": request.num_cpus, "device_ids": list(result.gpu_ids),
                 "gpu_shares": [float(s) for s in request.gpu_shares],
                 "cuda_visible_devices": result.cuda_visible_devices, "device": result.device,
-                "cached": result.cached, "attempt": result.attempt,
+                "cached": result.cached, "attempt": result.attempt, "pruned": result.pruned,
             }
         )
         if self.hooks:

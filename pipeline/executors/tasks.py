@@ -51,6 +51,7 @@ class FitRequest:
     checkpoint_dir: Optional[str] = None
     local_gpus: Optional[tuple[int, ...]] = None  # None: the worker sees exactly gpu_ids (CUDA_VISIBLE_DEVICES)
     pruning: bool = False
+    prune_reference: tuple[dict, ...] = ()  # curves (step -> loss) of earlier trials on this model and fold
 
 
 @dataclass
@@ -74,6 +75,7 @@ class FoldResult:
     pruned: bool = False
     cached: bool = False
     attempt: int = 0
+    curve: dict = field(default_factory=dict)  # step -> validation loss, as reported for pruning
 
 
 @dataclass
@@ -84,7 +86,7 @@ class TaskFailure:
 
 
 def task_key(fingerprint: str, model: TabularModel, params: dict, fold: int, num_folds: int, fold_seed: int,
-             seed: int, eval_metric: str) -> str:
+             seed: int, eval_metric: str, pruning: bool = False) -> str:
     """A hash of everything that determines a fold's result; the cache and resume key."""
     payload = {
         "data": fingerprint,
@@ -95,6 +97,7 @@ def task_key(fingerprint: str, model: TabularModel, params: dict, fold: int, num
         "fold_seed": fold_seed,
         "seed": seed,
         "eval_metric": eval_metric,
+        "pruning": pruning,
     }
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
@@ -134,9 +137,36 @@ def split_rows(data, num_folds: int, fold: int, fold_seed: int) -> tuple[np.ndar
     return rows[folds != fold], rows[folds == fold]
 
 
-def run_fit(request: FitRequest, report=None) -> FoldResult:
+class FoldPruner:
+    """Optuna's MedianPruner, judging this fold's validation-loss curve against earlier trials' curves
+    on the same model and fold; the models call it every few rounds or every epoch."""
+
+    def __init__(self, reference: tuple[dict, ...]):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(
+            direction="minimize", pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1)
+        )
+        for curve in reference:
+            steps = {int(k): float(v) for k, v in curve.items()}
+            if steps:
+                self.study.add_trial(optuna.trial.create_trial(value=min(steps.values()), intermediate_values=steps))
+        self.trial = self.study.ask()
+        self.values: dict[int, float] = {}
+        self.pruned = False
+
+    def __call__(self, step: int, value: float) -> bool:
+        self.values[step] = value
+        self.trial.report(value, step)
+        self.pruned = self.pruned or self.trial.should_prune()
+        return self.pruned
+
+
+def run_fit(request: FitRequest) -> FoldResult:
     """Fit one fold of one trial of one model, and predict its held-out rows and the test rows."""
     start = time.time()
+    report = FoldPruner(request.prune_reference) if request.pruning else None
     data = resolve_data(request.data)
     train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed)
     local = request.local_gpus if request.local_gpus is not None else tuple(range(len(request.gpu_ids)))
@@ -168,7 +198,7 @@ def run_fit(request: FitRequest, report=None) -> FoldResult:
         predict_seconds=predict_seconds, device=model.device_, start=start, end=time.time(),
         pid=os.getpid(), host=socket.gethostname(), gpu_ids=request.gpu_ids,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), num_cpus=request.num_cpus,
-        pruned=bool(getattr(model, "pruned_", False)),
+        pruned=bool(report and report.pruned), curve=dict(report.values) if report else {},
     )
 
 
