@@ -109,7 +109,8 @@ class TrackingConf:
     experiment: str = "pipeline"
     run_name: Optional[str] = None  # null: the job's overrides
     log_models: bool = True
-    system_metrics: bool = False
+    system_metrics: bool = False  # CPU, memory and GPU use (MLflow's system metrics: psutil, nvidia-ml-py)
+    system_metrics_interval_s: float = 10.0
     timeout_s: float = 10.0  # how long an MLflow server may take to answer
     tags: Dict[str, str] = field(default_factory=dict)
 

@@ -40,7 +40,9 @@ class Runtime:
 
         h = HydraConfig.get()
         num = h.job.get("num") if h.mode.name == "MULTIRUN" else None
-        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), h.job.override_dirname or "", num)
+        # The run's name: what was overridden, not where it is logged.
+        shown = [o for o in h.overrides.task if not o.lstrip("+~").startswith(("tracking.", "hydra."))]
+        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), ",".join(sorted(shown)), num)
 
 
 def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Optional[float]:
@@ -137,7 +139,8 @@ def make_tracker(settings: Settings, runtime: Runtime):
     local = not tracking.is_remote(uri)
     artifact_root = runtime.launch_dir / "outputs" / "mlartifacts" if local else None
     return tracking.MlflowTracker(uri, t.experiment, artifact_root=artifact_root, timeout_s=t.timeout_s,
-                                  system_metrics=t.system_metrics, log_models=t.log_models)
+                                  system_metrics=t.system_metrics, log_models=t.log_models,
+                                  system_metrics_interval_s=t.system_metrics_interval_s)
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:

@@ -54,6 +54,7 @@ class TrackingSpec:
     run_name: Optional[str] = None
     log_models: bool = True
     system_metrics: bool = False
+    system_metrics_interval_s: float = 10.0
     timeout_s: float = 10.0
     tags: dict = field(default_factory=dict)
 
@@ -111,6 +112,8 @@ def read_settings(cfg: DictConfig) -> Settings:
     tr = tree["tracking"]
     if tr["backend"] not in BACKENDS:
         raise ConfigError(f"tracking.backend={tr['backend']!r} is not one of {', '.join(BACKENDS)}{closest(tr['backend'], BACKENDS)}")
+    if tr["system_metrics_interval_s"] <= 0:
+        raise ConfigError(f"tracking.system_metrics_interval_s={tr['system_metrics_interval_s']} must be > 0")
     if tr["timeout_s"] <= 0:
         raise ConfigError(f"tracking.timeout_s={tr['timeout_s']} must be > 0")
     redacted = redact(tree)

@@ -112,9 +112,10 @@ class MlflowTracker(NullTracker):
     enabled = True
 
     def __init__(self, uri: str, experiment: str, *, artifact_root: Optional[Path] = None, timeout_s: float = 10,
-                 system_metrics: bool = False, log_models: bool = True):
+                 system_metrics: bool = False, log_models: bool = True, system_metrics_interval_s: float = 10.0):
         self.uri, self.experiment, self.artifact_root = uri, experiment, artifact_root
         self.timeout_s, self.system_metrics, self.log_models = timeout_s, system_metrics, log_models
+        self.system_metrics_interval_s = system_metrics_interval_s
         self.run_id = None
         self.failure = None
 
@@ -141,6 +142,9 @@ class MlflowTracker(NullTracker):
         import mlflow
 
         parent = os.environ.get(PARENT_RUN_ENV)
+        if self.system_metrics:
+            mlflow.set_system_metrics_sampling_interval(self.system_metrics_interval_s)
+            mlflow.set_system_metrics_samples_before_logging(1)
         try:
             run = mlflow.start_run(
                 experiment_id=self.experiment_id, run_name=run_name, tags=tags,

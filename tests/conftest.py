@@ -92,6 +92,67 @@ def user_config(root: Path, group: str, name: str, text: str) -> str:
 FAULT_ENV = {"PYTHONPATH": str(ROOT)}  # lets a run import tests.fault_models
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """A real `mlflow server` on 127.0.0.1 with its own SQLite store and artifact folder."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self, timeout: float = 90) -> "MlflowServer":
+        import time
+        import urllib.request
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
+             "--artifacts-destination", str(self.root / "artifacts")],
+            cwd=self.root, env=env, stdout=open(self.root / "server.log", "wb"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError((self.root / "server.log").read_text()[-3000:])
+            try:
+                with urllib.request.urlopen(self.uri + "/health", timeout=2):
+                    return self
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        raise RuntimeError("mlflow server did not start in time")
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server")).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def adult():
     """The bundled Adult data, loaded and split once."""
