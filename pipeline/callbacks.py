@@ -33,14 +33,14 @@ class MlflowSweepCallback(Callback):
         if tr.is_remote(self.uri):
             tr.configure_http(float(tracking.get("timeout_s", 10)))
             tr.check_server(self.uri, float(tracking.get("timeout_s", 10)))
-        else:
-            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         import mlflow
 
         artifact_root = None if tr.is_remote(self.uri) else launch_dir / "outputs" / "mlartifacts"
         experiment_id = tr.ensure_experiment(self.uri, tracking.get("experiment", "pipeline"), artifact_root)
         sweep_dir = str(config.hydra.sweep.dir)
-        overrides = " ".join(config.hydra.overrides.task) or "default"
+        from pipeline.redact import redact_override
+
+        overrides = " ".join(redact_override(o) for o in config.hydra.overrides.task) or "default"
         run = mlflow.MlflowClient(self.uri).create_run(
             experiment_id, run_name=f"sweep {overrides}",
             tags={"pipeline.sweep_dir": sweep_dir, "pipeline.sweep": "parent", "pipeline.overrides": overrides},

@@ -82,6 +82,7 @@ class DataConf:
     drop_columns: List[str] = field(default_factory=list)
     categorical_columns: List[str] = field(default_factory=list)  # besides those typed as text or category
     test_path: Optional[str] = None  # a separate test file; else a seeded split of data.path
+    storage_options: Dict[str, Any] = field(default_factory=dict)  # pandas/fsspec options (s3://, gs://): keys, tokens
     unseen_categories: str = "missing"  # test categories never seen in training: missing | error
     test_size: float = 0.2
     val_size: float = 0.2  # of what remains after the test split

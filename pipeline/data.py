@@ -39,6 +39,7 @@ class DataSpec:
     drop_columns: tuple[str, ...] = ()
     categorical_columns: tuple[str, ...] = ()
     test_path: Optional[str] = None
+    storage_options: dict = field(default_factory=dict, hash=False, compare=False, repr=False)
     unseen_categories: str = "missing"
     test_size: float = 0.2
     val_size: float = 0.2
@@ -96,7 +97,10 @@ def load(spec: DataSpec, base_dir: Path) -> TabularData:
     """Read, check, type and split the data the spec names; every failure is a DataError."""
     _check_spec(spec)
     frame = _read(spec, base_dir)
-    test_frame = _read_file(_resolve(spec.test_path, base_dir), "data.test_path") if spec.test_path else None
+    test_frame = (
+        _read_file(_resolve(spec.test_path, base_dir), "data.test_path", storage_options=spec.storage_options)
+        if spec.test_path else None
+    )
     label = spec.label if spec.source != "synthetic" else "target"
     frame = _check_columns(frame, spec, label, "data.path")
     if test_frame is not None:
@@ -155,7 +159,9 @@ def _check_spec(spec: DataSpec) -> None:
             )
 
 
-def _resolve(path: str, base_dir: Path) -> Path:
+def _resolve(path: str, base_dir: Path):
+    if "://" in path:  # a remote URL (s3://, gs://, https://) is read by pandas through fsspec
+        return path
     p = Path(path).expanduser()
     return p if p.is_absolute() else base_dir / p
 
@@ -166,10 +172,12 @@ def _read(spec: DataSpec, base_dir: Path) -> pd.DataFrame:
     if spec.source == "bundled":
         with importlib_resources.as_file(importlib_resources.files("pipeline.datasets") / f"{spec.path}.parquet") as p:
             return pd.read_parquet(p)
-    return _read_file(_resolve(spec.path, base_dir), "data.path", spec.source)
+    return _read_file(_resolve(spec.path, base_dir), "data.path", spec.source, spec.storage_options)
 
 
-def _read_file(path: Path, key: str, kind: Optional[str] = None) -> pd.DataFrame:
+def _read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None) -> pd.DataFrame:
+    if not isinstance(path, Path):
+        return _read_remote(path, key, kind, storage_options)
     if not path.exists():
         raise DataError(f"{key}={str(path)!r}: no such file")
     if path.is_dir():
@@ -195,7 +203,22 @@ def _read_file(path: Path, key: str, kind: Optional[str] = None) -> pd.DataFrame
     return frame
 
 
-def _check_unique(columns: list, key: str, path: Path) -> None:
+def _read_remote(url: str, key: str, kind: Optional[str], storage_options: Optional[dict]) -> pd.DataFrame:
+    from pipeline.redact import redact_uri
+
+    kind = kind or ("parquet" if url.endswith((".parquet", ".pq")) else "csv")
+    reader = pd.read_parquet if kind == "parquet" else pd.read_csv
+    try:
+        frame = reader(url, storage_options=storage_options or None)
+    except Exception as exc:  # fsspec/network errors: the user's URL, credentials or connectivity
+        raise DataError(f"{key}={redact_uri(url)!r} cannot be read: {type(exc).__name__}: {exc}") from None
+    _check_unique(list(frame.columns), key, redact_uri(url))
+    if frame.empty:
+        raise DataError(f"{key}={redact_uri(url)!r} has no rows")
+    return frame
+
+
+def _check_unique(columns: list, key: str, path) -> None:
     seen, dups = set(), []
     for c in columns:
         if c in seen and c not in dups:

@@ -69,3 +69,13 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     else:
         out[prefix] = tree
     return out
+
+
+def redact_override(override: str) -> str:
+    """key=value from the command line, with a secret value or a URI's password masked."""
+    key, sep, value = override.partition("=")
+    if not sep:
+        return override
+    if is_secret_key(key.lstrip("+~")):
+        return f"{key}={MASK}"
+    return f"{key}={redact_text(value)}"

@@ -155,14 +155,14 @@ def select_devices(devices: Any, num_gpus: Fraction, available: int, key: str = 
         ids = list(range(available)) if parsed == -1 else list(range(parsed))
     else:
         ids = parsed
+    hint = " ('2' means two GPUs; '2,' means GPU index 2)" if isinstance(devices, str) else ""
     out_of_range = [i for i in ids if i >= available]
     if out_of_range:
         have = f"ids 0-{available - 1}" if available else "no GPU"
         raise ConfigError(
-            f"{key}={devices!r}: device {out_of_range[0]} is out of range; the box has {available} GPU(s) ({have})"
+            f"{key}={devices!r}: device {out_of_range[0]} is out of range; the box has {available} GPU(s) ({have}){hint}"
         )
     if len(ids) != needed:
-        hint = " ('2' means two GPUs; '2,' means GPU index 2)" if isinstance(devices, str) else ""
         raise ConfigError(
             f"{key}={devices!r} selects {len(ids)} GPU(s) {ids} but hardware.num_gpus={fmt(num_gpus)} "
             f"needs {needed}; set both to agree{hint}"
@@ -233,6 +233,11 @@ def allocate(
     bagging = num_folds >= 2
     total_keys = ("hardware.num_cpus", "hardware.num_gpus")
 
+    if needs.requires_gpu and total.num_gpus == 0:
+        raise ResourceError(
+            f"model '{needs.name}' asks for a GPU ({needs.gpu_param}) but its fit has 0 GPUs (hardware.num_gpus=0); "
+            "run it on a box with GPUs, or configure it for the CPU"
+        )
     _check_within(bag_request, total, total_keys)
     bag = Resources(
         bag_request.num_cpus if bagging and bag_request.num_cpus is not None else total.num_cpus,

@@ -41,7 +41,9 @@ class Runtime:
         h = HydraConfig.get()
         num = h.job.get("num") if h.mode.name == "MULTIRUN" else None
         # The run's name: what was overridden, not where it is logged.
-        shown = [o for o in h.overrides.task if not o.lstrip("+~").startswith(("tracking.", "hydra."))]
+        from pipeline.redact import redact_override
+
+        shown = [redact_override(o) for o in h.overrides.task if not o.lstrip("+~").startswith(("tracking.", "hydra."))]
         return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), ",".join(sorted(shown)), num)
 
 
@@ -146,12 +148,12 @@ def make_tracker(settings: Settings, runtime: Runtime):
 def run_name(settings: Settings, runtime: Runtime) -> str:
     if settings.tracking.run_name:
         return settings.tracking.run_name
-    from pipeline.redact import redact_text
-
-    return redact_text(runtime.overrides) or "default"
+    return runtime.overrides or "default"
 
 
 def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
+    from pipeline.redact import redact
+
     gpu_ids = sorted({t for task in plan.fit_tasks for t in task.device_ids})
     physical = plan.hardware.visible_devices(gpu_ids) if gpu_ids else ""
     tags = {
@@ -160,7 +162,7 @@ def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
         "pipeline.gpu_ids": physical or "none",
         "pipeline.models": ",".join(a.model for a in plan.allocations),
         "pipeline.overrides": runtime.overrides,
-        **settings.tracking.tags,
+        **redact(settings.tracking.tags),
     }
     if runtime.job_num is not None:
         tags["pipeline.job_num"] = str(runtime.job_num)

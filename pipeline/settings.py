@@ -86,7 +86,8 @@ def read_settings(cfg: DictConfig) -> Settings:
     seed = int(tree["seed"])
     data = dict(tree["data"])
     data_spec = DataSpec(
-        **{k: v for k, v in data.items() if k not in ("drop_columns", "categorical_columns")},
+        **{k: v for k, v in data.items() if k not in ("drop_columns", "categorical_columns", "storage_options")},
+        storage_options=dict(data["storage_options"]),
         drop_columns=tuple(data["drop_columns"]),
         categorical_columns=tuple(data["categorical_columns"]),
         seed=seed,
@@ -144,11 +145,12 @@ def _model_spec(name: str, spec: dict, allowed: tuple[str, ...]) -> ModelSpec:
             f"model.{name}._target_={target!r} is outside the allowed modules ({', '.join(allowed)}); "
             "add its module prefix to allowed_targets if you trust it"
         )
-    from hydra.utils import get_class
+    import importlib
 
+    module_name, _, attr = target.rpartition(".")
     try:
-        cls = get_class(target)
-    except Exception as exc:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError(f"model.{name}._target_={target!r} cannot be imported: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, TabularModel)):
         raise ConfigError(f"model.{name}._target_={target!r} is not a model class (a pipeline.models.TabularModel)")

@@ -8,11 +8,13 @@ when the run ends.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -57,14 +59,40 @@ def redact_uri(uri: str) -> str:
 
 
 def configure_http(timeout_s: float) -> None:
-    """Bound MLflow's HTTP retries (by default about two minutes per call) unless the user set them."""
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(timeout_s))))
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    """Bound MLflow's HTTP retries unless the user set them: by default a dead server costs minutes of
+    retries per call. A refused connection now fails in seconds; a busy server still gets a minute
+    per request (the start-up health check is what enforces tracking.timeout_s)."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(60, int(timeout_s))))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+
+
+@contextlib.contextmanager
+def store_lock(uri: str):
+    """Serialise the first use of a SQLite store across processes: MLflow creates and migrates its
+    schema on first use, and concurrent first uses race ('duplicate column', 'database is locked')."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    path = Path(uri.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> str:
     """The experiment's id, created once (concurrent creations race, so a lost race is read back)."""
+    with store_lock(uri):
+        return _ensure_experiment(uri, name, artifact_root)
+
+
+def _ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> str:
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -126,8 +154,6 @@ class MlflowTracker(NullTracker):
         if is_remote(self.uri):
             configure_http(self.timeout_s)
             check_server(self.uri, self.timeout_s)
-        elif self.uri.startswith("sqlite:///"):
-            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         try:
             import mlflow
 
@@ -261,7 +287,8 @@ def _log_pyfunc(name: str, predictor, example) -> None:
     import pipeline
 
     code = Path(pipeline.__file__).parent / "mlflow_model.py"
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Integer columns in Python cannot represent missing values.*")
         artifact = Path(tmp) / "predictor.pkl"
         artifact.write_bytes(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL))
         mlflow.pyfunc.log_model(

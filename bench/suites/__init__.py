@@ -1,0 +1,1 @@
+"""The benchmark suites; each module has `run(opts) -> dict` (settings, figures, notes)."""

@@ -1,0 +1,62 @@
+"""A k-fold LightGBM bag on Adult with one CPU per fit: one fit at a time vs as many as the cores allow."""
+
+from __future__ import annotations
+
+from bench.common import Engine, Options, cpu_cores, figure, fit_makespan, leaderboard_scores, load_data, log, ratios
+
+
+def run(opts: Options) -> dict:
+    cores = cpu_cores()
+    k = 2 * cores  # every worker gets the same number of folds, so the ideal speed-up is the core count
+    data_ov = ["data=adult"] + (["data.max_rows=5000"] if opts.quick else [])
+    base = data_ov + ["model=lightgbm", "tracking=none", "hpo=none", "parallelism=default",
+                      f"parallelism.num_folds={k}", "parallelism.fit.num_cpus=1"]
+    if opts.quick:
+        base.append("model.lightgbm.params.num_iterations=100")
+    variants = {"sequential": base + ["parallelism.sequential=true"], "parallel": base}
+    engine = Engine(opts.scratch)
+    data, _ = load_data(data_ov, opts.scratch / "engine")
+    engine.clean(engine.run(data_ov + ["model=lightgbm", "tracking=none", "model.lightgbm.params.num_iterations=10"],
+                            data))  # warm-up, not timed
+    n = opts.n(3, 2)
+    wall = {v: [] for v in variants}
+    fits = {v: [] for v in variants}
+    workers = {v: set() for v in variants}
+    scores = {v: [] for v in variants}
+    for r in range(n):
+        order = list(variants) if r % 2 == 0 else list(reversed(variants))
+        for name in order:
+            log(f"parallel_folds: {name} {r + 1}/{n}")
+            res = engine.run(variants[name], data)
+            wall[name].append(res.seconds)
+            fits[name].append(fit_makespan(res.timeline))
+            workers[name].update(e["pid"] for e in res.timeline)
+            scores[name].append(leaderboard_scores(res.leaderboard)["lightgbm"]["test"])
+            engine.clean(res)
+    group = f"Adult · LightGBM · {k} folds"
+    speedup = ratios(wall["sequential"], wall["parallel"])
+    fit_speedup = ratios(fits["sequential"], fits["parallel"])
+    figures = [
+        figure("sequential seconds", wall["sequential"], "s", group=group),
+        figure("parallel seconds", wall["parallel"], "s", group=group),
+        figure("speed-up (wall)", speedup, "x", group=group, ideal=float(cores)),
+        figure("efficiency (wall speed-up / cores)", [s / cores for s in speedup], "fraction", group=group),
+        figure("speed-up (fit phase: first fit start to last fit end)", fit_speedup, "x", group=group,
+               ideal=float(cores)),
+        figure("sequential test ROC AUC", scores["sequential"], "roc_auc", group=group, kind="score"),
+        figure("parallel test ROC AUC", scores["parallel"], "roc_auc", group=group, kind="score",
+               identical_to_engine=scores["parallel"] == scores["sequential"]),
+    ]
+    return {
+        "settings": {
+            "cores": cores, "num_folds": k, "fit_num_cpus": 1, "repeats": n,
+            "sequential": " ".join(variants["sequential"]), "parallel": " ".join(variants["parallel"]),
+            "ideal_speedup": cores,
+            "worker_processes": {v: len(p) for v, p in workers.items()},
+            "timer": "pipeline.run.run in this process from loaded data to the leaderboard (tracking=none); "
+                     "the sequential plan fits in the driver, the parallel plan in worker processes it starts "
+                     "(spawn: their start and the data hand-over are inside the timer)",
+        },
+        "figures": figures,
+        "notes": [f"The ideal speed-up on this machine is {cores}x ({k} folds, {cores} at a time, one CPU each)."],
+    }

@@ -1,0 +1,47 @@
+"""The `hydra/launcher=gpu` plugin class; the work is in `_core`, imported only when a sweep runs."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+class GpuLauncher(Launcher):
+    """Runs each job of a sweep in its own fresh process, pinned to a slot of GPUs and CPUs.
+
+    Several jobs run at once, as many as the slots allow (or `n_jobs`); a job sees only its slot's
+    devices through CUDA_VISIBLE_DEVICES and its shares through PIPELINE_SLOT_CPUS/PIPELINE_SLOT_GPUS.
+    """
+
+    def __init__(
+        self,
+        gpus_per_job: Any = 1.0,
+        cpus_per_job: Optional[int] = None,
+        n_jobs: Optional[int] = None,
+        devices: Optional[List[int]] = None,
+    ) -> None:
+        self.gpus_per_job = gpus_per_job
+        self.cpus_per_job = cpus_per_job
+        self.n_jobs = n_jobs
+        self.devices = None if devices is None else list(devices)
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.settings = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra_plugins.pipeline_gpu_launcher import _core
+
+        self.settings = _core.read_settings(self.gpus_per_job, self.cpus_per_job, self.n_jobs, self.devices)
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from hydra_plugins.pipeline_gpu_launcher import _core
+
+        return _core.launch(self, job_overrides, initial_job_idx)
