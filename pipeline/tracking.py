@@ -101,8 +101,9 @@ def _ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> st
     if found is not None:
         return found.experiment_id
     location = artifact_root.resolve().as_uri() if artifact_root is not None else None
-    try:
-        return client.create_experiment(name, artifact_location=location)
+    try:  # the kind tag makes the MLflow UI open the experiment on its training runs, not GenAI traces
+        return client.create_experiment(name, artifact_location=location,
+                                        tags={"mlflow.experimentKind": "custom_model_development"})
     except MlflowException:
         found = client.get_experiment_by_name(name)
         if found is None:

@@ -7,7 +7,6 @@ the same shuffled index and take their slice of each global batch; DDP averages 
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -16,12 +15,6 @@ import torch
 
 from pipeline.metrics import Metric
 from pipeline.nn.loop import Arrays, Loop, LoopConfig, LoopResult, NetSpec
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fit_distributed(
@@ -37,7 +30,11 @@ def fit_distributed(
     checkpoint_dir: Optional[Path] = None,
     y_scale: tuple[float, float] = (0.0, 1.0),
 ) -> LoopResult:
-    """Train on `world_size` ranks (cuda:0..N-1 with nccl, the CPU with gloo); rank 0's result."""
+    """Train on `world_size` ranks (cuda:0..N-1 with nccl, the CPU with gloo); rank 0's result.
+
+    Ranks meet through a file store (no TCP rendezvous server) and talk over the loopback interface:
+    one machine, nothing listening beyond 127.0.0.1.
+    """
     import torch.multiprocessing as mp
 
     for t in vars(arrays).values():
@@ -46,8 +43,8 @@ def fit_distributed(
         out = Path(tmp) / "result.pt"
         mp.start_processes(
             _rank_main,
-            args=(world_size, backend, free_port(), spec, config, problem_type, metric, arrays, seed,
-                  checkpoint_dir, y_scale, out),
+            args=(world_size, backend, str(Path(tmp) / "rendezvous"), spec, config, problem_type, metric, arrays,
+                  seed, checkpoint_dir, y_scale, out),
             nprocs=world_size,
             join=True,
             start_method="spawn",
@@ -55,16 +52,17 @@ def fit_distributed(
         return torch.load(out, weights_only=False)
 
 
-def _rank_main(rank, world_size, backend, port, spec, config, problem_type, metric, arrays, seed,
+def _rank_main(rank, world_size, backend, rendezvous, spec, config, problem_type, metric, arrays, seed,
                checkpoint_dir, y_scale, out):
     import torch.distributed as dist
 
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    store = dist.FileStore(rendezvous, world_size)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     try:
         loop = Loop(spec, config, problem_type, metric, device, seed=seed, rank=rank, world_size=world_size,
                     checkpoint_dir=checkpoint_dir, y_scale=y_scale)

@@ -39,11 +39,37 @@ def assert_same_weights(a: dict, b: dict, atol=1e-5):
         torch.testing.assert_close(a[k], b[k], atol=atol, rtol=1e-4, msg=k)
 
 
+def _listening_addresses(stop, found):
+    """Poll this process's children for listening sockets while DDP runs."""
+    import psutil
+
+    me = psutil.Process()
+    while not stop.is_set():
+        for child in me.children(recursive=True):
+            try:
+                found.update(c.laddr.ip for c in child.net_connections("inet") if c.status == psutil.CONN_LISTEN)
+            except psutil.Error:
+                continue
+        stop.wait(0.05)
+
+
 def test_ddp_on_gloo_matches_one_process_on_the_same_global_batch():
-    """2 ranks x 64 rows, gradients averaged by DDP == 1 process x 128 rows, after 8 optimizer steps."""
+    """2 ranks x 64 rows, gradients averaged by DDP == 1 process x 128 rows, after 8 optimizer steps.
+    The ranks listen on the loopback interface only."""
+    import threading
+
     base = dict(max_epochs=2, patience=0, learning_rate=0.01, lr_scaling="none")
     single = run(LoopConfig(batch_size=128, **base))
-    ddp = fit_distributed(2, SPEC, LoopConfig(batch_size=64, **base), "binary", ACC, arrays(), backend="gloo", seed=3)
+    stop, found = threading.Event(), set()
+    watcher = threading.Thread(target=_listening_addresses, args=(stop, found))
+    watcher.start()
+    try:
+        ddp = fit_distributed(2, SPEC, LoopConfig(batch_size=64, **base), "binary", ACC, arrays(), backend="gloo",
+                              seed=3)
+    finally:
+        stop.set()
+        watcher.join()
+    assert found and found <= {"127.0.0.1"}
     assert single.best_epoch == ddp.best_epoch
     assert_same_weights(single.state_dict, ddp.state_dict)
     assert ddp.history["rows_per_second"][0] > 0

@@ -1,0 +1,227 @@
+"""GPU figures: XGBoost CUDA vs CPU hist, LightGBM OpenCL vs CPU, the network loops on the GPU, two
+half-GPU fits packed on one device vs one after the other, and `pytest -m gpu`.
+
+Without a CUDA device every figure is written as not measured, with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+from bench.common import (
+    ROOT, Engine, Options, cpu_cores, cpu_model, figure, fit_makespan, leaderboard_scores, load_data, log,
+    no_cuda_reason, not_measured, ratios,
+)
+
+# Fixed boosting rounds without early stopping, so both devices do the same work.
+FULL = {"rounds": 200, "synthetic": (1_000_000, 10_000_000), "bio_rows": None, "pack_rows": 1_000_000,
+        "pack_epochs": 10}
+QUICK = {"rounds": 50, "synthetic": (100_000, 1_000_000), "bio_rows": 20_000, "pack_rows": 100_000,
+         "pack_epochs": 3}
+PACK_BASE = ["+hardware=1gpu", "model=nn_gpu", "tracking=none", "hpo=none", "parallelism=default",
+             "parallelism.num_folds=2", "parallelism.fit.num_gpus=0.5",
+             # nn_gpu asks for a whole GPU per fit at the model level, which would win over parallelism.fit
+             "model.nn.resources.num_gpus=null", "model.nn.params.patience=0"]
+
+
+def _datasets(opts: Options, s: dict) -> dict:
+    out = {}
+    if opts.bio_train.exists():
+        bio = ["data=parquet", f"data.path={opts.bio_train}", "data.label=target",
+               "data.drop_columns=[EXAMPLE_ID,BLOCK_ID]"]
+        out["bio_train"] = bio + ([f"data.max_rows={s['bio_rows']}"] if s["bio_rows"] else [])
+    else:
+        out["bio_train"] = None
+    for rows in s["synthetic"]:
+        out[f"synthetic {_rows(rows)}"] = ["data=synthetic", f"data.rows={rows}"]
+    return out
+
+
+def _rows(n: int) -> str:
+    return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k"
+
+
+def _planned(opts: Options, s: dict) -> list[tuple[str, str, str]]:
+    """(group, figure, unit) of every GPU figure, for the not-measured case."""
+    out = []
+    for name in _datasets(opts, s):
+        g = f"XGBoost · {name}"
+        out += [(g, "CPU hist seconds", "s"), (g, "CUDA seconds", "s"), (g, "speed-up CPU/CUDA (wall)", "x"),
+                (g, "speed-up CPU/CUDA (model.fit)", "x")]
+    for name in list(_datasets(opts, s))[:2]:
+        g = f"LightGBM · {name}"
+        out += [(g, "CPU seconds", "s"), (g, "OpenCL gpu seconds", "s"), (g, "speed-up CPU/GPU (wall)", "x")]
+    for precision in ("fp32", "bf16-mixed"):
+        g = f"network on CUDA · {precision}"
+        out += [(g, "engine loop rows/s", "rows/s"), (g, "DataLoader loop rows/s", "rows/s"),
+                (g, "speed-up engine/DataLoader", "x")]
+    g = "two 0.5-GPU network fits"
+    out += [(g, "one after the other seconds", "s"), (g, "packed on one GPU seconds", "s"),
+            (g, "speed-up (wall)", "x"), ("pytest", "pytest -m gpu", "")]
+    return out
+
+
+def run(opts: Options) -> dict:
+    import torch
+
+    s = QUICK if opts.quick else FULL
+    if not torch.cuda.is_available():
+        reason = no_cuda_reason()
+        return {
+            "status": "not measured", "reason": reason, "settings": dict(s),
+            "figures": [not_measured(name, reason, group=g, unit=u) for g, name, u in _planned(opts, s)],
+            "notes": [],
+        }
+    device = torch.cuda.get_device_name(0)
+    engine = Engine(opts.scratch)
+    figures, notes = [], []
+    n = opts.n(3, 2)
+    datasets = _datasets(opts, s)
+    loaded = {}
+
+    def data_for(name):
+        if name not in loaded:
+            loaded.clear()  # one data set in memory at a time (10M rows)
+            log(f"gpu: loading {name}")
+            loaded[name] = load_data(datasets[name], opts.scratch / "engine")[0]
+        return loaded[name]
+
+    rounds = s["rounds"]
+    for name, ov in datasets.items():
+        group = f"XGBoost · {name}"
+        if ov is None:
+            figures += [not_measured(f, f"{opts.bio_train} does not exist", group=group)
+                        for f in ("CPU hist seconds", "CUDA seconds", "speed-up CPU/CUDA (wall)")]
+            continue
+        common = ov + ["model=xgboost", "tracking=none", "hpo=none", "parallelism=default",
+                       f"model.xgboost.params.num_boost_round={rounds}", "model.xgboost.params.early_stopping_rounds=null"]
+        figures += _compare(engine, data_for(name), "xgboost", group, n, device,
+                            ("CPU hist", common),
+                            ("CUDA", common + ["model.xgboost.params.device=cuda", "model.xgboost.resources.num_gpus=1"]))
+
+    probe = _lightgbm_gpu_probe()
+    for name in list(datasets)[:2]:
+        group = f"LightGBM · {name}"
+        ov = datasets[name]
+        if probe is not None:
+            figures += [not_measured(f, probe, group=group)
+                        for f in ("CPU seconds", "OpenCL gpu seconds", "speed-up CPU/GPU (wall)")]
+            continue
+        if ov is None:
+            figures += [not_measured(f, f"{opts.bio_train} does not exist", group=group)
+                        for f in ("CPU seconds", "OpenCL gpu seconds", "speed-up CPU/GPU (wall)")]
+            continue
+        common = ov + ["model=lightgbm", "tracking=none", "hpo=none", "parallelism=default",
+                       f"model.lightgbm.params.num_iterations={rounds}", "model.lightgbm.params.early_stopping_round=0",
+                       "++model.lightgbm.params.max_bin=63"]
+        figures += _compare(engine, data_for(name), "lightgbm", group, n, device,
+                            ("CPU", common),
+                            ("OpenCL gpu", common + ["++model.lightgbm.params.device_type=gpu",
+                                                     "model.lightgbm.resources.num_gpus=1"]))
+    loaded.clear()
+
+    from bench.suites import nn_loop
+
+    nn_figures, nn_settings = nn_loop.measure(opts, "cuda", "network on CUDA", device)
+    figures += nn_figures
+
+    figures += _packing(engine, opts, s, n, device)
+    pytest_result = _pytest_gpu(device)
+    figures.append(pytest_result)
+    if pytest_result.get("outcome") not in (None, "passed"):
+        notes.append(f"pytest -m gpu: {pytest_result.get('summary')}")
+    return {
+        "settings": dict(s, device=device, cpu=cpu_model(), cores=cpu_cores(), repeats=n, network=nn_settings,
+                         boosting="fixed rounds, early stopping off, the engine in this process from loaded data "
+                                  "(model.fit seconds from its leaderboard); LightGBM max_bin=63 on both devices",
+                         packing=" ".join(PACK_BASE) + " vs the same with parallelism.sequential=true"),
+        "figures": figures,
+        "notes": notes,
+    }
+
+
+def _compare(engine: Engine, data, model: str, group: str, n: int, device: str, cpu, gpu) -> list[dict]:
+    (cpu_label, cpu_ov), (gpu_label, gpu_ov) = cpu, gpu
+    wall = {cpu_label: [], gpu_label: []}
+    fit = {cpu_label: [], gpu_label: []}
+    auc = {cpu_label: [], gpu_label: []}
+    engine.clean(engine.run(gpu_ov, data))  # warm-up: CUDA context, kernels
+    for r in range(n):
+        order = (cpu, gpu) if r % 2 == 0 else (gpu, cpu)
+        for label, ov in order:
+            log(f"gpu: {group} {label} {r + 1}/{n}")
+            res = engine.run(ov, data)
+            wall[label].append(res.seconds)
+            fit[label].append(float(res.leaderboard["fit_seconds"].iloc[0]))
+            auc[label].append(leaderboard_scores(res.leaderboard)[model]["test"])
+            engine.clean(res)
+    return [
+        figure(f"{cpu_label} seconds", wall[cpu_label], "s", group=group, device=cpu_model()),
+        figure(f"{gpu_label} seconds", wall[gpu_label], "s", group=group, device=device),
+        figure(f"speed-up CPU/{'CUDA' if gpu_label == 'CUDA' else 'GPU'} (wall)",
+               ratios(wall[cpu_label], wall[gpu_label]), "x", group=group, device=device),
+        figure(f"speed-up CPU/{'CUDA' if gpu_label == 'CUDA' else 'GPU'} (model.fit)",
+               ratios(fit[cpu_label], fit[gpu_label]), "x", group=group, device=device),
+        figure(f"{cpu_label} test ROC AUC", auc[cpu_label], "roc_auc", group=group, kind="score"),
+        figure(f"{gpu_label} test ROC AUC", auc[gpu_label], "roc_auc", group=group, kind="score", device=device),
+    ]
+
+
+def _lightgbm_gpu_probe():
+    """None when LightGBM's OpenCL learner trains; else why not."""
+    import lightgbm as lgb
+    import numpy as np
+
+    X = np.random.default_rng(0).random((256, 4))
+    try:
+        lgb.train({"device_type": "gpu", "verbosity": -1, "num_iterations": 2}, lgb.Dataset(X, X[:, 0] > 0.5))
+    except lgb.basic.LightGBMError as exc:
+        return (f"LightGBM's OpenCL learner (device_type=gpu) cannot run here: {str(exc).strip()} "
+                "(the OpenCL runtime, which NVIDIA's driver ships as libnvidia-opencl, is missing or not registered)")
+    return None
+
+
+def _packing(engine: Engine, opts: Options, s: dict, n: int, device: str) -> list[dict]:
+    group = "two 0.5-GPU network fits"
+    data_ov = ["data=synthetic", f"data.rows={s['pack_rows']}"]
+    data = load_data(data_ov, opts.scratch / "engine")[0]
+    packed = data_ov + PACK_BASE + [f"model.nn.params.max_epochs={s['pack_epochs']}"]
+    sequential = packed + ["parallelism.sequential=true"]
+    warm_up = data_ov + PACK_BASE + ["model.nn.params.max_epochs=1", "parallelism.sequential=true"]
+    engine.clean(engine.run(warm_up, data))
+    wall = {"sequential": [], "packed": []}
+    fits = {"sequential": [], "packed": []}
+    for r in range(n):
+        order = ("sequential", "packed") if r % 2 == 0 else ("packed", "sequential")
+        for name in order:
+            log(f"gpu: packing {name} {r + 1}/{n}")
+            res = engine.run(sequential if name == "sequential" else packed, data)
+            wall[name].append(res.seconds)
+            fits[name].append(fit_makespan(res.timeline))
+            engine.clean(res)
+    return [
+        figure("one after the other seconds", wall["sequential"], "s", group=group, device=device),
+        figure("packed on one GPU seconds", wall["packed"], "s", group=group, device=device),
+        figure("speed-up (wall)", ratios(wall["sequential"], wall["packed"]), "x", group=group, device=device,
+               ideal=2.0),
+        figure("speed-up (fit phase)", ratios(fits["sequential"], fits["packed"]), "x", group=group, device=device,
+               ideal=2.0),
+    ]
+
+
+def _pytest_gpu(device: str) -> dict:
+    log("gpu: pytest -m gpu")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"], cwd=ROOT,
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    lines = [l for l in proc.stdout.strip().splitlines() if l.strip()]
+    summary = next((l.strip("= ").strip() for l in reversed(lines) if re.search(r"\d+ (passed|failed|error|skipped|deselected)", l)),
+                   lines[-1] if lines else f"exit code {proc.returncode}")
+    outcome = "passed" if proc.returncode == 0 else "failed"
+    return {"group": "pytest", "name": "pytest -m gpu", "unit": "", "kind": "result",
+            "outcome": outcome, "returncode": proc.returncode, "summary": summary, "seconds": seconds,
+            "device": device, "tail": proc.stdout[-3000:]}

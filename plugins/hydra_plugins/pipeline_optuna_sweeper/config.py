@@ -1,0 +1,62 @@
+"""The sweeper's config schemas: `hydra/sweeper=optuna` and its samplers `hydra/sweeper/sampler=tpe|random|grid`."""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class TPESamplerConf:
+    """Optuna's TPESampler: random for the first n_startup_trials, then model-based."""
+
+    name: str = "tpe"
+    seed: Optional[int] = None
+    n_startup_trials: int = 10
+    multivariate: bool = False
+
+
+@dataclass
+class RandomSamplerConf:
+    """Optuna's RandomSampler."""
+
+    name: str = "random"
+    seed: Optional[int] = None
+
+
+@dataclass
+class GridSamplerConf:
+    """Optuna's GridSampler over every combination of the (discrete) params."""
+
+    name: str = "grid"
+    seed: Optional[int] = None
+
+
+@dataclass
+class OptunaSweeperConf:
+    """Options of `hydra/sweeper=optuna`."""
+
+    _target_: str = "hydra_plugins.pipeline_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
+    sampler: Any = MISSING
+    # maximize or minimize the job's return value (the pipeline returns the best validation score:
+    # maximize roc_auc or accuracy, minimize rmse); no default, so a sweep never optimises backwards.
+    direction: Optional[str] = None
+    n_trials: int = 20
+    # Trials per launcher batch; how many run at once is up to the launcher (hydra/launcher=gpu).
+    n_jobs: int = 2
+    storage: Optional[str] = None  # e.g. sqlite:///optuna.db to keep and resume the study
+    study_name: Optional[str] = None
+    # Stop when more than this fraction of the trials so far failed (0.0: at the first failure).
+    max_failure_rate: float = 0.0
+    # key -> Hydra override grammar: interval(0.01, 0.3), tag(log, interval(...)), int(interval(8, 64)),
+    # range(1, 10), choice(a, b), a,b,c. Dotted keys may also be nested.
+    params: Dict[str, Any] = field(default_factory=dict)
+
+
+cs = ConfigStore.instance()
+cs.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="pipeline")
+cs.store(group="hydra/sweeper/sampler", name="tpe", node=TPESamplerConf, provider="pipeline")
+cs.store(group="hydra/sweeper/sampler", name="random", node=RandomSamplerConf, provider="pipeline")
+cs.store(group="hydra/sweeper/sampler", name="grid", node=GridSamplerConf, provider="pipeline")

@@ -1,0 +1,50 @@
+"""The `hydra/sweeper=optuna` plugin class; the work is in `_impl`, imported only when a sweep runs."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+class OptunaSweeper(Sweeper):
+    """Asks Optuna for `n_jobs` trials at a time, launches them as one batch, tells it their scores."""
+
+    def __init__(
+        self,
+        sampler: Any,
+        direction: Optional[str] = None,
+        n_trials: int = 20,
+        n_jobs: int = 2,
+        storage: Optional[str] = None,
+        study_name: Optional[str] = None,
+        max_failure_rate: float = 0.0,
+        params: Optional[Any] = None,
+    ) -> None:
+        self.options = dict(
+            sampler=sampler, direction=direction, n_trials=n_trials, n_jobs=n_jobs, storage=storage,
+            study_name=study_name, max_failure_rate=max_failure_rate, params=params,
+        )
+        self.settings = None
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.launcher = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        from hydra_plugins.pipeline_optuna_sweeper import _impl
+
+        self.settings = _impl.read_settings(**self.options)
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function
+        )
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from hydra_plugins.pipeline_optuna_sweeper import _impl
+
+        return _impl.sweep(self, arguments)
