@@ -67,7 +67,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Optional[float]:
 
 def make_plan(settings: Settings) -> Plan:
     """Validate the resource hierarchy for every model and build the execution graph."""
-    machine = hw.detect()
+    machine = _machine(settings)
     hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
     allocations = []
     for spec in settings.models:
@@ -85,6 +85,19 @@ def make_plan(settings: Settings) -> Plan:
     return build_plan(hardware, allocations)
 
 
+def _on_cluster(settings: Settings) -> bool:
+    return settings.executor.name == "ray" and bool(settings.executor.address)
+
+
+def _machine(settings: Settings) -> hw.Machine:
+    """This machine, or the Ray cluster the run joins: the plan's total is what the fits run on."""
+    if _on_cluster(settings):
+        from pipeline.executors.ray import cluster_machine
+
+        return cluster_machine(settings.executor.address, settings.executor.ray_init)
+    return hw.detect()
+
+
 def _problem_hint(settings: Settings) -> Optional[str]:
     return None if settings.data.problem_type == "auto" else settings.data.problem_type
 
@@ -98,7 +111,9 @@ def execute(settings: Settings, plan: Plan, runtime: Runtime) -> float:
     metric = metrics.resolve(settings.eval_metric, data.problem_type)
     for spec in settings.models:
         spec.cls.check_params(spec.name, spec.params, data.problem_type)
-        if spec.cls.needs(spec.name, spec.params).requires_gpu and not plan.hardware.planned_only:
+        # The GPU build check probes this process's library; on a cluster the fits run elsewhere.
+        needs_gpu = spec.cls.needs(spec.name, spec.params).requires_gpu
+        if needs_gpu and not plan.hardware.planned_only and not _on_cluster(settings):
             spec.cls.check_environment(spec.name, spec.params)
     tracker = make_tracker(settings, runtime)
     tracker.connect() if tracker.enabled else None

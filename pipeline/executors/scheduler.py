@@ -108,7 +108,6 @@ class Scheduler:
 
     def run(self) -> Outcome:
         outcome = Outcome()
-        data_ref = self.backend.prepare(self.plan)
         admission = Admission(self.plan.hardware, self.plan.allocations)
         pending: list[Task] = list(self.plan.fit_tasks)
         running: dict[object, tuple[Task, tuple, FitRequest]] = {}
@@ -116,6 +115,7 @@ class Scheduler:
         attempts: dict[str, int] = defaultdict(int)
         folds_of = {(a.model, t): a.num_folds for a in self.plan.allocations for t in range(a.num_trials)}
         try:
+            data_ref = self.backend.prepare(self.plan)
             while pending or running:
                 for task in list(pending):
                     shares = admission.try_admit(task)

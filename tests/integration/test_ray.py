@@ -1,0 +1,190 @@
+"""The Ray executor: the same plan as Ray tasks, the same results, parallel folds, typed errors, retries."""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.store import read_state
+from tests.conftest import FAULT_ENV, ROOT, run_cli, small, user_config
+from tests.fault_models import KillOnceModel
+
+pytestmark = pytest.mark.slow
+
+RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
+BAG5 = ["model=lightgbm", "parallelism=bag5", "parallelism.fit.num_cpus=1", "data.max_rows=3000", "tracking=none"]
+
+
+def run_dir(workdir: Path) -> Path:
+    (found,) = sorted((workdir / "outputs" / "runs").glob("*/*"))
+    return found
+
+
+@pytest.fixture(scope="module")
+def bag5_runs(tmp_path_factory):
+    """The same 5-fold LightGBM job under executor=ray and executor=local, run side by side (most of a
+    short Ray run is start-up waiting): {executor: run directory}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    workdirs = {ex: tmp_path_factory.mktemp(f"bag5-{ex}") for ex in ("ray", "local")}
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(run_cli, [f"executor={ex}", *BAG5], workdirs[ex], env=RAY_ENV, timeout=240, check=True)
+                for ex in workdirs]
+        for job in jobs:
+            job.result()
+    return {ex: run_dir(workdir) for ex, workdir in workdirs.items()}
+
+
+def test_ray_gives_the_local_leaderboard(bag5_runs):
+    ray_board = pd.read_csv(bag5_runs["ray"] / "leaderboard.csv")
+    local_board = pd.read_csv(bag5_runs["local"] / "leaderboard.csv")
+    assert list(ray_board["model"]) == list(local_board["model"]) == ["lightgbm"]
+    scores = [c for c in local_board.columns if c.startswith(("val_", "test_"))]
+    assert "val_roc_auc" in scores and "test_roc_auc" in scores
+    for column in scores:
+        assert ray_board[column].to_numpy() == pytest.approx(local_board[column].to_numpy(), abs=1e-9), column
+
+
+def test_ray_folds_run_in_parallel_worker_processes(bag5_runs):
+    timeline = json.loads((bag5_runs["ray"] / "timeline.json").read_text())
+    assert len(timeline) == 5 and not any(e["cached"] for e in timeline)
+    assert len({e["pid"] for e in timeline}) >= 2
+    spans = sorted((e["start"], e["end"]) for e in timeline)
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))  # two fits at once
+
+
+def test_a_failing_task_is_retried_then_fails_the_run_naming_it(cli, tmp_path):
+    searchpath = user_config(tmp_path, "model", "boom", "defaults: [lightgbm]\nboom:\n  _target_: tests.fault_models.FailingModel\n")
+    proc = cli("executor=ray", "model=boom", searchpath, "allowed_targets=[tests.]", "executor.max_retries=1",
+               "tracking=none", *small(("lightgbm",)), env={**FAULT_ENV, **RAY_ENV}, timeout=180)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "task fit/boom/t0/f0 failed after 2 attempt(s): RuntimeError: injected failure" in proc.stderr
+    assert "retrying" in proc.stdout + proc.stderr
+    assert read_state(run_dir(tmp_path))["status"] == "FAILED"
+
+
+# --------------------------------------------------------------------------- RayBackend in this process
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """One local Ray instance (2 CPUs, no GPU) for the in-process tests; RayBackend reuses it."""
+    import ray  # installed by the project's test setup: pip install -e '.[test,ray]'
+
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "PYTHONPATH")}
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    # Workers unpickle the test models, so they need the project root on their path.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), saved["PYTHONPATH"]) if p)
+    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def plan_for(cpus, gpus, fit_cpus, fit_gpus, num_folds=1, model="lightgbm"):
+    from pipeline.hardware import Machine, resolve
+    from pipeline.plan import build_plan
+    from pipeline.resources import ModelNeeds, Request, allocate
+
+    machine = Machine(cpus, tuple(str(i) for i in range(gpus)))
+    hw = resolve({"name": "box", "num_cpus": cpus, "num_gpus": gpus}, machine, dry_run=False)
+    needs = ModelNeeds(model, bool(fit_gpus), bool(fit_gpus), 1, "params.device=cuda")
+    a = allocate(hw.total, Request.parse(None, None, "parallelism.bag"),
+                 Request.parse(fit_cpus, fit_gpus, "parallelism.fit"), needs, num_folds=num_folds, num_trials=1,
+                 gpu_capacities=list(hw.capacities().values()))
+    return build_plan(hw, [a])
+
+
+def test_a_gpu_fit_on_a_gpu_less_cluster_is_a_hardware_error_not_a_hang(ray_instance, adult):
+    from pipeline.errors import HardwareError
+    from pipeline.executors.ray import RayBackend
+
+    backend = RayBackend(adult)
+    start = time.monotonic()
+    with pytest.raises(HardwareError) as err:
+        backend.prepare(plan_for(2, 1, 1, 1, model="xgboost"))
+    assert time.monotonic() - start < 10
+    message = str(err.value)
+    assert "task fit/xgboost/t0/f0 asks for 1 CPU / 1 GPU" in message
+    assert "2 CPU / 0 GPU" in message
+    assert ray_instance.is_initialized()  # an instance the backend did not start is left running
+
+
+def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adult, tmp_path, caplog):
+    from pipeline.executors.ray import RayBackend
+    from pipeline.executors.scheduler import Scheduler
+    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.store import ResultStore
+
+    marker = tmp_path / "killed-once"
+    model = KillOnceModel({"marker": str(marker)}, "killer")
+    plan = plan_for(2, 0, 1, None, model="killer")
+    with caplog.at_level("WARNING", logger="pipeline.executors.scheduler"):
+        outcome = Scheduler(plan, RayBackend(adult), ResultStore(tmp_path / "run"),
+                            TrialSource(HpoSpec(), {}, {}, "maximize"), {"killer": model}, adult, METRICS["roc_auc"],
+                            seed=0, max_retries=1).run()
+    assert marker.exists()
+    assert "task fit/killer/t0/f0 failed (attempt 1 of 2): the Ray worker process died during the fit" in caplog.text
+    (entry,) = outcome.timeline
+    assert entry["attempt"] == 1
+    assert ("killer", 0) in outcome.trials
+
+
+def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adult, tmp_path):
+    import signal
+    import threading
+
+    from pipeline.errors import Interrupted
+    from pipeline.executors.ray import RayBackend
+    from pipeline.executors.scheduler import Scheduler
+    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.run import _install_signal_handlers, _restore_signal_handlers
+    from pipeline.store import ResultStore
+    from tests.fault_models import SleepModel
+
+    plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep")
+    backend = RayBackend(adult)
+    scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
+                          {"sleep": SleepModel({"seconds": 60}, "sleep")}, adult, METRICS["roc_auc"], seed=0)
+    previous = _install_signal_handlers()
+    timer = threading.Timer(3, os.kill, (os.getpid(), signal.SIGTERM))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(Interrupted):
+            scheduler.run()
+    finally:
+        timer.cancel()
+        _restore_signal_handlers(previous)
+    assert time.monotonic() - start < 15  # not the 60 s the fits would sleep
+    assert backend.running == {}
+    assert ray_instance.is_initialized()
+
+
+def test_cluster_machine_describes_the_connected_cluster(ray_instance):
+    from pipeline.executors.ray import cluster_machine
+
+    machine = cluster_machine("auto", {})
+    assert (machine.num_cpus, machine.num_gpus) == (2, 0)
+
+
+def test_without_ray_the_executor_is_a_config_error(monkeypatch, adult):
+    import sys
+
+    from pipeline.errors import ConfigError
+    from pipeline.executors.ray import RayBackend
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    with pytest.raises(ConfigError, match=r"executor=ray needs Ray: pip install '\.\[ray\]'"):
+        RayBackend(adult).prepare(plan_for(2, 0, 1, None))
