@@ -7,6 +7,7 @@ environment; each job's run becomes its child.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from pathlib import Path
@@ -47,6 +48,7 @@ class MlflowSweepCallback(Callback):
         )
         self.parent_run_id = run.info.run_id
         os.environ[tr.PARENT_RUN_ENV] = self.parent_run_id
+        atexit.register(self._close_if_open)  # Hydra skips on_multirun_end when a sweep raises
         log.info("MLflow parent run %s for this sweep", self.parent_run_id)
 
     def on_multirun_end(self, config, **kwargs: Any) -> None:
@@ -66,6 +68,26 @@ class MlflowSweepCallback(Callback):
         self._summarise(client, children)
         client.set_terminated(self.parent_run_id, "FAILED" if failed else "FINISHED")
         os.environ.pop(tr.PARENT_RUN_ENV, None)
+        self.parent_run_id = None
+
+    def _close_if_open(self) -> None:
+        """At exit after a sweep that raised: leave no parent or child run RUNNING."""
+        if self.parent_run_id is None:
+            return
+        try:
+            import mlflow
+
+            from pipeline import tracking as tr
+
+            client = mlflow.MlflowClient(self.uri)
+            children = client.search_runs(
+                [client.get_run(self.parent_run_id).info.experiment_id],
+                filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
+            )
+            tr.mark_orphans(self.uri, [c.info.run_id for c in children])
+            client.set_terminated(self.parent_run_id, "FAILED")
+        except Exception as exc:  # at exit there is no one left to raise to
+            log.warning("could not close the sweep's MLflow parent run %s: %s", self.parent_run_id, exc)
         self.parent_run_id = None
 
     def _summarise(self, client, children) -> None:

@@ -77,11 +77,16 @@ def store_lock(uri: str):
     import fcntl
 
     path = Path(uri.removeprefix("sqlite:///"))
+    ready = path.with_name(path.name + ".ready")  # written once the schema exists: later opens need no lock
+    if ready.exists():
+        yield
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
+            ready.touch()
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 

@@ -204,10 +204,13 @@ def run_fit(request: FitRequest) -> FoldResult:
 
 def safe_run_fit(request: FitRequest):
     """run_fit, with any exception turned into a TaskFailure that pickles."""
+    from pipeline.errors import Interrupted, PipelineError
+
     try:
         return run_fit(request)
+    except Interrupted:  # a stop signal during an in-process fit stops the run; it is no task failure
+        raise
     except Exception as exc:  # a task failure is data for the driver, not a crash of the worker
-        from pipeline.errors import PipelineError
 
         message = str(exc) if isinstance(exc, PipelineError) else f"{type(exc).__name__}: {exc}"
         return TaskFailure(request.task_id, message, traceback.format_exc())

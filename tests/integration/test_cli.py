@@ -93,6 +93,18 @@ def test_failing_job_leaves_its_run_failed(cli, tmp_path):
     assert run.info.status == "FAILED"
 
 
+def test_a_sweep_whose_job_fails_leaves_no_run_running(cli, tmp_path):
+    searchpath = user_config(tmp_path, "model", "boom", "boom:\n  _target_: tests.fault_models.FailingModel\n")
+    proc = cli("-m", "model=lightgbm,boom", searchpath, "allowed_targets=[tests.]", "executor.max_retries=0",
+               "data.max_rows=800", env=FAULT_ENV)
+    assert proc.returncode != 0
+    _, all_runs = runs(tmp_path)
+    statuses = {r.info.run_name: r.info.status for r in all_runs}
+    assert "RUNNING" not in statuses.values(), statuses
+    (parent,) = [r for r in all_runs if r.data.tags.get("pipeline.sweep") == "parent"]
+    assert parent.info.status == "FAILED"
+
+
 def test_tracking_none_creates_no_store(cli, tmp_path):
     cli("model=lightgbm", "tracking=none", *small(("lightgbm",)), check=True)
     assert not (tmp_path / "outputs" / "mlflow.db").exists()

@@ -181,6 +181,29 @@ def test_sigterm_then_resume_gives_identical_results(cli, tmp_path):
     pd.testing.assert_frame_equal(a[scores].sort_index(), b[scores].sort_index())
 
 
+def test_sigterm_during_an_in_process_fit_stops_the_run(tmp_path):
+    """With a single slot the fit runs in the driver: a stop signal stops the run, it is no task failure."""
+    searchpath = user_config(tmp_path, "model", "slow",
+                             "sleep:\n  _target_: tests.fault_models.SleepModel\n  params: {seconds: 30}\n")
+    proc = _start(["model=slow", searchpath, "allowed_targets=[tests.]", "executor.in_process=always",
+                   "data.max_rows=500"], tmp_path, FAULT_ENV)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        states = list((tmp_path / "outputs" / "runs").glob("*/*/run_state.json"))
+        if states and json.loads(states[0].read_text()).get("status") == "RUNNING":
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)  # inside the 30 s fit
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "retrying" not in out + err and "stopped by SIGTERM" in err
+    (run_dir,) = run_dirs(tmp_path)
+    assert json.loads((run_dir / "run_state.json").read_text())["status"] == "KILLED"
+    _, (run,) = job_runs(tmp_path)
+    assert run.info.status == "KILLED"
+
+
 def test_rerun_in_the_same_directory_reuses_finished_tasks(cli, tmp_path):
     run_dir = tmp_path / "outputs" / "fixed"
     args = ["model=lightgbm", "parallelism.num_folds=3", "data.max_rows=1500", f"hydra.run.dir={run_dir}",

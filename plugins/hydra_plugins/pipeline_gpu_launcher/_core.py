@@ -79,7 +79,9 @@ def read_settings(gpus_per_job: Any, cpus_per_job: Any, n_jobs: Any, devices: An
             )
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})
-            raise LauncherConfigError(f"hydra.launcher.devices={ids!r}: device ids must be unique; {dup} repeats")
+            raise LauncherConfigError(
+                f"hydra.launcher.devices={ids!r}: device ids must be unique; {dup} repeats"
+            )
         if gpus == 0:
             raise LauncherConfigError(
                 f"hydra.launcher.devices={ids!r} is set but hydra.launcher.gpus_per_job=0 gives jobs no GPU; "
@@ -133,12 +135,13 @@ def plan_slots(settings: Settings, machine: Machine, num_jobs: int) -> tuple[lis
     if need > len(ids):
         raise LauncherConfigError(
             f"hydra.launcher.gpus_per_job={fmt(need)} but the jobs may use {len(ids)} device(s) "
-            f"{list(ids)}; give at most {len(ids)}, a share such as 0.5, or more hydra.launcher.devices"
+            f"{list(ids)}; give at most {len(ids)} or a share such as 0.5"
+            + (", or list more hydra.launcher.devices" if settings.devices is not None else "")
         )
     if settings.cpus_per_job is not None and settings.cpus_per_job > machine.num_cpus:
         raise LauncherConfigError(
-            f"hydra.launcher.cpus_per_job={settings.cpus_per_job} but this machine has {machine.num_cpus} CPUs; "
-            f"give at most {machine.num_cpus}, or null to divide them among the jobs"
+            f"hydra.launcher.cpus_per_job={settings.cpus_per_job} but this machine has {machine.num_cpus} "
+            f"CPUs; give at most {machine.num_cpus}, or null to divide them among the jobs"
         )
     if num_jobs < 1:
         return [], notes
@@ -161,8 +164,9 @@ def plan_slots(settings: Settings, machine: Machine, num_jobs: int) -> tuple[lis
     cpus = settings.cpus_per_job or max(1, machine.num_cpus // len(placements))
     if cpus * len(placements) > machine.num_cpus:
         notes.append(
-            f"{len(placements)} jobs at once with {cpus} CPU(s) each ask for {cpus * len(placements)} CPUs but this "
-            f"machine has {machine.num_cpus}: they share them (set hydra.launcher.n_jobs to run fewer at once)"
+            f"{len(placements)} jobs at once with {cpus} CPU(s) each ask for {cpus * len(placements)} CPUs "
+            f"but this machine has {machine.num_cpus}: they share them (set hydra.launcher.n_jobs to run "
+            "fewer at once)"
         )
     slots = [
         Slot(n, tuple(d for d, _ in placed), tuple(machine.gpu_tokens[d] for d, _ in placed),
@@ -170,6 +174,13 @@ def plan_slots(settings: Settings, machine: Machine, num_jobs: int) -> tuple[lis
         for n, placed in enumerate(placements)
     ]
     return slots, notes
+
+
+def check_machine(settings: Settings) -> None:
+    """Raise now, before any job starts, when the options do not fit this machine."""
+    from pipeline.hardware import detect
+
+    plan_slots(settings, detect(), 1)
 
 
 def _device_ids(settings: Settings, machine: Machine) -> list[int]:
@@ -207,8 +218,10 @@ class _Running:
     job: _Job
     slot: Slot
     process: Any
-    conn: Any
+    conn: Any  # the read end of the job's result pipe
     started: float
+    payload: Optional[bytes] = None  # the job's pickled JobReturn, once it arrives
+    received: Optional[float] = None
 
 
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
@@ -270,9 +283,7 @@ class _Pool:
             name = signal.Signals(stop.signum).name
             log.error(f"stopped by {name}: stopping {len(self.running)} running job(s)")
             self._stop_all(signal_sent=stop.signum == signal.SIGINT)
-            if stop.signum == signal.SIGINT:
-                raise KeyboardInterrupt from None
-            raise SystemExit(128 + stop.signum) from None
+            raise SystemExit(128 + stop.signum) from None  # the exit status a shell gives a signalled process
         except BaseException:
             self._stop_all(signal_sent=False)
             raise
@@ -285,10 +296,8 @@ class _Pool:
 
         reader, writer = self.ctx.Pipe(duplex=False)
         env = slot.env()
-        process = self.ctx.Process(
-            target=job_main, args=(writer, self.common, cloudpickle.dumps(job.config), job.idx, job.overrides, env),
-            name=f"hydra-job-{job.idx}",
-        )
+        args = (writer, self.common, cloudpickle.dumps(job.config), job.idx, job.overrides, env)
+        process = self.ctx.Process(target=job_main, args=args, name=f"hydra-job-{job.idx}")
         log.info(f"\t#{job.idx} : {slot.describe()} : {job.shown}")
         with _environment(env):  # the child's environment is copied from ours when it starts
             process.start()
@@ -296,47 +305,61 @@ class _Pool:
         self.running[pos] = _Running(job, slot, process, reader, time.monotonic())
 
     def _collect(self, results: list) -> None:
-        owners = {}
+        """Wait for the next event: a result arriving, a process exiting, or an exit grace running out."""
+        waitables = {}
         for pos, r in self.running.items():
-            owners[r.conn] = pos
-            owners[r.process.sentinel] = pos
-        ready = wait_ready(list(owners))
-        for pos in sorted({owners[obj] for obj in ready}):
-            r = self.running.pop(pos)
-            results[pos] = self._finish(r)
+            if not r.conn.closed:
+                waitables[r.conn] = pos
+            waitables[r.process.sentinel] = pos
+        deadlines = [r.received + EXIT_GRACE_S for r in self.running.values() if r.received is not None]
+        timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+        ready = set(wait_ready(list(waitables), timeout))
+        for r in self.running.values():
+            if r.conn in ready:
+                self._receive(r)
+        for pos, r in list(self.running.items()):
+            if r.process.sentinel in ready:
+                r.process.join(5)
+            elif r.received is not None and time.monotonic() - r.received >= EXIT_GRACE_S:
+                log.warning(f"job #{r.job.idx} returned its result but its process did not exit in "
+                            f"{EXIT_GRACE_S:.0f}s; terminating it")
+                _ensure_dead(r.process)
+            else:
+                continue
+            if not r.conn.closed:
+                self._receive(r)  # a result sent just before the exit
+            del self.running[pos]
+            results[pos] = self._result(r)
             self.free.append(r.slot)
             self.free.sort(key=lambda s: s.index)
 
-    def _finish(self, r: _Running) -> JobReturn:
-        import cloudpickle
-
-        payload = None
+    @staticmethod
+    def _receive(r: _Running) -> None:
         try:
             if r.conn.poll():  # True on data and on end-of-file
-                payload = r.conn.recv_bytes()
+                r.payload = r.conn.recv_bytes()
+                r.received = time.monotonic()
+            else:
+                return
         except (EOFError, OSError):
-            payload = None
+            pass
         r.conn.close()
-        if payload is None:
-            _wait_exit(r.process, 5.0)
+
+    def _result(self, r: _Running) -> JobReturn:
+        import cloudpickle
+
+        if r.payload is None:
             code = r.process.exitcode
             if code is not None and code < 0:
                 reason = f"killed by signal {_signal_name(-code)}"
-            elif code is None:
-                reason = "closed its result pipe without exiting"
             else:
                 reason = f"exited with code {code}"
-            _ensure_dead(r.process)
             return failed_return(r.job.overrides, JobFailedError(
                 f"job #{r.job.idx} ({r.job.shown}) died ({reason}) before it returned a result; "
                 "its output above and its run directory show how far it got"
             ))
-        if not _wait_exit(r.process, EXIT_GRACE_S):
-            log.warning(f"job #{r.job.idx} returned its result but its process did not exit in "
-                        f"{EXIT_GRACE_S:.0f}s; terminating it")
-            _ensure_dead(r.process)
         try:
-            ret = cloudpickle.loads(payload)
+            ret = cloudpickle.loads(r.payload)
         except Exception as exc:
             return failed_return(r.job.overrides, JobFailedError(
                 f"job #{r.job.idx} ({r.job.shown}) finished but its result could not be read: "
@@ -383,11 +406,6 @@ def failed_return(overrides: Sequence[str], error: BaseException) -> JobReturn:
     ret.status = JobStatus.FAILED
     ret.return_value = error
     return ret
-
-
-def _wait_exit(process, timeout: float) -> bool:
-    process.join(timeout)
-    return not process.is_alive()
 
 
 def _ensure_dead(process) -> None:
@@ -483,7 +501,8 @@ def job_main(conn, common: bytes, payload: bytes, idx: int, overrides: list[str]
             ))
     except BaseException as exc:  # KeyboardInterrupt, or a failure before the task started
         traceback.print_exc()
-        ret = failed_return(overrides, JobFailedError(f"job #{idx} ({shown}) stopped: {type(exc).__name__}: {exc}"))
+        error = JobFailedError(f"job #{idx} ({shown}) stopped: {type(exc).__name__}: {exc}")
+        ret = failed_return(overrides, error)
     sys.stdout.flush()
     sys.stderr.flush()
     conn.send_bytes(_dump_return(ret, idx, shown))

@@ -37,6 +37,7 @@ class GpuLauncher(Launcher):
         from hydra_plugins.pipeline_gpu_launcher import _core
 
         self.settings = _core.read_settings(self.gpus_per_job, self.cpus_per_job, self.n_jobs, self.devices)
+        _core.check_machine(self.settings)
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function

@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 DIRECTIONS = ("maximize", "minimize")
 SAMPLERS = ("tpe", "random", "grid")
 GRAMMAR_EXAMPLES = (
-    "interval(0.01, 0.3), tag(log, interval(1e-4, 0.1)), int(interval(8, 64)), range(1, 10), choice(a, b), a,b,c"
+    "interval(0.01, 0.3), tag(log, interval(1e-4, 0.1)), int(interval(8, 64)), range(1, 10), "
+    "choice(a, b), a,b,c"
 )
 
 
@@ -48,11 +49,15 @@ class Settings:
     params: dict[str, Any] = field(default_factory=dict)  # flat: dotted key -> override grammar
 
 
-def read_settings(sampler, direction, n_trials, n_jobs, storage, study_name, max_failure_rate, params) -> Settings:
+def read_settings(
+    sampler, direction, n_trials, n_jobs, storage, study_name, max_failure_rate, params
+) -> Settings:
     """Check every option; the messages name the key, the value and what is valid."""
     sampler = _plain(sampler) or {}
     if not isinstance(sampler, Mapping):
-        raise SweeperConfigError(f"hydra.sweeper.sampler={sampler!r}: choose one with hydra/sweeper/sampler=tpe|random|grid")
+        raise SweeperConfigError(
+            f"hydra.sweeper.sampler={sampler!r}: choose one with hydra/sweeper/sampler=tpe|random|grid"
+        )
     name = sampler.get("name")
     if name not in SAMPLERS:
         raise SweeperConfigError(
@@ -61,7 +66,9 @@ def read_settings(sampler, direction, n_trials, n_jobs, storage, study_name, max
         )
     seed = sampler.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise SweeperConfigError(f"hydra.sweeper.sampler.seed={seed!r}: give an integer, or null for a random seed")
+        raise SweeperConfigError(
+            f"hydra.sweeper.sampler.seed={seed!r}: give an integer, or null for a random seed"
+        )
     options = {k: v for k, v in sampler.items() if k not in ("name", "seed")}
     startup = options.get("n_startup_trials")
     if startup is not None and (isinstance(startup, bool) or not isinstance(startup, int) or startup < 0):
@@ -72,7 +79,9 @@ def read_settings(sampler, direction, n_trials, n_jobs, storage, study_name, max
             "validation score: maximize roc_auc or accuracy, minimize rmse)"
         )
     if direction not in DIRECTIONS:
-        raise SweeperConfigError(f"hydra.sweeper.direction={direction!r}: valid values are maximize and minimize")
+        raise SweeperConfigError(
+            f"hydra.sweeper.direction={direction!r}: valid values are maximize and minimize"
+        )
     for key, value in (("n_trials", n_trials), ("n_jobs", n_jobs)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SweeperConfigError(f"hydra.sweeper.{key}={value!r}: give an integer >= 1")
@@ -80,8 +89,8 @@ def read_settings(sampler, direction, n_trials, n_jobs, storage, study_name, max
         0.0 <= max_failure_rate <= 1.0
     ):
         raise SweeperConfigError(
-            f"hydra.sweeper.max_failure_rate={max_failure_rate!r}: give a fraction from 0.0 (stop at the first "
-            "failed trial) to 1.0 (never stop)"
+            f"hydra.sweeper.max_failure_rate={max_failure_rate!r}: give a fraction from 0.0 (stop at the "
+            "first failed trial) to 1.0 (never stop)"
         )
     for key, value in (("storage", storage), ("study_name", study_name)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -92,8 +101,8 @@ def read_settings(sampler, direction, n_trials, n_jobs, storage, study_name, max
             f"hydra.sweeper.params={params!r}: give a mapping from a config key to a search space, "
             f"e.g. model.lightgbm.params.num_leaves: int(interval(8, 64))"
         )
-    return Settings(name, seed, options, direction, n_trials, n_jobs, storage, study_name, float(max_failure_rate),
-                    _flatten(params or {}))
+    return Settings(name, seed, options, direction, n_trials, n_jobs, storage, study_name,
+                    float(max_failure_rate), _flatten(params or {}))
 
 
 def _plain(value: Any) -> Any:
@@ -114,8 +123,8 @@ def _flatten(params: Mapping, prefix: str = "") -> dict[str, Any]:
             flat.update(_flatten(value, path + "."))
         elif isinstance(value, (list, tuple)):
             raise SweeperConfigError(
-                f"hydra.sweeper.params.{path}={value!r}: give the search space as one override-grammar string, "
-                f"e.g. choice({', '.join(map(str, value))}) (forms: {GRAMMAR_EXAMPLES})"
+                f"hydra.sweeper.params.{path}={value!r}: give the search space as one override-grammar "
+                f"string, e.g. choice({', '.join(map(str, value))}) (forms: {GRAMMAR_EXAMPLES})"
             )
         else:
             flat[path] = value
@@ -142,7 +151,9 @@ def format_value(value: Any) -> str:
     return Transformer.str(value)
 
 
-def build_search_space(params: Mapping[str, Any], arguments: list[str], parser: OverridesParser) -> SearchSpace:
+def build_search_space(
+    params: Mapping[str, Any], arguments: list[str], parser: OverridesParser
+) -> SearchSpace:
     """Sweeps in hydra.sweeper.params and on the command line become distributions; plain overrides
     are passed to every trial. The command line wins over hydra.sweeper.params for the same key."""
     space = SearchSpace()
@@ -200,12 +211,14 @@ def _add(space: SearchSpace, keys: dict[str, str], override: Override, origin: s
         unknown = set(sweep.tags) - {"log"}
         if unknown:
             raise SweeperConfigError(
-                f"{origin}: {override.input_line!r} has tag(s) {sorted(unknown)}; the only tag understood is log, "
-                "as in tag(log, interval(0.001, 0.1))"
+                f"{origin}: {override.input_line!r} has tag(s) {sorted(unknown)}; the only tag understood "
+                "is log, as in tag(log, interval(0.001, 0.1))"
             )
         low, high, log_scale = sweep.start, sweep.end, "log" in sweep.tags
         if not low < high:
-            raise SweeperConfigError(f"{origin}: {override.input_line!r} is empty; the start must be below the end")
+            raise SweeperConfigError(
+                f"{origin}: {override.input_line!r} is empty; the start must be below the end"
+            )
         if log_scale and low <= 0:
             raise SweeperConfigError(
                 f"{origin}: {override.input_line!r} is on a log scale, so its start must be > 0 (got {low})"
@@ -216,30 +229,33 @@ def _add(space: SearchSpace, keys: dict[str, str], override: Override, origin: s
             space.distributions[key] = d.FloatDistribution(float(low), float(high), log=log_scale)
         return
     raise SweeperConfigError(
-        f"{origin}: {override.input_line!r} is a sweep the Optuna sweeper cannot sample; forms: {GRAMMAR_EXAMPLES}"
+        f"{origin}: {override.input_line!r} is a sweep the Optuna sweeper cannot sample; "
+        f"forms: {GRAMMAR_EXAMPLES}"
     )
 
 
 # --------------------------------------------------------------------------- the sweep
 
 
-def make_sampler(settings: Settings, space: SearchSpace):
+def make_sampler(settings: Settings, space: SearchSpace, seed: Optional[int] = None):
+    """The configured sampler; `seed` replaces the configured seed."""
     import optuna
 
+    seed = settings.seed if seed is None else seed
     if settings.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=settings.seed)
+        return optuna.samplers.RandomSampler(seed=seed)
     if settings.sampler == "grid":
         grid = {}
         for key, dist in space.distributions.items():
             if not isinstance(dist, optuna.distributions.CategoricalDistribution):
                 raise SweeperConfigError(
-                    f"hydra/sweeper/sampler=grid needs a finite set of values for every param, but {key} is a "
-                    "continuous interval; give it as choice(...) or range(...)"
+                    f"hydra/sweeper/sampler=grid needs a finite set of values for every param, but {key} "
+                    "is a continuous interval; give it as choice(...) or range(...)"
                 )
             grid[key] = list(dist.choices)
-        return optuna.samplers.GridSampler(grid, seed=settings.seed)
+        return optuna.samplers.GridSampler(grid, seed=seed)
     options = {k: v for k, v in settings.sampler_options.items() if v is not None}
-    return optuna.samplers.TPESampler(seed=settings.seed, **options)
+    return optuna.samplers.TPESampler(seed=seed, **options)
 
 
 def grid_size(space: SearchSpace) -> int:
@@ -256,8 +272,9 @@ def sweep(sweeper, arguments: list[str]) -> list:
     space = build_search_space(settings.params, list(arguments), parser)
     if not space.distributions:
         raise SweeperConfigError(
-            "the Optuna sweeper has nothing to search: give hydra.sweeper.params.KEY or a sweep on the command "
-            f"line, such as 'model.lightgbm.params.learning_rate=tag(log, interval(0.01, 0.3))' (forms: {GRAMMAR_EXAMPLES})"
+            "the Optuna sweeper has nothing to search: give hydra.sweeper.params.KEY or a sweep on the "
+            "command line, such as 'model.lightgbm.params.learning_rate=tag(log, interval(0.01, 0.3))' "
+            f"(forms: {GRAMMAR_EXAMPLES})"
         )
     sampler = make_sampler(settings, space)
     n_trials = settings.n_trials
@@ -272,11 +289,25 @@ def sweep(sweeper, arguments: list[str]) -> list:
             storage=settings.storage, sampler=sampler, study_name=settings.study_name,
             direction=settings.direction, load_if_exists=settings.study_name is not None,
         )
-    except Exception as exc:  # a bad storage URL, or a stored study with another direction
+    except Exception as exc:  # a bad storage URL, an unreachable or foreign database
         raise SweeperConfigError(
-            f"hydra.sweeper.storage={settings.storage!r}, hydra.sweeper.study_name={settings.study_name!r}: Optuna "
-            f"could not create or load the study: {type(exc).__name__}: {exc}"
+            f"hydra.sweeper.storage={settings.storage!r}, hydra.sweeper.study_name={settings.study_name!r}: "
+            f"Optuna could not create or load the study: {type(exc).__name__}: {exc}"
         ) from None
+
+    stored = study.direction.name.lower()
+    if stored != settings.direction:
+        raise SweeperConfigError(
+            f"hydra.sweeper.direction={settings.direction} but the stored study {study.study_name!r} in "
+            f"hydra.sweeper.storage={settings.storage!r} is set to {stored}; use {stored}, or another "
+            "study_name"
+        )
+    previous = len(study.trials)
+    if previous and settings.seed is not None:
+        # The same seed on a resumed study would sample the same points again.
+        study.sampler = make_sampler(settings, space, seed=settings.seed + previous)
+        log.info(f"Study {study.study_name} holds {previous} trial(s): sampling with seed "
+                 f"{settings.seed} + {previous} so this session does not repeat them")
 
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -294,7 +325,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
         batch = [space.overrides(trial.params) for trial in trials]
         sweeper.validate_batch_is_legal(batch)
         results = sweeper.launcher.launch(batch, initial_job_idx=job_idx)
-        for pos, (trial, overrides, ret) in enumerate(zip(trials, batch, results)):
+        for pos, (trial, overrides, ret) in enumerate(zip(trials, batch, results, strict=True)):
             value, problem = _score(ret)
             if problem is None:
                 _tell(study, trial, values=value)
@@ -314,7 +345,9 @@ def sweep(sweeper, arguments: list[str]) -> list:
 
     completed = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not completed:
-        raise SweepFailedError(f"none of the {done} trial(s) finished with a score:\n  " + "\n  ".join(failures))
+        raise SweepFailedError(
+            f"none of the {done} trial(s) finished with a score:\n  " + "\n  ".join(failures)
+        )
     best = study.best_trial
     results_file = sweep_dir / "optimization_results.yaml"
     _write_results(results_file, study, best, space, settings, done, len(failures))
@@ -350,7 +383,9 @@ def _tell(study, trial, **kwargs) -> None:
             raise
 
 
-def _write_results(path: Path, study, best, space: SearchSpace, settings: Settings, done: int, failed: int) -> None:
+def _write_results(
+    path: Path, study, best, space: SearchSpace, settings: Settings, done: int, failed: int
+) -> None:
     import yaml
 
     params = {k: _yaml_value(v) for k, v in best.params.items()}
@@ -360,7 +395,8 @@ def _write_results(path: Path, study, best, space: SearchSpace, settings: Settin
         "direction": settings.direction,
         "best_value": float(best.value),
         "best_params": params,
-        "best_overrides": list(space.fixed.values()) + [f"{k}={format_value(v)}" for k, v in best.params.items()],
+        "best_overrides": list(space.fixed.values())
+        + [f"{k}={format_value(v)}" for k, v in best.params.items()],
         "best_trial": best.number,
         "n_trials": done,
         "n_failed": failed,

@@ -1,10 +1,10 @@
-"""The sweeper's config schemas: `hydra/sweeper=optuna` and its samplers `hydra/sweeper/sampler=tpe|random|grid`."""
+"""Config schemas: `hydra/sweeper=optuna` and its samplers `hydra/sweeper/sampler=tpe|random|grid`."""
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 @dataclass
@@ -55,8 +55,15 @@ class OptunaSweeperConf:
     params: Dict[str, Any] = field(default_factory=dict)
 
 
+def _sweeper_node():
+    node = OmegaConf.structured(OptunaSweeperConf)
+    # An open dict, so `hydra.sweeper.params.model.lightgbm.params.lr=...` needs no leading +.
+    OmegaConf.set_struct(node.params, False)
+    return node
+
+
 cs = ConfigStore.instance()
-cs.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="pipeline")
+cs.store(group="hydra/sweeper", name="optuna", node=_sweeper_node(), provider="pipeline")
 cs.store(group="hydra/sweeper/sampler", name="tpe", node=TPESamplerConf, provider="pipeline")
 cs.store(group="hydra/sweeper/sampler", name="random", node=RandomSamplerConf, provider="pipeline")
 cs.store(group="hydra/sweeper/sampler", name="grid", node=GridSamplerConf, provider="pipeline")

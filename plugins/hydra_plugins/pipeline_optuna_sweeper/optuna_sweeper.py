@@ -34,7 +34,6 @@ class OptunaSweeper(Sweeper):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
-
         from hydra_plugins.pipeline_optuna_sweeper import _impl
 
         self.settings = _impl.read_settings(**self.options)

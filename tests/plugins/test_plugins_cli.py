@@ -1,0 +1,184 @@
+"""`python -m pipeline -m` with hydra/launcher=gpu and hydra/sweeper=optuna, as a user runs them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import FAULT_ENV, user_config
+from tests.integration.mlflow_helpers import runs
+
+pytestmark = pytest.mark.slow
+
+GPU_LAUNCHER = ["-m", "hydra/launcher=gpu"]
+
+
+def job_dirs(workdir: Path) -> dict[int, Path]:
+    """The sweep's job directories by job number."""
+    found = [p for p in (workdir / "outputs" / "multirun").glob("*/*/*") if p.is_dir() and p.name.isdigit()]
+    return {int(p.name): p for p in found}
+
+
+def sweep_dir(workdir: Path) -> Path:
+    (found,) = (workdir / "outputs" / "multirun").glob("*/*")
+    return found
+
+
+def span(job: Path) -> tuple[float, float]:
+    state = json.loads((job / "run_state.json").read_text())
+    return state["started"], state["ended"]
+
+
+def overlapping(spans) -> bool:
+    return any(a[0] < b[1] and b[0] < a[1] for a, b in itertools.combinations(spans, 2))
+
+
+def test_half_gpu_jobs_run_in_parallel_processes_pinned_to_their_slots(cli, tmp_path):
+    proc = cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=0.5", "model=lightgbm", "data.max_rows=1500",
+               "seed=range(4)", "tracking=none", env={"PIPELINE_SIMULATE_GPUS": "2"}, check=True, timeout=240)
+    log = proc.stdout + proc.stderr
+    for n, device in enumerate("0011"):
+        assert f"#{n} : slot {n}: GPU {device} (0.5 of it), 1 CPU : model=lightgbm" in log
+    jobs = job_dirs(tmp_path)
+    assert sorted(jobs) == [0, 1, 2, 3]
+    pids = {}
+    for n, job in jobs.items():
+        assert (job / ".hydra" / "overrides.yaml").exists()
+        hardware = json.loads((job / "plan.json").read_text())["hardware"]
+        # detect() in the job read PIPELINE_SLOT_GPUS (0.5) and the one device CUDA_VISIBLE_DEVICES showed
+        assert (hardware["num_gpus"], hardware["devices"], hardware["source"]) == (0.5, [0], "launcher slot")
+        timeline = json.loads((job / "timeline.json").read_text())
+        assert {e["cuda_visible_devices"] for e in timeline} == {"01"[n // 2]}  # GPU 0, 0, 1, 1
+        pids[n] = {e["pid"] for e in timeline}
+    assert len(set().union(*pids.values())) == 4  # one process per job
+    assert overlapping([span(job) for job in jobs.values()]), "the jobs ran one after another"
+
+
+def test_eight_parallel_jobs_share_one_sqlite_store(cli, tmp_path):
+    proc = cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=0", "hydra.launcher.cpus_per_job=1",
+               "hydra.launcher.n_jobs=8", "model=lightgbm", "data.max_rows=800",
+               "model.lightgbm.params.num_iterations=30", "seed=range(8)", check=True, timeout=400)
+    assert "database is locked" not in (proc.stdout + proc.stderr).lower()
+    assert "Launching 8 jobs on 8 slot(s)" in proc.stdout + proc.stderr
+    _, all_runs = runs(tmp_path)
+    (parent,) = [r for r in all_runs if r.data.tags.get("pipeline.sweep") == "parent"]
+    jobs = [r for r in all_runs if "pipeline.run_dir" in r.data.tags]
+    assert len(jobs) == 8 and {r.info.status for r in jobs} == {"FINISHED"}
+    assert parent.info.status == "FINISHED"
+    assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parent.info.run_id}
+    assert sorted(int(r.data.tags["pipeline.job_num"]) for r in jobs) == list(range(8))
+
+
+SEARCH = [
+    "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
+    "hydra.sweeper.direction=maximize", "model=lightgbm", "data.max_rows=1500",
+    "model.lightgbm.params.num_iterations=100", "tracking=none",
+]
+LR, LEAVES = "model.lightgbm.params.learning_rate", "model.lightgbm.params.num_leaves"
+
+
+@pytest.mark.parametrize(
+    "launcher, space",
+    [
+        # the search space in hydra.sweeper.params (quoted: Hydra refuses sweeps of hydra.* keys) ...
+        (["hydra/launcher=basic"], [f'hydra.sweeper.params.{LR}="tag(log, interval(0.01, 0.3))"',
+                                    f'hydra.sweeper.params.{LEAVES}="int(interval(8, 64))"']),
+        # ... or as sweeps on the command line
+        (["hydra/launcher=gpu", "hydra.launcher.gpus_per_job=0"],
+         [f"{LR}=tag(log, interval(0.01, 0.3))", f"{LEAVES}=int(interval(8, 64))"]),
+    ],
+    ids=["basic-launcher", "gpu-launcher"],
+)
+def test_optuna_sweep_samples_inside_the_ranges_and_reports_the_best(cli, tmp_path, launcher, space):
+    proc = cli("-m", *launcher, *SEARCH, *space, check=True, timeout=300)
+    jobs = job_dirs(tmp_path)
+    assert sorted(jobs) == [0, 1, 2, 3]
+    scores, sampled = {}, {}
+    for n, job in jobs.items():
+        lines = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+        overrides = dict(o.split("=", 1) for o in lines)
+        lr, leaves = float(overrides[LR]), overrides[LEAVES]
+        assert 0.01 <= lr <= 0.3 and leaves.isdigit() and 8 <= int(leaves) <= 64
+        assert overrides["model"] == "lightgbm" and overrides["data.max_rows"] == "1500"
+        sampled[n] = {LR: lr, LEAVES: int(leaves)}
+        scores[n] = pd.read_csv(job / "leaderboard.csv")["val_roc_auc"].max()
+    assert len({tuple(s.values()) for s in sampled.values()}) == 4
+    results = yaml.safe_load((sweep_dir(tmp_path) / "optimization_results.yaml").read_text())
+    best = max(scores, key=scores.get)
+    assert results["best_value"] == pytest.approx(scores[best])
+    assert results["best_params"] == pytest.approx(sampled[best])
+    assert results["n_trials"] == 4 and results["n_failed"] == 0
+    assert "Best parameters:" in proc.stdout + proc.stderr
+
+
+def test_a_killed_job_and_a_failing_job_fail_the_sweep_without_hanging(cli, tmp_path):
+    marker = tmp_path / "killed-once"
+    searchpath = user_config(
+        tmp_path, "model", "killer",
+        f"killer:\n  _target_: tests.fault_models.KillOnceModel\n  params: {{marker: '{marker}'}}\n",
+    )
+    (tmp_path / "user_conf" / "model" / "boom.yaml").write_text(
+        "boom:\n  _target_: tests.fault_models.FailingModel\n"
+    )
+    proc = cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=0", "hydra.launcher.n_jobs=2", "model=killer,boom",
+               searchpath, "allowed_targets=[tests.]", "executor.max_retries=0", "data.max_rows=500",
+               "tracking=none", env=FAULT_ENV, timeout=120)
+    assert proc.returncode == 1
+    assert marker.exists()
+    died = r"job #0 \(model=killer .*\) died \(killed by signal SIGKILL\) before it returned a result"
+    assert re.search(died, proc.stderr)
+    assert "RuntimeError: injected failure" in proc.stderr  # job #1's own error, printed by the job
+    assert "Traceback" not in proc.stderr
+    assert "#1 : FAILED" in proc.stdout + proc.stderr
+
+
+def test_sigterm_stops_the_sweep_and_its_jobs(tmp_path):
+    import psutil
+
+    searchpath = user_config(
+        tmp_path, "model", "sleepy",
+        "sleepy:\n  _target_: tests.fault_models.SleepModel\n  params: {seconds: 120}\n",
+    )
+    # in_process=never: the fits run in worker processes, so a job meets SIGTERM in its own main loop
+    args = [*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=0", "hydra.launcher.n_jobs=2", "model=sleepy",
+            "seed=0,1", searchpath, "allowed_targets=[tests.]", "executor.in_process=never",
+            "data.max_rows=300", "tracking=none"]
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=tmp_path,
+                            env={**os.environ, **FAULT_ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    outputs = tmp_path / "outputs"
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            states = [json.loads(p.read_text()) for p in outputs.glob("multirun/*/*/*/run_state.json")]
+            if len(states) == 2 and all(s.get("status") == "RUNNING" for s in states):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the jobs never started")
+        # the job processes (spawn also starts multiprocessing's resource tracker, which ends with the driver)
+        children = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+        assert len(children) == 2
+        proc.send_signal(signal.SIGTERM)
+        started = time.time()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert time.time() - started < 30
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM: stopping 2 running job(s)" in out + err
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive
+    states = [json.loads(p.read_text()) for p in outputs.glob("multirun/*/*/*/run_state.json")]
+    assert [s["status"] for s in states] == ["KILLED", "KILLED"]
