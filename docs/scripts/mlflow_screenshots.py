@@ -62,7 +62,10 @@ def screenshot(url: str, out: Path, size: str = "1600,1000", budget_ms: int = 20
 
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="mlflow-docs-"))
-    subprocess.run([sys.executable, "-m", "pipeline", *SWEEP], cwd=work, check=True)
+    if os.environ.get("MLFLOW_DOCS_WORKDIR"):  # reuse an earlier sweep
+        work = Path(os.environ["MLFLOW_DOCS_WORKDIR"])
+    else:
+        subprocess.run([sys.executable, "-m", "pipeline", *SWEEP], cwd=work, check=True)
     store = f"sqlite:///{work / 'outputs' / 'mlflow.db'}"
     port = free_port()
     server = subprocess.Popen(
@@ -81,7 +84,8 @@ def main() -> None:
         runs = client.search_runs([experiment.experiment_id])
         jobs = [r.info.run_id for r in runs if "pipeline.run_dir" in r.data.tags]
         IMG.mkdir(parents=True, exist_ok=True)
-        screenshot(f"{base}/#/experiments/{experiment.experiment_id}", IMG / "mlflow_experiment.png")
+        assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
+        screenshot(f"{base}/#/experiments/{experiment.experiment_id}/runs", IMG / "mlflow_experiment.png")
         query = urllib.parse.urlencode(
             {"runs": json.dumps(jobs), "experiments": json.dumps([experiment.experiment_id])}
         )
@@ -89,7 +93,8 @@ def main() -> None:
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(20)
-        shutil.rmtree(work, ignore_errors=True)
+        if not os.environ.get("MLFLOW_DOCS_WORKDIR"):
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
