@@ -42,8 +42,7 @@ class RunHooks:
         )
 
 
-def fit_all(settings, plan: Plan, data, metric: Metric, runtime, tracker) -> Outcome:
-    from pipeline.executors import make_backend
+def fit_all(settings, plan: Plan, data, metric: Metric, runtime, tracker, backend) -> Outcome:
     from pipeline.executors.scheduler import Scheduler
     from pipeline.hpo import TrialSource
     from pipeline.report import FitProgress
@@ -64,8 +63,6 @@ def fit_all(settings, plan: Plan, data, metric: Metric, runtime, tracker) -> Out
         prior=prior,
     )
     ex = settings.executor
-    backend = make_backend(ex.name, plan, data, runtime.run_dir, in_process=ex.in_process, address=ex.address,
-                           ray_init=ex.ray_init)
     with FitProgress(plan) as progress:
         scheduler = Scheduler(
             plan, backend, store, trials, {s.name: s.prototype() for s in settings.models}, data, metric,
@@ -175,6 +172,8 @@ def _log_artifacts(outcome: Outcome, best: dict[str, TrialResult], run_dir: Path
     timeline_json = run_dir / "timeline.json"
     timeline_json.write_text(json.dumps(outcome.timeline, indent=1))
     tracker.log_artifact(timeline_json)
+    if not tracker.enabled:  # the plots are for MLflow's UI; the run directory keeps their data as JSON/CSV
+        return
     for path in (
         plots.timeline(outcome.timeline, run_dir / "timeline.png"),
         plots.learning_curves({n: t.folds[0].model.history_ for n, t in best.items()}, run_dir / "learning_curves.png"),

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from pipeline import hardware as hw
 from pipeline.errors import Interrupted, PipelineError
 from pipeline.plan import Plan, build_plan
-from pipeline.resources import allocate
+from pipeline.resources import allocate, fmt
 from pipeline.settings import Settings, read_settings
 
 log = logging.getLogger("pipeline")
@@ -71,6 +71,7 @@ def make_plan(settings: Settings) -> Plan:
     hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
     allocations = []
     for spec in settings.models:
+        _warn_overridden(settings, spec)
         needs = spec.cls.needs(spec.name, spec.params)
         allocation = allocate(
             hardware.total, settings.bag, spec.resources.over(settings.fit), needs,
@@ -83,6 +84,15 @@ def make_plan(settings: Settings) -> Plan:
             check(spec.name, spec.params, allocation.fit)
         allocations.append(allocation)
     return build_plan(hardware, allocations)
+
+
+def _warn_overridden(settings: Settings, spec) -> None:
+    """A model's own resources win over parallelism.fit; say so when both are set and differ."""
+    for field in ("num_cpus", "num_gpus"):
+        mine, theirs = getattr(spec.resources, field), getattr(settings.fit, field)
+        if mine is not None and theirs is not None and mine != theirs:
+            log.warning("model.%s.resources.%s=%s overrides parallelism.fit.%s=%s for model %s",
+                        spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
 
 
 def _on_cluster(settings: Settings) -> bool:
@@ -103,6 +113,26 @@ def _problem_hint(settings: Settings) -> Optional[str]:
 
 
 def execute(settings: Settings, plan: Plan, runtime: Runtime) -> float:
+    """Fit the plan. The executor starts first (workers spawn and import their libraries, Ray
+    connects) so that its start-up overlaps loading the data and opening the MLflow store."""
+    backend = make_backend(settings, plan, runtime)
+    backend.start(plan)
+    try:
+        return _execute(settings, plan, runtime, backend)
+    finally:
+        backend.shutdown()
+
+
+def make_backend(settings: Settings, plan: Plan, runtime: Runtime):
+    from pipeline.executors import make_backend as make
+
+    ex = settings.executor
+    preload = tuple(dict.fromkeys(m for spec in settings.models for m in spec.cls.library_modules))
+    return make(ex.name, plan, runtime.run_dir, in_process=ex.in_process, address=ex.address,
+                ray_init=ex.ray_init, preload=preload)
+
+
+def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> float:
     from pipeline import data as data_module
     from pipeline import metrics
     from pipeline.store import write_state
@@ -126,7 +156,7 @@ def execute(settings: Settings, plan: Plan, runtime: Runtime) -> float:
         _log_config(settings, runtime, tracker)
         from pipeline.evaluation import evaluate, fit_all
 
-        outcome = fit_all(settings, plan, data, metric, runtime, tracker)
+        outcome = fit_all(settings, plan, data, metric, runtime, tracker, backend)
         best = evaluate(settings, plan, data, metric, outcome, runtime, tracker)
         status = "FINISHED"
         return best

@@ -26,13 +26,15 @@ class InProcessBackend:
 
     name = "in-process"
 
-    def __init__(self, data):
-        self.data = data
+    def __init__(self):
         self.done: dict[int, object] = {}
         self.counter = itertools.count()
 
-    def prepare(self, plan: Plan) -> DataRef:
-        return DataRef(obj=self.data)
+    def start(self, plan: Plan) -> None:
+        pass
+
+    def prepare(self, plan: Plan, data) -> DataRef:
+        return DataRef(obj=data)
 
     def submit(self, request: FitRequest):
         handle = next(self.counter)
@@ -63,19 +65,34 @@ class ProcessBackend:
 
     name = "processes"
 
-    def __init__(self, data, hardware: Hardware, run_dir: Path, max_idle: int = 8):
-        self.data, self.hardware, self.run_dir = data, hardware, run_dir
+    def __init__(self, hardware: Hardware, run_dir: Path, preload: tuple[str, ...] = (), max_idle: int = 8):
+        self.hardware, self.run_dir, self.preload = hardware, run_dir, tuple(preload)
         self.ctx = multiprocessing.get_context("spawn")
         self.idle: list[_Worker] = []
         self.busy: dict[int, _Worker] = {}
         self.counter = itertools.count()
         self.max_idle = max_idle
 
-    def prepare(self, plan: Plan) -> DataRef:
+    def start(self, plan: Plan) -> None:
+        """Spawn the workers the plan's first waves need, importing their libraries, while the
+        driver loads the data: a worker's start-up then costs the fits nothing."""
+        self.max_idle = max(self.max_idle, plan.max_concurrency)
+        wanted: dict[tuple[int, ...], int] = {}
+        for wave in {t.wave for t in plan.fit_tasks}:
+            counts: dict[tuple[int, ...], int] = {}
+            for t in plan.fit_tasks:
+                if t.wave == wave:
+                    counts[t.device_ids] = counts.get(t.device_ids, 0) + 1
+            for devices, n in counts.items():
+                wanted[devices] = max(wanted.get(devices, 0), n)
+        for devices, n in wanted.items():
+            for _ in range(n):
+                self.idle.append(self._spawn(devices))
+
+    def prepare(self, plan: Plan, data) -> DataRef:
         path = self.run_dir / "data.pkl"
         if not path.exists():
-            atomic_write_bytes(path, pickle.dumps(self.data, protocol=pickle.HIGHEST_PROTOCOL))
-        self.max_idle = max(self.max_idle, plan.max_concurrency)
+            atomic_write_bytes(path, pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
         return DataRef(path=str(path))
 
     def submit(self, request: FitRequest):
@@ -92,9 +109,12 @@ class ProcessBackend:
         for i, w in enumerate(self.idle):
             if w.devices == devices and w.process.is_alive():
                 return self.idle.pop(i)
+        return self._spawn(devices)
+
+    def _spawn(self, devices: tuple[int, ...]) -> _Worker:
         env = {"CUDA_VISIBLE_DEVICES": self.hardware.visible_devices(devices)}
         parent, child = self.ctx.Pipe()
-        process = self.ctx.Process(target=worker_main, args=(child, env), name=f"fit-worker-{devices}")
+        process = self.ctx.Process(target=worker_main, args=(child, env, self.preload), name=f"fit-worker-{devices}")
         process.start()
         child.close()
         return _Worker(process, parent, devices)
@@ -156,9 +176,9 @@ class ProcessBackend:
         self.idle.clear()
 
 
-def make_local_backend(mode: str, plan: Plan, data, run_dir: Path):
+def make_local_backend(mode: str, plan: Plan, run_dir: Path, preload: tuple[str, ...] = ()):
     """in_process: auto (when one slot covers the plan), always, or never."""
     single_slot = plan.max_concurrency <= 1
     if mode == "always" or (mode == "auto" and single_slot):
-        return InProcessBackend(data)
-    return ProcessBackend(data, plan.hardware, run_dir)
+        return InProcessBackend()
+    return ProcessBackend(plan.hardware, run_dir, preload)

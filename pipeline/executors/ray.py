@@ -191,20 +191,29 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, data, address: Optional[str] = None, init_kwargs: Optional[dict] = None):
-        self.data, self.address, self.init_kwargs = data, address, dict(init_kwargs or {})
+    def __init__(self, address: Optional[str] = None, init_kwargs: Optional[dict] = None):
+        self.address, self.init_kwargs = address, dict(init_kwargs or {})
         self.started = False  # this backend started a local instance, so it stops it
         self.plan_ids: dict[str, int] = {}  # a local instance's CUDA token -> the plan's device id
         self.running: dict[object, str] = {}  # object ref -> task id
         self.data_ref = None
         self._remote = self._remote_gpu = None
 
-    def prepare(self, plan: Plan) -> DataRef:
+    def start(self, plan: Plan) -> None:
+        """Connect (or start the local instance) while the driver still loads the data."""
+        ray = _import_ray()
+        try:
+            self._connect(ray, plan)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def prepare(self, plan: Plan, data) -> DataRef:
         ray = _import_ray()
         self._connect(ray, plan)
         try:
             self._check(ray, plan)
-            self.data_ref = ray.put(self.data)
+            self.data_ref = ray.put(data)
             self._remote = ray.remote(_fit_in_worker)
             self._remote_gpu = ray.remote(max_calls=1)(_fit_in_gpu_worker)  # max_calls is no .options() key
         except BaseException:

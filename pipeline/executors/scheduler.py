@@ -29,7 +29,10 @@ class Backend(Protocol):
 
     name: str
 
-    def prepare(self, plan: Plan) -> DataRef: ...
+    def start(self, plan: Plan) -> None:
+        """Get ready early (start workers, connect), while the driver still loads data."""
+
+    def prepare(self, plan: Plan, data) -> DataRef: ...
 
     def submit(self, request: FitRequest) -> object: ...
 
@@ -115,7 +118,7 @@ class Scheduler:
         attempts: dict[str, int] = defaultdict(int)
         folds_of = {(a.model, t): a.num_folds for a in self.plan.allocations for t in range(a.num_trials)}
         try:
-            data_ref = self.backend.prepare(self.plan)
+            data_ref = self.backend.prepare(self.plan, self.data)
             while pending or running:
                 for task in list(pending):
                     shares = admission.try_admit(task)

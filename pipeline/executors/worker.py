@@ -10,13 +10,17 @@ from __future__ import annotations
 import os
 
 
-def worker_main(conn, env: dict[str, str]) -> None:
+def worker_main(conn, env: dict[str, str], preload: tuple[str, ...] = ()) -> None:
     os.environ.update(env)
+    import importlib
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when workers stop
 
     from pipeline.executors.tasks import safe_run_fit
+
+    for module in preload:  # the model libraries, imported before the first request arrives
+        importlib.import_module(module)
 
     while True:
         try:

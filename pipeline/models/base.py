@@ -56,6 +56,7 @@ class TabularModel(ABC):
     library: ClassVar[str] = ""
     max_gpus_per_fit: ClassVar[Optional[int]] = 1  # GBMs: one device per fit; networks: None (DDP)
     probe_imports_library: ClassVar[bool] = True  # check_params imports the library (seconds)
+    library_modules: ClassVar[tuple[str, ...]] = ()  # what a worker process imports before its first fit
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})

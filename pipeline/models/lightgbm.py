@@ -39,6 +39,7 @@ def _known_params() -> frozenset[str]:
 
 class LightGBMModel(TabularModel):
     library = "LightGBM"
+    library_modules = ("lightgbm",)
 
     @classmethod
     def gpu_request(cls, params):

@@ -33,6 +33,7 @@ LR_SCALING = ("none", "linear", "sqrt")
 
 class TorchMLPModel(TabularModel):
     library = "PyTorch"
+    library_modules = ("torch",)
     max_gpus_per_fit = None  # several whole GPUs train one network with DDP
     probe_imports_library = False
 

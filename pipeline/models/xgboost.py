@@ -30,6 +30,7 @@ def _booster_params(params: dict, problem_type: str, num_classes: int) -> dict:
 
 class XGBoostModel(TabularModel):
     library = "XGBoost"
+    library_modules = ("xgboost",)
 
     @classmethod
     def gpu_request(cls, params):

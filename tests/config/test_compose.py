@@ -60,7 +60,7 @@ def test_gbm_gpu_asks_for_gpus(compose):
     cfg = compose(["model=gbm_gpu"])
     assert cfg.model.lightgbm.params.device_type == "gpu"
     assert cfg.model.xgboost.params.device == "cuda"
-    assert cfg.model.lightgbm.resources.num_gpus == 1
+    assert cfg.model.lightgbm.resources.num_gpus is None  # derived: one GPU per fit at most
 
 
 def test_without_hardware_nothing_is_declared(compose):

@@ -55,7 +55,7 @@ def test_out_of_fold_predictions_cover_every_row_once(adult):
 
     with tempfile.TemporaryDirectory() as tmp:
         model = LightGBMModel({"num_iterations": 30, "verbosity": -1}, "lightgbm")
-        outcome = Scheduler(plan, InProcessBackend(adult), ResultStore(Path(tmp)), TrialSource(HpoSpec(), {}, {}, "maximize"),
+        outcome = Scheduler(plan, InProcessBackend(), ResultStore(Path(tmp)), TrialSource(HpoSpec(), {}, {}, "maximize"),
                             {"lightgbm": model}, adult, METRICS["roc_auc"], seed=0).run()
     trial = outcome.trials[("lightgbm", 0)]
     fit_rows = np.sort(adult.fit_idx(True))

@@ -108,10 +108,10 @@ def test_a_gpu_fit_on_a_gpu_less_cluster_is_a_hardware_error_not_a_hang(ray_inst
     from pipeline.errors import HardwareError
     from pipeline.executors.ray import RayBackend
 
-    backend = RayBackend(adult)
+    backend = RayBackend()
     start = time.monotonic()
     with pytest.raises(HardwareError) as err:
-        backend.prepare(plan_for(2, 1, 1, 1, model="xgboost"))
+        backend.prepare(plan_for(2, 1, 1, 1, model="xgboost"), adult)
     assert time.monotonic() - start < 10
     message = str(err.value)
     assert "task fit/xgboost/t0/f0 asks for 1 CPU / 1 GPU" in message
@@ -130,7 +130,7 @@ def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adul
     model = KillOnceModel({"marker": str(marker)}, "killer")
     plan = plan_for(2, 0, 1, None, model="killer")
     with caplog.at_level("WARNING", logger="pipeline.executors.scheduler"):
-        outcome = Scheduler(plan, RayBackend(adult), ResultStore(tmp_path / "run"),
+        outcome = Scheduler(plan, RayBackend(), ResultStore(tmp_path / "run"),
                             TrialSource(HpoSpec(), {}, {}, "maximize"), {"killer": model}, adult, METRICS["roc_auc"],
                             seed=0, max_retries=1).run()
     assert marker.exists()
@@ -154,7 +154,7 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
     from tests.fault_models import SleepModel
 
     plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep")
-    backend = RayBackend(adult)
+    backend = RayBackend()
     scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
                           {"sleep": SleepModel({"seconds": 60}, "sleep")}, adult, METRICS["roc_auc"], seed=0)
     previous = _install_signal_handlers()
@@ -187,4 +187,4 @@ def test_without_ray_the_executor_is_a_config_error(monkeypatch, adult):
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
     with pytest.raises(ConfigError, match=r"executor=ray needs Ray: pip install '\.\[ray\]'"):
-        RayBackend(adult).prepare(plan_for(2, 0, 1, None))
+        RayBackend().prepare(plan_for(2, 0, 1, None), adult)

@@ -60,15 +60,17 @@ def test_discovery_imports_nothing_heavy():
 
 @pytest.fixture
 def simulated(monkeypatch):
-    """detect() on a machine with N simulated GPUs and every device visible."""
+    """detect() on a box with N simulated GPUs, every device visible, and `cpus` CPUs (a GPU box has many)."""
 
-    def _machine(n: int) -> Machine:
+    def _machine(n: int, cpus: int = 32) -> Machine:
+        from dataclasses import replace
+
         from pipeline.hardware import detect
 
         monkeypatch.setenv(SIMULATE_ENV, str(n))
         for var in ("CUDA_VISIBLE_DEVICES", SLOT_CPUS_ENV, SLOT_GPUS_ENV):
             monkeypatch.delenv(var, raising=False)
-        return detect()
+        return replace(detect(), num_cpus=cpus)
 
     return _machine
 
@@ -85,6 +87,13 @@ def test_eight_half_gpu_jobs_use_each_of_four_devices_twice(simulated):
     assert [s.device_ids for s in slots] == [(0,), (0,), (1,), (1,), (2,), (2,), (3,), (3,)]
     assert Counter(s.env()["CUDA_VISIBLE_DEVICES"] for s in slots) == {"0": 2, "1": 2, "2": 2, "3": 2}
     assert all(s.env()[SLOT_GPUS_ENV] == "0.5" and s.num_gpus == Fraction(1, 2) for s in slots)
+
+
+def test_jobs_at_once_are_capped_by_the_cpus(simulated):
+    """Eight half-GPU slots but two CPUs: two jobs at once, one CPU each, never shared CPUs."""
+    slots, notes = slots_for(8, simulated(4, cpus=2), gpus_per_job=0.5)
+    assert len(slots) == 2 and all(s.num_cpus == 1 for s in slots)
+    assert not any("share them" in n for n in notes)
 
 
 def test_two_jobs_of_two_gpus_get_disjoint_pairs(simulated):

@@ -148,6 +148,8 @@ def plan_slots(settings: Settings, machine: Machine, num_jobs: int) -> tuple[lis
     limit = num_jobs if settings.n_jobs is None else min(num_jobs, settings.n_jobs)
     if need == 0 and settings.n_jobs is None:
         limit = min(limit, max(1, machine.num_cpus // (settings.cpus_per_job or 1)))
+    if settings.cpus_per_job is None:  # each job at least one CPU of its own: no more jobs at once than CPUs
+        limit = min(limit, machine.num_cpus)
     capacity = min(Fraction(1), machine.gpu_capacity) if ids else ZERO
     pool = DevicePool(0, {i: capacity for i in ids})
     placements = []
