@@ -1,7 +1,8 @@
-"""`python -m bench [--suite a,b] [--quick] [--out DIR]`: run the benchmark suites and write one JSON.
+"""Run the benchmark suites of the pipeline engine and write their figures to one JSON file.
 
-Suites: overhead, startup, parallel_folds, nn_loop, autogluon, gpu (all by default, in that order).
-`python -m bench.report` turns every JSON under bench/results/ into docs/benchmarks.md.
+`python -m bench [--suite a,b] [--quick] [--out DIR]`. Suites: overhead, startup, parallel_folds,
+nn_loop, autogluon, gpu (all by default, in that order). `python -m bench.report` turns every JSON
+under bench/results/ into docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--suite", default="all", help="comma-separated suites to run (default: all)")
     p.add_argument("--quick", action="store_true", help="fewer repeats and smaller data, for development")
     p.add_argument("--repeats", type=int, default=None, help="repeats of every figure (default: per suite and mode)")
-    p.add_argument("--out", type=Path, default=HERE / "results", help="folder for the results JSON (default: bench/results)")
+    p.add_argument("--out", type=Path, default=HERE / "results",
+                   help="folder for the results JSON (default: bench/results)")
     p.add_argument("--bio-train", type=Path, default=DEFAULT_BIO_TRAIN,
                    help=f"bio_train.parquet (145,751 rows; default {DEFAULT_BIO_TRAIN})")
     p.add_argument("--autogluon-python", type=Path, default=HERE / ".venv-autogluon" / "bin" / "python",

@@ -9,12 +9,12 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BIO_TRAIN = Path("/work/shared/data/bio_train.parquet")
+DEFAULT_BIO_TRAIN = ROOT.parent / "shared" / "data" / "bio_train.parquet"  # beside the checkout
 LIBRARIES = {
     "pipeline": "tabular-pipeline",
     "torch": "torch",
@@ -97,8 +97,8 @@ def machine() -> dict:
 
 # ---------------------------------------------------------------------------------------------- figures
 
-def figure(name: str, values: Iterable[float], unit: str, *, group: str = "", target: Optional[tuple[str, float]] = None,
-           **extra) -> dict:
+def figure(name: str, values: Iterable[float], unit: str, *, group: str = "",
+           target: Optional[tuple[str, float]] = None, **extra) -> dict:
     """One measured quantity: the raw repeats and their median, min and max."""
     v = [float(x) for x in values]
     if not v:
@@ -117,6 +117,17 @@ def figure(name: str, values: Iterable[float], unit: str, *, group: str = "", ta
 
 def not_measured(name: str, reason: str, *, group: str = "", unit: str = "", **extra) -> dict:
     return {"group": group, "name": name, "unit": unit, "status": "not measured", "reason": reason, **extra}
+
+
+def guarded(group: str, names: Iterable[str], fn: Callable[[], list[dict]]) -> list[dict]:
+    """fn's figures; if it raises, each of `names` as not measured with the error, so the rest of a suite goes on."""
+    try:
+        return fn()
+    except Exception as exc:  # one failed comparison must not lose a suite's other figures
+        text = str(exc).strip().splitlines()
+        reason = f"failed: {type(exc).__name__}: {text[0][:400] if text else ''}"
+        log(f"{group}: {reason}")
+        return [not_measured(name, reason, group=group) for name in names]
 
 
 def ratios(numerators: list[float], denominators: list[float]) -> list[float]:
@@ -144,7 +155,6 @@ class Options:
     scratch: Path
     bio_train: Path
     autogluon_python: Path
-    extra: dict = field(default_factory=dict)
 
     def n(self, full: int, quick: int = 2) -> int:
         """Repeats for a figure: --repeats when given, else the mode's default."""

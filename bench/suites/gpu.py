@@ -12,7 +12,7 @@ import sys
 import time
 
 from bench.common import (
-    ROOT, Engine, Options, cpu_cores, cpu_model, figure, fit_makespan, leaderboard_scores, load_data, log,
+    ROOT, Engine, Options, cpu_cores, cpu_model, figure, fit_makespan, guarded, leaderboard_scores, load_data, log,
     no_cuda_reason, not_measured, ratios,
 )
 
@@ -21,6 +21,7 @@ FULL = {"rounds": 200, "synthetic": (1_000_000, 10_000_000), "bio_rows": None, "
         "pack_epochs": 10}
 QUICK = {"rounds": 50, "synthetic": (100_000, 1_000_000), "bio_rows": 20_000, "pack_rows": 100_000,
          "pack_epochs": 3}
+PYTEST_TIMEOUT_S = 3600
 PACK_BASE = ["+hardware=1gpu", "model=nn_gpu", "tracking=none", "hpo=none", "parallelism=default",
              "parallelism.num_folds=2", "parallelism.fit.num_gpus=0.5",
              # nn_gpu asks for a whole GPU per fit at the model level, which would win over parallelism.fit
@@ -44,23 +45,25 @@ def _rows(n: int) -> str:
     return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k"
 
 
+XGB_FIGURES = ("CPU hist seconds", "CUDA seconds", "speed-up CPU/CUDA (wall)", "speed-up CPU/CUDA (model.fit)")
+LGB_FIGURES = ("CPU seconds", "OpenCL gpu seconds", "speed-up CPU/GPU (wall)", "speed-up CPU/GPU (model.fit)")
+NN_FIGURES = tuple((f"network on CUDA · {p}", name, unit) for p in ("fp32", "bf16-mixed")
+                   for name, unit in (("engine loop rows/s", "rows/s"), ("DataLoader loop rows/s", "rows/s"),
+                                      ("speed-up engine/DataLoader", "x")))
+PACK_GROUP = "two 0.5-GPU network fits"
+PACK_FIGURES = ("one after the other seconds", "packed on one GPU seconds", "speed-up (wall)", "speed-up (fit phase)")
+
+
 def _planned(opts: Options, s: dict) -> list[tuple[str, str, str]]:
     """(group, figure, unit) of every GPU figure, for the not-measured case."""
     out = []
     for name in _datasets(opts, s):
-        g = f"XGBoost · {name}"
-        out += [(g, "CPU hist seconds", "s"), (g, "CUDA seconds", "s"), (g, "speed-up CPU/CUDA (wall)", "x"),
-                (g, "speed-up CPU/CUDA (model.fit)", "x")]
+        out += [(f"XGBoost · {name}", f, "x" if "speed-up" in f else "s") for f in XGB_FIGURES]
     for name in list(_datasets(opts, s))[:2]:
-        g = f"LightGBM · {name}"
-        out += [(g, "CPU seconds", "s"), (g, "OpenCL gpu seconds", "s"), (g, "speed-up CPU/GPU (wall)", "x")]
-    for precision in ("fp32", "bf16-mixed"):
-        g = f"network on CUDA · {precision}"
-        out += [(g, "engine loop rows/s", "rows/s"), (g, "DataLoader loop rows/s", "rows/s"),
-                (g, "speed-up engine/DataLoader", "x")]
-    g = "two 0.5-GPU network fits"
-    out += [(g, "one after the other seconds", "s"), (g, "packed on one GPU seconds", "s"),
-            (g, "speed-up (wall)", "x"), ("pytest", "pytest -m gpu", "")]
+        out += [(f"LightGBM · {name}", f, "x" if "speed-up" in f else "s") for f in LGB_FIGURES]
+    out += list(NN_FIGURES)
+    out += [(PACK_GROUP, f, "x" if "speed-up" in f else "s") for f in PACK_FIGURES]
+    out.append(("pytest", "pytest -m gpu", ""))
     return out
 
 
@@ -93,45 +96,47 @@ def run(opts: Options) -> dict:
     for name, ov in datasets.items():
         group = f"XGBoost · {name}"
         if ov is None:
-            figures += [not_measured(f, f"{opts.bio_train} does not exist", group=group)
-                        for f in ("CPU hist seconds", "CUDA seconds", "speed-up CPU/CUDA (wall)")]
+            figures += [not_measured(f, f"{opts.bio_train} does not exist", group=group) for f in XGB_FIGURES]
             continue
         common = ov + ["model=xgboost", "tracking=none", "hpo=none", "parallelism=default",
-                       f"model.xgboost.params.num_boost_round={rounds}", "model.xgboost.params.early_stopping_rounds=null"]
-        figures += _compare(engine, data_for(name), "xgboost", group, n, device,
-                            ("CPU hist", common),
-                            ("CUDA", common + ["model.xgboost.params.device=cuda", "model.xgboost.resources.num_gpus=1"]))
+                       f"model.xgboost.params.num_boost_round={rounds}",
+                       "model.xgboost.params.early_stopping_rounds=null"]
+        gpu_ov = common + ["model.xgboost.params.device=cuda", "model.xgboost.resources.num_gpus=1"]
+        figures += guarded(group, XGB_FIGURES, lambda: _compare(
+            engine, data_for(name), "xgboost", group, n, device, ("CPU hist", common), ("CUDA", gpu_ov)))
 
     probe = _lightgbm_gpu_probe()
     for name in list(datasets)[:2]:
         group = f"LightGBM · {name}"
         ov = datasets[name]
         if probe is not None:
-            figures += [not_measured(f, probe, group=group)
-                        for f in ("CPU seconds", "OpenCL gpu seconds", "speed-up CPU/GPU (wall)")]
+            figures += [not_measured(f, probe, group=group) for f in LGB_FIGURES]
             continue
         if ov is None:
-            figures += [not_measured(f, f"{opts.bio_train} does not exist", group=group)
-                        for f in ("CPU seconds", "OpenCL gpu seconds", "speed-up CPU/GPU (wall)")]
+            figures += [not_measured(f, f"{opts.bio_train} does not exist", group=group) for f in LGB_FIGURES]
             continue
         common = ov + ["model=lightgbm", "tracking=none", "hpo=none", "parallelism=default",
                        f"model.lightgbm.params.num_iterations={rounds}", "model.lightgbm.params.early_stopping_round=0",
                        "++model.lightgbm.params.max_bin=63"]
-        figures += _compare(engine, data_for(name), "lightgbm", group, n, device,
-                            ("CPU", common),
-                            ("OpenCL gpu", common + ["++model.lightgbm.params.device_type=gpu",
-                                                     "model.lightgbm.resources.num_gpus=1"]))
+        gpu_ov = common + ["++model.lightgbm.params.device_type=gpu", "model.lightgbm.resources.num_gpus=1"]
+        figures += guarded(group, LGB_FIGURES, lambda: _compare(
+            engine, data_for(name), "lightgbm", group, n, device, ("CPU", common), ("OpenCL gpu", gpu_ov)))
     loaded.clear()
 
     from bench.suites import nn_loop
 
-    nn_figures, nn_settings = nn_loop.measure(opts, "cuda", "network on CUDA", device)
-    figures += nn_figures
+    nn_settings = {}
 
-    figures += _packing(engine, opts, s, n, device)
+    def network():
+        measured, settings = nn_loop.measure(opts, "cuda", "network on CUDA", device)
+        nn_settings.update(settings)
+        return measured
+
+    figures += guarded("network on CUDA", [f"{g.split(' · ')[1]} · {name}" for g, name, _ in NN_FIGURES], network)
+    figures += guarded(PACK_GROUP, PACK_FIGURES, lambda: _packing(engine, opts, s, n, device))
     pytest_result = _pytest_gpu(device)
     figures.append(pytest_result)
-    if pytest_result.get("outcome") not in (None, "passed"):
+    if pytest_result["outcome"] != "passed":
         notes.append(f"pytest -m gpu: {pytest_result.get('summary')}")
     return {
         "settings": dict(s, device=device, cpu=cpu_model(), cores=cpu_cores(), repeats=n, network=nn_settings,
@@ -144,11 +149,11 @@ def run(opts: Options) -> dict:
 
 
 def _compare(engine: Engine, data, model: str, group: str, n: int, device: str, cpu, gpu) -> list[dict]:
-    (cpu_label, cpu_ov), (gpu_label, gpu_ov) = cpu, gpu
+    cpu_label, gpu_label = cpu[0], gpu[0]
     wall = {cpu_label: [], gpu_label: []}
     fit = {cpu_label: [], gpu_label: []}
     auc = {cpu_label: [], gpu_label: []}
-    engine.clean(engine.run(gpu_ov, data))  # warm-up: CUDA context, kernels
+    engine.clean(engine.run(gpu[1], data))  # warm-up: CUDA context, kernels
     for r in range(n):
         order = (cpu, gpu) if r % 2 == 0 else (gpu, cpu)
         for label, ov in order:
@@ -185,7 +190,7 @@ def _lightgbm_gpu_probe():
 
 
 def _packing(engine: Engine, opts: Options, s: dict, n: int, device: str) -> list[dict]:
-    group = "two 0.5-GPU network fits"
+    group = PACK_GROUP
     data_ov = ["data=synthetic", f"data.rows={s['pack_rows']}"]
     data = load_data(data_ov, opts.scratch / "engine")[0]
     packed = data_ov + PACK_BASE + [f"model.nn.params.max_epochs={s['pack_epochs']}"]
@@ -215,13 +220,20 @@ def _packing(engine: Engine, opts: Options, s: dict, n: int, device: str) -> lis
 def _pytest_gpu(device: str) -> dict:
     log("gpu: pytest -m gpu")
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"], cwd=ROOT,
-                          capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return {"group": "pytest", "name": "pytest -m gpu", "unit": "", "kind": "result", "outcome": "timed out",
+                "returncode": None, "summary": f"still running after {PYTEST_TIMEOUT_S} s", "seconds": PYTEST_TIMEOUT_S,
+                "device": device, "tail": out[-3000:]}
     seconds = time.perf_counter() - t0
     lines = [l for l in proc.stdout.strip().splitlines() if l.strip()]
-    summary = next((l.strip("= ").strip() for l in reversed(lines) if re.search(r"\d+ (passed|failed|error|skipped|deselected)", l)),
+    counts = re.compile(r"\d+ (passed|failed|error|skipped|deselected)")
+    summary = next((line.strip("= ").strip() for line in reversed(lines) if counts.search(line)),
                    lines[-1] if lines else f"exit code {proc.returncode}")
-    outcome = "passed" if proc.returncode == 0 else "failed"
+    outcome = {0: "passed", 5: "no test selected"}.get(proc.returncode, "failed")
     return {"group": "pytest", "name": "pytest -m gpu", "unit": "", "kind": "result",
             "outcome": outcome, "returncode": proc.returncode, "summary": summary, "seconds": seconds,
             "device": device, "tail": proc.stdout[-3000:]}

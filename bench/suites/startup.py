@@ -21,7 +21,6 @@ def run(opts: Options) -> dict:
     cwd = opts.scratch / "startup"
     cwd.mkdir(parents=True, exist_ok=True)  # the dry run writes outputs/ here
     env = {**os.environ, "COLUMNS": "200"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
     figures = []
     for label, args in COMMANDS.items():
         cmd = [sys.executable, "-m", "pipeline", *args]

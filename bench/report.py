@@ -1,0 +1,519 @@
+"""`python -m bench.report`: every results JSON under bench/results/ -> docs/benchmarks.md and docs/img/*.png.
+
+Runs are grouped by machine (CPU model, cores, memory, device), the newest machine and run first.
+The newest run of each machine gets tables and plots; earlier runs are folded away below it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+IMG_PREFIX = "bench-"
+SUITES = {
+    "overhead": (
+        "Overhead: the engine vs plain library calls",
+        "The engine (`python -m pipeline`'s `run`, in-process, `tracking=none`) against a plain script calling "
+        "`lgb.train`, `xgb.train`, or a DataLoader torch loop, on the same loaded data, split, parameters and "
+        "seed. **Engine timer**: `pipeline.run.run` from already loaded data to the leaderboard: settings, plan, "
+        "the fit, validation and test predictions, ensemble/leaderboard, the run directory's artifacts (plan, "
+        "result pickle, leaderboard CSV, three PNG plots). **Plain timer**: from the same loaded data to the test "
+        "ROC AUC: datasets/matrices, training with early stopping on the validation split, test predictions at the "
+        "best iteration, `roc_auc_score`. Hydra composition and data loading are outside both timers. "
+        "Target: engine/plain ≤ 1.10×. The GBM test scores must be identical; the network's need not be "
+        "(different shuffling streams).",
+    ),
+    "startup": (
+        "Startup",
+        "Wall seconds of fresh `python -m pipeline` subprocesses (interpreter start, imports, Hydra composition): "
+        "`--help`, and a dry-run plan of every model on a declared 4-GPU box. Target: ≤ 1.5 s.",
+    ),
+    "parallel_folds": (
+        "Parallel folds",
+        "A k-fold LightGBM bag on Adult with one CPU per fit (k = 2 × cores): `parallelism.sequential=true` "
+        "(one fit at a time, in the driver) vs the default plan (as many fits as cores, in worker processes). "
+        "Speed-up = sequential / parallel seconds; efficiency = speed-up / cores; the ideal is the core count.",
+    ),
+    "nn_loop": (
+        "Network training loop",
+        "Rows per second of training epochs: the engine's device-resident loop (`pipeline.nn.loop.Loop`: the "
+        "table on the device, batches as index slices) vs a plain `TensorDataset` + `DataLoader` loop with the "
+        "same `TabularMLP`, data, batch size and AdamW; fp32 and bf16-mixed autocast. Median over the epochs "
+        "after a warm-up epoch; evaluation is excluded on both sides.",
+    ),
+    "autogluon": (
+        "Against AutoGluon",
+        "The engine (`model=all`: LightGBM, XGBoost and the network, k-fold bagged, weighted ensemble) against "
+        "AutoGluon 1.6.3 in its own environment (`GBM`, `XGB`, `NN_TORCH` bagged with `num_bag_folds=k`, "
+        "`num_stack_levels=0`, weighted ensemble, no time limit) on Adult with the engine's split: AutoGluon "
+        "trains on the engine's train+validation rows, both are scored on the engine's test rows. "
+        "Target: the engine at least 2× faster at equal or better test ROC AUC.",
+    ),
+    "gpu": (
+        "GPU",
+        "XGBoost `device=cuda` vs CPU `hist`, LightGBM OpenCL `gpu` vs CPU (fixed rounds, no early stopping), "
+        "the network loops on the GPU (fp32, bf16-mixed), two 0.5-GPU network fits packed on one device vs one "
+        "after the other, and `pytest -m gpu`. Each figure names its device.",
+    ),
+}
+HIDDEN_SETTINGS = {"leaderboards", "tail", "traceback"}
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+def load_runs(folder: Path) -> list[dict]:
+    runs = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            run = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"skipping {path}: {exc}", file=sys.stderr)
+            continue
+        if not isinstance(run, dict) or "suites" not in run:
+            continue
+        run["_file"] = path.name
+        run["_id"] = path.stem
+        runs.append(run)
+    return runs
+
+
+def machine_key(run: dict) -> str:
+    m, d = run.get("machine", {}), run.get("device", {})
+    text = f"{m.get('cpu_model', '?')}, {m.get('cpu_cores', '?')} cores, {m.get('memory_gib', '?')} GiB"
+    if d.get("kind") == "cuda":
+        text += f", {d.get('name')}"
+    return text
+
+
+def by_machine(runs: list[dict]) -> list[tuple[str, list[dict]]]:
+    """[(machine, its runs newest first)], the machine with the newest run first."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for run in runs:
+        groups[machine_key(run)].append(run)
+    out = [(k, sorted(v, key=lambda r: r.get("date", ""), reverse=True)) for k, v in groups.items()]
+    out.sort(key=lambda kv: kv[1][0].get("date", ""), reverse=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+
+def fmt(value, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit == "s":
+        return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
+    if unit in ("x", "ratio"):
+        return f"{value:.2f}×"
+    if unit == "rows/s":
+        return f"{value:,.0f}"
+    if unit == "roc_auc":
+        return f"{value:.4f}"
+    if unit == "fraction":
+        return f"{value:.0%}"
+    return f"{value:.4g}"
+
+
+def verdict(f: dict) -> str:
+    if f.get("status") == "not measured":
+        return ""
+    if "target" in f:
+        t = f["target"]
+        mark = "met" if f.get("meets_target") else "**missed**"
+        op = {"<=": "≤", ">=": "≥"}.get(t["op"], t["op"])
+        return f"{fmt(f['median'], f['unit'])} vs target {op} {fmt(t['value'], f['unit'])}: {mark}"
+    if "ideal" in f and f.get("median") is not None:
+        return f"{f['median'] / f['ideal']:.0%} of the ideal {fmt(f['ideal'], f['unit'])}"
+    if f.get("identical") is not None:
+        other = f.get("compared_with", "the other side")
+        return f"identical to {other}" if f["identical"] else f"**differs** from {other}"
+    return ""
+
+
+def figure_table(figures: list[dict]) -> list[str]:
+    lines = ["| group | figure | median | min | max | n | vs target |", "|---|---|---:|---:|---:|---:|---|"]
+    for f in figures:
+        name = f["name"] + (f" ({f['model']})" if f.get("model") else "")
+        name += f" [{f['device']}]" if f.get("device") else ""
+        if f.get("status") == "not measured":
+            lines.append(f"| {f.get('group', '')} | {name} | not measured | | | | {f['reason']} |")
+        elif f.get("kind") == "result":
+            lines.append(f"| {f.get('group', '')} | {name} | {f.get('outcome')} | | | | {f.get('summary', '')} |")
+        else:
+            u = f["unit"]
+            lines.append(f"| {f.get('group', '')} | {name} | {fmt(f['median'], u)} | {fmt(f['min'], u)} | "
+                         f"{fmt(f['max'], u)} | {f['n']} | {verdict(f)} |")
+    return lines
+
+
+def _summary(suite: str, figures: list[dict]) -> list[str]:
+    """A side-by-side table for the suites that compare two things."""
+    by = {(f.get("group"), f["name"]): f for f in figures if f.get("median") is not None}
+
+    def cell(group, name, unit):
+        f = by.get((group, name))
+        return fmt(f["median"], unit) if f else "not measured"
+
+    groups = list(dict.fromkeys(f.get("group") for f in figures))
+    if suite == "overhead":
+        lines = ["Medians side by side:", "", "| data · model | engine | plain | engine/plain | engine test AUC | "
+                 "plain test AUC | scores |", "|---|---:|---:|---:|---:|---:|---|"]
+        for g in groups:
+            same = by.get((g, "plain test ROC AUC"), {}).get("identical")
+            lines.append(f"| {g} | {cell(g, 'engine seconds', 's')} | {cell(g, 'plain seconds', 's')} | "
+                         f"{cell(g, 'time ratio engine/plain', 'ratio')} | "
+                         f"{cell(g, 'engine test ROC AUC', 'roc_auc')} | "
+                         f"{cell(g, 'plain test ROC AUC', 'roc_auc')} | "
+                         f"{'identical' if same else 'differ' if same is False else 'not compared'} |")
+        return lines + ["", "All figures:", ""]
+    if suite == "autogluon" and by:
+        g = groups[0]
+        best = {side: by.get((g, f"{side} best model test ROC AUC"), {}).get("model", "?")
+                for side in ("engine", "AutoGluon")}
+        lines = ["Medians side by side:", "", "| | seconds | best single model: test AUC | ensemble: test AUC |",
+                 "|---|---:|---:|---:|"]
+        for side in ("engine", "AutoGluon"):
+            lines.append(f"| {side} | {cell(g, f'{side} seconds', 's')} | "
+                         f"{cell(g, f'{side} best model test ROC AUC', 'roc_auc')} ({best[side]}) | "
+                         f"{cell(g, f'{side} ensemble test ROC AUC', 'roc_auc')} |")
+        return lines + ["", "All figures:", ""]
+    return []
+
+
+def settings_lines(settings: dict, depth: int = 0) -> list[str]:
+    out = []
+    pad = "  " * depth
+    for key, value in settings.items():
+        if key in HIDDEN_SETTINGS:
+            continue
+        if isinstance(value, dict) and value and depth < 2:
+            out.append(f"{pad}- {key}:")
+            out += settings_lines(value, depth + 1)
+        else:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            out.append(f"{pad}- {key}: {text}")
+    return out
+
+
+def run_label(run: dict) -> str:
+    mode = run.get("mode", "?")
+    label = f"{run.get('date', '?')} · {mode}"
+    return label + (" (development run: fewer repeats, smaller data)" if mode == "quick" else "")
+
+
+# ---------------------------------------------------------------------------------------------- plots
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _measured(figures, predicate):
+    return [f for f in figures if f.get("median") is not None and f.get("status") != "not measured" and predicate(f)]
+
+
+def _barh(ax, labels, figs, color="#4c72b0"):
+    med = [f["median"] for f in figs]
+    lo = [f["median"] - f["min"] for f in figs]
+    hi = [f["max"] - f["median"] for f in figs]
+    y = range(len(figs))
+    ax.barh(list(y), med, xerr=[lo, hi], color=color, capsize=3)
+    ax.set_yticks(list(y))
+    ax.set_yticklabels(labels)
+    ax.invert_yaxis()
+
+
+def plot_suite(suite: str, out: dict, title: str, path: Path) -> bool:
+    """One PNG for a suite's run; False when it has nothing measured to draw."""
+    figures = out.get("figures", [])
+    plt = _pyplot()
+    if suite == "autogluon":
+        secs = _measured(figures, lambda f: f["unit"] == "s")
+        aucs = _measured(figures, lambda f: f["unit"] == "roc_auc")
+        speed = _measured(figures, lambda f: "target" in f)
+        if not secs:
+            return False
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 2.8))
+        _barh(ax1, [f["name"].replace(" seconds", "") for f in secs], secs)
+        for bar, f in zip(ax1.patches, secs):
+            bar.set_color("#4c72b0" if f["name"].startswith("engine") else "#dd8452")
+        ax1.set_xlabel("seconds (median, min-max)")
+        if speed:
+            target = speed[0]["target"]["value"]
+            ax1.set_title(f"AutoGluon / engine: {speed[0]['median']:.2f}× (target ≥ {target:g}×)", fontsize=9)
+        _barh(ax2, [f["name"].replace(" test ROC AUC", "") for f in aucs], aucs)
+        for bar, f in zip(ax2.patches, aucs):
+            bar.set_color("#4c72b0" if f["name"].startswith("engine") else "#dd8452")
+        lo = min(f["min"] for f in aucs)
+        ax2.set_xlim(max(0.0, lo - 0.02), min(1.0, max(f["max"] for f in aucs) + 0.005))
+        ax2.set_xlabel("test ROC AUC")
+    elif suite in ("overhead", "startup"):
+        unit = {"overhead": "ratio", "startup": "s"}[suite]
+        figs = _measured(figures, lambda f: f["unit"] == unit and "target" in f)
+        if not figs:
+            return False
+        fig, ax = plt.subplots(figsize=(8, 0.5 * len(figs) + 1.6))
+        _barh(ax, [f["group"] if suite != "startup" else f["name"].replace("python -m pipeline ", "")
+                   for f in figs], figs)
+        target = figs[0]["target"]["value"]
+        op = {"<=": "≤", ">=": "≥"}.get(figs[0]["target"]["op"], figs[0]["target"]["op"])
+        ax.axvline(target, color="#c44e52", linestyle="--", label=f"target {op} {target:g}")
+        ax.set_xlabel({"ratio": "engine seconds / plain seconds (median, min-max)",
+                       "s": "seconds (median, min-max)"}[unit])
+        ax.legend(loc="lower right")
+    elif suite == "parallel_folds":
+        figs = _measured(figures, lambda f: f["unit"] == "x")
+        if not figs:
+            return False
+        ideal = figs[0].get("ideal", 1.0)
+        fig, ax = plt.subplots(figsize=(8, 2.6))
+        _barh(ax, [f["name"] for f in figs], figs)
+        ax.axvline(ideal, color="#55a868", linestyle="--", label=f"ideal {ideal:g}×")
+        ax.axvline(1.0, color="grey", linestyle=":", label="sequential (1×)")
+        ax.set_xlabel("speed-up over one fit at a time (median, min-max)")
+        ax.legend(loc="lower right")
+    elif suite in ("nn_loop", "gpu"):
+        rows = _measured(figures, lambda f: f["unit"] == "rows/s")
+        speed = _measured(figures, lambda f: f["unit"] == "x" and "rows/s" not in f["name"])
+        panels = [p for p in (rows, speed) if p]
+        if not panels:
+            return False
+        fig, axes = plt.subplots(len(panels), 1, figsize=(8, sum(0.45 * len(p) + 1.4 for p in panels)))
+        axes = [axes] if len(panels) == 1 else list(axes)
+        for ax, figs in zip(axes, panels):
+            colors = ["#dd8452" if f["name"].startswith("DataLoader") else "#4c72b0" for f in figs]
+            _barh(ax, [f"{f['group']} · {f['name']}" for f in figs], figs)
+            for bar, c in zip(ax.patches, colors):
+                bar.set_color(c)
+            if figs[0]["unit"] == "rows/s":
+                ax.set_xlabel("rows per second (median over epochs, min-max)")
+            else:
+                ax.axvline(1.0, color="grey", linestyle=":")
+                ax.set_xlabel("speed-up (median, min-max)")
+    else:
+        return False
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- document
+
+def render(runs: list[dict], img_dir: Path, doc_path: Path, results_dir: Path) -> tuple[str, set[Path]]:
+    written: set[Path] = set()
+    machines = by_machine(runs)
+    rel_img = Path(_relpath(img_dir, doc_path.parent))
+    lines = [
+        f"<!-- Generated by `python -m bench.report` from {_relpath(results_dir, ROOT)}/*.json. Do not edit by "
+        "hand: re-run the command. -->",
+        "# Benchmarks",
+        "",
+        f"Generated by `python -m bench.report` from {len(runs)} result file(s) under "
+        f"`{_relpath(results_dir, ROOT)}/`. Every figure is measured with repeats and reported as the median "
+        "with min, max and the number of repeats n; the raw values are in the JSON files. Benchmarks are not "
+        "tests: nothing here fails a build. A figure that could not be measured says so, with the reason; "
+        "none is estimated.",
+        "",
+    ]
+    if not runs:
+        lines += ["No results yet: run `python -m bench` (see *How to reproduce* below).", ""]
+    else:
+        lines += ["## Runs", "", "Newest machine first, newest run first.", "",
+                  "| date | mode | machine | device | suites | seconds | file |", "|---|---|---|---|---|---:|---|"]
+        for key, mruns in machines:
+            for run in mruns:
+                dev = run.get("device", {})
+                lines.append(
+                    f"| {run.get('date', '?')} | {run.get('mode', '?')} | {key} | {dev.get('name', '?')} "
+                    f"({dev.get('kind', '?')}) | {', '.join(run['suites'])} | {run.get('total_seconds', '')} | "
+                    f"`{run['_file']}` |"
+                )
+        lines += [""] + _versions(machines) + [""] + _targets(machines) + [""]
+    for suite, (title, about) in SUITES.items():
+        lines += [f"## {title}", "", about, ""]
+        any_run = False
+        for key, mruns in machines:
+            with_suite = [r for r in mruns if suite in r["suites"]]
+            if not with_suite:
+                continue
+            any_run = True
+            newest, older = with_suite[0], with_suite[1:]
+            lines += [f"### {key}", "", f"Run {run_label(newest)}, device {newest.get('device', {}).get('name', '?')}.",
+                      ""]
+            lines += _suite_body(suite, newest, title, img_dir, rel_img, written)
+            if older:
+                lines += ["<details><summary>Earlier runs on this machine</summary>", ""]
+                for run in older:
+                    lines += [f"#### {run_label(run)}", ""] + _suite_body(suite, run, title, None, None, written)
+                lines += ["</details>", ""]
+        if not any_run:
+            lines += ["No run has measured this suite yet.", ""]
+    lines += _not_measured(machines) + _reproduce()
+    return "\n".join(lines).rstrip() + "\n", written
+
+
+def _suite_body(suite: str, run: dict, title: str, img_dir, rel_img, written: set) -> list[str]:
+    out = run["suites"][suite]
+    lines = []
+    status = out.get("status", "ok")
+    if status == "failed":
+        return [f"The suite failed: `{out.get('error', '?')}`", ""]
+    if status == "not measured" and out.get("reason"):
+        lines += [f"Not measured: {out['reason']}.", ""]
+    lines += _summary(suite, out.get("figures", []))
+    lines += figure_table(out.get("figures", [])) + [""]
+    if img_dir is not None:
+        name = f"{IMG_PREFIX}{suite}-{run['_id']}.png"
+        if plot_suite(suite, out, f"{title} ({run.get('device', {}).get('name', '')}, {run.get('mode')})",
+                      img_dir / name):
+            written.add(img_dir / name)
+            lines += [f"![{title}]({(rel_img / name).as_posix()})", ""]
+    for note in out.get("notes", []):
+        lines.append(f"- {note}")
+    if out.get("notes"):
+        lines.append("")
+    settings = settings_lines(out.get("settings", {}))
+    if settings:
+        lines += ["<details><summary>Settings of this run</summary>", ""] + settings + ["", "</details>", ""]
+    lines.append(f"Suite time: {out.get('seconds', '?')} s.")
+    lines.append("")
+    return lines
+
+
+def newest_per_suite(mruns: list[dict]) -> list[tuple[str, dict]]:
+    """(suite, the newest of these runs that has it), in the suites' order."""
+    out = []
+    for suite in SUITES:
+        run = next((r for r in mruns if suite in r["suites"]), None)
+        if run is not None:
+            out.append((suite, run))
+    return out
+
+
+def _versions(machines) -> list[str]:
+    lines = ["Library versions of each machine's newest run:", ""]
+    names = []
+    for _, mruns in machines:
+        for k in mruns[0].get("versions", {}):
+            if k not in names:
+                names.append(k)
+    lines.append("| machine | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---|" * len(names))
+    for key, mruns in machines:
+        v = mruns[0].get("versions", {})
+        lines.append(f"| {key} | " + " | ".join(str(v.get(n) or "–") for n in names) + " |")
+    return lines
+
+
+def _targets(machines) -> list[str]:
+    rows = []
+    for key, mruns in machines:
+        for suite, run in newest_per_suite(mruns):
+            for f in run["suites"][suite].get("figures", []):
+                if "target" in f and f.get("median") is not None:
+                    rows.append(f"| {key} | {run.get('mode')} | {suite} | {f.get('group', '')} · {f['name']} | "
+                                f"{verdict(f)} |")
+    if not rows:
+        return []
+    return ["## Targets at a glance", "", "The newest run of each suite on each machine.", "",
+            "| machine | mode | suite | figure | median vs target |", "|---|---|---|---|---|"] + rows
+
+
+def _not_measured(machines) -> list[str]:
+    # reason -> suite -> figures
+    reasons: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    totals: dict[str, int] = {}
+    for key, mruns in machines:
+        for suite, run in newest_per_suite(mruns):
+            out = run["suites"][suite]
+            totals[suite] = len(out.get("figures", []))
+            if out.get("status") == "failed":
+                reasons[f"the suite failed on {key}: {out.get('error')}"][suite].append("every figure")
+                continue
+            for f in out.get("figures", []):
+                if f.get("status") == "not measured":
+                    reasons[f["reason"]][suite].append(f.get("group") or f["name"])
+    lines = ["## What was not measured, and why", ""]
+    if not machines:
+        return lines + ["Nothing yet: no results file exists.", ""]
+    if not reasons:
+        return lines + ["Every figure of the newest runs was measured.", ""]
+    lines += ["From the newest run of each suite on each machine:", ""]
+    for reason, suites in reasons.items():
+        parts = []
+        for suite, figs in suites.items():
+            if len(figs) == totals.get(suite) or figs == ["every figure"]:
+                parts.append(f"the whole `{suite}` suite ({totals.get(suite, '?')} figures)")
+            else:
+                parts.append(f"`{suite}`: {len(figs)} figures of " + ", ".join(dict.fromkeys(figs)))
+        lines.append(f"- {'; '.join(parts)}: {reason}.")
+    return lines + [""]
+
+
+def _reproduce() -> list[str]:
+    return [
+        "## How to reproduce",
+        "",
+        "On a quiet machine (other work on it skews every timing):",
+        "",
+        "```bash",
+        "make install                  # the project's environment in .venv",
+        "bash bench/autogluon_env.sh   # AutoGluon 1.6.3 in bench/.venv-autogluon (for the autogluon suite)",
+        "make bench                    # = .venv/bin/python -m bench: every suite, full mode -> bench/results/",
+        "make docs                     # = .venv/bin/python -m bench.report: this page and docs/img/",
+        "```",
+        "",
+        "A development run: `make bench ARGS='--quick --suite overhead,startup --out /tmp/bench'`.",
+        "",
+        "Options of `python -m bench` (also `make bench ARGS='...'`):",
+        "",
+        "- `--suite overhead,startup,parallel_folds,nn_loop,autogluon,gpu`: a selection of suites",
+        "- `--quick`: fewer repeats and smaller data, for development (its results are marked as such)",
+        "- `--repeats N`: the same number of repeats for every figure",
+        "- `--bio-train PATH`: bio_train.parquet (default `/work/shared/data/bio_train.parquet`)",
+        "- `--out DIR`: where the JSON goes (default `bench/results/`); `python -m bench.report --results DIR` "
+        "renders another folder",
+        "- `--autogluon-python PATH`: the AutoGluon environment's python (default `bench/.venv-autogluon/bin/python`)",
+        "",
+        "The `gpu` suite measures only where `torch.cuda.is_available()`; elsewhere it writes every figure as not "
+        "measured.",
+        "",
+    ]
+
+
+def _relpath(path: Path, start: Path) -> str:
+    import os
+
+    return os.path.relpath(path.resolve(), start.resolve())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", type=Path, default=ROOT / "bench" / "results", help="folder of results JSON")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md", help="the Markdown file to write")
+    p.add_argument("--img", type=Path, default=None, help="folder for the plots (default: img/ beside --out)")
+    args = p.parse_args(argv)
+    img_dir = args.img or args.out.parent / "img"
+    runs = load_runs(args.results)
+    text, written = render(runs, img_dir, args.out, args.results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    for stale in img_dir.glob(f"{IMG_PREFIX}*.png") if img_dir.exists() else ():
+        if stale not in written:
+            stale.unlink()
+    print(f"wrote {args.out} from {len(runs)} run(s), {len(written)} plot(s) in {img_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
