@@ -36,17 +36,31 @@ def _accuracy(y, p):
 
 
 def _balanced_accuracy(y, p):
-    from sklearn.metrics import balanced_accuracy_score
+    pred = np.argmax(p, axis=1)
+    recalls = [np.mean(pred[y == c] == c) for c in np.unique(y)]
+    return float(np.mean(recalls))
 
-    return balanced_accuracy_score(y, np.argmax(p, axis=1))
+
+def _binary_auc(positive: np.ndarray, score: np.ndarray) -> float:
+    """ROC AUC as the Mann-Whitney statistic, ties taking their average rank."""
+    order = np.argsort(score, kind="mergesort")
+    sorted_score = score[order]
+    first = np.flatnonzero(np.r_[True, sorted_score[1:] != sorted_score[:-1]])
+    counts = np.diff(np.r_[first, len(sorted_score)])
+    ranks = np.repeat(first + (counts + 1) / 2.0, counts)
+    pos = positive[order]
+    n_pos = int(pos.sum())
+    n_neg = len(pos) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError("ROC AUC needs both classes in y_true")
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
 def _roc_auc(y, p):
-    from sklearn.metrics import roc_auc_score
-
+    """Binary ROC AUC; one-vs-rest macro average for several classes (as scikit-learn's 'ovr')."""
     if p.shape[1] == 2:
-        return roc_auc_score(y, p[:, 1])
-    return roc_auc_score(y, p, multi_class="ovr", labels=np.arange(p.shape[1]))
+        return _binary_auc(y == 1, p[:, 1])
+    return float(np.mean([_binary_auc(y == c, p[:, c]) for c in range(p.shape[1])]))
 
 
 def _log_loss(y, p):
@@ -57,9 +71,15 @@ def _log_loss(y, p):
 
 
 def _f1(y, p):
-    from sklearn.metrics import f1_score
-
-    return f1_score(y, np.argmax(p, axis=1), average="binary" if p.shape[1] == 2 else "macro")
+    """F1 of the positive class (binary), or the macro average over classes."""
+    pred = np.argmax(p, axis=1)
+    classes = [1] if p.shape[1] == 2 else range(p.shape[1])
+    scores = []
+    for c in classes:
+        tp = np.sum((pred == c) & (y == c))
+        denominator = np.sum(pred == c) + np.sum(y == c)
+        scores.append(2.0 * tp / denominator if denominator else 0.0)
+    return float(np.mean(scores))
 
 
 def _rmse(y, p):

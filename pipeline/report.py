@@ -15,6 +15,7 @@ from rich.tree import Tree
 from pipeline.plan import Plan
 from pipeline.resources import fmt
 
+
 def _width():
     """Wide tables in logs and pipes too, where rich would otherwise assume 80 columns."""
     if os.environ.get("COLUMNS", "").isdigit():

@@ -5,9 +5,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import signal
 import time
 from dataclasses import dataclass
@@ -17,7 +15,7 @@ from typing import Optional
 from omegaconf import DictConfig
 
 from pipeline import hardware as hw
-from pipeline.errors import Interrupted, PipelineError
+from pipeline.errors import Interrupted
 from pipeline.plan import Plan, build_plan
 from pipeline.resources import allocate, fmt
 from pipeline.settings import Settings, read_settings

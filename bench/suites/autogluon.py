@@ -9,7 +9,14 @@ import subprocess
 from pathlib import Path
 
 from bench.common import (
-    Engine, Options, figure, leaderboard_scores, load_data, log, not_measured, ratios,
+    Engine,
+    Options,
+    figure,
+    leaderboard_scores,
+    load_data,
+    log,
+    not_measured,
+    ratios,
 )
 
 HERE = Path(__file__).resolve().parents[1]

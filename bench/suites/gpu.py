@@ -12,8 +12,20 @@ import sys
 import time
 
 from bench.common import (
-    ROOT, Engine, Options, cpu_cores, cpu_model, figure, fit_makespan, guarded, leaderboard_scores, load_data, log,
-    no_cuda_reason, not_measured, ratios,
+    ROOT,
+    Engine,
+    Options,
+    cpu_cores,
+    cpu_model,
+    figure,
+    fit_makespan,
+    guarded,
+    leaderboard_scores,
+    load_data,
+    log,
+    no_cuda_reason,
+    not_measured,
+    ratios,
 )
 
 # Fixed boosting rounds without early stopping, so both devices do the same work.

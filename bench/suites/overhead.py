@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from bench import plain
 from bench.common import (
-    Engine, Options, cpu_cores, figure, guarded, leaderboard_scores, load_data, log, not_measured, ratios, timed,
+    Engine,
+    Options,
+    cpu_cores,
+    figure,
+    guarded,
+    leaderboard_scores,
+    load_data,
+    log,
+    not_measured,
+    ratios,
+    timed,
 )
 
 TARGET = ("<=", 1.10)
@@ -28,9 +38,11 @@ QUICK = {
 
 INSIDE_ENGINE = (
     "pipeline.run.run(cfg, Runtime(...)) in this process, with the data already loaded: settings, plan, "
-    "the fit (in the driver: one fit covers the machine), validation and test predictions, leaderboard, "
-    "run-directory artifacts (plan.json, result pickle, leaderboard.csv, timeline/learning-curve/importance "
-    "plots); tracking=none. Hydra composition and data loading are outside the timer."
+    "the fit (in the driver: one fit covers the machine), validation and test predictions (the validation "
+    "predictions feed the leaderboard and the ensemble; the plain script predicts only the test rows), "
+    "leaderboard, run-directory artifacts (plan.json, result pickle, leaderboard.csv, timeline.json; the plots "
+    "are drawn only when a tracker logs them); tracking=none. Hydra composition and data loading are outside "
+    "the timer."
 )
 INSIDE_PLAIN = {
     "lightgbm": "lgb.Dataset of train and validation rows, lgb.train with early stopping on validation, "
@@ -163,9 +175,8 @@ def _measure(engine: Engine, data, overrides: list[str], model: str, group: str,
 
 def _model_params(overrides: list[str], model: str) -> tuple[dict, int]:
     """The model's params as the engine resolves them, and the seed the engine derives for its one fit."""
-    from pipeline.executors.tasks import task_seed
-
     from bench.common import compose
+    from pipeline.executors.tasks import task_seed
     from pipeline.settings import read_settings
 
     settings = read_settings(compose(overrides))

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from bench.common import (
-    Engine, Options, cpu_cores, figure, fit_makespan, leaderboard_scores, load_data, log, ratios, timed,
+    Engine,
+    Options,
+    cpu_cores,
+    figure,
+    fit_makespan,
+    leaderboard_scores,
+    load_data,
+    log,
+    ratios,
+    timed,
 )
 
 
@@ -61,9 +70,9 @@ def run(opts: Options) -> dict:
             "ideal_speedup": cores,
             "fitting_processes_per_run": workers,
             "timer": "pipeline.run.run in this process from loaded data to the leaderboard (tracking=none); "
-                     "the sequential plan fits in the driver, the parallel plan in worker processes it starts "
-                     "(spawn: their start and the data hand-over are inside the timer, with nothing to overlap "
-                     "them). The CLI figures time `python -m pipeline ...` as a subprocess from start to exit, "
+                     "the sequential plan fits in the driver, the parallel plan in worker processes forked from "
+                     "the executor's forkserver (started once per process, so repeats after the first find it "
+                     "running); the data hand-over is inside the timer. The CLI figures time `python -m pipeline ...` as a subprocess from start to exit, "
                      "where the workers start while the driver loads the data",
         },
         "figures": figures,

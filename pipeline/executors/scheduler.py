@@ -8,10 +8,9 @@ results from the store, retries failures, and turns each trial's folds into a ba
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Optional, Protocol
 
 import numpy as np
 

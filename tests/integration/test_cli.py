@@ -67,7 +67,7 @@ def test_regression_with_all_models(cli, tmp_path):
 
 
 def test_two_job_multirun(cli, tmp_path):
-    proc = cli("-m", "model=lightgbm,xgboost", "data.max_rows=3000", check=True)
+    cli("-m", "model=lightgbm,xgboost", "data.max_rows=3000", check=True)
     client, all_runs = runs(tmp_path)
     parents = [r for r in all_runs if r.data.tags.get("pipeline.sweep") == "parent"]
     jobs = [r for r in all_runs if "pipeline.run_dir" in r.data.tags]

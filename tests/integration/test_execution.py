@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import FAULT_ENV, ROOT, user_config
+from tests.conftest import FAULT_ENV, user_config
 from tests.integration.mlflow_helpers import job_runs
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,64 @@
+"""The metrics agree with scikit-learn's, which they replace for speed."""
+
+import numpy as np
+import pytest
+from sklearn import metrics as sk
+
+from pipeline.errors import ConfigError
+from pipeline.metrics import METRICS, resolve, score_all
+
+
+@pytest.fixture(params=[2, 4])
+def classification(request):
+    rng = np.random.default_rng(request.param)
+    n, k = 3000, request.param
+    y = rng.integers(0, k, n)
+    logits = rng.normal(size=(n, k)) + 1.5 * np.eye(k)[y]
+    logits[::7] = np.round(logits[::7], 1)  # ties
+    p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    return y, p
+
+
+def test_roc_auc(classification):
+    y, p = classification
+    expected = sk.roc_auc_score(y, p[:, 1]) if p.shape[1] == 2 else sk.roc_auc_score(y, p, multi_class="ovr")
+    assert METRICS["roc_auc"](y, p) == pytest.approx(expected, abs=1e-12)
+
+
+def test_roc_auc_with_heavy_ties():
+    y = np.array([0, 1, 0, 1, 1, 0, 1, 0])
+    p1 = np.array([0.5, 0.5, 0.2, 0.9, 0.5, 0.2, 0.9, 0.9])
+    p = np.column_stack([1 - p1, p1])
+    assert METRICS["roc_auc"](y, p) == pytest.approx(sk.roc_auc_score(y, p1))
+
+
+def test_f1_and_balanced_accuracy(classification):
+    y, p = classification
+    pred = p.argmax(axis=1)
+    average = "binary" if p.shape[1] == 2 else "macro"
+    assert METRICS["f1"](y, p) == pytest.approx(sk.f1_score(y, pred, average=average))
+    assert METRICS["balanced_accuracy"](y, p) == pytest.approx(sk.balanced_accuracy_score(y, pred))
+    assert METRICS["accuracy"](y, p) == pytest.approx(sk.accuracy_score(y, pred))
+    assert METRICS["log_loss"](y, p) == pytest.approx(sk.log_loss(y, p), rel=1e-9)
+
+
+def test_regression_metrics():
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=500)
+    pred = y + rng.normal(scale=0.3, size=500)
+    assert METRICS["rmse"](y, pred) == pytest.approx(np.sqrt(sk.mean_squared_error(y, pred)))
+    assert METRICS["mae"](y, pred) == pytest.approx(sk.mean_absolute_error(y, pred))
+    assert METRICS["r2"](y, pred) == pytest.approx(sk.r2_score(y, pred))
+
+
+def test_one_class_split_skips_auc():
+    y = np.zeros(10, dtype=int)
+    p = np.column_stack([np.full(10, 0.7), np.full(10, 0.3)])
+    assert "roc_auc" not in score_all("binary", y, p)
+
+
+def test_resolve():
+    assert resolve("auto", "binary").name == "roc_auc"
+    assert resolve("auto", "regression").name == "rmse"
+    with pytest.raises(ConfigError, match="not a regression metric"):
+        resolve("accuracy", "regression")
