@@ -180,7 +180,9 @@ class TrialSource:
             return
         self.store_dir.mkdir(parents=True, exist_ok=True)
         mine = {str(t): p for (m, t), p in self.asked.items() if m == model}
-        (self.store_dir / f"{model}.json").write_text(json.dumps(mine, indent=2, default=str))
+        from pipeline.store import atomic_write_bytes
+
+        atomic_write_bytes(self.store_dir / f"{model}.json", json.dumps(mine, indent=2, default=str).encode())
 
     def _load_prior(self) -> dict:
         if self.store_dir is None or not self.store_dir.exists():

@@ -113,12 +113,15 @@ def _problem_hint(settings: Settings) -> Optional[str]:
 def execute(settings: Settings, plan: Plan, runtime: Runtime) -> float:
     """Fit the plan. The executor starts first (workers spawn and import their libraries, Ray
     connects) so that its start-up overlaps loading the data and opening the MLflow store."""
-    backend = make_backend(settings, plan, runtime)
-    backend.start(plan)
-    try:
-        return _execute(settings, plan, runtime, backend)
-    finally:
-        backend.shutdown()
+    from pipeline.store import RunDirectoryLock
+
+    with RunDirectoryLock(runtime.run_dir):
+        backend = make_backend(settings, plan, runtime)
+        backend.start(plan)
+        try:
+            return _execute(settings, plan, runtime, backend)
+        finally:
+            backend.shutdown()
 
 
 def make_backend(settings: Settings, plan: Plan, runtime: Runtime):

@@ -32,6 +32,45 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+class RunDirectoryLock:
+    """Holds run_dir/.lock for the run's lifetime: two live runs never write into one directory.
+
+    The lock is the operating system's (flock), so it is released when the process dies however
+    it dies, and a resumed run takes it over at once.
+    """
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / ".lock"
+        self._fh = None
+
+    def __enter__(self) -> "RunDirectoryLock":
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise ConfigError(
+                f"hydra.run.dir={self.path.parent}: another run ({holder}) is writing into this directory; "
+                "wait for it, or give this run its own hydra.run.dir"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fh is not None:
+            self._fh.close()  # closing releases the flock
+            self._fh = None
+
+
 class ResultStore:
     """tasks/<key>.pkl in the run directory; optionally read-through from earlier run directories."""
 

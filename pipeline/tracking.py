@@ -34,11 +34,24 @@ def is_remote(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
+def hide_credential_links(uri: str) -> None:
+    """MLflow prints 'View run at <tracking uri>' after each run; with user:password@ in the URI it must not."""
+    if redact_uri(uri) != uri:
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+
+
 def check_server(uri: str, timeout_s: float) -> None:
     """Fail in seconds, not minutes of retries, when a tracking server does not answer."""
-    url = uri.rstrip("/") + "/health"
+    import base64
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(uri.rstrip("/") + "/health")
+    request = urllib.request.Request(urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))))
+    if parts.username is not None:  # user:password@host, as MLflow's basic auth takes it
+        token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             if response.status >= 500:
                 raise TrackingError(f"tracking.uri={redact_uri(uri)} answers /health with HTTP {response.status}")
     except urllib.error.HTTPError as exc:
@@ -157,6 +170,7 @@ class MlflowTracker(NullTracker):
         """Reach the store before any work starts; errors here are TrackingErrors."""
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         logging.getLogger("mlflow").setLevel(logging.WARNING)
+        hide_credential_links(self.uri)
         if is_remote(self.uri):
             configure_http(self.timeout_s)
             check_server(self.uri, self.timeout_s)
@@ -275,6 +289,8 @@ class MlflowTracker(NullTracker):
             return
         try:
             mlflow.end_run(status=status)
+            if redact_uri(self.uri) != self.uri:  # MLflow's own link would show the credentials
+                print(f"View run at: {redact_uri(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
         except Exception as exc:
             self.failure = self.failure or f"end_run: {type(exc).__name__}: {exc}"
             try:  # leave no active run behind in this process, whatever the server did

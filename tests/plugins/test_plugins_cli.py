@@ -45,8 +45,10 @@ def overlapping(spans) -> bool:
 
 
 def test_half_gpu_jobs_run_in_parallel_processes_pinned_to_their_slots(cli, tmp_path):
-    proc = cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=0.5", "model=lightgbm", "data.max_rows=1500",
-               "seed=range(4)", "tracking=none", env={"PIPELINE_SIMULATE_GPUS": "2"}, check=True, timeout=240)
+    # cpus_per_job=1 asks for four slots on this 2-CPU box (null would run only two jobs at once)
+    proc = cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=0.5", "hydra.launcher.cpus_per_job=1", "model=lightgbm",
+               "data.max_rows=1500", "seed=range(4)", "tracking=none", env={"PIPELINE_SIMULATE_GPUS": "2"},
+               check=True, timeout=240)
     log = proc.stdout + proc.stderr
     for n, device in enumerate("0011"):
         assert f"#{n} : slot {n}: GPU {device} (0.5 of it), 1 CPU : model=lightgbm" in log
