@@ -34,7 +34,7 @@ SUITES = {
     ),
     "parallel_folds": (
         "Parallel folds",
-        "A k-fold LightGBM bag on Adult with one CPU per fit (k = 2 × cores): `parallelism.sequential=true` "
+        "A k-fold LightGBM bag on Adult with one CPU per fit (k = cores and k = 2 × cores): `parallelism.sequential=true` "
         "(one fit at a time, in the driver) vs the default plan (as many fits as cores, in worker processes). "
         "Speed-up = sequential / parallel seconds; efficiency = speed-up / cores; the ideal is the core count.",
     ),
@@ -273,8 +273,8 @@ def plot_suite(suite: str, out: dict, title: str, path: Path) -> bool:
         if not figs:
             return False
         ideal = figs[0].get("ideal", 1.0)
-        fig, ax = plt.subplots(figsize=(8, 2.6))
-        _barh(ax, [f["name"] for f in figs], figs)
+        fig, ax = plt.subplots(figsize=(8, 0.45 * len(figs) + 1.4))
+        _barh(ax, [f"{f['group'].split(' · ')[-1]} · {f['name']}" for f in figs], figs)
         ax.axvline(ideal, color="#55a868", linestyle="--", label=f"ideal {ideal:g}×")
         ax.axvline(1.0, color="grey", linestyle=":", label="sequential (1×)")
         ax.set_xlabel("speed-up over one fit at a time (median, min-max)")

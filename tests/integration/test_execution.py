@@ -99,12 +99,18 @@ def test_workers_see_only_their_devices_and_never_overfill_one(cli, tmp_path, sh
     assert peak == 2  # two fits did run at once
 
 
-def test_a_killed_worker_is_a_failed_task_that_is_retried(cli, tmp_path):
+def _killer_model(tmp_path):
+    """A user model (tests.fault_models.KillOnceModel) whose first fit SIGKILLs its own worker."""
     marker = tmp_path / "killed-once"
     searchpath = user_config(
         tmp_path, "model", "killer",
         f"killer:\n  _target_: tests.fault_models.KillOnceModel\n  params: {{marker: '{marker}'}}\n",
     )
+    return marker, searchpath
+
+
+def test_a_killed_worker_is_a_failed_task_that_is_retried(cli, tmp_path):
+    marker, searchpath = _killer_model(tmp_path)
     proc = cli("model=killer", searchpath, "allowed_targets=[tests.]", "executor.in_process=never",
                "executor.max_retries=1", "data.max_rows=500", "tracking=none", env=FAULT_ENV, timeout=120, check=True)
     assert marker.exists()
@@ -116,11 +122,7 @@ def test_a_killed_worker_is_a_failed_task_that_is_retried(cli, tmp_path):
 
 
 def test_a_killed_worker_without_retries_fails_the_run_naming_the_task(cli, tmp_path):
-    marker = tmp_path / "killed-once"
-    searchpath = user_config(
-        tmp_path, "model", "killer",
-        f"killer:\n  _target_: tests.fault_models.KillOnceModel\n  params: {{marker: '{marker}'}}\n",
-    )
+    marker, searchpath = _killer_model(tmp_path)
     proc = cli("model=killer", searchpath, "allowed_targets=[tests.]", "executor.in_process=never",
                "executor.max_retries=0", "data.max_rows=500", env=FAULT_ENV, timeout=120)
     assert proc.returncode == 1
