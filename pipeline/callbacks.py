@@ -31,6 +31,7 @@ class MlflowSweepCallback(Callback):
 
         launch_dir = Path(config.hydra.runtime.cwd)
         self.uri = tracking.get("uri") or tr.default_uri(launch_dir)
+        tr.quiet_mlflow()
         tr.hide_credential_links(self.uri)
         if tr.is_remote(self.uri):
             tr.configure_http(float(tracking.get("timeout_s", 10)))

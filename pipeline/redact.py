@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 MASK = "***"
 SECRET_KEY = re.compile(
@@ -19,23 +19,30 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_uri(uri: str) -> str:
-    """scheme://user:password@host/...?token=x -> scheme://user:***@host/...?token=***"""
+    """scheme://user:password@host/...?token=x -> scheme://user:***@host/...?token=***
+
+    Only the secret parts are replaced: a URI without any comes back as it was, byte for byte
+    (re-assembling `sqlite:////abs/path` from its parts would drop slashes).
+    """
     if not isinstance(uri, str) or "://" not in uri:
         return uri
     try:
         parts = urlsplit(uri)
     except ValueError:
         return URI_WITH_USER.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", uri)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
+    out = uri
+    if "@" in parts.netloc:
+        userinfo, host = parts.netloc.rsplit("@", 1)
         user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:{MASK}@{host}" if ":" in userinfo else f"{MASK}@{host}"
-    query = parts.query
-    if query:
-        pairs = [(k, MASK if is_secret_key(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)]
-        query = urlencode(pairs, safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        masked = f"{user}:{MASK}@{host}" if ":" in userinfo else f"{MASK}@{host}"
+        out = out.replace(parts.netloc, masked, 1)
+    if parts.query:
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        if any(is_secret_key(k) for k, _ in pairs):
+            query = urlencode([(k, MASK if is_secret_key(k) else v) for k, v in pairs], safe="*")
+            head, _, tail = out.partition("?" + parts.query)
+            out = f"{head}?{query}{tail}"
+    return out
 
 
 def redact_text(text: str) -> str:

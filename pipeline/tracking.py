@@ -34,6 +34,17 @@ def is_remote(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
+def quiet_mlflow() -> None:
+    """MLflow's INFO lines (progress bars, 'Validating input example') drown the run's own output.
+
+    MLflow installs its own handler at import and reads the level from MLFLOW_LOGGING_LEVEL, so the
+    variable is set before the import; a user's own setting wins.
+    """
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
+
+
 def hide_credential_links(uri: str) -> None:
     """MLflow prints 'View run at <tracking uri>' after each run; with user:password@ in the URI it must not."""
     if redact_uri(uri) != uri:
@@ -168,8 +179,7 @@ class MlflowTracker(NullTracker):
 
     def connect(self) -> None:
         """Reach the store before any work starts; errors here are TrackingErrors."""
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        quiet_mlflow()
         hide_credential_links(self.uri)
         if is_remote(self.uri):
             configure_http(self.timeout_s)

@@ -28,6 +28,7 @@ def test_default_job(cli, tmp_path):
     assert run.info.run_name == "default"
     params, metrics = run.data.params, run.data.metrics
     assert params["data.name"] == "adult" and params["model.lightgbm.params.learning_rate"] == "0.05"
+    assert "INFO mlflow" not in proc.stdout + proc.stderr and "View run" not in proc.stdout  # MLflow kept quiet
     for model in ("lightgbm", "xgboost", "nn", "ensemble"):
         assert 0.85 < metrics[f"{model}/val_roc_auc"] <= 1.0
         assert f"{model}/test_accuracy" in metrics
