@@ -61,11 +61,7 @@ class MlflowSweepCallback(Callback):
         from pipeline import tracking as tr
 
         client = mlflow.MlflowClient(self.uri)
-        children = client.search_runs(
-            [client.get_run(self.parent_run_id).info.experiment_id],
-            filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
-        )
-        tr.mark_orphans(self.uri, [c.info.run_id for c in children])
+        children = self._close_children(client)
         failed = any(c.info.status != "FINISHED" for c in children)
         self._summarise(client, children)
         client.set_terminated(self.parent_run_id, "FAILED" if failed else "FINISHED")
@@ -79,18 +75,23 @@ class MlflowSweepCallback(Callback):
         try:
             import mlflow
 
-            from pipeline import tracking as tr
-
             client = mlflow.MlflowClient(self.uri)
-            children = client.search_runs(
-                [client.get_run(self.parent_run_id).info.experiment_id],
-                filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
-            )
-            tr.mark_orphans(self.uri, [c.info.run_id for c in children])
+            self._close_children(client)
             client.set_terminated(self.parent_run_id, "FAILED")
         except Exception as exc:  # at exit there is no one left to raise to
             log.warning("could not close the sweep's MLflow parent run %s: %s", self.parent_run_id, exc)
         self.parent_run_id = None
+
+    def _close_children(self, client) -> list:
+        """The sweep's job runs, with any a dead job left RUNNING marked FAILED."""
+        from pipeline import tracking as tr
+
+        children = client.search_runs(
+            [client.get_run(self.parent_run_id).info.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
+        )
+        tr.mark_orphans(self.uri, [c.info.run_id for c in children])
+        return children
 
     def _summarise(self, client, children) -> None:
         """The sweep's best job on the parent run: best/val_<metric>, best/model, best/job."""

@@ -20,6 +20,16 @@ SEARCHERS = ("none", "random", "tpe", "grid")
 DIM_TYPES = ("float", "int", "categorical")
 
 
+def tell_study(study, trial, *args, **kwargs) -> None:
+    """study.tell, where a GridSampler that has tried its whole grid stops the study: the trial is
+    stored all the same, and Optuna's RuntimeError about `Study.stop` is no failure."""
+    try:
+        study.tell(trial, *args, **kwargs)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
+
+
 @dataclass(frozen=True)
 class SearchDim:
     type: str
@@ -153,11 +163,7 @@ class TrialSource:
             import optuna
 
             state = optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.COMPLETE
-            try:
-                self._study(model).tell(optuna_trial, None if pruned else score, state=state)
-            except RuntimeError as exc:  # GridSampler stops the study once the grid is done; the trial is stored
-                if "Study.stop" not in str(exc):
-                    raise
+            tell_study(self._study(model), optuna_trial, None if pruned else score, state=state)
 
     def _study(self, model: str):
         if model not in self._studies:

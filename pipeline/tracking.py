@@ -45,10 +45,13 @@ def quiet_mlflow() -> None:
     logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
 
 
-def hide_credential_links(uri: str) -> None:
-    """MLflow prints 'View run at <tracking uri>' after each run; with user:password@ in the URI it must not."""
-    if redact_uri(uri) != uri:
-        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+def hide_credential_links(uri: str) -> bool:
+    """MLflow prints 'View run at <tracking uri>' after each run; with user:password@ in the URI it must
+    not. True when its links are switched off."""
+    if redact_uri(uri) == uri:
+        return False
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    return True
 
 
 def check_server(uri: str, timeout_s: float) -> None:
@@ -57,7 +60,8 @@ def check_server(uri: str, timeout_s: float) -> None:
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(uri.rstrip("/") + "/health")
-    request = urllib.request.Request(urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))))
+    host = parts.netloc.rpartition("@")[2]  # urllib takes no user:password@ in a URL
+    request = urllib.request.Request(urlunsplit(parts._replace(netloc=host)))
     if parts.username is not None:  # user:password@host, as MLflow's basic auth takes it
         token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
@@ -176,11 +180,12 @@ class MlflowTracker(NullTracker):
         self.system_metrics_interval_s = system_metrics_interval_s
         self.run_id = None
         self.failure = None
+        self.print_masked_link = False
 
     def connect(self) -> None:
         """Reach the store before any work starts; errors here are TrackingErrors."""
         quiet_mlflow()
-        hide_credential_links(self.uri)
+        self.print_masked_link = hide_credential_links(self.uri)
         if is_remote(self.uri):
             configure_http(self.timeout_s)
             check_server(self.uri, self.timeout_s)
@@ -299,7 +304,7 @@ class MlflowTracker(NullTracker):
             return
         try:
             mlflow.end_run(status=status)
-            if redact_uri(self.uri) != self.uri:  # MLflow's own link would show the credentials
+            if self.print_masked_link:  # in place of MLflow's own link, which would show the credentials
                 print(f"View run at: {redact_uri(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
         except Exception as exc:
             self.failure = self.failure or f"end_run: {type(exc).__name__}: {exc}"

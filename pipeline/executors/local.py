@@ -7,6 +7,7 @@ import logging
 import multiprocessing
 import pickle
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_connections
 from pathlib import Path
@@ -88,11 +89,14 @@ class ProcessBackend:
         self._starting = threading.Thread(target=self._start, args=(plan,), name="worker-start", daemon=True)
         self._starting.start()
 
-    def _ready(self) -> None:
-        """Wait for the background start; re-raise what it raised."""
+    def _join_start(self) -> None:
         if self._starting is not None:
             self._starting.join()
             self._starting = None
+
+    def _ready(self) -> None:
+        """Wait for the background start; re-raise what it raised."""
+        self._join_start()
         if self._start_error is not None:
             error, self._start_error = self._start_error, None
             raise error
@@ -104,18 +108,13 @@ class ProcessBackend:
             self._start_error = exc
 
     def _spawn_for(self, plan: Plan) -> None:
+        """As many workers per device set as the busiest wave runs on it at once."""
         self.max_idle = max(self.max_idle, plan.max_concurrency)
-        wanted: dict[tuple[int, ...], int] = {}
+        wanted: Counter[tuple[int, ...]] = Counter()
         for wave in {t.wave for t in plan.fit_tasks}:
-            counts: dict[tuple[int, ...], int] = {}
-            for t in plan.fit_tasks:
-                if t.wave == wave:
-                    counts[t.device_ids] = counts.get(t.device_ids, 0) + 1
-            for devices, n in counts.items():
-                wanted[devices] = max(wanted.get(devices, 0), n)
-        for devices, n in wanted.items():
-            for _ in range(n):
-                self.idle.append(self._spawn(devices))
+            wanted |= Counter(t.device_ids for t in plan.fit_tasks if t.wave == wave)  # | keeps the larger count
+        for devices in wanted.elements():
+            self.idle.append(self._spawn(devices))
 
     def prepare(self, plan: Plan, data) -> DataRef:
         self._ready()
@@ -197,9 +196,7 @@ class ProcessBackend:
             w.process.join()
 
     def shutdown(self) -> None:
-        if self._starting is not None:
-            self._starting.join()
-            self._starting = None
+        self._join_start()
         for w in self.busy.values():  # a run that stops early: kill its fits at once
             w.process.terminate()
         for w in list(self.busy.values()) + self.idle:

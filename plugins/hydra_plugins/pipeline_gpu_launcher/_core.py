@@ -210,9 +210,14 @@ class _Job:
 
     @property
     def shown(self) -> str:
-        from hydra.core.utils import filter_overrides
+        return shown_overrides(self.overrides)
 
-        return " ".join(filter_overrides(self.overrides)) or "no overrides"
+
+def shown_overrides(overrides: Sequence[str]) -> str:
+    """A job's overrides as the log names it (Hydra's filter drops its own hydra.* keys)."""
+    from hydra.core.utils import filter_overrides
+
+    return " ".join(filter_overrides(overrides)) or "no overrides"
 
 
 @dataclass
@@ -471,9 +476,7 @@ def _environment(env: dict[str, Optional[str]]):
 def job_main(conn, common: bytes, payload: bytes, idx: int, overrides: list[str], env: dict) -> None:
     """Entry point of a job process: run the job as Hydra's `run_job` does, send back its JobReturn."""
     _apply_env(env)
-    from hydra.core.utils import filter_overrides
-
-    shown = " ".join(filter_overrides(overrides)) or "no overrides"
+    shown = shown_overrides(overrides)
     try:
         import cloudpickle
         from hydra.core.hydra_config import HydraConfig

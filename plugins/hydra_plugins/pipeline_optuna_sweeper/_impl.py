@@ -14,6 +14,7 @@ from hydra.errors import CompactHydraException, OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from pipeline.errors import ConfigError
+from pipeline.hpo import tell_study
 
 log = logging.getLogger(__name__)
 
@@ -328,10 +329,10 @@ def sweep(sweeper, arguments: list[str]) -> list:
         for pos, (trial, overrides, ret) in enumerate(zip(trials, batch, results, strict=True)):
             value, problem = _score(ret)
             if problem is None:
-                _tell(study, trial, values=value)
+                tell_study(study, trial, values=value)
                 log.info(f"\t#{job_idx + pos} : trial {trial.number} value {value:.6g}")
             else:
-                _tell(study, trial, state=optuna.trial.TrialState.FAIL)
+                tell_study(study, trial, state=optuna.trial.TrialState.FAIL)
                 failures.append(f"job #{job_idx + pos} ({' '.join(overrides)}): {problem}")
                 log.warning(f"\t#{job_idx + pos} : trial {trial.number} failed: {problem}")
         job_idx += len(results)
@@ -372,15 +373,6 @@ def _score(ret) -> tuple[Optional[float], Optional[str]]:
     if not math.isfinite(score):
         return None, f"the job returned {score}, which is not a finite score"
     return score, None
-
-
-def _tell(study, trial, **kwargs) -> None:
-    try:
-        study.tell(trial, **kwargs)
-    except RuntimeError as exc:
-        # GridSampler stops the study once every combination is tried; the trial is stored anyway.
-        if "stop" not in str(exc).lower():
-            raise
 
 
 def _write_results(
