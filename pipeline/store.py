@@ -70,6 +70,23 @@ class RunDirectoryLock:
             self._fh.close()  # closing releases the flock
             self._fh = None
 
+    @staticmethod
+    def is_held(run_dir: Path) -> bool:
+        """Whether a live run holds run_dir's lock now."""
+        import fcntl
+
+        try:
+            fh = open(run_dir / ".lock", "r")
+        except OSError:
+            return False
+        with fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
+
 
 class ResultStore:
     """tasks/<key>.pkl in the run directory; optionally read-through from earlier run directories."""
@@ -132,7 +149,7 @@ def resume_sources(resume: Any, run_dir: Path, outputs_root: Path) -> list[Path]
     """The earlier run directories whose finished tasks this run may reuse.
 
     The run directory itself always counts (re-running with the same hydra.run.dir). resume=true
-    adds the newest unfinished run under outputs/; a path adds that directory.
+    adds the newest unfinished run under outputs/ that no live run holds; a path adds that directory.
     """
     if resume in (False, None, "false", "False"):
         return []
@@ -141,8 +158,12 @@ def resume_sources(resume: Any, run_dir: Path, outputs_root: Path) -> list[Path]
         for state_file in outputs_root.glob(f"**/{STATE_FILE}"):
             directory = state_file.parent
             state = read_state(directory) or {}
-            if directory.resolve() != run_dir.resolve() and state.get("status") != "FINISHED":
-                candidates.append((state_file.stat().st_mtime, directory))
+            if directory.resolve() == run_dir.resolve() or state.get("status") == "FINISHED":
+                continue
+            if RunDirectoryLock.is_held(directory):  # its tasks are still being written
+                log.warning("resume=true: skipping %s: a live run holds it", directory)
+                continue
+            candidates.append((state_file.stat().st_mtime, directory))
         if not candidates:
             log.warning("resume=true: no unfinished run under %s; starting afresh", outputs_root)
             return []

@@ -13,11 +13,10 @@ from multiprocessing.connection import wait as wait_connections
 from pathlib import Path
 from typing import Optional
 
-from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit
+from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit, write_data_file
 from pipeline.executors.worker import worker_main
 from pipeline.hardware import Hardware
 from pipeline.plan import Plan
-from pipeline.store import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +118,8 @@ class ProcessBackend:
     def prepare(self, plan: Plan, data) -> DataRef:
         self._ready()
         path = self.run_dir / "data.pkl"
-        if not path.exists():
-            atomic_write_bytes(path, pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
-        return DataRef(path=str(path))
+        write_data_file(path, data)
+        return DataRef(path=str(path), fingerprint=data.fingerprint)
 
     def submit(self, request: FitRequest):
         worker = self._worker_for(tuple(request.gpu_ids))

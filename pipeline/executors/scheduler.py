@@ -170,7 +170,7 @@ class Scheduler:
         num_folds = self.plan.allocation(task.model).num_folds
         seed = task_seed(self.seed, task.model, task.trial, task.fold)
         key = task_key(self.data.fingerprint, prototype, params, task.fold, num_folds, self.seed, seed,
-                       self.metric.name, self.pruning)
+                       self.metric.name, self.pruning, device=_device_kind(prototype, params, shares))
         return FitRequest(
             task_id=task.id, key=key, model=prototype, params=params, model_name=task.model,
             trial=task.trial, fold=task.fold, num_folds=num_folds, fold_seed=self.seed, seed=seed,
@@ -215,3 +215,9 @@ class Scheduler:
         score = self.metric(self.data.y[held_out], val_pred)
         return TrialResult(model, trial, self.trials.params(model, trial), folds, held_out, val_pred, test_pred,
                            score, pruned=any(f.pruned for f in folds))
+
+
+def _device_kind(prototype, params: dict, shares) -> str:
+    """"gpu" when this fit is given GPUs and its parameters let it use them, else "cpu"."""
+    may_use_gpu = type(prototype).gpu_request({**prototype.params, **params})[0]
+    return "gpu" if shares and may_use_gpu else "cpu"

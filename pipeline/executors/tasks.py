@@ -6,6 +6,7 @@ Ray task. It reads no config.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -25,10 +26,14 @@ from pipeline.models.base import FitContext, Placement, TabularModel
 
 @dataclass(frozen=True)
 class DataRef:
-    """The prepared data: a pickle in the run directory, or the object itself (in-process, Ray)."""
+    """The prepared data: a data file in the run directory, or the object itself (in-process, Ray).
+
+    `fingerprint` is the data's (TabularData.fingerprint): a worker refuses a file written for other data.
+    """
 
     path: Optional[str] = None
     obj: Any = field(default=None, compare=False, repr=False)
+    fingerprint: str = ""
 
 
 @dataclass
@@ -86,12 +91,19 @@ class TaskFailure:
 
 
 def task_key(fingerprint: str, model: TabularModel, params: dict, fold: int, num_folds: int, fold_seed: int,
-             seed: int, eval_metric: str, pruning: bool = False) -> str:
-    """A hash of everything that determines a fold's result; the cache and resume key."""
+             seed: int, eval_metric: str, pruning: bool = False, device: str = "cpu") -> str:
+    """A hash of everything that determines a fold's result; the cache and resume key.
+
+    Besides the data, model, parameters, fold and seeds: the versions of the engine and of the
+    libraries the fit uses (an upgrade refits), and `device` ("cpu" or "gpu": where a model that
+    may use a GPU, such as the network on device auto, is placed).
+    """
     payload = {
         "data": fingerprint,
         "model": type(model).__module__ + "." + type(model).__qualname__,
         "params": {**model.params, **params},
+        "versions": library_versions(type(model).library_modules),
+        "device": device,
         "fold": fold,
         "num_folds": num_folds,
         "fold_seed": fold_seed,
@@ -103,6 +115,30 @@ def task_key(fingerprint: str, model: TabularModel, params: dict, fold: int, num
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+_BASE_LIBRARIES = ("numpy", "pandas", "scikit-learn")
+
+
+@functools.lru_cache(maxsize=None)
+def _version(distribution: str) -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def library_versions(modules: tuple[str, ...] = ()) -> dict[str, Optional[str]]:
+    """The engine's version and those of the libraries a fit with `modules` depends on (read from the
+    installed packages' metadata, without importing them)."""
+    import pipeline
+
+    out: dict[str, Optional[str]] = {"pipeline": pipeline.__version__}
+    for name in (*_BASE_LIBRARIES, *modules):
+        out[name] = _version(name)
+    return out
+
+
 def task_seed(seed: int, model: str, trial: int, fold: int) -> int:
     digest = hashlib.sha256(f"{seed}/{model}/{trial}/{fold}".encode()).digest()
     return int.from_bytes(digest[:4], "little") % (2**31 - 1)
@@ -111,14 +147,43 @@ def task_seed(seed: int, model: str, trial: int, fold: int) -> int:
 _DATA_CACHE: dict[str, Any] = {}
 
 
+def write_data_file(path: Path, data) -> None:
+    """The data file workers read: the data's fingerprint, then the data (two pickles in one file).
+
+    A file already there for the same fingerprint is kept; one written for other data (a run
+    directory reused with other data settings) is replaced, atomically.
+    """
+    from pipeline.store import atomic_write_bytes
+
+    if read_data_fingerprint(path) == data.fingerprint:
+        return
+    header = pickle.dumps(data.fingerprint, protocol=pickle.HIGHEST_PROTOCOL)
+    atomic_write_bytes(path, header + pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def read_data_fingerprint(path: Path) -> Optional[str]:
+    """The fingerprint a data file was written for; None when there is no readable one."""
+    try:
+        with open(path, "rb") as fh:
+            value = pickle.load(fh)
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError):
+        return None
+    return value if isinstance(value, str) else None
+
+
 def resolve_data(ref: DataRef):
     if ref.obj is not None:
         return ref.obj
-    if ref.path not in _DATA_CACHE:
+    key = (ref.path, ref.fingerprint)
+    if key not in _DATA_CACHE:
         with open(ref.path, "rb") as fh:
+            written_for = pickle.load(fh)
+            if written_for != ref.fingerprint:
+                raise RuntimeError(f"{ref.path} holds other data (fingerprint {written_for}, "
+                                   f"this run's is {ref.fingerprint})")
             _DATA_CACHE.clear()  # one data set per worker at a time
-            _DATA_CACHE[ref.path] = pickle.load(fh)
-    return _DATA_CACHE[ref.path]
+            _DATA_CACHE[key] = pickle.load(fh)
+    return _DATA_CACHE[key]
 
 
 _FOLD_CACHE: dict[tuple, np.ndarray] = {}
