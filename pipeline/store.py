@@ -22,14 +22,44 @@ log = logging.getLogger(__name__)
 STATE_FILE = "run_state.json"
 
 
+def _temporary_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = _temporary_name(path)
     with open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def atomic_copy_file(source: Path, target: Path) -> None:
+    """Copy to a temporary name beside `target`, then rename: a crash never leaves half a file."""
+    tmp = _temporary_name(target)
+    try:
+        shutil.copyfile(source, tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_copy_tree(source: Path, target: Path) -> None:
+    """copytree into a temporary folder beside `target`, then rename it: all of it or nothing."""
+    tmp = _temporary_name(target)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(source, tmp)
+        os.rename(tmp, target)
+    except OSError:
+        if not target.exists():  # another process may have put it there first; that copy is whole too
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class RunDirectoryLock:
@@ -63,6 +93,7 @@ class RunDirectoryLock:
         fh.write(f"pid {os.getpid()}")
         fh.flush()
         self._fh = fh
+        _remove_temporaries(self.path.parent)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -88,6 +119,15 @@ class RunDirectoryLock:
             return False
 
 
+def _remove_temporaries(run_dir: Path) -> None:
+    """Temporary files a killed run left behind (never read: only renames publish a file)."""
+    for path in run_dir.rglob(".*.tmp"):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 class ResultStore:
     """tasks/<key>.pkl in the run directory; optionally read-through from earlier run directories."""
 
@@ -102,7 +142,7 @@ class ResultStore:
             for source in self.sources:
                 candidate = source / f"{key}.pkl"
                 if candidate.exists():
-                    shutil.copyfile(candidate, path)
+                    atomic_copy_file(candidate, path)
                     break
             else:
                 return None
@@ -123,7 +163,7 @@ class ResultStore:
             for source in self.sources:
                 candidate = source.parent / "checkpoints" / key
                 if candidate.exists():
-                    shutil.copytree(candidate, target)
+                    atomic_copy_tree(candidate, target)
                     break
         return target
 

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -21,3 +22,61 @@ def test_the_lock_dies_with_its_process(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True)
     with RunDirectoryLock(tmp_path):
         pass
+
+
+def _crash_while_copying(code: str, tmp_path, files_before_crash: int = 0):
+    """Run `code` in a process whose copies die half-way through a file (as SIGKILL would: no
+    clean-up runs), after `files_before_crash` whole files."""
+    prelude = f"""
+import os, shutil, pickle
+from pathlib import Path
+from pipeline.store import ResultStore
+real, done = shutil.copyfile, []
+def dying_copy(src, dst, **kw):
+    if len(done) == {files_before_crash}:
+        data = Path(src).read_bytes()
+        Path(dst).write_bytes(data[: len(data) // 2])
+        os._exit(9)
+    done.append(src)
+    return real(src, dst, **kw)
+shutil.copyfile = dying_copy
+"""
+    proc = subprocess.run([sys.executable, "-c", prelude + code], cwd=tmp_path)
+    assert proc.returncode == 9  # it did die mid-copy
+
+
+def test_a_crash_while_copying_a_finished_fit_leaves_no_half_file(tmp_path):
+    from pipeline.store import ResultStore
+
+    earlier, now = tmp_path / "earlier", tmp_path / "now"
+    ResultStore(earlier).put("k", {"scores": list(range(10_000))})
+    _crash_while_copying(f"ResultStore(Path({str(now)!r}), [Path({str(earlier)!r})]).get('k')", tmp_path)
+    assert not (now / "tasks" / "k.pkl").exists()
+    assert ResultStore(now, [earlier]).get("k") == {"scores": list(range(10_000))}
+
+
+def test_a_crash_while_copying_a_checkpoint_leaves_no_partial_folder(tmp_path):
+    from pipeline.store import ResultStore
+
+    earlier, now = tmp_path / "earlier", tmp_path / "now"
+    source = ResultStore(earlier).checkpoint_dir("k")
+    source.mkdir(parents=True)
+    files = {"a.pt": os.urandom(50_000), "b.pt": os.urandom(50_000)}
+    for name, data in files.items():
+        (source / name).write_bytes(data)
+    _crash_while_copying(f"ResultStore(Path({str(now)!r}), [Path({str(earlier)!r})]).checkpoint_dir('k')",
+                         tmp_path, files_before_crash=1)
+    assert not (now / "checkpoints" / "k").exists()
+    target = ResultStore(now, [earlier]).checkpoint_dir("k")
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == files
+
+
+def test_taking_the_lock_removes_what_a_killed_run_left_half_written(tmp_path):
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / ".k.pkl.123.tmp").write_bytes(b"half")
+    (tmp_path / "checkpoints" / ".k.123.tmp").mkdir(parents=True)
+    (tmp_path / "tasks" / "k.pkl").write_bytes(b"whole")
+    with RunDirectoryLock(tmp_path):
+        pass
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.name != ".lock") == [
+        "checkpoints", "tasks", "tasks/k.pkl"]
