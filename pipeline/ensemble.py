@@ -4,24 +4,37 @@ and the predictors a run hands to users: a bagged model and the weighted ensembl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
+from pipeline.errors import ModelOutputError
 from pipeline.metrics import Metric
 
 
-def ensemble_selection(preds: list[np.ndarray], y: np.ndarray, metric: Metric, size: int = 25) -> np.ndarray:
+def ensemble_selection(preds: list[np.ndarray], y: np.ndarray, metric: Metric, size: int = 25,
+                       names: Sequence[str] = ()) -> np.ndarray:
     """Weights over `preds`: add, with replacement, the member that most improves the average;
-    keep the best prefix of the trajectory, so the result never scores below the best member."""
+    keep the best prefix of the trajectory, so the result never scores below the best member.
+
+    A member whose predictions score NaN (it predicts NaN) is never picked; when every member
+    does, there is no ensemble to build: ModelOutputError names them.
+    """
     if not preds:
         raise ValueError("ensemble_selection needs at least one prediction")
+    names = list(names) or [f"member {i}" for i in range(len(preds))]
     counts = np.zeros(len(preds), dtype=np.int64)
     current = np.zeros_like(preds[0], dtype=np.float64)
     best_loss, best_counts = np.inf, None
     for step in range(size):
-        losses = [metric.loss(y, (current * step + p) / (step + 1)) for p in preds]
+        losses = np.array([metric.loss(y, (current * step + p) / (step + 1)) for p in preds], dtype=np.float64)
+        losses[np.isnan(losses)] = np.inf
+        if step == 0 and not np.isfinite(losses).any():
+            raise ModelOutputError(
+                f"no ensemble can be built: the validation {metric.name} of every model is NaN or infinite "
+                f"({', '.join(names)}); their predictions hold NaN or infinite values"
+            )
         j = int(np.argmin(losses))
         counts[j] += 1
         current = (current * step + preds[j]) / (step + 1)

@@ -29,6 +29,12 @@ class TrackingError(PipelineError):
     """The tracking backend (MLflow) cannot be reached or refuses a write."""
 
 
+class ModelOutputError(PipelineError):
+    """Fitted models returned unusable predictions (NaN everywhere)."""
+
+    exit_code = 1
+
+
 class TaskFailedError(PipelineError):
     """A task of the plan still failed after its retries."""
 

@@ -91,7 +91,7 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
         _log_model_metrics(tracker, name, val_scores, test_scores, trial)
     if len(best) >= 2:
         rows.append(_ensemble(best, data, metric, problem, predictors, tracker))
-    rows.sort(key=lambda r: r[f"val_{metric.name}"], reverse=metric.greater_is_better)
+    rows.sort(key=lambda r: metric.loss_of(r[f"val_{metric.name}"]))  # NaN last
     leaderboard = pd.DataFrame(rows)
     leaderboard_path = runtime.run_dir / "leaderboard.csv"
     leaderboard.to_csv(leaderboard_path, index=False)
@@ -134,7 +134,7 @@ def _ensemble(best: dict[str, TrialResult], data, metric: Metric, problem: str, 
     if any(not np.array_equal(t.held_out, held) for t in trials):
         raise RuntimeError("models were validated on different rows; cannot ensemble them")
     t0 = time.perf_counter()
-    weights = ensemble_selection([t.val_pred for t in trials], data.y[held], metric)
+    weights = ensemble_selection([t.val_pred for t in trials], data.y[held], metric, names=list(best))
     seconds = time.perf_counter() - t0
     val_pred = blend([t.val_pred for t in trials], weights)
     test_pred = blend([t.test_pred for t in trials], weights)

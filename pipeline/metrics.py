@@ -27,6 +27,12 @@ class Metric:
         value = self(y_true, pred)
         return -value if self.greater_is_better else value
 
+    def loss_of(self, score: float) -> float:
+        """A score as a loss (lower is better); NaN is the worst."""
+        if score != score:
+            return float("inf")
+        return -score if self.greater_is_better else score
+
     def better(self, a: float, b: float) -> bool:
         return a > b if self.greater_is_better else a < b
 

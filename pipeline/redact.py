@@ -7,15 +7,26 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 MASK = "***"
-SECRET_KEY = re.compile(
-    r"(passw(or)?d|passwd|pwd|token|secret|api[_-]?key|apikey|credential|private[_-]?key|access[_-]?key|auth)",
-    re.IGNORECASE,
-)
+# A key is secret when one of its words is, or two adjacent words make a secret name (api_key):
+# whole words only, so `author` or `tokenizer` stay readable.
+SECRET_WORDS = frozenset({
+    "password", "passwd", "pwd", "passphrase", "token", "secret", "secrets", "credential", "credentials",
+    "apikey", "auth", "authorization", "bearer", "cookie", "signature",
+})
+SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"),
+                          ("client", "secret"), ("session", "key"), ("sas", "key")})
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 URI_WITH_USER = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s:@]+):([^/\s@]+)@")
 
 
+def key_words(key: str) -> list[str]:
+    """The words of a key's last segment: `db.apiToken` -> [api, token], `AWS_SECRET_KEY` -> [aws, secret, key]."""
+    return [w.lower() for w in _WORD.findall(str(key).rsplit(".", 1)[-1])]
+
+
 def is_secret_key(key: str) -> bool:
-    return bool(SECRET_KEY.search(str(key).rsplit(".", 1)[-1]))
+    words = key_words(key)
+    return any(w in SECRET_WORDS for w in words) or any(pair in SECRET_PAIRS for pair in zip(words, words[1:]))
 
 
 def redact_uri(uri: str) -> str:

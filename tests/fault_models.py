@@ -68,3 +68,10 @@ class KillOnceModel(_Constant):
             marker.write_text("killed")
             os.kill(os.getpid(), signal.SIGKILL)
         super()._fit(X, y, X_val, y_val, ctx)
+
+
+class NanModel(_Constant):
+    """Predicts NaN everywhere (a diverged network, a broken custom model)."""
+
+    def _predict(self, X):
+        return np.full_like(np.asarray(super()._predict(X), dtype=np.float64), np.nan)

@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.redact import redact, redact_text, redact_uri
+from pipeline.redact import is_secret_key, redact, redact_override, redact_text, redact_uri
 
 
 @pytest.mark.parametrize("uri", [
@@ -35,3 +35,27 @@ def test_nested_config_values_under_secret_keys_are_masked():
 
 def test_uris_inside_text_are_masked():
     assert redact_text("see http://a:b@h:1/x and more") == "see http://a:***@h:1/x and more"
+
+
+@pytest.mark.parametrize("key", [
+    "token", "api_token", "auth", "auth_token", "apiToken", "password", "db_password", "pg_password",
+    "secret", "client_secret", "AWS_SECRET_ACCESS_KEY", "api_key", "api-key", "apikey", "apiKey", "private_key",
+    "access_key", "credentials", "Authorization", "storage_options.token", "sas_key", "pwd",
+])
+def test_secret_keys_are_masked(key):
+    assert is_secret_key(key)
+    assert redact({key: "value"}) == {key: "***"}
+
+
+@pytest.mark.parametrize("key", [
+    "author", "authors", "tokenizer", "tokenizer_name", "tokenized", "keyword", "monkey", "key", "passing",
+    "max_bin", "experiment", "run_name",
+])
+def test_ordinary_keys_are_not_masked(key):
+    assert not is_secret_key(key)
+    assert redact({key: "value"}) == {key: "value"}
+
+
+def test_override_names_are_checked_by_whole_words():
+    assert redact_override("+tracking.tags.author=alice") == "+tracking.tags.author=alice"
+    assert redact_override("+tracking.tags.api_token=abc") == "+tracking.tags.api_token=***"
