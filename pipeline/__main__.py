@@ -16,12 +16,16 @@ CONFIG_DIR = str(_HERE / "conf" if (_HERE / "conf").is_dir() else _HERE.parent /
 
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig):
-    from pipeline.errors import PipelineError
+    from pipeline.errors import Interrupted, PipelineError
     from pipeline.run import run
 
     try:
         return run(cfg)
-    except PipelineError as exc:
+    except (PipelineError, Interrupted) as exc:
+        if isinstance(exc, Interrupted):
+            from pipeline.signals import ignore_stop_signals
+
+            ignore_stop_signals()  # the exit code says which signal stopped the run; a repeat must not change it
         from pipeline.redact import redact_text
         from pipeline.report import err_console
 

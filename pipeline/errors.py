@@ -41,8 +41,12 @@ class TaskFailedError(PipelineError):
     exit_code = 1
 
 
-class Interrupted(PipelineError):
-    """The run was stopped by a signal; finished tasks stay on disk for a resume."""
+class Interrupted(BaseException):
+    """The run was stopped by a signal; finished tasks stay on disk for a resume.
+
+    A BaseException, as KeyboardInterrupt is: no `except Exception` (in a reader, a tracker call,
+    a library) may swallow a stop signal. The CLI prints its message like a PipelineError's.
+    """
 
     def __init__(self, signum: int, message: str):
         super().__init__(message)

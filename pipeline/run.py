@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,14 +112,16 @@ def _problem_hint(settings: Settings) -> Optional[str]:
 def execute(settings: Settings, plan: Plan, runtime: Runtime) -> float:
     """Fit the plan. The executor starts first (workers spawn and import their libraries, Ray
     connects) so that its start-up overlaps loading the data and opening the MLflow store."""
+    from pipeline.signals import StopSignals
     from pipeline.store import RunDirectoryLock
 
-    with RunDirectoryLock(runtime.run_dir):
+    with RunDirectoryLock(runtime.run_dir), StopSignals() as signals:
         backend = make_backend(settings, plan, runtime)
-        backend.start(plan)
         try:
-            return _execute(settings, plan, runtime, backend)
+            backend.start(plan)
+            return _execute(settings, plan, runtime, backend, signals)
         finally:
+            signals.clean_up()
             backend.shutdown()
 
 
@@ -133,7 +134,7 @@ def make_backend(settings: Settings, plan: Plan, runtime: Runtime):
                 ray_init=ex.ray_init, preload=preload)
 
 
-def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> float:
+def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals) -> float:
     from pipeline import data as data_module
     from pipeline import metrics
     from pipeline.store import write_state
@@ -149,7 +150,6 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> float
     tracker = make_tracker(settings, runtime)
     tracker.connect() if tracker.enabled else None
     status = "FAILED"
-    previous = _install_signal_handlers()
     try:
         tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
         write_state(runtime.run_dir, status="RUNNING", mlflow_run_id=tracker.run_id, started=time.time())
@@ -165,7 +165,7 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> float
         status = "KILLED"
         raise
     finally:
-        _restore_signal_handlers(previous)
+        signals.clean_up()
         write_state(runtime.run_dir, status=status, ended=time.time())
         tracker.end(status)
         if tracker.failure is not None and status == "FINISHED":
@@ -219,24 +219,3 @@ def _log_config(settings: Settings, runtime: Runtime, tracker) -> None:
     path = runtime.run_dir / "config.yaml"
     path.write_text(settings.config_yaml)
     tracker.log_artifact(path)
-
-
-def _raise_interrupted(signum, frame):
-    name = signal.Signals(signum).name
-    raise Interrupted(signum, f"stopped by {name}; finished tasks stay in the run directory: re-run with "
-                              "resume=true (or the same hydra.run.dir) to continue")
-
-
-def _install_signal_handlers():
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            previous[sig] = signal.signal(sig, _raise_interrupted)
-        except ValueError:  # not the main thread
-            pass
-    return previous
-
-
-def _restore_signal_handlers(previous) -> None:
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)

@@ -41,3 +41,59 @@ def test_models_that_all_predict_nan_are_one_clear_error(cli, tmp_path):
     assert proc.returncode == 1
     assert "no ensemble can be built: the validation rmse of every model is NaN or infinite (first, second)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _start(args, cwd, env):
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=cwd, env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(condition, timeout=60.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
+def test_sigterm_while_the_data_loads_stops_the_run_cleanly(tmp_path):
+    """A data source that never answers (a stalled object store); the workers are starting meanwhile."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()  # connections queue but are never answered
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/data.csv"
+        proc = _start(["data=csv", f"data.path={url}", "data.label=y", "model=lightgbm", "parallelism.num_folds=2",
+                       "executor.in_process=never", "tracking=none"], tmp_path, {})
+        _wait_for(lambda: list((tmp_path / "outputs" / "runs").glob("*/*/plan.json")))
+        time.sleep(1.0)  # in the read of the data
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, out + err
+    assert "stopped by SIGTERM" in err and "Traceback" not in err
+
+
+def test_repeated_stop_signals_never_leave_the_mlflow_run_running(tmp_path):
+    """SIGTERM, then SIGTERM again every 20 ms while the run cleans up: it still closes its MLflow run."""
+    searchpath = user_config(tmp_path, "model", "slow",
+                             "sleep:\n  _target_: tests.fault_models.SleepModel\n  params: {seconds: 30}\n")
+    proc = _start(["model=slow", searchpath, "allowed_targets=[tests.]", "executor.in_process=always",
+                   "data.max_rows=500"], tmp_path, FAULT_ENV)
+
+    def running():
+        states = list((tmp_path / "outputs" / "runs").glob("*/*/run_state.json"))
+        return states and json.loads(states[0].read_text()).get("status") == "RUNNING"
+
+    _wait_for(running)
+    time.sleep(0.5)
+    while proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.02)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, out + err
+    (run_dir,) = run_dirs(tmp_path)
+    assert json.loads((run_dir / "run_state.json").read_text())["status"] == "KILLED"
+    _, (run,) = job_runs(tmp_path)
+    assert run.info.status == "KILLED"

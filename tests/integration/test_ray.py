@@ -149,7 +149,7 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
     from pipeline.executors.scheduler import Scheduler
     from pipeline.hpo import HpoSpec, TrialSource
     from pipeline.metrics import METRICS
-    from pipeline.run import _install_signal_handlers, _restore_signal_handlers
+    from pipeline.signals import StopSignals
     from pipeline.store import ResultStore
     from tests.fault_models import SleepModel
 
@@ -157,16 +157,14 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
     backend = RayBackend()
     scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
                           {"sleep": SleepModel({"seconds": 60}, "sleep")}, adult, METRICS["roc_auc"], seed=0)
-    previous = _install_signal_handlers()
     timer = threading.Timer(3, os.kill, (os.getpid(), signal.SIGTERM))
     start = time.monotonic()
     timer.start()
     try:
-        with pytest.raises(Interrupted):
+        with StopSignals(), pytest.raises(Interrupted):
             scheduler.run()
     finally:
         timer.cancel()
-        _restore_signal_handlers(previous)
     assert time.monotonic() - start < 15  # not the 60 s the fits would sleep
     assert backend.running == {}
     assert ray_instance.is_initialized()

@@ -1,0 +1,67 @@
+"""SIGTERM and SIGINT during a run: the first stops it (Interrupted), later ones wait for the clean-up.
+
+The handlers are installed before the run's first piece of work (worker start, data loading), so
+a stop signal at any moment unwinds through the same clean-up: workers stopped, run_state.json
+and the MLflow run marked KILLED. A second signal while that clean-up runs (a spot instance's
+SIGTERM repeated, Ctrl-C pressed twice) is reported and otherwise ignored, so it cannot leave
+the MLflow run RUNNING; SIGKILL still stops the process at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+from pipeline.errors import Interrupted
+
+log = logging.getLogger("pipeline")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopSignals:
+    """Installs the handlers for the life of a `with` block, then restores the previous ones."""
+
+    def __init__(self):
+        self.previous: dict[int, object] = {}
+        self.received: list[int] = []
+
+    def __enter__(self) -> "StopSignals":
+        for sig in STOP_SIGNALS:
+            try:
+                self.previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: the caller's handlers stay
+                pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self.received)
+
+    def clean_up(self) -> None:
+        """From here on the run only cleans up: a signal is noted, never raised."""
+        if not self.received:
+            self.received.append(0)
+
+    def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.received:
+            log.warning("%s received while the run stops: finishing the clean-up first (SIGKILL stops at once)", name)
+            return
+        self.received.append(signum)
+        raise Interrupted(signum, f"stopped by {name}; finished tasks stay in the run directory: re-run with "
+                                  "resume=true (or the same hydra.run.dir) to continue")
+
+
+def ignore_stop_signals() -> None:
+    """For a process that is exiting because it was stopped: later signals change nothing."""
+    for sig in STOP_SIGNALS:
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:
+            pass
