@@ -99,6 +99,7 @@ class ExecutorConf:
     name: str = "local"  # local | ray
     max_retries: int = 1
     in_process: str = "auto"  # local: auto | always | never
+    task_timeout_s: Optional[float] = None  # a fit running longer fails like a crash (retried); null: no limit
     address: Optional[str] = None  # ray: null starts a local instance; "auto" or ray://host:port joins one
     ray_init: Dict[str, Any] = field(default_factory=dict)  # extra ray.init keyword arguments
 

@@ -66,7 +66,7 @@ def fit_all(settings, plan: Plan, data, metric: Metric, runtime, tracker, backen
     with FitProgress(plan) as progress:
         scheduler = Scheduler(
             plan, backend, store, trials, {s.name: s.prototype() for s in settings.models}, data, metric,
-            seed=settings.seed, max_retries=ex.max_retries,
+            seed=settings.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
             hooks=RunHooks(progress, tracker, metric, settings.hpo.searcher != "none"),
             pruning=settings.hpo.pruning,
         )

@@ -130,7 +130,9 @@ def make_backend(settings: Settings, plan: Plan, runtime: Runtime):
 
     ex = settings.executor
     preload = tuple(dict.fromkeys(m for spec in settings.models for m in spec.cls.library_modules))
-    return make(ex.name, plan, runtime.run_dir, in_process=ex.in_process, address=ex.address,
+    # A time limit needs fits that can be stopped: worker processes, not the driver.
+    in_process = "never" if ex.task_timeout_s is not None and ex.in_process == "auto" else ex.in_process
+    return make(ex.name, plan, runtime.run_dir, in_process=in_process, address=ex.address,
                 ray_init=ex.ray_init, preload=preload)
 
 

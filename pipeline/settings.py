@@ -44,6 +44,7 @@ class ExecutorSpec:
     in_process: str = "auto"
     address: Optional[str] = None
     ray_init: dict = field(default_factory=dict)
+    task_timeout_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,14 @@ def read_settings(cfg: DictConfig) -> Settings:
         raise ConfigError(f"executor.in_process={ex['in_process']!r} is not one of {', '.join(IN_PROCESS)}")
     if ex["max_retries"] < 0:
         raise ConfigError(f"executor.max_retries={ex['max_retries']} must be >= 0")
+    timeout = ex.get("task_timeout_s")
+    if timeout is not None and not timeout > 0:
+        raise ConfigError(f"executor.task_timeout_s={timeout} must be > 0 seconds (or null: no limit)")
+    if timeout is not None and ex["name"] == "local" and ex["in_process"] == "always":
+        raise ConfigError(
+            f"executor.task_timeout_s={timeout} needs fits in worker processes, which can be stopped, but "
+            "executor.in_process=always fits in the driver; use in_process=auto or never"
+        )
     tr = tree["tracking"]
     if tr["backend"] not in BACKENDS:
         raise ConfigError(f"tracking.backend={tr['backend']!r} is not one of {', '.join(BACKENDS)}{closest(tr['backend'], BACKENDS)}")
@@ -127,7 +136,8 @@ def read_settings(cfg: DictConfig) -> Settings:
         fit=Request.parse(par["fit"]["num_cpus"], par["fit"]["num_gpus"], "parallelism.fit"),
         sequential=bool(par["sequential"]),
         hpo=hpo_spec,
-        executor=ExecutorSpec(ex["name"], int(ex["max_retries"]), ex["in_process"], ex["address"], dict(ex["ray_init"])),
+        executor=ExecutorSpec(ex["name"], int(ex["max_retries"]), ex["in_process"], ex["address"], dict(ex["ray_init"]),
+                              None if timeout is None else float(timeout)),
         tracking=TrackingSpec(**tr),
         seed=seed,
         eval_metric=str(tree["eval_metric"]),

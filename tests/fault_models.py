@@ -75,3 +75,14 @@ class NanModel(_Constant):
 
     def _predict(self, X):
         return np.full_like(np.asarray(super()._predict(X), dtype=np.float64), np.nan)
+
+
+class HangOnceModel(_Constant):
+    """The first fit hangs (sleeps an hour, as a stuck collective would); later fits succeed."""
+
+    def _fit(self, X, y, X_val, y_val, ctx):
+        marker = Path(self.params["marker"])
+        if not marker.exists():
+            marker.write_text("hung")
+            time.sleep(3600)
+        super()._fit(X, y, X_val, y_val, ctx)

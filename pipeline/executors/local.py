@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import logging
 import multiprocessing
+import os
 import pickle
+import signal
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -174,6 +176,16 @@ class ProcessBackend:
             self._release(w)
             out.append((h, result))
         return out
+
+    def cancel(self, handle) -> None:
+        """Kill the worker running `handle` with everything it started (DDP ranks share its process group)."""
+        w = self.busy.pop(handle)
+        try:
+            os.killpg(w.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            w.process.kill()
+        w.process.join(timeout=5)
+        w.conn.close()
 
     def _release(self, w: _Worker) -> None:
         self.idle.append(w)

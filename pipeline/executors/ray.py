@@ -321,6 +321,16 @@ class RayBackend:
             out.append((ref, result))
         return out
 
+    def cancel(self, handle) -> None:
+        """Force-cancel a running fit's task (Ray kills its worker process)."""
+        import ray
+
+        self.running.pop(handle, None)
+        try:
+            ray.cancel(handle, force=True)
+        except Exception as exc:  # finished meanwhile, or a client that cannot force
+            log.warning("could not cancel a Ray task past executor.task_timeout_s: %s", exc)
+
     def shutdown(self) -> None:
         try:
             import ray

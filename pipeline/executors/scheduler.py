@@ -8,6 +8,7 @@ results from the store, retries failures, and turns each trial's folds into a ba
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
@@ -36,6 +37,9 @@ class Backend(Protocol):
     def submit(self, request: FitRequest) -> object: ...
 
     def wait(self, handles: list, timeout: Optional[float] = None) -> list[tuple[object, FoldResult | TaskFailure]]: ...
+
+    def cancel(self, handle: object) -> None:
+        """Stop a running fit at once (its worker is killed); it is reported by no later wait()."""
 
     def shutdown(self) -> None: ...
 
@@ -102,11 +106,14 @@ class Scheduler:
         max_retries: int = 1,
         hooks: Optional[Hooks] = None,
         pruning: bool = False,
+        task_timeout_s: Optional[float] = None,
     ):
         self.plan, self.backend, self.store, self.trials = plan, backend, store, trials
         self.prototypes, self.data, self.metric = prototypes, data, metric
         self.seed, self.max_retries, self.hooks, self.pruning = seed, max_retries, hooks, pruning
         self.curves: dict[tuple[str, int], list[dict]] = {}
+        self.task_timeout_s = task_timeout_s
+        self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
 
     def run(self) -> Outcome:
         outcome = Outcome()
@@ -133,13 +140,16 @@ class Scheduler:
                         continue
                     if self.hooks:
                         self.hooks.on_task_start(task)
-                    running[self.backend.submit(request)] = (task, shares, request)
+                    handle = self.backend.submit(request)
+                    running[handle] = (task, shares, request)
+                    self.started[handle] = time.monotonic()
                 if not running:
                     if pending:  # admission refused everything with nothing running: cannot happen for a valid plan
                         raise RuntimeError(f"scheduler stalled with {len(pending)} tasks pending")
                     break
-                for handle, result in self.backend.wait(list(running)):
+                for handle, result in self._wait(running):
                     task, shares, request = running.pop(handle)
+                    self.started.pop(handle, None)
                     admission.release(task, shares)
                     if isinstance(result, TaskFailure):
                         attempts[task.id] += 1
@@ -159,6 +169,21 @@ class Scheduler:
         finally:
             self.backend.shutdown()
         return outcome
+
+    def _wait(self, running: dict) -> list:
+        """The backend's finished fits; with a time limit, also each fit past it, stopped and failed."""
+        if self.task_timeout_s is None:
+            return self.backend.wait(list(running))
+        oldest = min(self.started[h] for h in running)
+        done = self.backend.wait(list(running), timeout=max(0.0, oldest + self.task_timeout_s - time.monotonic()))
+        finished = {h for h, _ in done}
+        now = time.monotonic()
+        for handle, (task, _, _) in running.items():
+            if handle not in finished and now - self.started[handle] >= self.task_timeout_s:
+                self.backend.cancel(handle)
+                done.append((handle, TaskFailure(task.id, f"the fit ran longer than executor.task_timeout_s="
+                                                          f"{self.task_timeout_s:g} s and was stopped")))
+        return done
 
     def _reference(self, model: str, fold: int) -> tuple[dict, ...]:
         """Loss curves of this model's finished, unpruned trials on this fold, for the pruner."""

@@ -16,6 +16,8 @@ def worker_main(conn, env: dict[str, str], preload: tuple[str, ...] = ()) -> Non
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when workers stop
+    os.setpgid(0, 0)  # its own process group: stopping a fit stops the processes the fit started too
+    _die_with_parent()
 
     from pipeline.executors.tasks import safe_run_fit
 
@@ -30,3 +32,19 @@ def worker_main(conn, env: dict[str, str], preload: tuple[str, ...] = ()) -> Non
         if request is None:
             return
         conn.send(safe_run_fit(request))
+
+
+def _die_with_parent() -> None:
+    """Linux: be killed when the forkserver exits, which it does when the driver dies (SIGKILL, OOM):
+    no orphaned fit keeps writing into a run directory that a resumed run has taken over."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+

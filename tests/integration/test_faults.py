@@ -97,3 +97,47 @@ def test_repeated_stop_signals_never_leave_the_mlflow_run_running(tmp_path):
     assert json.loads((run_dir / "run_state.json").read_text())["status"] == "KILLED"
     _, (run,) = job_runs(tmp_path)
     assert run.info.status == "KILLED"
+
+
+def test_a_fit_that_hangs_once_is_stopped_and_retried(cli, tmp_path):
+    marker = tmp_path / "hung-once"
+    searchpath = user_config(tmp_path, "model", "hang",
+                             f"hang:\n  _target_: tests.fault_models.HangOnceModel\n  params: {{marker: '{marker}'}}\n")
+    start = time.monotonic()
+    proc = cli("model=hang", searchpath, "allowed_targets=[tests.]", "executor.task_timeout_s=3",
+               "executor.max_retries=1", "data.max_rows=500", "tracking=none", env=FAULT_ENV, timeout=120, check=True)
+    assert time.monotonic() - start < 60 and marker.exists()
+    assert "ran longer than executor.task_timeout_s=3 s and was stopped; retrying" in proc.stdout + proc.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    (entry,) = json.loads((run_dir / "timeline.json").read_text())
+    assert entry["attempt"] == 1
+
+
+def test_a_fit_that_always_hangs_fails_the_run_and_keeps_the_finished_folds(cli, tmp_path):
+    searchpath = user_config(
+        tmp_path, "model", "mixed",
+        "defaults: [lightgbm]\nhang:\n  _target_: tests.fault_models.SleepModel\n  params: {seconds: 3600}\n",
+    )
+    proc = cli("model=mixed", searchpath, "allowed_targets=[tests.]", "executor.task_timeout_s=3",
+               "executor.max_retries=0", "parallelism.num_folds=2", "parallelism.fit.num_cpus=1",
+               "model.lightgbm.params.num_iterations=20", "data.max_rows=1000", env=FAULT_ENV, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "failed after 1 attempt(s): the fit ran longer than executor.task_timeout_s=3 s" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    assert len(list((run_dir / "tasks").glob("*.pkl"))) == 2  # lightgbm's two folds
+    _, (run,) = job_runs(tmp_path)
+    assert run.info.status == "FAILED"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["executor.task_timeout_s=0"], "executor.task_timeout_s=0.0 must be > 0 seconds"),
+    (["executor.task_timeout_s=5", "executor.in_process=always"],
+     "executor.task_timeout_s=5.0 needs fits in worker processes"),
+])
+def test_bad_time_limits_are_refused(compose, overrides, message):
+    from pipeline.errors import ConfigError
+    from pipeline.settings import read_settings
+
+    with pytest.raises(ConfigError, match=message):
+        read_settings(compose(overrides))

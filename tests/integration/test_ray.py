@@ -186,3 +186,24 @@ def test_without_ray_the_executor_is_a_config_error(monkeypatch, adult):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
     with pytest.raises(ConfigError, match=r"executor=ray needs Ray: pip install '\.\[ray\]'"):
         RayBackend().prepare(plan_for(2, 0, 1, None), adult)
+
+
+def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adult, tmp_path):
+    from pipeline.errors import TaskFailedError
+    from pipeline.executors.ray import RayBackend
+    from pipeline.executors.scheduler import Scheduler
+    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.store import ResultStore
+    from tests.fault_models import SleepModel
+
+    plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep")
+    backend = RayBackend()
+    scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
+                          {"sleep": SleepModel({"seconds": 60}, "sleep")}, adult, METRICS["roc_auc"], seed=0,
+                          max_retries=0, task_timeout_s=2)
+    start = time.monotonic()
+    with pytest.raises(TaskFailedError, match=r"ran longer than executor.task_timeout_s=2 s and was stopped"):
+        scheduler.run()
+    assert time.monotonic() - start < 20  # not the 60 s the fits would sleep
+    assert backend.running == {}
