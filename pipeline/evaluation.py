@@ -15,6 +15,7 @@ from pipeline.ensemble import BaggedPredictor, EnsemblePredictor, FeatureSchema,
 from pipeline.executors.scheduler import Outcome, TrialResult
 from pipeline.metrics import Metric
 from pipeline.plan import Plan, Task
+from pipeline.store import atomic_write_bytes
 
 log = logging.getLogger("pipeline")
 
@@ -94,7 +95,7 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     rows.sort(key=lambda r: metric.loss_of(r[f"val_{metric.name}"]))  # NaN last
     leaderboard = pd.DataFrame(rows)
     leaderboard_path = runtime.run_dir / "leaderboard.csv"
-    leaderboard.to_csv(leaderboard_path, index=False)
+    atomic_write_bytes(leaderboard_path, leaderboard.to_csv(index=False).encode())
     report.console.print(report.leaderboard_table(rows, metric.name))
     top = rows[0]
     tracker.log_metrics({f"best/val_{metric.name}": top[f"val_{metric.name}"],
@@ -170,7 +171,7 @@ def _log_model_metrics(tracker, name: str, val: dict, test: dict, trial: TrialRe
 
 def _log_artifacts(outcome: Outcome, best: dict[str, TrialResult], run_dir: Path, tracker, plots) -> None:
     timeline_json = run_dir / "timeline.json"
-    timeline_json.write_text(json.dumps(outcome.timeline, indent=1))
+    atomic_write_bytes(timeline_json, json.dumps(outcome.timeline, indent=1).encode())
     tracker.log_artifact(timeline_json)
     if not tracker.enabled:  # the plots are for MLflow's UI; the run directory keeps their data as JSON/CSV
         return

@@ -100,7 +100,9 @@ class Plan:
         }
 
     def write(self, path: Path) -> Path:
-        path.write_text(json.dumps(self.to_json(), indent=2))
+        from pipeline.store import atomic_write_bytes
+
+        atomic_write_bytes(path, json.dumps(self.to_json(), indent=2).encode())
         return path
 
 

@@ -36,7 +36,7 @@ def timeline(entries: list[dict], path: Path) -> Optional[Path]:
               loc="upper right", fontsize=8)
     ax.set_title("Task timeline")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -64,7 +64,7 @@ def learning_curves(histories: dict[str, dict[str, list[float]]], path: Path) ->
         ax.set_xlabel("epoch / round")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -80,6 +80,17 @@ def feature_importance(importances: dict[str, dict[str, float]], path: Path, top
         ax.barh([k for k, _ in items], [v for _, v in items])
         ax.set_title(f"{name}: gain", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return path
+
+
+def _save(fig, path: Path) -> None:
+    """Render in memory, then write atomically: a killed run never leaves half an image."""
+    import io
+
+    from pipeline.store import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=path.suffix.lstrip(".") or "png", dpi=110)
+    atomic_write_bytes(path, buffer.getvalue())

@@ -218,6 +218,8 @@ def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
 
 
 def _log_config(settings: Settings, runtime: Runtime, tracker) -> None:
+    from pipeline.store import atomic_write_bytes
+
     path = runtime.run_dir / "config.yaml"
-    path.write_text(settings.config_yaml)
+    atomic_write_bytes(path, settings.config_yaml.encode())
     tracker.log_artifact(path)

@@ -377,7 +377,7 @@ class Loop:
             "history": copy.deepcopy(result.history),
             "oom_backoffs": result.oom_backoffs,
         }
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the run directory's temporary names
         torch.save(state, tmp)
         os.replace(tmp, path)
 
