@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import time
 from pathlib import Path
@@ -119,13 +120,22 @@ class RunDirectoryLock:
             return False
 
 
+_TEMPORARY = re.compile(r"^\..+\.\d+\.tmp$")  # _temporary_name's pattern
+
+
 def _remove_temporaries(run_dir: Path) -> None:
-    """Temporary files a killed run left behind (never read: only renames publish a file)."""
-    for path in run_dir.rglob(".*.tmp"):
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+    """Temporaries a killed run left in the folders the engine writes (never read: only a rename
+    publishes a file). Only those folders: hydra.run.dir may name a directory shared with others."""
+    folders = [run_dir, run_dir / "tasks", run_dir / "trials", run_dir / "checkpoints"]
+    folders += [p for p in (run_dir / "checkpoints").glob("*") if p.is_dir()]
+    for folder in folders:
+        for path in folder.glob(".*.tmp"):
+            if not _TEMPORARY.match(path.name):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 class ResultStore:

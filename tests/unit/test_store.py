@@ -75,8 +75,13 @@ def test_taking_the_lock_removes_what_a_killed_run_left_half_written(tmp_path):
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / ".k.pkl.123.tmp").write_bytes(b"half")
     (tmp_path / "checkpoints" / ".k.123.tmp").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "k").mkdir()
+    (tmp_path / "checkpoints" / "k" / ".last.pt.123.tmp").write_bytes(b"half")
     (tmp_path / "tasks" / "k.pkl").write_bytes(b"whole")
+    (tmp_path / "mine").mkdir()  # hydra.run.dir may be a folder of the user's: only the engine's folders are swept
+    (tmp_path / "mine" / ".notes.1.tmp").write_bytes(b"keep")
+    (tmp_path / ".editor.tmp").write_bytes(b"keep")
     with RunDirectoryLock(tmp_path):
         pass
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.name != ".lock") == [
-        "checkpoints", "tasks", "tasks/k.pkl"]
+        ".editor.tmp", "checkpoints", "checkpoints/k", "mine", "mine/.notes.1.tmp", "tasks", "tasks/k.pkl"]
