@@ -114,6 +114,8 @@ class TrackingConf:
     system_metrics_interval_s: float = 10.0
     timeout_s: float = 10.0  # how long an MLflow server may take to answer
     tags: Dict[str, str] = field(default_factory=dict)
+    register_model: Optional[str] = None  # a name: the run's best model is registered under it
+    register_alias: str = "champion"  # the alias that points at the newly registered version
 
 
 @dataclass
@@ -128,6 +130,7 @@ class Config:
     seed: int = 0
     eval_metric: str = "auto"
     dry_run: bool = False
+    refit: bool = False  # fit each model's best trial once more on train + validation (one model, no bag)
     resume: Any = False  # false | true (newest unfinished run) | a run directory
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
 

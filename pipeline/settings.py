@@ -57,6 +57,8 @@ class TrackingSpec:
     system_metrics_interval_s: float = 10.0
     timeout_s: float = 10.0
     tags: dict = field(default_factory=dict)
+    register_model: Optional[str] = None
+    register_alias: str = "champion"
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Settings:
     resume: Any
     params: dict  # the resolved config, flattened and redacted, for MLflow
     config_yaml: str  # the resolved config, redacted
+    refit: bool = False
 
 
 def read_settings(cfg: DictConfig) -> Settings:
@@ -115,6 +118,12 @@ def read_settings(cfg: DictConfig) -> Settings:
         raise ConfigError(f"tracking.backend={tr['backend']!r} is not one of {', '.join(BACKENDS)}{closest(tr['backend'], BACKENDS)}")
     if tr["system_metrics_interval_s"] <= 0:
         raise ConfigError(f"tracking.system_metrics_interval_s={tr['system_metrics_interval_s']} must be > 0")
+    if tr["register_model"] is not None and tr["backend"] == "none":
+        raise ConfigError(f"tracking.register_model={tr['register_model']!r} needs MLflow tracking: "
+                          "drop tracking=none, or drop tracking.register_model")
+    if tr["register_model"] is not None and not tr["log_models"]:
+        raise ConfigError(f"tracking.register_model={tr['register_model']!r} registers a logged model, but "
+                          "tracking.log_models=false logs none; set tracking.log_models=true")
     if tr["timeout_s"] <= 0:
         raise ConfigError(f"tracking.timeout_s={tr['timeout_s']} must be > 0")
     redacted = redact(tree)
@@ -135,6 +144,7 @@ def read_settings(cfg: DictConfig) -> Settings:
         resume=tree["resume"],
         params={k: v for k, v in flatten(redacted).items()},
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(redacted)),
+        refit=bool(tree["refit"]),
     )
 
 
