@@ -135,8 +135,23 @@ class Config:
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
 
 
+@dataclass
+class PredictConfig:
+    """`python -m pipeline.predict`: score a data source with a trained model."""
+
+    source: str = MISSING  # the trained model: a run directory, an MLflow run id, or a models:/ or runs:/ URI
+    predictor: str = "best"  # in a run: best, or a model's name (lightgbm, ensemble, lightgbm_refit ...)
+    data: DataConf = MISSING  # what to score: any data source; its label column, if present, is ignored
+    output: str = "predictions.csv"  # .csv or .parquet, relative to the launch directory
+    chunk_rows: int = 100_000  # rows read, typed, predicted and written at a time
+    id_column: Optional[str] = None  # an input column copied to the output; null: the row number (row_id)
+    tracking: TrackingConf = MISSING  # where run ids and models:/ URIs are looked up
+    hardware: Optional[HardwareConf] = None  # +hardware=1gpu: predict on a GPU
+
+
 def register_configs() -> None:
     ConfigStore.instance().store(name="config_schema", node=Config)
+    ConfigStore.instance().store(name="predict_schema", node=PredictConfig)
 
 
 register_configs()

@@ -122,15 +122,12 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     return float(top[f"val_{metric.name}"])
 
 
-PREDICTORS_DIR = "predictors"
-BEST_FILE = "BEST"
-
-
 def save_predictors(run_dir: Path, predictors: dict, best: str) -> None:
     """Each predictor pickled under run_dir/predictors/, and the name of the best in predictors/BEST,
     for batch prediction from the run directory."""
     import pickle
 
+    from pipeline.predictor_source import BEST_FILE, PREDICTORS_DIR
     from pipeline.store import atomic_write_bytes
 
     folder = run_dir / PREDICTORS_DIR

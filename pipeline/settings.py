@@ -87,14 +87,7 @@ def read_settings(cfg: DictConfig) -> Settings:
     tree = OmegaConf.to_container(cfg, resolve=True)
     tree.pop("hydra", None)
     seed = int(tree["seed"])
-    data = dict(tree["data"])
-    data_spec = DataSpec(
-        **{k: v for k, v in data.items() if k not in ("drop_columns", "categorical_columns", "storage_options")},
-        storage_options=dict(data["storage_options"]),
-        drop_columns=tuple(data["drop_columns"]),
-        categorical_columns=tuple(data["categorical_columns"]),
-        seed=seed,
-    )
+    data_spec = _data_spec(tree["data"], seed)
     allowed = ALWAYS_ALLOWED + tuple(tree.get("allowed_targets") or ())
     if not tree["model"]:
         raise ConfigError("model: no model is configured; pick one with model=lightgbm (or xgboost, nn, all)")
@@ -145,6 +138,45 @@ def read_settings(cfg: DictConfig) -> Settings:
         params={k: v for k, v in flatten(redacted).items()},
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(redacted)),
         refit=bool(tree["refit"]),
+    )
+
+
+def _data_spec(data: dict, seed: int) -> DataSpec:
+    return DataSpec(
+        **{k: v for k, v in data.items() if k not in ("drop_columns", "categorical_columns", "storage_options")},
+        storage_options=dict(data["storage_options"]),
+        drop_columns=tuple(data["drop_columns"]),
+        categorical_columns=tuple(data["categorical_columns"]),
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True)
+class PredictSettings:
+    """Batch prediction: which trained model, what to score, where to write, on what hardware."""
+
+    source: str
+    predictor: str
+    data: DataSpec
+    output: str
+    chunk_rows: int
+    id_column: Optional[str]
+    tracking_uri: Optional[str]
+    hardware: Optional[dict]
+
+
+def read_predict_settings(cfg: DictConfig) -> PredictSettings:
+    """The one place that reads the `predict` config tree."""
+    tree = OmegaConf.to_container(cfg, resolve=True)
+    if int(tree["chunk_rows"]) < 1:
+        raise ConfigError(f"chunk_rows={tree['chunk_rows']} must be at least 1")
+    output = str(tree["output"])
+    if not output.endswith((".csv", ".parquet", ".pq")):
+        raise ConfigError(f"output={output!r} must name a .csv or .parquet file")
+    return PredictSettings(
+        source=str(tree["source"]), predictor=str(tree["predictor"]), data=_data_spec(tree["data"], 0),
+        output=output, chunk_rows=int(tree["chunk_rows"]), id_column=tree["id_column"],
+        tracking_uri=tree["tracking"]["uri"], hardware=tree.get("hardware"),
     )
 
 
