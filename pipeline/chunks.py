@@ -47,24 +47,26 @@ def columns_of(path: Path, kind: str) -> list[str]:
         return next(csv.reader(fh), [])
 
 
-def read_chunks(path: Path, kind: str, columns: list[str], categorical: set[str], chunk_rows: int,
-                key: str = "data.path") -> Iterator[pd.DataFrame]:
-    """`columns` of the file, `chunk_rows` rows at a time; categorical columns read as text."""
+def read_chunks(path: Path, kind: str, columns: list[str], categorical: set[str], numeric: set[str],
+                chunk_rows: int, key: str = "data.path") -> Iterator[pd.DataFrame]:
+    """`columns` of the file, `chunk_rows` rows at a time; from CSV, categorical columns as text,
+    numeric ones as numbers, others (an id column) as pyarrow infers them."""
     if kind == "parquet":
         import pyarrow.parquet as pq
 
         batches = pq.ParquetFile(path).iter_batches(batch_size=chunk_rows, columns=columns)
     else:
-        batches = _csv_batches(path, columns, categorical, key)
+        batches = _csv_batches(path, columns, categorical, numeric, key)
     yield from _regroup(batches, chunk_rows)
 
 
-def _csv_batches(path: Path, columns: list[str], categorical: set[str], key: str):
+def _csv_batches(path: Path, columns: list[str], categorical: set[str], numeric: set[str], key: str):
     import pyarrow as pa
     from pyarrow import csv as pacsv
 
     header = columns_of(path, "csv")
-    types = {c: (pa.string() if c in categorical else pa.float64()) for c in columns}
+    types = {c: pa.string() for c in columns if c in categorical}
+    types.update({c: pa.float64() for c in columns if c in numeric})
     options = pacsv.ConvertOptions(include_columns=columns, column_types=types, strings_can_be_null=True)
     try:
         reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES), convert_options=options)

@@ -101,8 +101,7 @@ def input_chunks(settings, base_dir: Path, schema, path) -> Iterator[pd.DataFram
     kind = settings.data.source
     _check_columns(schema, io.columns_of(path, kind), settings)
     columns = list(dict.fromkeys([*wanted, *schema.columns]))
-    text = set(schema.categories) | set(wanted)
-    yield from io.read_chunks(path, kind, columns, text, settings.chunk_rows)
+    yield from io.read_chunks(path, kind, columns, set(schema.categories), set(schema.numeric), settings.chunk_rows)
 
 
 def _check_columns(schema, columns: list[str], settings) -> None:

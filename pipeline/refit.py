@@ -3,8 +3,8 @@ train + validation, for the mean number of rounds or epochs its fold models earl
 
 One model instead of a bag of k: k times fewer models to predict with. Its validation score is
 not defined (it learnt from the validation rows), so the leaderboard shows its test score only.
-The refits run in the driver after the bagged fits, one at a time, on all the run's CPUs and the
-devices the model's fits were planned on.
+The refits run in the driver after the bagged fits, one at a time, each with the resources of one
+of its model's fits (CPU count and devices, as planned).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ SUFFIX = "_refit"
 
 
 def placement_for(plan: Plan, model: str) -> Placement:
-    """All the run's CPUs and the GPUs of the model's first planned fit (by id, as in-process fits)."""
+    """The resources of the model's first planned fit: its CPU count and its GPUs (by id, as
+    in-process fits use them)."""
     task = next(t for t in plan.fit_tasks if t.model == model)
     share = sum(task.gpu_shares, Fraction(0))
-    return Placement(plan.hardware.num_cpus, task.device_ids, task.device_ids, share)
+    return Placement(task.resources.num_cpus, task.device_ids, task.device_ids, share)
 
 
 def refit_model(name: str, trial: TrialResult, data, metric: Metric, plan: Plan, seed: int):
