@@ -10,23 +10,13 @@ import csv
 import os
 import re
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 import pandas as pd
 
 from pipeline.errors import DataError
 
 BLOCK_BYTES = 1 << 22  # pyarrow CSV block: rows are regrouped into chunk_rows afterwards
-
-
-def local_file(spec, base_dir: Path) -> Optional[Path]:
-    """The local CSV/Parquet file of a data spec, or None for other sources."""
-    from pipeline.data import _resolve
-
-    if spec.source not in ("csv", "parquet") or not spec.path:
-        return None
-    path = _resolve(spec.path, base_dir)
-    return path if isinstance(path, Path) else None
 
 
 def check_file(path: Path, key: str = "data.path") -> None:

@@ -53,12 +53,13 @@ def predict(settings, base_dir: Path) -> int:
     from pipeline import hardware as hw
     from pipeline import chunks as io
     from pipeline.chunks import ChunkWriter
+    from pipeline.data import local_path
     from pipeline.predictor_source import load_predictor
     from pipeline.report import console
 
     hardware = hw.resolve(settings.hardware, hw.detect(), dry_run=False)  # HardwareError before any work
     device = f"cuda:{hardware.devices[0]}" if hardware.num_gpus > 0 and hardware.devices else "cpu"
-    path = io.local_file(settings.data, base_dir)
+    path = local_path(settings.data, base_dir)
     if path is not None:
         io.check_file(path)  # a missing or empty file fails before the model is loaded
     predictor = load_predictor(settings.source, settings.predictor, settings.tracking_uri, base_dir)
@@ -90,11 +91,11 @@ def input_chunks(settings, base_dir: Path, schema, path) -> Iterator[pd.DataFram
     """The input in chunks of settings.chunk_rows, its columns checked against the training schema
     first: streamed from a local file (`path`), else read whole."""
     from pipeline import chunks as io
-    from pipeline.data import _read
+    from pipeline.data import read_table
 
     wanted = [settings.id_column] if settings.id_column else []
     if path is None:
-        frame = _read(settings.data, base_dir)
+        frame = read_table(settings.data, base_dir)
         _check_columns(schema, list(frame.columns), settings)
         yield from io.frame_chunks(frame, settings.chunk_rows)
         return

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -206,6 +207,13 @@ def test_the_served_best_model_answers_as_the_loaded_one(registered, tmp_path):
     proba = model.predict(rows, params={"predict_method": "predict_proba"})
     assert list(proba.columns) == ["<=50K", ">50K"]
     assert (np.asarray(labels) == np.where(proba[">50K"] > proba["<=50K"], ">50K", "<=50K")).all()
+    folder = Path(mlflow.artifacts.download_artifacts(uri))
+    requirements = (folder / "requirements.txt").read_text().split()
+    assert all(re.fullmatch(r"[a-z0-9_-]+==[0-9][0-9.]*", r) for r in requirements), requirements  # pinned, public
+    names = {r.split("==")[0] for r in requirements}
+    assert {"lightgbm", "xgboost", "mlflow"} <= names and "tabular-pipeline" not in names  # no index holds the engine
+    assert "torch" not in names  # no network in this ensemble
+    assert (folder / "code" / "pipeline" / "ensemble.py").exists()  # the engine's code ships with the model
     server = ModelServer(uri, tracking_uri, tmp_path / "serve.log")
     try:
         server.wait()
