@@ -223,3 +223,22 @@ def test_the_served_best_model_answers_as_the_loaded_one(registered, tmp_path):
         server.stop()
     assert served_labels == list(labels)
     np.testing.assert_allclose(served_proba[["<=50K", ">50K"]].to_numpy(), proba.to_numpy(), rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_prediction_on_a_gpu_matches_the_cpu(tmp_path):
+    """+hardware=1gpu moves XGBoost's booster and the network to the GPU; the scores stay the same."""
+    proc = run_cli(["model=[xgboost,nn]", "data.max_rows=3000", "model.xgboost.params.num_boost_round=60",
+                    "model.nn.params.max_epochs=2", "tracking=none"], tmp_path, check=True)
+    run_dir = run_dir_of(proc)
+    pd.read_parquet(ADULT).head(5000).to_parquet(tmp_path / "new.parquet")
+    scores = {}
+    for hardware in ("cpu", "1gpu"):
+        out = tmp_path / f"{hardware}.csv"
+        done = predict_cli(f"source={run_dir}", "data=parquet", f"data.path={tmp_path / 'new.parquet'}",
+                           f"+hardware={hardware}", f"output={out}", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert ("on cuda:0" in done.stdout) == (hardware == "1gpu")
+        scores[hardware] = pd.read_csv(out)
+    np.testing.assert_allclose(scores["1gpu"].filter(like="proba_").to_numpy(),
+                               scores["cpu"].filter(like="proba_").to_numpy(), rtol=1e-4, atol=1e-5)
