@@ -50,14 +50,13 @@ def run(cfg: DictConfig) -> int:
 
 def predict(settings, base_dir: Path) -> int:
     """Score settings.data with the model settings.source names into settings.output; returns the number of rows."""
-    from pipeline import hardware as hw
     from pipeline import chunks as io
     from pipeline.chunks import ChunkWriter
     from pipeline.data import local_path
     from pipeline.predictor_source import load_predictor
     from pipeline.report import console
 
-    hardware = hw.resolve(settings.hardware, hw.detect(), dry_run=False)  # HardwareError before any work
+    hardware = resolve_hardware(settings.hardware)
     device = f"cuda:{hardware.devices[0]}" if hardware.num_gpus > 0 and hardware.devices else "cpu"
     path = local_path(settings.data, base_dir)
     if path is not None:
@@ -85,6 +84,20 @@ def predict(settings, base_dir: Path) -> int:
     console.print(f"{writer.rows:,} rows scored by {predictor.name} on {device} in {seconds:.1f} s "
                   f"({writer.rows / max(seconds, 1e-9):,.0f} rows/s): {output}")
     return writer.rows
+
+
+def resolve_hardware(declared):
+    """The hardware group as in training (declared or detected); a declared box this machine is not
+    is an error before any work (there is no plan-only mode here)."""
+    from pipeline import hardware as hw
+    from pipeline.errors import HardwareError
+
+    try:
+        return hw.resolve(declared, hw.detect(), dry_run=False)
+    except HardwareError as exc:
+        reason = str(exc).split(". To plan for that box", 1)[0]
+        raise HardwareError(f"{reason}; batch prediction runs on this machine: pick a profile it has, or drop "
+                            "+hardware to use what it detects") from None
 
 
 def input_chunks(settings, base_dir: Path, schema, path) -> Iterator[pd.DataFrame]:
