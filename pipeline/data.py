@@ -375,21 +375,6 @@ def local_path(spec: DataSpec, base_dir: Path) -> Optional[Path]:
     return path if isinstance(path, Path) else None
 
 
-def locations(spec: DataSpec, base_dir: Path) -> dict[str, str]:
-    """Where each split's rows come from: a path, a URL (credentials masked) or 'generator:…'."""
-    from pipeline.redact import redact_uri
-
-    if spec.source == "synthetic":
-        main = (f"generator:scikit-learn rows={spec.rows} features={spec.features} classes={spec.classes} "
-                f"categorical={spec.categorical_features} seed={spec.seed}")
-    elif spec.source == "bundled":
-        main = str(importlib_resources.files("pipeline.datasets") / f"{spec.path}.parquet")
-    else:
-        main = redact_uri(str(_resolve(spec.path, base_dir)))
-    test = redact_uri(str(_resolve(spec.test_path, base_dir))) if spec.test_path else main
-    return {"training": main, "validation": main, "test": test}
-
-
 def synthetic(spec: DataSpec) -> pd.DataFrame:
     """A seeded classification or regression table; some columns binned into categories."""
     from sklearn.datasets import make_classification, make_regression

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,6 +47,29 @@ def source_of(location: str):
     with warnings.catch_warnings():  # MLflow registers the local artifact source twice and says so
         warnings.filterwarnings("ignore", message=".*can be interpreted in multiple ways.*")
         return resolve_dataset_source(location)
+
+
+def locations(spec, base_dir: Path) -> dict[str, str]:
+    """Where each split's rows come from: a path, a URL (credentials masked) or 'generator:…'."""
+    from importlib import resources
+
+    from pipeline.redact import redact_uri
+
+    def where(path: str) -> str:
+        if "://" in path:
+            return redact_uri(path)
+        p = Path(path).expanduser()
+        return str(p if p.is_absolute() else base_dir / p)
+
+    if spec.source == "synthetic":
+        main = (f"generator:scikit-learn rows={spec.rows} features={spec.features} classes={spec.classes} "
+                f"categorical={spec.categorical_features} seed={spec.seed}")
+    elif spec.source == "bundled":
+        main = str(resources.files("pipeline.datasets") / f"{spec.path}.parquet")
+    else:
+        main = where(spec.path)
+    test = where(spec.test_path) if spec.test_path else main
+    return {"training": main, "validation": main, "test": test}
 
 
 def log_datasets(data, locations: dict[str, str]) -> None:
