@@ -126,7 +126,7 @@ _TEMPORARY = re.compile(r"^\..+\.\d+\.tmp$")  # _temporary_name's pattern
 def _remove_temporaries(run_dir: Path) -> None:
     """Temporaries a killed run left in the folders the engine writes (never read: only a rename
     publishes a file). Only those folders: hydra.run.dir may name a directory shared with others."""
-    folders = [run_dir, run_dir / "tasks", run_dir / "trials", run_dir / "checkpoints"]
+    folders = [run_dir, *(run_dir / f for f in ("tasks", "trials", "checkpoints", "predictors"))]
     folders += [p for p in (run_dir / "checkpoints").glob("*") if p.is_dir()]
     for folder in folders:
         for path in folder.glob(".*.tmp"):
