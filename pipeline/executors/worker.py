@@ -35,16 +35,19 @@ def worker_main(conn, env: dict[str, str], preload: tuple[str, ...] = ()) -> Non
 
 
 def _die_with_parent() -> None:
-    """Linux: be killed when the forkserver exits, which it does when the driver dies (SIGKILL, OOM):
-    no orphaned fit keeps writing into a run directory that a resumed run has taken over."""
-    import ctypes
+    """When the driver dies however it dies (SIGKILL, the OOM killer), kill this worker's process
+    group at once: no orphaned fit keeps writing into a run directory a resumed run has taken over.
+    (The forkserver cannot do it: it waits for its clients, this worker among them.)"""
+    import multiprocessing
     import signal
+    import threading
 
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux
+    driver = multiprocessing.parent_process()  # the process that asked for this worker
+    if driver is None:
         return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os._exit(1)
 
+    def watch() -> None:
+        driver.join()  # returns when the driver has exited
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="driver-watch", daemon=True).start()

@@ -141,3 +141,27 @@ def test_bad_time_limits_are_refused(compose, overrides, message):
 
     with pytest.raises(ConfigError, match=message):
         read_settings(compose(overrides))
+
+
+def test_a_fit_worker_dies_with_its_driver(tmp_path):
+    """The driver SIGKILLed (the OOM killer, a node failure) mid-fit: its workers stop at once
+    instead of finishing their fits and writing into a run directory a resumed run now owns."""
+    import psutil
+
+    searchpath = user_config(tmp_path, "model", "slow",
+                             "sleep:\n  _target_: tests.fault_models.SleepModel\n  params: {seconds: 60}\n")
+    proc = _start(["model=slow", searchpath, "allowed_targets=[tests.]", "executor.in_process=never",
+                   "data.max_rows=500", "tracking=none"], tmp_path, FAULT_ENV)
+
+    def running():
+        states = list((tmp_path / "outputs" / "runs").glob("*/*/run_state.json"))
+        return states and json.loads(states[0].read_text()).get("status") == "RUNNING"
+
+    _wait_for(running)
+    time.sleep(1.0)  # the fit has been submitted
+    workers = [w for helper in psutil.Process(proc.pid).children() for w in helper.children(recursive=True)]
+    assert workers, "no fit worker found"
+    proc.kill()
+    proc.wait()  # not communicate(): an orphaned worker would hold the output pipes open
+    _, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive, f"fit workers outlived their driver: {alive}"
