@@ -116,7 +116,7 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
 
 
 def _row(name: str, trial: TrialResult, val: dict, test: dict, metric: Metric, plan: Plan) -> dict:
-    devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device.startswith("cuda")})
+    devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device != "cpu"})
     device = "GPU " + plan.hardware.visible_devices(devices) if devices else "cpu"
     row = {"model": name}
     row.update({f"val_{k}": v for k, v in val.items()})

@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any, Iterable, Optional, Sequence
 
 from pipeline.errors import ConfigError, ResourceError
+from pipeline.levels import derived_gpu_share
 
 ZERO = Fraction(0)
 
@@ -262,8 +263,8 @@ def allocate(
     if fit_gpus is None:
         fit_gpus = ZERO
         if needs.wants_gpu and bag.num_gpus > 0:
-            share = bag.num_gpus / jobs(bag_gpus_set)
-            fit_gpus = min(Fraction(1), share)
+            concurrent = min(jobs(bag_gpus_set), bag.num_cpus // fit_cpus)
+            fit_gpus = derived_gpu_share(bag.num_gpus, concurrent)
     fit = Resources(fit_cpus, fit_gpus)
     _check_model_devices(needs, fit, fit_request, total, warn)
 
@@ -279,9 +280,13 @@ def allocate(
             slots = gpu_slots(fit.num_gpus, gpu_capacities) if gpu_capacities else int(total.num_gpus // fit.num_gpus)
             trials_parallel = min(trials_parallel, slots // folds_parallel)
     if folds_parallel < 1 or trials_parallel < 1:
+        if fit_request.num_gpus is not None:
+            fix = f"lower {fit_request.gpus_key}={fmt(fit.num_gpus)}"
+        else:
+            fix = f"its GPU share was derived from {bag_keys[1]}={fmt(bag.num_gpus)}; set parallelism.fit.num_gpus"
         raise ResourceError(
             f"model '{needs.name}': a fit of {fit} does not fit on the devices of the box "
-            f"({fmt(total.num_gpus)} GPU); lower {fit_request.gpus_key or 'parallelism.fit.num_gpus'}"
+            f"({fmt(total.num_gpus)} GPU); {fix}"
         )
     return Allocation(needs.name, folds, num_trials, bag, fit, folds_parallel, trials_parallel)
 

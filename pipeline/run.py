@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from pipeline import hardware as hw
 from pipeline.errors import Interrupted
+from pipeline.levels import ineffective_bag
 from pipeline.plan import Plan, build_plan
 from pipeline.resources import allocate, fmt
 from pipeline.settings import Settings, read_settings
@@ -67,6 +68,8 @@ def make_plan(settings: Settings) -> Plan:
     """Validate the resource hierarchy for every model and build the execution graph."""
     machine = _machine(settings)
     hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
+    for message in ineffective_bag(settings.bag.num_cpus, settings.bag.num_gpus, settings.num_folds):
+        log.warning(message)
     allocations = []
     for spec in settings.models:
         _warn_overridden(settings, spec)
@@ -91,6 +94,14 @@ def _warn_overridden(settings: Settings, spec) -> None:
         if mine is not None and theirs is not None and mine != theirs:
             log.warning("model.%s.resources.%s=%s overrides parallelism.fit.%s=%s for model %s",
                         spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
+
+
+def first_fit_env(plan: Plan, model: str) -> dict[str, str]:
+    """The environment a worker of the model's first fit gets: a library probe runs there, not in the driver."""
+    from pipeline.devices import child_env
+
+    first = next(t for t in plan.fit_tasks if t.model == model)
+    return child_env(plan.hardware.visible_devices(first.device_ids).split(",") if first.device_ids else ())
 
 
 def _on_cluster(settings: Settings) -> bool:
@@ -145,7 +156,7 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> float
         # The GPU build check probes this process's library; on a cluster the fits run elsewhere.
         needs_gpu = spec.cls.needs(spec.name, spec.params).requires_gpu
         if needs_gpu and not plan.hardware.planned_only and not _on_cluster(settings):
-            spec.cls.check_environment(spec.name, spec.params)
+            spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
     tracker = make_tracker(settings, runtime)
     tracker.connect() if tracker.enabled else None
     status = "FAILED"

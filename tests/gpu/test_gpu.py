@@ -132,7 +132,7 @@ def test_ddp_on_two_gpus_matches_one_gpu():
     base = dict(max_epochs=2, patience=0, lr_scaling="none", learning_rate=0.01)
     one = Loop(spec, LoopConfig(batch_size=512, **base), "binary", METRICS["accuracy"], torch.device("cuda:0"),
                seed=1).run(arrays)
-    two = fit_distributed(2, spec, LoopConfig(batch_size=256, **base), "binary", METRICS["accuracy"], arrays,
+    two = fit_distributed((0, 1), spec, LoopConfig(batch_size=256, **base), "binary", METRICS["accuracy"], arrays,
                           backend="nccl", seed=1)
     for k in one.state_dict:
         np.testing.assert_allclose(one.state_dict[k].cpu().numpy(), two.state_dict[k].cpu().numpy(), atol=1e-4)
