@@ -3,7 +3,7 @@
 The check trains one round on 64 rows in a child process that sees exactly the device the
 model's first fit was planned on (its CUDA_VISIBLE_DEVICES), so the driver never opens an
 OpenCL or CUDA context, least of all on device 0 of a box whose fits run elsewhere.
-`python -m pipeline.models.lightgbm_gpu DEVICE_TYPE JSON_PARAMS` is that child.
+The child runs `_main` (see PROBE).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ PROBE_TIMEOUT_S = 900  # an OpenCL runtime compiling its kernels for the first t
 _DEVICE_LINE = re.compile(r"Using (?:GPU|CUDA) Device: ?(?P<name>[^,]+)")
 
 log = logging.getLogger("lightgbm")
+PROBE = "import sys; from pipeline.models.lightgbm_gpu import _main; sys.exit(_main(sys.argv[1:]))"
 
 
 def probe_params(params: dict) -> dict:
@@ -33,13 +34,14 @@ def probe_params(params: dict) -> dict:
 def probe(params: dict, env: Mapping[str, str]) -> Optional[str]:
     """LightGBM's error for a GPU fit in a process with `env`, or None when it trains."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.models.lightgbm_gpu", json.dumps(probe_params(params))],
+        [sys.executable, "-c", PROBE, json.dumps(probe_params(params))],
         env={**os.environ, **env}, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
     )
     if proc.returncode == 0:
         return None
-    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-    return lines[-1].strip() if lines else f"the probe exited with code {proc.returncode}"
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]  # the error; stderr has the runtime's noise
+    lines = lines or [line for line in proc.stderr.splitlines() if line.strip()]
+    return " ".join(line.strip() for line in lines) if lines else f"the probe exited with code {proc.returncode}"
 
 
 class DeviceLog:
@@ -85,7 +87,3 @@ def _main(argv: list[str]) -> int:
         print(str(exc).strip())
         return 3
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
