@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Mapping, MutableMapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, MutableMapping, Optional, Sequence
 
 from pipeline.errors import HardwareError
 
@@ -128,3 +128,24 @@ def ray_task_devices(ray_gpu_ids: Sequence[object]) -> tuple[tuple[str, ...], tu
 
 def visible_tokens(environ: Mapping[str, str] = os.environ) -> Optional[tuple[str, ...]]:
     return parse_visible(environ.get(VISIBLE))
+
+
+def devices_used(fits: Iterable[dict], plan_tokens: Callable[[list[int]], str]) -> str:
+    """The devices the fits ran on, for the run's `pipeline.gpu_ids` tag: this machine's physical
+    tokens, or `host/node:ids` per Ray node when the fits ran on several (ids as each node numbers them)."""
+    on_gpu = [f for f in fits if f["device_ids"]]
+    if not on_gpu:
+        return "none"
+    nodes: dict[tuple[str, str], set[str]] = {}
+    for f in on_gpu:
+        nodes.setdefault((f["host"], f.get("node") or ""), set()).update(map(str, f["device_ids"]))
+    if len(nodes) == 1:
+        return plan_tokens(sorted({d for f in on_gpu for d in f["device_ids"]}))
+    return " ".join(
+        f"{host}/{node[:8]}:{','.join(sorted(ids, key=_natural))}" if node else f"{host}:{','.join(sorted(ids, key=_natural))}"
+        for (host, node), ids in sorted(nodes.items())
+    )
+
+
+def _natural(token: str):
+    return (0, int(token), "") if token.isdigit() else (1, 0, token)

@@ -99,11 +99,12 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     top = rows[0]
     tracker.log_metrics({f"best/val_{metric.name}": top[f"val_{metric.name}"],
                          f"best/test_{metric.name}": top[f"test_{metric.name}"]})
-    used = sorted({d for e in outcome.timeline if not e["cached"] for d in e["device_ids"]})
+    from pipeline.devices import devices_used
+
     tracker.set_tags({
         "best/model": top["model"],
         "pipeline.eval_metric": metric.name,
-        "pipeline.gpu_ids": plan.hardware.visible_devices(used) if used else "none",  # physical ids actually used
+        "pipeline.gpu_ids": devices_used([e for e in outcome.timeline if not e["cached"]], plan.hardware.visible_devices),
     })
     tracker.log_artifact(leaderboard_path)
     _log_artifacts(outcome, best, runtime.run_dir, tracker, plots)

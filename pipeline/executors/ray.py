@@ -136,7 +136,10 @@ def _fit_in_worker(request: FitRequest, data) -> FoldResult | TaskFailure:
         request.gpu_ids = tuple(_as_id(t) for t in tokens)
     else:
         request.local_gpus = ()
-    return safe_run_fit(request)
+    result = safe_run_fit(request)
+    if isinstance(result, FoldResult):
+        result.node = ray.get_runtime_context().get_node_id()
+    return result
 
 
 def _fit_in_gpu_worker(request: FitRequest, data) -> FoldResult | TaskFailure:

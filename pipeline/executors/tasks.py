@@ -71,6 +71,7 @@ class FoldResult:
     pid: int
     host: str
     gpu_ids: tuple[int, ...] = ()
+    node: str = ""  # the Ray node id, where a cluster may run several nodes on one host
     cuda_visible_devices: Optional[str] = None
     num_cpus: int = 1
     pruned: bool = False
