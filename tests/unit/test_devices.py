@@ -136,3 +136,19 @@ def test_in_process_ddp_trains_on_the_planned_devices(monkeypatch):
         TorchMLPModel({"max_epochs": 1}, "nn").fit(X, y, X, y, ctx)
     assert seen["devices"] == (2, 3)
     assert [devices.torch_device(seen["devices"], r) for r in (0, 1)] == ["cuda:2", "cuda:3"]
+
+
+class TestDevicesUsedTag:
+    def test_one_machine_names_physical_tokens(self):
+        fits = [{"host": "vm", "node": "", "device_ids": [1]}, {"host": "vm", "node": "", "device_ids": [0]}]
+        assert devices.devices_used(fits, lambda ids: ",".join(f"GPU-{i}" for i in ids)) == "GPU-0,GPU-1"
+
+    def test_two_nodes_are_named_per_node(self):
+        """Ray ids are per node: '0' on two nodes is two devices, not one."""
+        fits = [{"host": "a", "node": "11112222aaaa", "device_ids": [0]},
+                {"host": "a", "node": "33334444bbbb", "device_ids": [0]},
+                {"host": "a", "node": "33334444bbbb", "device_ids": [1]}]
+        assert devices.devices_used(fits, str) == "a/11112222:0 a/33334444:0,1"
+
+    def test_no_gpu(self):
+        assert devices.devices_used([{"host": "vm", "node": "", "device_ids": []}], str) == "none"
