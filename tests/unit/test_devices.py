@@ -152,3 +152,19 @@ class TestDevicesUsedTag:
 
     def test_no_gpu(self):
         assert devices.devices_used([{"host": "vm", "node": "", "device_ids": []}], str) == "none"
+
+
+def test_the_lightgbm_check_runs_with_the_first_fits_devices(monkeypatch):
+    """hardware.devices=[2,3] of four GPUs: the check's child process sees GPU 2, the first fit's, not device 0."""
+    from pipeline.plan import build_plan
+    from pipeline.resources import ModelNeeds, Request, allocate
+    from pipeline.run import first_fit_env
+
+    monkeypatch.setenv(hardware.SIMULATE_ENV, "4")
+    monkeypatch.delenv(devices.VISIBLE, raising=False)
+    hw = resolve({"name": "2gpu", "num_gpus": 2, "devices": [2, 3]}, hardware.detect(), dry_run=False)
+    needs = ModelNeeds("lightgbm", True, True, 1, "params.device_type=gpu", "LightGBM")
+    a = allocate(hw.total, Request.parse(None, None, "parallelism.bag"), Request.parse(None, None, "parallelism.fit"),
+                 needs, num_folds=2, num_trials=1, gpu_capacities=list(hw.capacities().values()))
+    env = first_fit_env(build_plan(hw, [a]), "lightgbm")
+    assert env == {"CUDA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
