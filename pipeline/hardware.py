@@ -106,15 +106,17 @@ def _detect_devices() -> Machine:
     except AttributeError:  # not Linux
         cpus = os.cpu_count() or 1
     simulated = os.environ.get(SIMULATE_ENV)
-    visible = devices.visible_tokens()
     if simulated:
         n = int(simulated)
         tokens = tuple(map(str, range(n)))
+        visible = devices.visible_tokens()
         if visible is not None:
             tokens = tuple(t for t in visible if t in tokens)
         return Machine(cpus, tokens, ("simulated",) * len(tokens), (0,) * len(tokens), simulated=True)
     gpus = _nvml_devices() or _nvidia_smi_devices()
-    if visible is None or not gpus:
+    # Read only where there are GPUs: SLURM sets CUDA_VISIBLE_DEVICES=NoDevFiles for a job without any.
+    visible = devices.visible_tokens() if gpus else None
+    if visible is None:
         return Machine(
             cpus, tuple(str(i) for i in range(len(gpus))), tuple(g[1] for g in gpus), tuple(g[2] for g in gpus)
         )

@@ -33,16 +33,15 @@ def derived_gpu_share(level_gpus: Fraction, concurrent: int) -> Fraction:
 
 def ineffective_bag(num_cpus: Optional[int], num_gpus: Optional[Fraction], num_folds: int) -> list[str]:
     """Why each value set on parallelism.bag has no effect: without bagging there is no bag level."""
+    from pipeline.resources import fmt  # resources imports this module
+
     if num_folds >= 2:
         return []
     set_values = [(k, v) for k, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if v is not None]
     return [
-        f"parallelism.bag.{key}={_fmt(value)} has no effect: parallelism.num_folds={num_folds} fits one holdout model "
+        f"parallelism.bag.{key}={fmt(value)} has no effect: parallelism.num_folds={num_folds} fits one holdout model "
         "per trial, with no bag; each fit is checked against the hardware total instead. Set "
         "parallelism.num_folds>=2 to bag, or drop parallelism.bag"
         for key, value in set_values
     ]
 
-
-def _fmt(value) -> str:
-    return str(value.numerator) if isinstance(value, Fraction) and value.denominator == 1 else f"{float(value):g}"

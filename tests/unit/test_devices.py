@@ -168,3 +168,12 @@ def test_the_lightgbm_check_runs_with_the_first_fits_devices(monkeypatch):
                  needs, num_folds=2, num_trials=1, gpu_capacities=list(hw.capacities().values()))
     env = first_fit_env(build_plan(hw, [a]), "lightgbm")
     assert env == {"CUDA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def test_a_machine_without_gpus_ignores_what_cuda_visible_devices_holds(monkeypatch):
+    """SLURM sets CUDA_VISIBLE_DEVICES=NoDevFiles for a job without GPUs: no GPU, no error."""
+    monkeypatch.delenv(hardware.SIMULATE_ENV, raising=False)
+    monkeypatch.setattr(hardware, "_nvml_devices", lambda: [])
+    monkeypatch.setattr(hardware, "_nvidia_smi_devices", lambda: [])
+    monkeypatch.setenv(devices.VISIBLE, "NoDevFiles")
+    assert hardware.detect().num_gpus == 0
