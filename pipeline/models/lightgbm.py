@@ -41,6 +41,14 @@ class LightGBMModel(TabularModel):
     library = "LightGBM"
     library_modules = ("lightgbm",)
 
+    memory_hint = "model.{name}.params.max_bin=63"
+
+    @classmethod
+    def memory_estimate(cls, params, fit, on_gpu):
+        from pipeline.memory import estimates
+
+        return estimates.lightgbm(params, fit, on_gpu)
+
     @classmethod
     def gpu_request(cls, params):
         device = _device(params)
