@@ -20,8 +20,8 @@ GiB = 2**30
 
 # Resident memory of a worker: the interpreter with numpy, pandas, scikit-learn and the engine,
 # then each model library it imports (measured on Linux, CPython 3.11).
-CORE_BYTES = 210 * MiB
-LIBRARY_BYTES = {"lightgbm": 25 * MiB, "xgboost": 40 * MiB, "torch": 190 * MiB}
+CORE_BYTES = 150 * MiB
+LIBRARY_BYTES = {"lightgbm": 25 * MiB, "xgboost": 35 * MiB, "torch": 170 * MiB}
 CUDA_CONTEXT_BYTES = 450 * MiB  # what a process's CUDA context takes on its device (NVML counts it)
 EVAL_BATCH = 65_536  # the network's evaluation chunk (pipeline.nn.loop.EVAL_BATCH)
 
@@ -167,12 +167,15 @@ def network_size(params: dict, data: DataShape) -> tuple[int, int]:
     return count, width
 
 
-def activation_bytes_per_row(params: dict, data: DataShape) -> int:
+def activation_bytes(width: int, hidden_sizes, categorical: int) -> int:
     """Bytes a training step keeps per row of its batch: inputs, each layer's outputs (linear,
-    norm, activation, dropout mask) and their gradients, in float32."""
+    norm, activation, dropout mask) and their gradients, in float32; the gathered codes and label."""
+    return (2 * width + 4 * sum(hidden_sizes)) * 4 * 2 + categorical * 8 + 16
+
+
+def activation_bytes_per_row(params: dict, data: DataShape) -> int:
     _, width = network_size(params, data)
-    hidden = sum(params.get("hidden_sizes", [256, 128]))
-    return (2 * width + 4 * hidden) * 4 * 2 + data.categorical * 8 + 16
+    return activation_bytes(width, params.get("hidden_sizes", [256, 128]), data.categorical)
 
 
 def network(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
@@ -201,8 +204,8 @@ def network(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
     return Estimate(0, 0, {**parts, **device_parts})
 
 
-def largest_batch(params: dict, data: DataShape, budget: int, cap: int) -> int:
-    """The largest power of two whose activations fit in `budget` bytes, at most `cap` (and >= 1)."""
-    per_row = activation_bytes_per_row(params, data)
-    rows = max(1, min(cap, budget // per_row))
-    return 2 ** int(math.log2(rows))
+def largest_batch(per_row: int, budget: int, cap: int) -> int:
+    """The largest power of two whose activations (`per_row` bytes a row) fit in `budget` bytes;
+    `cap` itself when it fits, and at least 1."""
+    rows = max(1, budget // max(per_row, 1))
+    return cap if rows >= cap else 2 ** int(math.log2(rows))

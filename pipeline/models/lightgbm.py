@@ -41,8 +41,6 @@ class LightGBMModel(TabularModel):
     library = "LightGBM"
     library_modules = ("lightgbm",)
 
-    memory_hint = "model.{name}.params.max_bin=63"
-
     @classmethod
     def memory_estimate(cls, params, fit, on_gpu):
         from pipeline.memory import estimates

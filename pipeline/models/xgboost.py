@@ -32,8 +32,6 @@ class XGBoostModel(TabularModel):
     library = "XGBoost"
     library_modules = ("xgboost",)
 
-    memory_hint = "model.{name}.params.max_bin=64"
-
     @classmethod
     def memory_estimate(cls, params, fit, on_gpu):
         from pipeline.memory import estimates
