@@ -11,8 +11,7 @@ share a device fit in its memory; a fit that fits nowhere is a typed error befor
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Optional
 

@@ -7,7 +7,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Optional
 
-from pipeline.memory.budget import Advice, Capacity, MemoryPlan, MemoryRequest, capacity, plan_model
+from pipeline.memory.budget import Advice, Capacity, MemoryPlan, capacity, plan_model
 from pipeline.memory.estimates import Estimate, FitShape, common_parts
 from pipeline.memory.shape import DataShape, data_shape
 from pipeline.resources import Allocation
@@ -73,5 +73,3 @@ class MemoryPlanner:
             low, high = (mid, high) if need(mid) <= room else (low, mid - 1)
         return low if low < main else None
 
-
-__all__ = ["MemoryPlanner", "MemoryRequest"]

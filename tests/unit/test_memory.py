@@ -14,7 +14,7 @@ from pipeline.memory.estimates import GiB, MiB, Estimate, FitShape, largest_batc
 from pipeline.memory.measure import PeakMemory
 from pipeline.memory.shape import DataShape, data_shape
 from pipeline.plan import build_plan
-from pipeline.resources import ModelNeeds, Request, Resources, allocate
+from pipeline.resources import ModelNeeds, Request, allocate
 
 CPU_MODEL = ModelNeeds("m", False, False, 1, "params.device=cpu", "Lib")
 NN_AUTO = ModelNeeds("nn", True, False, None, "params.device=auto")
@@ -75,8 +75,6 @@ def test_fit_shape_of_folds_and_holdout():
 
 
 def test_network_size_counts_what_the_network_builds():
-    import torch  # noqa: F401
-
     from pipeline.nn.network import TabularMLP
 
     data = DataShape(rows=100, numeric=5, categorical=3, classes=4, cardinality=20)
