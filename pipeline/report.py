@@ -79,9 +79,14 @@ def memory_line(memory) -> str:
     if memory.capacity is None:
         return f"memory: {memory.note}"
     c, s = memory.capacity, memory.shape
-    ram = f"RAM {gb(c.ram)} ({c.ram_source}), {gb(c.ram_for_fits)} for fits" if c.ram is not None else f"RAM {c.ram_source}"
-    return (f"memory: {ram}; GPU memory {gb(c.gpu) + ' per device (' + c.gpu_source + ')' if c.gpu else c.gpu_source}; "
-            f"data {s.rows:,} rows x {s.features} features ({s.source})")
+    parts = [f"RAM {gb(c.ram)} ({c.ram_source}), {gb(c.ram_for_fits)} for fits" if c.ram is not None
+             else f"RAM {c.ram_source}"]
+    if c.gpu is not None:
+        parts.append(f"{gb(c.gpu)} per GPU ({c.gpu_source})")
+    elif c.gpu_source != "no GPU":
+        parts.append(f"GPU memory {c.gpu_source}")
+    parts.append(f"data {s.rows:,} rows x {s.features} features ({s.source})")
+    return "memory: " + "; ".join(parts)
 
 
 def print_plan(plan: Plan) -> None:

@@ -23,6 +23,7 @@ GiB = 2**30
 CORE_BYTES = 150 * MiB
 LIBRARY_BYTES = {"lightgbm": 25 * MiB, "xgboost": 35 * MiB, "torch": 170 * MiB}
 CUDA_CONTEXT_BYTES = 450 * MiB  # what a process's CUDA context takes on its device (NVML counts it)
+CUDA_HOST_BYTES = {"torch": 1024 * MiB, "xgboost": 512 * MiB, "lightgbm": 256 * MiB}  # host RAM of the GPU runtime
 EVAL_BATCH = 65_536  # the network's evaluation chunk (pipeline.nn.loop.EVAL_BATCH)
 
 
@@ -109,6 +110,7 @@ def lightgbm(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
     gpu = 0
     if on_gpu:
         gpu = CUDA_CONTEXT_BYTES // 2 + int(fit.train * p * bin_bytes) + fit.train * k * 8 + parts["histograms"]
+        parts["gpu_runtime"] = CUDA_HOST_BYTES["lightgbm"]
     return Estimate(0, gpu, parts)
 
 
@@ -137,6 +139,7 @@ def xgboost(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
             + fit.train * k * 12 + fit.held_out * k * 4
             + hist
         )
+        parts["gpu_runtime"] = CUDA_HOST_BYTES["xgboost"]
     else:
         parts["hist_index"] = fit.train * p * (1 if max_bin <= 256 else 2) + fit.train * 8
         parts["histograms"] = hist
@@ -200,6 +203,7 @@ def network(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
     if on_gpu:
         gpu = CUDA_CONTEXT_BYTES + sum(device_parts.values())
         parts["tensors"] = device_parts["tensors"]  # the CPU copies the device tensors come from
+        parts["gpu_runtime"] = CUDA_HOST_BYTES["torch"]
         return Estimate(0, gpu, parts)
     return Estimate(0, 0, {**parts, **device_parts})
 

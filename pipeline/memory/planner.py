@@ -25,11 +25,9 @@ class MemoryPlanner:
         if self.shape is None:
             note = "the data's size is unknown before loading it (a remote or missing file): memory is not planned"
         else:
-            declared = settings.hardware
-            if on_cluster and not (declared or {}).get("memory_gb"):
-                declared = {**(declared or {}), "memory_gb": None}
+            declared = settings.hardware or {}
             self.capacity = capacity(declared, hardware, machine, self.shape, dry_run=settings.dry_run)
-            if on_cluster and self.capacity.ram is not None and not (declared or {}).get("memory_gb"):
+            if on_cluster and declared.get("memory_gb") is None:  # this machine's RAM says nothing of the nodes'
                 self.capacity = dataclasses.replace(
                     self.capacity, ram=None, ram_source="unknown on a cluster: set hardware.memory_gb per node"
                 )

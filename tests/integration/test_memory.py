@@ -72,6 +72,13 @@ def test_a_fit_that_fits_nowhere_is_an_error_before_anything_starts(cli, tmp_pat
     assert not list(tmp_path.glob("outputs/runs/*/*/data.pkl"))  # nothing was loaded or fitted
 
 
+def test_a_stated_fit_limit_below_the_estimate_is_an_error_naming_the_key(cli, tmp_path):
+    proc = cli("model=lightgbm", "parallelism.fit.memory_gb=0.05", "dry_run=true", "tracking=none")
+    assert proc.returncode == 2
+    assert "model 'lightgbm': one fit needs about" in proc.stderr
+    assert "parallelism.fit.memory_gb=0.05 allows" in proc.stderr
+
+
 # Each case runs in its own CLI process with a worker of its own, so each peak is one fit's.
 FAST = {"lightgbm": "model.lightgbm.params.num_iterations=20", "xgboost": "model.xgboost.params.num_boost_round=20",
         "nn": "model.nn.params.max_epochs=1"}
