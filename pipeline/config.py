@@ -118,6 +118,8 @@ class TrackingConf:
     system_metrics_interval_s: float = 10.0
     timeout_s: float = 10.0  # how long an MLflow server may take to answer
     tags: Dict[str, str] = field(default_factory=dict)
+    register_model: Optional[str] = None  # a name: the run's best model is registered under it
+    register_alias: str = "champion"  # the alias that points at the newly registered version
 
 
 @dataclass
@@ -132,12 +134,28 @@ class Config:
     seed: int = 0
     eval_metric: str = "auto"
     dry_run: bool = False
+    refit: bool = False  # fit each model's best trial once more on train + validation (one model, no bag)
     resume: Any = False  # false | true (newest unfinished run) | a run directory
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
 
 
+@dataclass
+class PredictConfig:
+    """`python -m pipeline.predict`: score a data source with a trained model."""
+
+    source: str = MISSING  # the trained model: a run directory, an MLflow run id, or a models:/ or runs:/ URI
+    predictor: str = "best"  # in a run: best, or a model's name (lightgbm, ensemble, lightgbm_refit ...)
+    data: DataConf = MISSING  # what to score: any data source; its label column, if present, is ignored
+    output: str = "predictions.csv"  # .csv or .parquet, relative to the launch directory
+    chunk_rows: int = 100_000  # rows read, typed, predicted and written at a time
+    id_column: Optional[str] = None  # an input column copied to the output; null: the row number (row_id)
+    tracking: TrackingConf = MISSING  # where run ids and models:/ URIs are looked up
+    hardware: Optional[HardwareConf] = None  # +hardware=1gpu: predict on a GPU
+
+
 def register_configs() -> None:
     ConfigStore.instance().store(name="config_schema", node=Config)
+    ConfigStore.instance().store(name="predict_schema", node=PredictConfig)
 
 
 register_configs()

@@ -97,13 +97,17 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
     table = Table(title=f"Leaderboard ({metric})", show_lines=False)
     for column, justify in (
         ("model", "left"), (f"val_{metric}", "right"), (f"test_{metric}", "right"),
-        ("fit_s", "right"), ("predict_s", "right"), ("device", "left"), ("folds", "right"), ("trial", "right"),
+        ("fit_s", "right"), ("predict_s", "right"), ("rows/s", "right"), ("device", "left"), ("folds", "right"),
+        ("trial", "right"),
     ):
         table.add_column(column, justify=justify)
     for r in rows:
+        val = r[f"val_{metric}"]
+        rate = r.get("predict_rows_per_s")
         table.add_row(
-            r["model"], f"{r[f'val_{metric}']:.4f}", f"{r[f'test_{metric}']:.4f}", f"{r['fit_seconds']:.2f}",
-            f"{r['predict_seconds']:.2f}", str(r["device"]), str(r["num_folds"]), str(r["best_trial"]),
+            r["model"], "-" if val != val else f"{val:.4f}", f"{r[f'test_{metric}']:.4f}", f"{r['fit_seconds']:.2f}",
+            f"{r['predict_seconds']:.2f}", "-" if rate is None else f"{rate:,.0f}", str(r["device"]),
+            str(r["num_folds"]), str(r["best_trial"]),
         )
     return table
 

@@ -121,6 +121,15 @@ class TabularModel(ABC):
     def feature_importance(self) -> Optional[dict[str, float]]:
         return None
 
+    def place(self, device: str, num_cpus: int) -> None:
+        """Predict on `device` ('cpu', 'cuda:0') with `num_cpus` threads from now on."""
+        self.predict_device_, self.predict_threads_ = device, num_cpus
+
+    def refit_params(self, fitted: list["TabularModel"]) -> dict:
+        """Parameters that fit this model once more on all the data for the mean length (rounds,
+        epochs) the `fitted` fold models early-stopped at, with early stopping off."""
+        return {}
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "fit_seconds_"):
             raise RuntimeError(f"{self.name} is not fitted; call fit() first")

@@ -179,6 +179,17 @@ class TorchMLPModel(TabularModel):
         out = torch.cat(outs) if outs else torch.empty(0, self.spec_.out_dim)
         return to_prediction(out, self.problem_type_, self.y_scale_)
 
+    def place(self, device: str, num_cpus: int) -> None:
+        import torch
+
+        super().place(device, num_cpus)
+        torch.set_num_threads(num_cpus)
+        self.device_, self.module_ = device, None
+
+    def refit_params(self, fitted):
+        epochs = max(1, round(float(np.mean([m.best_epoch_ + 1 for m in fitted]))))
+        return {"max_epochs": epochs, "patience": 0}
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["module_"] = None  # weights travel as the CPU state dict
