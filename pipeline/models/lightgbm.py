@@ -45,6 +45,12 @@ class LightGBMModel(TabularModel):
     library_modules = ("lightgbm",)
 
     @classmethod
+    def memory_estimate(cls, params, fit, on_gpu):
+        from pipeline.memory import estimates
+
+        return estimates.lightgbm(params, fit, on_gpu)
+
+    @classmethod
     def gpu_request(cls, params):
         device = _device(params)
         on_gpu = device in ("gpu", "cuda")

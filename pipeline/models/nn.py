@@ -35,6 +35,14 @@ class TorchMLPModel(TabularModel):
     max_gpus_per_fit = None  # several whole GPUs train one network with DDP
     probe_imports_library = False
 
+    memory_hint = "a smaller model.{name}.params.batch_size or hidden_sizes"
+
+    @classmethod
+    def memory_estimate(cls, params, fit, on_gpu):
+        from pipeline.memory import estimates
+
+        return estimates.network({**DEFAULTS, **params}, fit, on_gpu)
+
     @classmethod
     def gpu_request(cls, params):
         device = str(params.get("device", "auto")).lower()

@@ -34,6 +34,12 @@ class XGBoostModel(TabularModel):
     library_modules = ("xgboost",)
 
     @classmethod
+    def memory_estimate(cls, params, fit, on_gpu):
+        from pipeline.memory import estimates
+
+        return estimates.xgboost(params, fit, on_gpu)
+
+    @classmethod
     def gpu_request(cls, params):
         device = _device(params)
         on_gpu = device.startswith("cuda") or device == "gpu"
