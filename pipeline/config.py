@@ -20,6 +20,8 @@ class ResourcesConf:
 
     num_cpus: Optional[int] = None
     num_gpus: Optional[float] = None
+    memory_gb: Optional[float] = None  # RAM a fit (or a bag's folds together) may use; null: the estimate
+    gpu_memory_gb: Optional[float] = None  # memory on each GPU of a fit; null: the estimate
 
 
 @dataclass
@@ -30,6 +32,8 @@ class HardwareConf:
     num_cpus: Optional[int] = None  # null: this machine's CPU count
     num_gpus: float = 0  # fractions below 1 give a job a share of one device
     devices: Any = None  # Lightning grammar: N, -1, [1, 3], "1, 3", "2,"; null: the first num_gpus
+    memory_gb: Optional[float] = None  # RAM of the box; null: what this machine has available
+    gpu_memory_gb: Optional[float] = None  # memory of each GPU; null: detected through NVML
 
 
 @dataclass

@@ -109,13 +109,15 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     save_predictors(runtime.run_dir, predictors, top["model"])
     tracker.log_metrics({f"best/val_{metric.name}": top[f"val_{metric.name}"],
                          f"best/test_{metric.name}": top[f"test_{metric.name}"]})
-    used = sorted({d for e in outcome.timeline if not e["cached"] for d in e["device_ids"]})
+    from pipeline.devices import devices_used
+
     tracker.set_tags({
         "best/model": top["model"],
         "pipeline.eval_metric": metric.name,
-        "pipeline.gpu_ids": plan.hardware.visible_devices(used) if used else "none",  # physical ids actually used
+        "pipeline.gpu_ids": devices_used([e for e in outcome.timeline if not e["cached"]], plan.hardware.visible_devices),
     })
     tracker.log_artifact(leaderboard_path)
+    _log_memory(plan, outcome, runtime.run_dir, tracker, report)
     _log_artifacts(outcome, best, runtime.run_dir, tracker, plots)
     _log_models(settings, predictors, top["model"], _raw_example(data), tracker)
     report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
@@ -171,7 +173,7 @@ def _measure_throughput(rows: list[dict], predictors: dict, X_test: pd.DataFrame
 
 
 def _row(name: str, trial: TrialResult, val: dict, test: dict, metric: Metric, plan: Plan) -> dict:
-    devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device.startswith("cuda")})
+    devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device != "cpu"})
     device = "GPU " + plan.hardware.visible_devices(devices) if devices else "cpu"
     row = {"model": name}
     row.update({f"val_{k}": v for k, v in val.items()})
@@ -221,6 +223,21 @@ def _log_model_metrics(tracker, name: str, val: dict, test: dict, trial: TrialRe
     for k, fold in enumerate(trial.folds):
         prefix = name if len(trial.folds) == 1 else f"{name}/fold{k}"
         tracker.log_history(prefix, fold.model.history_)
+
+
+def _log_memory(plan: Plan, outcome: Outcome, run_dir: Path, tracker, report) -> None:
+    """Each model's memory estimate beside the peak its fits reached: printed, logged, memory.json."""
+    from pipeline.memory.measure import compare
+
+    rows = compare(plan, outcome.timeline)
+    if not any(r["fits"] for r in rows):
+        return
+    report.console.print(report.memory_table(rows))
+    path = run_dir / "memory.json"
+    path.write_text(json.dumps(rows, indent=1))
+    tracker.log_artifact(path)
+    tracker.log_metrics({f"{r['model']}/{key}": float(r[key]) for r in rows for key in
+                         ("peak_ram_mb", "peak_gpu_mb", "estimate_ram_mb", "estimate_gpu_mb") if r.get(key) is not None})
 
 
 def _log_artifacts(outcome: Outcome, best: dict[str, TrialResult], run_dir: Path, tracker, plots) -> None:

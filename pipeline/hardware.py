@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Optional
 
+from pipeline import devices
 from pipeline.errors import HardwareError
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ def detect() -> Machine:
     A job started by the GPU-aware launcher sees only its slot: CUDA_VISIBLE_DEVICES names its
     devices, PIPELINE_SLOT_CPUS and PIPELINE_SLOT_GPUS its CPU count and GPU share.
     """
+    devices.pin_order()  # before anything in this process starts CUDA: its ordinals follow NVML's order
     machine = _detect_devices()
     cpus, share = machine.num_cpus, None
     if os.environ.get(SLOT_CPUS_ENV):
@@ -107,22 +109,30 @@ def _detect_devices() -> Machine:
     if simulated:
         n = int(simulated)
         tokens = tuple(map(str, range(n)))
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = devices.visible_tokens()
         if visible is not None:
-            tokens = tuple(t.strip() for t in visible.split(",") if t.strip() in tokens)
+            tokens = tuple(t for t in visible if t in tokens)
         return Machine(cpus, tokens, ("simulated",) * len(tokens), (0,) * len(tokens), simulated=True)
     gpus = _nvml_devices() or _nvidia_smi_devices()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        wanted = [t.strip() for t in visible.split(",") if t.strip()]
-        by_token = {}
-        for index, (uuid, name, mem) in enumerate(gpus):
-            by_token[str(index)] = by_token[uuid] = (name, mem)
-        kept = [(t, *by_token[t]) for t in wanted if t in by_token]
-        return Machine(cpus, tuple(t for t, _, _ in kept), tuple(n for _, n, _ in kept), tuple(m for _, _, m in kept))
-    return Machine(
-        cpus, tuple(str(i) for i in range(len(gpus))), tuple(g[1] for g in gpus), tuple(g[2] for g in gpus)
-    )
+    # Read only where there are GPUs: SLURM sets CUDA_VISIBLE_DEVICES=NoDevFiles for a job without any.
+    visible = devices.visible_tokens() if gpus else None
+    if visible is None:
+        return Machine(
+            cpus, tuple(str(i) for i in range(len(gpus))), tuple(g[1] for g in gpus), tuple(g[2] for g in gpus)
+        )
+    kept = []
+    for token in visible:
+        if devices.token_kind(token) == "mig":  # NVML lists parent GPUs only; the instance is one device
+            kept.append((token, "MIG instance", 0))
+            continue
+        index = devices.match_token(token, [g[0] for g in gpus])
+        if index is None:
+            raise HardwareError(
+                f"{devices.VISIBLE}={os.environ.get(devices.VISIBLE)}: {token!r} names no GPU of this machine "
+                f"(NVML lists {len(gpus)}: indices 0-{len(gpus) - 1}, UUIDs {', '.join(g[0] for g in gpus)})"
+            )
+        kept.append((token, gpus[index][1], gpus[index][2]))
+    return Machine(cpus, tuple(t for t, _, _ in kept), tuple(n for _, n, _ in kept), tuple(m for _, _, m in kept))
 
 
 def _nvml_devices() -> list[tuple[str, str, int]]:

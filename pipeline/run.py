@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from omegaconf import DictConfig
 
 from pipeline import hardware as hw
 from pipeline.errors import Interrupted
+from pipeline.levels import ineffective_bag
 from pipeline.plan import Plan, build_plan
 from pipeline.resources import allocate, fmt
 from pipeline.settings import Settings, read_settings
@@ -48,7 +50,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Optional[float]:
     settings = read_settings(cfg)
     runtime = runtime or Runtime.from_hydra()
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
-    plan = make_plan(settings)
+    plan = make_plan(settings, runtime.launch_dir)
     from pipeline import report
 
     report.print_plan(plan)
@@ -62,25 +64,38 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Optional[float]:
     return execute(settings, plan, runtime)
 
 
-def make_plan(settings: Settings) -> Plan:
-    """Validate the resource hierarchy for every model and build the execution graph."""
+def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
+    """Validate the resource hierarchy and the memory of every model and build the execution graph."""
+    from pipeline.memory.planner import MemoryPlanner
+
     machine = _machine(settings)
     hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
+    for message in ineffective_bag(settings.bag.num_cpus, settings.bag.num_gpus, settings.num_folds):
+        log.warning(message)
+    memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
     allocations = []
     for spec in settings.models:
         _warn_overridden(settings, spec)
         needs = spec.cls.needs(spec.name, spec.params)
-        allocation = allocate(
-            hardware.total, settings.bag, spec.resources.over(settings.fit), needs,
-            num_folds=settings.num_folds, num_trials=settings.hpo.trials_for(spec.name, spec.search_space),
-            sequential=settings.sequential,
-            gpu_capacities=list(hardware.capacities().values()), warn=log.warning,
-        )
+
+        def allocate_for(fit_request, warn=log.warning):
+            return allocate(
+                hardware.total, settings.bag, fit_request, needs,
+                num_folds=settings.num_folds, num_trials=settings.hpo.trials_for(spec.name, spec.search_space),
+                sequential=settings.sequential,
+                gpu_capacities=list(hardware.capacities().values()), warn=warn,
+            )
+
+        fit_request = spec.resources.over(settings.fit)
+        allocation = allocate_for(fit_request)
         check = getattr(spec.cls, "check_placement", None)
         if check is not None:
             check(spec.name, spec.params, allocation.fit)
-        allocations.append(allocation)
-    return build_plan(hardware, allocations)
+        # GPU memory may raise a fit's share: the same request with that share, already warned about
+        raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
+            dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
+        allocations.append(memory.plan(spec, allocation, raised))
+    return build_plan(hardware, allocations, memory.summary)
 
 
 def _warn_overridden(settings: Settings, spec) -> None:
@@ -90,6 +105,14 @@ def _warn_overridden(settings: Settings, spec) -> None:
         if mine is not None and theirs is not None and mine != theirs:
             log.warning("model.%s.resources.%s=%s overrides parallelism.fit.%s=%s for model %s",
                         spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
+
+
+def first_fit_env(plan: Plan, model: str) -> dict[str, str]:
+    """The environment a worker of the model's first fit gets: a library probe runs there, not in the driver."""
+    from pipeline.devices import child_env
+
+    first = next(t for t in plan.fit_tasks if t.model == model)
+    return child_env(plan.hardware.visible_devices(first.device_ids).split(",") if first.device_ids else ())
 
 
 def _on_cluster(settings: Settings) -> bool:
@@ -148,7 +171,7 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals)
         # The GPU build check probes this process's library; on a cluster the fits run elsewhere.
         needs_gpu = spec.cls.needs(spec.name, spec.params).requires_gpu
         if needs_gpu and not plan.hardware.planned_only and not _on_cluster(settings):
-            spec.cls.check_environment(spec.name, spec.params)
+            spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
     tracker = make_tracker(settings, runtime)
     tracker.connect() if tracker.enabled else None
     status = "FAILED"

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.data import DataSpec
 from pipeline.errors import ConfigError, closest
 from pipeline.hpo import HpoSpec, SearchDim
+from pipeline.memory.budget import MemoryRequest
 from pipeline.models.base import TabularModel
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
@@ -30,6 +31,7 @@ class ModelSpec:
     resources: Request
     search_space: dict[str, SearchDim]
     cls: type[TabularModel]
+    memory: MemoryRequest = field(default_factory=MemoryRequest)  # the model's own memory_gb / gpu_memory_gb
 
     def prototype(self) -> TabularModel:
         from hydra.utils import instantiate
@@ -81,6 +83,8 @@ class Settings:
     params: dict  # the resolved config, flattened and redacted, for MLflow
     config_yaml: str  # the resolved config, redacted
     refit: bool = False
+    bag_memory: MemoryRequest = field(default_factory=MemoryRequest)
+    fit_memory: MemoryRequest = field(default_factory=MemoryRequest)
 
 
 def read_settings(cfg: DictConfig) -> Settings:
@@ -148,6 +152,8 @@ def read_settings(cfg: DictConfig) -> Settings:
         params={k: v for k, v in flatten(redacted).items()},
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(redacted)),
         refit=bool(tree["refit"]),
+        bag_memory=_memory(par["bag"], "parallelism.bag"),
+        fit_memory=_memory(par["fit"], "parallelism.fit"),
     )
 
 
@@ -190,6 +196,10 @@ def read_predict_settings(cfg: DictConfig) -> PredictSettings:
     )
 
 
+def _memory(level: dict, prefix: str) -> MemoryRequest:
+    return MemoryRequest.parse(level.get("memory_gb"), level.get("gpu_memory_gb"), prefix)
+
+
 def _model_spec(name: str, spec: dict, allowed: tuple[str, ...]) -> ModelSpec:
     target = spec["_target_"]
     if not any(target.startswith(prefix) for prefix in allowed):
@@ -209,4 +219,5 @@ def _model_spec(name: str, spec: dict, allowed: tuple[str, ...]) -> ModelSpec:
     space = {k: SearchDim(**{**v, "choices": tuple(v["choices"]) if v.get("choices") else None})
              for k, v in spec["search_space"].items()}
     resources = Request.parse(spec["resources"]["num_cpus"], spec["resources"]["num_gpus"], f"model.{name}.resources")
-    return ModelSpec(name, target, dict(spec["params"]), resources, space, cls)
+    memory = _memory(spec["resources"], f"model.{name}.resources")
+    return ModelSpec(name, target, dict(spec["params"]), resources, space, cls, memory)

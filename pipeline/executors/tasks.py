@@ -21,6 +21,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from pipeline.devices import local_ordinals
+from pipeline.memory.measure import PeakMemory
 from pipeline.models.base import FitContext, Placement, TabularModel
 
 
@@ -75,12 +77,15 @@ class FoldResult:
     pid: int
     host: str
     gpu_ids: tuple[int, ...] = ()
+    node: str = ""  # the Ray node id, where a cluster may run several nodes on one host
     cuda_visible_devices: Optional[str] = None
     num_cpus: int = 1
     pruned: bool = False
     cached: bool = False
     attempt: int = 0
     curve: dict = field(default_factory=dict)  # step -> validation loss, as reported for pruning
+    peak_ram: int = 0  # bytes: the fit process's peak resident memory while it fitted and predicted
+    peak_gpu: int = 0  # bytes: its peak memory on its most used GPU
 
 
 @dataclass
@@ -234,7 +239,9 @@ def run_fit(request: FitRequest) -> FoldResult:
     report = FoldPruner(request.prune_reference) if request.pruning else None
     data = resolve_data(request.data)
     train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed)
-    local = request.local_gpus if request.local_gpus is not None else tuple(range(len(request.gpu_ids)))
+    local = request.local_gpus
+    if local is None:
+        local = local_ordinals(request.gpu_ids, sees_only_its_devices=True)
     share = sum(request.gpu_shares, Fraction(0))
     placement = Placement(request.num_cpus, request.gpu_ids, local, share)
     ctx = FitContext(
@@ -248,11 +255,12 @@ def run_fit(request: FitRequest) -> FoldResult:
     )
     model = request.model.clone(request.params)
     X, y = data.X, data.y
-    model.fit(X.iloc[train_rows], y[train_rows], X.iloc[held_out], y[held_out], ctx)
-    t0 = time.perf_counter()
-    val_pred = model.predict_proba(X.iloc[held_out])
-    test_pred = model.predict_proba(X.iloc[data.test_idx])
-    predict_seconds = time.perf_counter() - t0
+    with PeakMemory(gpu=bool(request.gpu_ids)) as peak:
+        model.fit(X.iloc[train_rows], y[train_rows], X.iloc[held_out], y[held_out], ctx)
+        t0 = time.perf_counter()
+        val_pred = model.predict_proba(X.iloc[held_out])
+        test_pred = model.predict_proba(X.iloc[data.test_idx])
+        predict_seconds = time.perf_counter() - t0
     if ctx.checkpoint_dir is not None and ctx.checkpoint_dir.exists():
         import shutil
 
@@ -264,6 +272,7 @@ def run_fit(request: FitRequest) -> FoldResult:
         pid=os.getpid(), host=socket.gethostname(), gpu_ids=request.gpu_ids,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), num_cpus=request.num_cpus,
         pruned=bool(report and report.pruned), curve=dict(report.values) if report else {},
+        peak_ram=peak.ram, peak_gpu=peak.gpu,
     )
 
 

@@ -30,7 +30,9 @@ class Placement:
 
     @property
     def device(self) -> str:
-        return f"cuda:{self.local_gpus[0]}" if self.local_gpus else "cpu"
+        from pipeline.devices import torch_device
+
+        return torch_device(self.local_gpus)
 
     @property
     def num_gpus(self) -> int:
@@ -57,6 +59,7 @@ class TabularModel(ABC):
     max_gpus_per_fit: ClassVar[Optional[int]] = 1  # GBMs: one device per fit; networks: None (DDP)
     probe_imports_library: ClassVar[bool] = True  # check_params imports the library (seconds)
     library_modules: ClassVar[tuple[str, ...]] = ()  # what a worker process imports before its first fit
+    memory_hint: ClassVar[str] = ""  # a parameter that lowers a fit's memory, for messages ({name}: the model)
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
@@ -74,12 +77,22 @@ class TabularModel(ABC):
         return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library)
 
     @classmethod
+    def memory_estimate(cls, params: dict, fit, on_gpu: bool):
+        """What one fit's own structures take (pipeline.memory.estimates.Estimate) for a
+        pipeline.memory.estimates.FitShape; the process, the table and the fold's copies are
+        added by the planner. The default assumes three float64 copies of the training rows."""
+        from pipeline.memory import estimates
+
+        return estimates.generic(fit)
+
+    @classmethod
     def check_params(cls, name: str, params: dict, problem_type: Optional[str] = None) -> None:
         """Raise ConfigError for a parameter the library does not know, naming the closest one."""
 
     @classmethod
-    def check_environment(cls, name: str, params: dict) -> None:
-        """Raise HardwareError when this library build cannot do what the params ask (GPU support)."""
+    def check_environment(cls, name: str, params: dict, env: Optional[dict] = None) -> None:
+        """Raise HardwareError when this library build cannot do what the params ask (GPU support);
+        `env` is the environment (CUDA_VISIBLE_DEVICES) of the model's first planned fit."""
 
     def clone(self, params: Optional[dict] = None) -> "TabularModel":
         """A fresh, unfitted copy, with `params` laid over this model's own."""

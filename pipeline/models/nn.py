@@ -35,6 +35,14 @@ class TorchMLPModel(TabularModel):
     max_gpus_per_fit = None  # several whole GPUs train one network with DDP
     probe_imports_library = False
 
+    memory_hint = "a smaller model.{name}.params.batch_size or hidden_sizes"
+
+    @classmethod
+    def memory_estimate(cls, params, fit, on_gpu):
+        from pipeline.memory import estimates
+
+        return estimates.network({**DEFAULTS, **params}, fit, on_gpu)
+
     @classmethod
     def gpu_request(cls, params):
         device = str(params.get("device", "auto")).lower()
@@ -117,7 +125,7 @@ class TorchMLPModel(TabularModel):
             from pipeline.nn.ddp import fit_distributed
 
             result = fit_distributed(
-                world, self.spec_, config, ctx.problem_type, metric, arrays, backend="nccl", seed=ctx.seed,
+                ctx.placement.local_gpus, self.spec_, config, ctx.problem_type, metric, arrays, backend="nccl", seed=ctx.seed,
                 checkpoint_dir=ctx.checkpoint_dir, y_scale=self.y_scale_,
             )
         else:
