@@ -130,6 +130,8 @@ class Config:
     dry_run: bool = False
     resume: Any = False  # false | true (newest unfinished run) | a run directory
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
+    # what the run returns to a sweeper: val_score, fit_seconds, predict_seconds (pipeline/objectives.py)
+    objectives: List[str] = field(default_factory=lambda: ["val_score"])
 
 
 def register_configs() -> None:

@@ -73,9 +73,9 @@ def fit_all(settings, plan: Plan, data, metric: Metric, runtime, tracker, backen
         return scheduler.run()
 
 
-def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runtime, tracker) -> float:
-    """Leaderboard of the best trial of each model and their weighted ensemble; returns the best
-    validation score."""
+def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runtime, tracker) -> list[dict]:
+    """Leaderboard of the best trial of each model and their weighted ensemble; returns its rows,
+    best first."""
     from pipeline import plots, report
 
     problem = data.problem_type
@@ -112,7 +112,7 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
         tracker.log_predictor(name, predictor, example)
     report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
                          f"run directory {runtime.run_dir}")
-    return float(top[f"val_{metric.name}"])
+    return rows
 
 
 def _row(name: str, trial: TrialResult, val: dict, test: dict, metric: Metric, plan: Plan) -> dict:

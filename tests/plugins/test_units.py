@@ -224,7 +224,10 @@ def settings(**overrides):
     "overrides, expected",
     [
         ({"direction": None}, "hydra.sweeper.direction is not set: give maximize or minimize"),
-        ({"direction": "up"}, "hydra.sweeper.direction='up': valid values are maximize and minimize"),
+        ({"direction": "up"}, "hydra.sweeper.direction='up': give maximize or minimize, or a list of them"),
+        ({"direction": ["maximize", "up"]}, "hydra.sweeper.direction=['maximize', 'up']: give maximize or"),
+        ({"direction": []}, "hydra.sweeper.direction=[]: give maximize or minimize"),
+        ({"schedule": "eager"}, "hydra.sweeper.schedule='eager': valid values are async"),
         ({"sampler": {"name": "cmaes"}},
          "hydra.sweeper.sampler.name='cmaes': valid samplers are tpe, random, grid"),
         ({"sampler": {"name": "tpe", "seed": 1.5}}, "hydra.sweeper.sampler.seed=1.5"),
