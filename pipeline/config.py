@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 @dataclass
@@ -134,8 +134,22 @@ class Config:
     objectives: List[str] = field(default_factory=lambda: ["val_score"])
 
 
+def whole_gpus(value: Any) -> Optional[int]:
+    """`${whole_gpus:...}`: a GPU count as the whole number SLURM asks for (2.0 -> 2); a share is an error."""
+    if value is None:
+        return None
+    count = float(value)
+    if count < 0 or count != int(count):
+        raise ValueError(
+            f"hardware.num_gpus={value}: hydra/launcher=slurm asks SLURM for whole GPUs; give a whole number "
+            "(to run several jobs on one GPU, use hydra/launcher=gpu with hydra.launcher.gpus_per_job=0.5)"
+        )
+    return int(count)
+
+
 def register_configs() -> None:
     ConfigStore.instance().store(name="config_schema", node=Config)
+    OmegaConf.register_new_resolver("whole_gpus", whole_gpus, replace=True)
 
 
 register_configs()

@@ -87,10 +87,14 @@ def detect() -> Machine:
     """CPU count (affinity-aware) and visible CUDA devices, without importing torch.
 
     A job started by the GPU-aware launcher sees only its slot: CUDA_VISIBLE_DEVICES names its
-    devices, PIPELINE_SLOT_CPUS and PIPELINE_SLOT_GPUS its CPU count and GPU share.
+    devices, PIPELINE_SLOT_CPUS and PIPELINE_SLOT_GPUS its CPU count and GPU share. Inside a SLURM
+    job, what SLURM gave it: see `slurm_cpus_per_task` and `visible_devices_env`.
     """
     machine = _detect_devices()
     cpus, share = machine.num_cpus, None
+    slurm_cpus = slurm_cpus_per_task()
+    if slurm_cpus is not None:
+        cpus = min(cpus, slurm_cpus)
     if os.environ.get(SLOT_CPUS_ENV):
         cpus = min(cpus, cpu_count(int(os.environ[SLOT_CPUS_ENV]), SLOT_CPUS_ENV))
     if os.environ.get(SLOT_GPUS_ENV):
@@ -107,12 +111,12 @@ def _detect_devices() -> Machine:
     if simulated:
         n = int(simulated)
         tokens = tuple(map(str, range(n)))
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = visible_devices_env()
         if visible is not None:
             tokens = tuple(t.strip() for t in visible.split(",") if t.strip() in tokens)
         return Machine(cpus, tokens, ("simulated",) * len(tokens), (0,) * len(tokens), simulated=True)
     gpus = _nvml_devices() or _nvidia_smi_devices()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = visible_devices_env()
     if visible is not None:
         wanted = [t.strip() for t in visible.split(",") if t.strip()]
         by_token = {}
@@ -123,6 +127,30 @@ def _detect_devices() -> Machine:
     return Machine(
         cpus, tuple(str(i) for i in range(len(gpus))), tuple(g[1] for g in gpus), tuple(g[2] for g in gpus)
     )
+
+
+def slurm_cpus_per_task() -> Optional[int]:
+    """Inside a SLURM job, the CPUs it was given (SLURM_CPUS_PER_TASK; without task binding the
+    process's affinity still shows the whole node); None outside one or when SLURM does not say."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        return None
+    value = os.environ.get("SLURM_CPUS_PER_TASK", "").strip()
+    if not value:
+        return None
+    try:
+        return cpu_count(int(value), "SLURM_CPUS_PER_TASK")
+    except ValueError:
+        raise HardwareError(f"SLURM_CPUS_PER_TASK={value!r} is not a CPU count; this SLURM job's "
+                            "environment is unusual: unset it or give a whole number") from None
+
+
+def visible_devices_env() -> Optional[str]:
+    """The CUDA devices this process may use: CUDA_VISIBLE_DEVICES; inside a SLURM job that did not
+    set it, the node's GPUs the job was given (SLURM_JOB_GPUS, e.g. "1,3"). None: every device."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None and os.environ.get("SLURM_JOB_ID"):
+        visible = os.environ.get("SLURM_JOB_GPUS")
+    return visible
 
 
 def _nvml_devices() -> list[tuple[str, str, int]]:
