@@ -130,18 +130,20 @@ def _detect_devices() -> Machine:
 
 
 def slurm_cpus_per_task() -> Optional[int]:
-    """Inside a SLURM job, the CPUs it was given (SLURM_CPUS_PER_TASK; without task binding the
-    process's affinity still shows the whole node); None outside one or when SLURM does not say."""
+    """Inside a SLURM job, the CPUs it was given: SLURM_CPUS_PER_TASK, or SLURM_CPUS_ON_NODE when the
+    job asked for none per task (without task binding the process's affinity still shows the whole
+    node); None outside a SLURM job."""
     if not os.environ.get("SLURM_JOB_ID"):
         return None
-    value = os.environ.get("SLURM_CPUS_PER_TASK", "").strip()
-    if not value:
-        return None
-    try:
-        return cpu_count(int(value), "SLURM_CPUS_PER_TASK")
-    except ValueError:
-        raise HardwareError(f"SLURM_CPUS_PER_TASK={value!r} is not a CPU count; this SLURM job's "
-                            "environment is unusual: unset it or give a whole number") from None
+    for key in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
+        value = os.environ.get(key, "").strip()
+        if value:
+            try:
+                return cpu_count(int(value), key)
+            except ValueError:
+                raise HardwareError(f"{key}={value!r} is not a CPU count; this SLURM job's environment is "
+                                    "unusual: unset it or give a whole number") from None
+    return None
 
 
 def visible_devices_env() -> Optional[str]:

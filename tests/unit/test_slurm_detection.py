@@ -5,7 +5,7 @@ import pytest
 from pipeline.errors import HardwareError
 from pipeline.hardware import SIMULATE_ENV, detect
 
-SLURM = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+SLURM = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 
 
 @pytest.fixture
@@ -30,6 +30,12 @@ def test_a_slurm_job_gets_its_cpus_and_the_gpus_slurm_gave_it(node):
     node.setenv("SLURM_JOB_GPUS", "1,3")
     machine = detect()
     assert (machine.num_cpus, machine.gpu_tokens) == (2, ("1", "3"))
+
+
+def test_a_slurm_job_without_cpus_per_task_gets_its_cpus_on_the_node(node):
+    node.setenv("SLURM_JOB_ID", "17")
+    node.setenv("SLURM_CPUS_ON_NODE", "3")
+    assert detect().num_cpus == 3
 
 
 def test_cuda_visible_devices_set_by_slurm_wins_over_the_node_indices(node):
