@@ -212,7 +212,7 @@ class _Search:
             self.tell(idx, trial, overrides, ret)
             results.append(ret)
 
-        stream(next_job, on_return, max_jobs=self.settings.n_jobs)
+        stream(next_job, on_return, max_jobs=min(self.settings.n_jobs, self.n_trials))
         self.stop_if_failing()
         return [results]
 
