@@ -7,6 +7,7 @@ multi-objective search (`hydra.sweeper.direction: [maximize, minimize]`).
 
 from __future__ import annotations
 
+import math
 from typing import Sequence, Union
 
 from pipeline.errors import ConfigError
@@ -37,7 +38,8 @@ def job_return(names: Sequence[str], rows: Sequence[dict], metric: str) -> Union
     a list of floats for several."""
     top = rows[0]
     values = {"val_score": float(top[f"val_{metric}"])}
-    base = [r for r in rows if r["model"] != "ensemble"]
+    # the bagged base models; refit rows (refit=true, no validation score) are not part of what is returned
+    base = [r for r in rows if r["model"] != "ensemble" and not math.isnan(float(r[f"val_{metric}"]))]
     if top["model"] == "ensemble":  # the ensemble's cost includes fitting and predicting with its members
         values["fit_seconds"] = float(top["fit_seconds"] + sum(r["fit_seconds"] for r in base))
         values["predict_seconds"] = float(top["predict_seconds"] + sum(r["predict_seconds"] for r in base))

@@ -196,6 +196,7 @@ class Allocation:
     fit: Resources
     folds_parallel: int
     trials_parallel: int
+    memory: Any = None  # pipeline.memory.budget.ModelMemory, once memory is planned
 
     @property
     def reservation(self) -> Resources:

@@ -18,6 +18,8 @@ def test_one_objective_returns_a_float_as_hydra_sweepers_expect():
 
 def test_an_ensemble_costs_its_members_too():
     assert job_return(("val_score", "fit_seconds", "predict_seconds"), ROWS, "roc_auc") == [0.93, 7.5, 0.75]
+    refit = {"model": "lightgbm_refit", "val_roc_auc": float("nan"), "fit_seconds": 9.0, "predict_seconds": 1.0}
+    assert job_return(("fit_seconds",), ROWS + [refit], "roc_auc") == 7.5  # refits are not the returned model
     single = [ROWS[1], ROWS[2]]
     assert job_return(("fit_seconds", "val_score"), single, "roc_auc") == [3.0, 0.92]
 
