@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from pipeline import hardware as hw
 from pipeline.errors import Interrupted
+from pipeline.levels import ineffective_bag
 from pipeline.plan import Plan, build_plan
 from pipeline.resources import allocate, fmt
 from pipeline.settings import Settings, read_settings
@@ -71,6 +72,8 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
 
     machine = _machine(settings)
     hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
+    for message in ineffective_bag(settings.bag.num_cpus, settings.bag.num_gpus, settings.num_folds):
+        log.warning(message)
     memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
     allocations = []
     for spec in settings.models:
@@ -104,6 +107,14 @@ def _warn_overridden(settings: Settings, spec) -> None:
         if mine is not None and theirs is not None and mine != theirs:
             log.warning("model.%s.resources.%s=%s overrides parallelism.fit.%s=%s for model %s",
                         spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
+
+
+def first_fit_env(plan: Plan, model: str) -> dict[str, str]:
+    """The environment a worker of the model's first fit gets: a library probe runs there, not in the driver."""
+    from pipeline.devices import child_env
+
+    first = next(t for t in plan.fit_tasks if t.model == model)
+    return child_env(plan.hardware.visible_devices(first.device_ids).split(",") if first.device_ids else ())
 
 
 def _on_cluster(settings: Settings) -> bool:
@@ -158,7 +169,7 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> Union
         # The GPU build check probes this process's library; on a cluster the fits run elsewhere.
         needs_gpu = spec.cls.needs(spec.name, spec.params).requires_gpu
         if needs_gpu and not plan.hardware.planned_only and not _on_cluster(settings):
-            spec.cls.check_environment(spec.name, spec.params)
+            spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
     tracker = make_tracker(settings, runtime)
     tracker.connect() if tracker.enabled else None
     status = "FAILED"

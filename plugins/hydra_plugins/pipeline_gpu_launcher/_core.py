@@ -102,8 +102,10 @@ class Slot:
 
     def env(self) -> dict[str, Optional[str]]:
         """The variables a job process starts with; None removes a variable."""
+        from pipeline.devices import child_env
+
         return {
-            CUDA_ENV: ",".join(self.tokens),
+            **child_env(self.tokens),  # CUDA_VISIBLE_DEVICES and the PCI bus order the tokens are in
             SLOT_CPUS_ENV: str(self.num_cpus),
             SLOT_GPUS_ENV: fmt(self.num_gpus) if self.tokens else None,
         }
