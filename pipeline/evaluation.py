@@ -74,9 +74,9 @@ def fit_all(settings, plan: Plan, data, metric: Metric, runtime, tracker, backen
         return scheduler.run()
 
 
-def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runtime, tracker) -> float:
+def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runtime, tracker) -> list[dict]:
     """Leaderboard of the best trial of each model, their weighted ensemble and (refit=true) their
-    refits on all the data; returns the best validation score."""
+    refits on all the data; returns its rows, best first."""
     from pipeline import plots, report
 
     problem = data.problem_type
@@ -122,7 +122,7 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     _log_models(settings, predictors, top["model"], _raw_example(data), tracker)
     report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
                          f"run directory {runtime.run_dir}")
-    return float(top[f"val_{metric.name}"])
+    return rows
 
 
 def save_predictors(run_dir: Path, predictors: dict, best: str) -> None:

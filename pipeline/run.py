@@ -1,6 +1,7 @@
 """The composition root: config -> hardware -> allocation -> plan -> execution -> ensemble -> tracking.
 
-`run(cfg)` is the Hydra task. It returns the best validation score, so sweepers can optimise it.
+`run(cfg)` is the Hydra task. It returns the best validation score (or the values `objectives` lists),
+so sweepers can optimise it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from omegaconf import DictConfig
 
@@ -46,7 +47,7 @@ class Runtime:
         return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), ",".join(sorted(shown)), num)
 
 
-def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Optional[float]:
+def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float, list[float]]:
     settings = read_settings(cfg)
     runtime = runtime or Runtime.from_hydra()
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
@@ -132,7 +133,7 @@ def _problem_hint(settings: Settings) -> Optional[str]:
     return None if settings.data.problem_type == "auto" else settings.data.problem_type
 
 
-def execute(settings: Settings, plan: Plan, runtime: Runtime) -> float:
+def execute(settings: Settings, plan: Plan, runtime: Runtime) -> Union[float, list[float]]:
     """Fit the plan. The executor starts first (workers spawn and import their libraries, Ray
     connects) so that its start-up overlaps loading the data and opening the MLflow store."""
     from pipeline.signals import StopSignals
@@ -159,7 +160,7 @@ def make_backend(settings: Settings, plan: Plan, runtime: Runtime):
                 ray_init=ex.ray_init, preload=preload)
 
 
-def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals) -> float:
+def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals) -> Union[float, list[float]]:
     from pipeline import data as data_module
     from pipeline import metrics
     from pipeline.store import write_state
@@ -186,9 +187,11 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals)
         from pipeline.evaluation import evaluate, fit_all
 
         outcome = fit_all(settings, plan, data, metric, runtime, tracker, backend)
-        best = evaluate(settings, plan, data, metric, outcome, runtime, tracker)
+        rows = evaluate(settings, plan, data, metric, outcome, runtime, tracker)
         status = "FINISHED"
-        return best
+        from pipeline.objectives import job_return
+
+        return job_return(settings.objectives, rows, metric.name)
     except Interrupted:
         status = "KILLED"
         raise
