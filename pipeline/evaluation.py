@@ -106,12 +106,12 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
         "pipeline.gpu_ids": plan.hardware.visible_devices(used) if used else "none",  # physical ids actually used
     })
     tracker.log_artifact(leaderboard_path)
-    _log_artifacts(outcome, best, runtime.run_dir, tracker, plots)
     example = _raw_example(data)
-    for name, predictor in predictors.items():
+    for name, predictor in predictors.items():  # logged by the tracker's process while the plots are drawn
         tracker.log_predictor(name, predictor, example)
     report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
                          f"run directory {runtime.run_dir}")
+    _log_artifacts(outcome, best, runtime.run_dir, tracker, plots)
     return float(top[f"val_{metric.name}"])
 
 
