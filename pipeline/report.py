@@ -47,6 +47,8 @@ def plan_tree(plan: Plan) -> Tree:
             f"{a.trials_parallel} in parallel; uses {used.num_cpus} CPU / {fmt(used.num_gpus)} GPU "
             f"({a.folds_parallel * a.trials_parallel} fits at once)"
         )
+        if a.parallel_reason:
+            node.add(f"[dim]{a.parallel_reason}[/dim]")
         waves = defaultdict(list)
         for t in by_model[a.model]:
             waves[t.wave].append(t)

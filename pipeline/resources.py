@@ -196,6 +196,7 @@ class Allocation:
     fit: Resources
     folds_parallel: int
     trials_parallel: int
+    parallel_reason: str = ""  # why this many folds run at once, when the engine chose it
 
     @property
     def reservation(self) -> Resources:
@@ -267,10 +268,16 @@ def allocate(
     fit = Resources(fit_cpus, fit_gpus)
     _check_model_devices(needs, fit, fit_request, total, warn)
 
+    choice = None
+    if bagging and not sequential and num_trials == 1 and fit_request.num_cpus is None and fit.num_gpus == 0:
+        from pipeline.payoff import folds_at_once
+
+        choice = folds_at_once(folds, bag.num_cpus)  # threads per fit vs folds at once: what pays
+        fit = Resources(choice.fit_cpus, fit.num_gpus)
     if sequential:
         folds_parallel = trials_parallel = 1
     else:
-        folds_parallel = min(folds, bag.num_cpus // fit.num_cpus)
+        folds_parallel = choice.folds_parallel if choice else min(folds, bag.num_cpus // fit.num_cpus)
         if fit.num_gpus > 0:
             folds_parallel = min(folds_parallel, int(bag.num_gpus // fit.num_gpus))
         reservation = fit * folds_parallel
@@ -283,7 +290,8 @@ def allocate(
             f"model '{needs.name}': a fit of {fit} does not fit on the devices of the box "
             f"({fmt(total.num_gpus)} GPU); lower {fit_request.gpus_key or 'parallelism.fit.num_gpus'}"
         )
-    return Allocation(needs.name, folds, num_trials, bag, fit, folds_parallel, trials_parallel)
+    return Allocation(needs.name, folds, num_trials, bag, fit, folds_parallel, trials_parallel,
+                      choice.reason if choice else "")
 
 
 def _check_within(request: Request, parent: Resources, parent_keys: tuple[str, str]) -> None:
