@@ -20,6 +20,8 @@ class ResourcesConf:
 
     num_cpus: Optional[int] = None
     num_gpus: Optional[float] = None
+    memory_gb: Optional[float] = None  # RAM a fit (or a bag's folds together) may use; null: the estimate
+    gpu_memory_gb: Optional[float] = None  # memory on each GPU of a fit; null: the estimate
 
 
 @dataclass
@@ -30,6 +32,8 @@ class HardwareConf:
     num_cpus: Optional[int] = None  # null: this machine's CPU count
     num_gpus: float = 0  # fractions below 1 give a job a share of one device
     devices: Any = None  # Lightning grammar: N, -1, [1, 3], "1, 3", "2,"; null: the first num_gpus
+    memory_gb: Optional[float] = None  # RAM of the box; null: what this machine has available
+    gpu_memory_gb: Optional[float] = None  # memory of each GPU; null: detected through NVML
 
 
 @dataclass
@@ -114,6 +118,8 @@ class TrackingConf:
     system_metrics_interval_s: float = 10.0
     timeout_s: float = 10.0  # how long an MLflow server may take to answer
     tags: Dict[str, str] = field(default_factory=dict)
+    register_model: Optional[str] = None  # a name: the run's best model is registered under it
+    register_alias: str = "champion"  # the alias that points at the newly registered version
 
 
 @dataclass
@@ -128,12 +134,28 @@ class Config:
     seed: int = 0
     eval_metric: str = "auto"
     dry_run: bool = False
+    refit: bool = False  # fit each model's best trial once more on train + validation (one model, no bag)
     resume: Any = False  # false | true (newest unfinished run) | a run directory
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
 
 
+@dataclass
+class PredictConfig:
+    """`python -m pipeline.predict`: score a data source with a trained model."""
+
+    source: str = MISSING  # the trained model: a run directory, an MLflow run id, or a models:/ or runs:/ URI
+    predictor: str = "best"  # in a run: best, or a model's name (lightgbm, ensemble, lightgbm_refit ...)
+    data: DataConf = MISSING  # what to score: any data source; its label column, if present, is ignored
+    output: str = "predictions.csv"  # .csv or .parquet, relative to the launch directory
+    chunk_rows: int = 100_000  # rows read, typed, predicted and written at a time
+    id_column: Optional[str] = None  # an input column copied to the output; null: the row number (row_id)
+    tracking: TrackingConf = MISSING  # where run ids and models:/ URIs are looked up
+    hardware: Optional[HardwareConf] = None  # +hardware=1gpu: predict on a GPU
+
+
 def register_configs() -> None:
     ConfigStore.instance().store(name="config_schema", node=Config)
+    ConfigStore.instance().store(name="predict_schema", node=PredictConfig)
 
 
 def _share_config_store(self, memo):

@@ -356,6 +356,19 @@ def _type_columns(X, categorical, numeric, fit_rows, test_rows, spec: DataSpec) 
     return pd.DataFrame(out, columns=list(X.columns))
 
 
+def read_table(spec: DataSpec, base_dir: Path) -> pd.DataFrame:
+    """The table a spec names, as read: no label, typing or split (new rows to score)."""
+    return _read(spec, base_dir)
+
+
+def local_path(spec: DataSpec, base_dir: Path) -> Optional[Path]:
+    """The local file of a csv/parquet spec; None for bundled, synthetic and remote sources."""
+    if spec.source not in ("csv", "parquet") or not spec.path:
+        return None
+    path = _resolve(spec.path, base_dir)
+    return path if isinstance(path, Path) else None
+
+
 def synthetic(spec: DataSpec) -> pd.DataFrame:
     """A seeded classification or regression table; some columns binned into categories."""
     from sklearn.datasets import make_classification, make_regression

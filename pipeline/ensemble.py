@@ -3,13 +3,14 @@ and the predictors a run hands to users: a bagged model and the weighted ensembl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
 from pipeline.metrics import Metric
+from pipeline.schema import FeatureSchema
 
 
 def ensemble_selection(preds: list[np.ndarray], y: np.ndarray, metric: Metric, size: int = 25) -> np.ndarray:
@@ -35,34 +36,6 @@ def blend(preds: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class FeatureSchema:
-    """The columns a predictor expects and how to type raw input the way training data was typed."""
-
-    columns: list[str]
-    categories: dict[str, list] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, X: pd.DataFrame) -> "FeatureSchema":
-        cats = {c: list(X[c].cat.categories) for c in X.columns if isinstance(X[c].dtype, pd.CategoricalDtype)}
-        return cls(list(X.columns), cats)
-
-    def apply(self, frame: pd.DataFrame) -> pd.DataFrame:
-        missing = [c for c in self.columns if c not in frame.columns]
-        if missing:
-            raise ValueError(f"input lacks the columns {missing}; expected {self.columns}")
-        out = {}
-        for c in self.columns:
-            if c in self.categories:
-                values = frame[c]
-                if not isinstance(values.dtype, pd.CategoricalDtype) or list(values.cat.categories) != self.categories[c]:
-                    values = pd.Categorical(values.astype("string"), categories=self.categories[c])
-                out[c] = values
-            else:
-                out[c] = pd.to_numeric(frame[c], errors="raise").astype(np.float32)
-        return pd.DataFrame(out, columns=self.columns, index=frame.index)
-
-
-@dataclass
 class BaggedPredictor:
     """One model's fold models; predicts their average on raw input."""
 
@@ -73,11 +46,23 @@ class BaggedPredictor:
     schema: FeatureSchema
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
-        X = self.schema.apply(frame)
-        return np.mean([m.predict_proba(X) for m in self.models], axis=0)
+        return self.predict_typed(self.schema.apply(frame))
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         return _labels(self.predict_proba(frame), self.problem_type, self.classes)
+
+    def predict_typed(self, X: pd.DataFrame) -> np.ndarray:
+        """predict_proba on rows already typed by the schema."""
+        return np.mean([m.predict_proba(X) for m in self.models], axis=0)
+
+    def place(self, device: str, num_cpus: int) -> None:
+        """Predict on this device ('cpu', 'cuda:0') with this many threads."""
+        for m in self.models:
+            m.place(device, num_cpus)
+
+    @property
+    def libraries(self) -> set[str]:
+        return {lib for m in self.models for lib in type(m).library_modules}
 
 
 @dataclass
@@ -91,10 +76,27 @@ class EnsemblePredictor:
     classes: Optional[list]
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
-        return blend([m.predict_proba(frame) for m in self.members], np.asarray(self.weights))
+        return self.predict_typed(self.schema.apply(frame))
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         return _labels(self.predict_proba(frame), self.problem_type, self.classes)
+
+    def predict_typed(self, X: pd.DataFrame) -> np.ndarray:
+        """The members share the training schema: the input is typed once."""
+        used = [(m, w) for m, w in zip(self.members, self.weights) if w > 0]
+        return blend([m.predict_typed(X) for m, _ in used], np.asarray([w for _, w in used]))
+
+    @property
+    def schema(self) -> FeatureSchema:
+        return self.members[0].schema
+
+    def place(self, device: str, num_cpus: int) -> None:
+        for m in self.members:
+            m.place(device, num_cpus)
+
+    @property
+    def libraries(self) -> set[str]:
+        return set().union(*(m.libraries for m, w in zip(self.members, self.weights) if w > 0))
 
 
 def _labels(pred: np.ndarray, problem_type: str, classes) -> np.ndarray:

@@ -74,14 +74,14 @@ def fit_all(settings, plan: Plan, data, metric: Metric, runtime, tracker, backen
 
 
 def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runtime, tracker) -> float:
-    """Leaderboard of the best trial of each model and their weighted ensemble; returns the best
-    validation score."""
+    """Leaderboard of the best trial of each model, their weighted ensemble and (refit=true) their
+    refits on all the data; returns the best validation score."""
     from pipeline import plots, report
 
     problem = data.problem_type
     y_test = data.y[data.test_idx]
     best = {a.model: outcome.best(a.model, metric) for a in plan.allocations}
-    schema = FeatureSchema.of(data.X)
+    schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, settings.data.unseen_categories)
     rows, predictors = [], {}
     for name, trial in best.items():
         val_scores = metrics_module.score_all(problem, data.y[trial.held_out], trial.val_pred)
@@ -92,11 +92,20 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     if len(best) >= 2:
         rows.append(_ensemble(best, data, metric, problem, predictors, tracker))
     rows.sort(key=lambda r: r[f"val_{metric.name}"], reverse=metric.greater_is_better)
+    if settings.refit:
+        from pipeline.refit import refit_all
+
+        refits = refit_all(best, predictors, data, metric, plan, settings.seed, schema)
+        tracker.log_metrics({f"{r['model']}/test_{k[5:]}": v for r in refits for k, v in r.items()
+                             if k.startswith("test_")})
+        rows += refits
+    _measure_throughput(rows, predictors, data.X.iloc[data.test_idx], tracker)
     leaderboard = pd.DataFrame(rows)
     leaderboard_path = runtime.run_dir / "leaderboard.csv"
     leaderboard.to_csv(leaderboard_path, index=False)
     report.console.print(report.leaderboard_table(rows, metric.name))
     top = rows[0]
+    save_predictors(runtime.run_dir, predictors, top["model"])
     tracker.log_metrics({f"best/val_{metric.name}": top[f"val_{metric.name}"],
                          f"best/test_{metric.name}": top[f"test_{metric.name}"]})
     used = sorted({d for e in outcome.timeline if not e["cached"] for d in e["device_ids"]})
@@ -106,13 +115,59 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
         "pipeline.gpu_ids": plan.hardware.visible_devices(used) if used else "none",  # physical ids actually used
     })
     tracker.log_artifact(leaderboard_path)
-    example = _raw_example(data)
-    for name, predictor in predictors.items():  # logged by the tracker's process while the plots are drawn
-        tracker.log_predictor(name, predictor, example)
+    _log_memory(plan, outcome, runtime.run_dir, tracker, report)
+    _log_artifacts(outcome, best, runtime.run_dir, tracker, plots)
+    _log_models(settings, predictors, top["model"], _raw_example(data), tracker)
     report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
                          f"run directory {runtime.run_dir}")
-    _log_artifacts(outcome, best, runtime.run_dir, tracker, plots)
     return float(top[f"val_{metric.name}"])
+
+
+def save_predictors(run_dir: Path, predictors: dict, best: str) -> None:
+    """Each predictor pickled under run_dir/predictors/, and the name of the best in predictors/BEST,
+    for batch prediction from the run directory."""
+    import pickle
+
+    from pipeline.predictor_source import BEST_FILE, PREDICTORS_DIR
+    from pipeline.store import atomic_write_bytes
+
+    folder = run_dir / PREDICTORS_DIR
+    for name, predictor in predictors.items():
+        atomic_write_bytes(folder / f"{name}.pkl", pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL))
+    atomic_write_bytes(folder / BEST_FILE, best.encode())
+
+
+def _log_models(settings, predictors: dict, best: str, example, tracker) -> None:
+    """Every predictor as a pyfunc; the best one's URI as the run's `best/model_uri` tag, and
+    registered under tracking.register_model with its alias."""
+    uris = {name: tracker.log_predictor(name, predictor, example) for name, predictor in predictors.items()}
+    if uris.get(best) is None:
+        return
+    tracker.set_tags({"best/model_uri": uris[best]})
+    name = settings.tracking.register_model
+    if name:
+        version = tracker.register_model(uris[best], name, settings.tracking.register_alias)
+        if version is not None:
+            from pipeline import report
+
+            report.console.print(f"registered {best} as models:/{name}@{settings.tracking.register_alias} "
+                                 f"(version {version})")
+
+
+def _measure_throughput(rows: list[dict], predictors: dict, X_test: pd.DataFrame, tracker) -> None:
+    """Rows per second each predictor scores the (typed) test rows at: the best of a few passes, after
+    a warm-up that builds lazily created state (a network moved to its device)."""
+    for row in rows:
+        predictor = predictors[row["model"]]
+        predictor.predict_typed(X_test.iloc[:8])
+        seconds, passes, start = [], 0, time.perf_counter()
+        while passes < 3 and (passes == 0 or time.perf_counter() - start < 0.5):
+            t0 = time.perf_counter()
+            predictor.predict_typed(X_test)
+            seconds.append(time.perf_counter() - t0)
+            passes += 1
+        row["predict_rows_per_s"] = len(X_test) / max(min(seconds), 1e-9)
+    tracker.log_metrics({f"{r['model']}/predict_rows_per_s": r["predict_rows_per_s"] for r in rows})
 
 
 def _row(name: str, trial: TrialResult, val: dict, test: dict, metric: Metric, plan: Plan) -> dict:
@@ -166,6 +221,21 @@ def _log_model_metrics(tracker, name: str, val: dict, test: dict, trial: TrialRe
     for k, fold in enumerate(trial.folds):
         prefix = name if len(trial.folds) == 1 else f"{name}/fold{k}"
         tracker.log_history(prefix, fold.model.history_)
+
+
+def _log_memory(plan: Plan, outcome: Outcome, run_dir: Path, tracker, report) -> None:
+    """Each model's memory estimate beside the peak its fits reached: printed, logged, memory.json."""
+    from pipeline.memory.measure import compare
+
+    rows = compare(plan, outcome.timeline)
+    if not any(r["fits"] for r in rows):
+        return
+    report.console.print(report.memory_table(rows))
+    path = run_dir / "memory.json"
+    path.write_text(json.dumps(rows, indent=1))
+    tracker.log_artifact(path)
+    tracker.log_metrics({f"{r['model']}/{key}": float(r[key]) for r in rows for key in
+                         ("peak_ram_mb", "peak_gpu_mb", "estimate_ram_mb", "estimate_gpu_mb") if r.get(key) is not None})
 
 
 def _log_artifacts(outcome: Outcome, best: dict[str, TrialResult], run_dir: Path, tracker, plots) -> None:

@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from pipeline.hardware import Hardware
 from pipeline.resources import ZERO, Allocation, DevicePool, Resources
@@ -59,6 +59,12 @@ class Plan:
     hardware: Hardware
     allocations: tuple[Allocation, ...]
     tasks: tuple[Task, ...]
+    memory: Any = None  # pipeline.memory.budget.MemoryPlan: the data's shape and the capacities
+
+    @property
+    def ram_for_fits(self) -> Optional[int]:
+        """Bytes of RAM the fits running at once may hold together; None when not planned."""
+        return self.memory.ram_for_fits if self.memory is not None else None
 
     @property
     def fit_tasks(self) -> list[Task]:
@@ -93,9 +99,11 @@ class Plan:
                     "bag": a.bag.to_json(),
                     "fit": a.fit.to_json(),
                     "used": a.used.to_json(),
+                    **({"memory": a.memory.to_json()} if a.memory is not None else {}),
                 }
                 for a in self.allocations
             ],
+            **({"memory": self.memory.to_json()} if self.memory is not None else {}),
             "num_waves": self.num_waves,
             "tasks": [t.to_json() for t in self.tasks],
         }
@@ -111,9 +119,10 @@ class Admission:
     The plan's simulation and the executors share it, so a run follows its plan.
     """
 
-    def __init__(self, plan_hardware: Hardware, allocations: Iterable[Allocation]):
+    def __init__(self, plan_hardware: Hardware, allocations: Iterable[Allocation], ram: Optional[int] = None):
         self.pool = DevicePool(plan_hardware.num_cpus, plan_hardware.capacities())
         self.limits = {a.model: a for a in allocations}
+        self.ram_free = ram  # bytes the running fits may still reserve; None: RAM not planned
         self.folds_running: dict[tuple[str, int], int] = defaultdict(int)
         self.trials_running: dict[str, set[int]] = defaultdict(set)
 
@@ -125,22 +134,33 @@ class Admission:
         trials = self.trials_running[task.model]
         if task.trial not in trials and len(trials) >= alloc.trials_parallel:
             return None
+        ram = self._ram(alloc)
+        if self.ram_free is not None and ram > self.ram_free:
+            return None
         shares = self.pool.try_allocate(task.resources)
         if shares is None:
             return None
+        if self.ram_free is not None:
+            self.ram_free -= ram
         self.folds_running[key] += 1
         trials.add(task.trial)
         return shares
 
     def release(self, task: Task, shares) -> None:
         self.pool.release(task.resources, shares)
+        if self.ram_free is not None:
+            self.ram_free += self._ram(self.limits[task.model])
         key = (task.model, task.trial)
         self.folds_running[key] -= 1
         if self.folds_running[key] == 0:
             self.trials_running[task.model].discard(task.trial)
 
+    @staticmethod
+    def _ram(alloc: Allocation) -> int:
+        return alloc.memory.ram if alloc.memory is not None else 0
 
-def build_plan(hardware: Hardware, allocations: list[Allocation]) -> Plan:
+
+def build_plan(hardware: Hardware, allocations: list[Allocation], memory=None) -> Plan:
     """Tasks in order (model, trial, fold), then waves and device ids from a unit-time simulation."""
     fits = [
         Task(fit_id(a.model, t, f), "fit", a.fit, model=a.model, trial=t, fold=f)
@@ -148,7 +168,7 @@ def build_plan(hardware: Hardware, allocations: list[Allocation]) -> Plan:
         for t in range(a.num_trials)
         for f in range(a.num_folds)
     ]
-    placed = _simulate(hardware, allocations, fits)
+    placed = _simulate(hardware, allocations, fits, memory.ram_for_fits if memory is not None else None)
     wave_of = {t.id: t.wave for t in placed}
     bags = []
     for a in allocations:
@@ -159,11 +179,11 @@ def build_plan(hardware: Hardware, allocations: list[Allocation]) -> Plan:
     last = max(wave_of.values(), default=-1)
     ensemble = Task("ensemble", "ensemble", DRIVER, tuple(b.id for b in bags), wave=last + 1)
     evaluate = Task("evaluate", "evaluate", DRIVER, ("ensemble",), wave=last + 2)
-    return Plan(hardware, tuple(allocations), tuple(placed + bags + [ensemble, evaluate]))
+    return Plan(hardware, tuple(allocations), tuple(placed + bags + [ensemble, evaluate]), memory)
 
 
-def _simulate(hardware: Hardware, allocations: list[Allocation], fits: list[Task]) -> list[Task]:
-    admission = Admission(hardware, allocations)
+def _simulate(hardware: Hardware, allocations: list[Allocation], fits: list[Task], ram: Optional[int]) -> list[Task]:
+    admission = Admission(hardware, allocations, ram)
     pending = list(fits)
     placed: dict[str, Task] = {}
     wave = 0

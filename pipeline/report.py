@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.tree import Tree
 
+from pipeline.memory.budget import gb
 from pipeline.plan import Plan
 from pipeline.resources import fmt
 
@@ -36,6 +37,8 @@ def plan_tree(plan: Plan) -> Tree:
     if hw.planned_only:
         title += " [yellow](declared, larger than this machine: dry run only)[/yellow]"
     tree = Tree(title)
+    if plan.memory is not None:
+        tree.add(memory_line(plan.memory))
     by_model = defaultdict(list)
     for t in plan.fit_tasks:
         by_model[t.model].append(t)
@@ -49,6 +52,12 @@ def plan_tree(plan: Plan) -> Tree:
         )
         if a.parallel_reason:
             node.add(f"[dim]{a.parallel_reason}[/dim]")
+        if a.memory is not None:
+            est = a.memory.estimate
+            gpu = f", {gb(est.gpu)} on each GPU" if a.fit.num_gpus > 0 and est.gpu else ""
+            node.add(f"memory per fit: about {gb(est.ram)} RAM{gpu} (estimated)")
+            for note in a.memory.limited:
+                node.add(f"[yellow]limited by memory[/yellow]: {note}")
         waves = defaultdict(list)
         for t in by_model[a.model]:
             waves[t.wave].append(t)
@@ -68,6 +77,20 @@ def plan_tree(plan: Plan) -> Tree:
     return tree
 
 
+def memory_line(memory) -> str:
+    if memory.capacity is None:
+        return f"memory: {memory.note}"
+    c, s = memory.capacity, memory.shape
+    parts = [f"RAM {gb(c.ram)} ({c.ram_source}), {gb(c.ram_for_fits)} for fits" if c.ram is not None
+             else f"RAM {c.ram_source}"]
+    if c.gpu is not None:
+        parts.append(f"{gb(c.gpu)} per GPU ({c.gpu_source})")
+    elif c.gpu_source != "no GPU":
+        parts.append(f"GPU memory {c.gpu_source}")
+    parts.append(f"data {s.rows:,} rows x {s.features} features ({s.source})")
+    return "memory: " + "; ".join(parts)
+
+
 def print_plan(plan: Plan) -> None:
     console.print(plan_tree(plan))
 
@@ -76,14 +99,30 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
     table = Table(title=f"Leaderboard ({metric})", show_lines=False)
     for column, justify in (
         ("model", "left"), (f"val_{metric}", "right"), (f"test_{metric}", "right"),
-        ("fit_s", "right"), ("predict_s", "right"), ("device", "left"), ("folds", "right"), ("trial", "right"),
+        ("fit_s", "right"), ("predict_s", "right"), ("rows/s", "right"), ("device", "left"), ("folds", "right"),
+        ("trial", "right"),
     ):
         table.add_column(column, justify=justify)
     for r in rows:
+        val = r[f"val_{metric}"]
+        rate = r.get("predict_rows_per_s")
         table.add_row(
-            r["model"], f"{r[f'val_{metric}']:.4f}", f"{r[f'test_{metric}']:.4f}", f"{r['fit_seconds']:.2f}",
-            f"{r['predict_seconds']:.2f}", str(r["device"]), str(r["num_folds"]), str(r["best_trial"]),
+            r["model"], "-" if val != val else f"{val:.4f}", f"{r[f'test_{metric}']:.4f}", f"{r['fit_seconds']:.2f}",
+            f"{r['predict_seconds']:.2f}", "-" if rate is None else f"{rate:,.0f}", str(r["device"]),
+            str(r["num_folds"]), str(r["best_trial"]),
         )
+    return table
+
+
+def memory_table(rows: list[dict]) -> Table:
+    """Estimated vs measured peak memory per model (MiB)."""
+    table = Table(title="Memory per fit (MiB): estimate vs measured peak", show_lines=False)
+    for column in ("model", "estimate_ram", "peak_ram", "estimate_gpu", "peak_gpu"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for r in rows:
+        cell = lambda key: "-" if r.get(key) in (None, 0, 0.0) else f"{r[key]:,.0f}"  # noqa: E731
+        table.add_row(r["model"], cell("estimate_ram_mb"), cell("peak_ram_mb"), cell("estimate_gpu_mb"),
+                      cell("peak_gpu_mb"))
     return table
 
 

@@ -196,6 +196,7 @@ class Allocation:
     fit: Resources
     folds_parallel: int
     trials_parallel: int
+    memory: Any = None  # pipeline.memory.budget.ModelMemory, once memory is planned
     parallel_reason: str = ""  # why this many folds run at once, when the engine chose it
 
     @property
@@ -291,7 +292,7 @@ def allocate(
             f"({fmt(total.num_gpus)} GPU); lower {fit_request.gpus_key or 'parallelism.fit.num_gpus'}"
         )
     return Allocation(needs.name, folds, num_trials, bag, fit, folds_parallel, trials_parallel,
-                      choice.reason if choice else "")
+                      parallel_reason=choice.reason if choice else "")
 
 
 def _check_within(request: Request, parent: Resources, parent_keys: tuple[str, str]) -> None:

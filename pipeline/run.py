@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import time
@@ -49,7 +50,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Optional[float]:
     settings = read_settings(cfg)
     runtime = runtime or Runtime.from_hydra()
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
-    plan = make_plan(settings)
+    plan = make_plan(settings, runtime.launch_dir)
     from pipeline import report
 
     report.print_plan(plan)
@@ -63,25 +64,36 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Optional[float]:
     return execute(settings, plan, runtime)
 
 
-def make_plan(settings: Settings) -> Plan:
-    """Validate the resource hierarchy for every model and build the execution graph."""
+def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
+    """Validate the resource hierarchy and the memory of every model and build the execution graph."""
+    from pipeline.memory.planner import MemoryPlanner
+
     machine = _machine(settings)
     hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
+    memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
     allocations = []
     for spec in settings.models:
         _warn_overridden(settings, spec)
         needs = spec.cls.needs(spec.name, spec.params)
-        allocation = allocate(
-            hardware.total, settings.bag, spec.resources.over(settings.fit), needs,
-            num_folds=settings.num_folds, num_trials=settings.hpo.trials_for(spec.name, spec.search_space),
-            sequential=settings.sequential,
-            gpu_capacities=list(hardware.capacities().values()), warn=log.warning,
-        )
+
+        def allocate_for(fit_request, warn=log.warning):
+            return allocate(
+                hardware.total, settings.bag, fit_request, needs,
+                num_folds=settings.num_folds, num_trials=settings.hpo.trials_for(spec.name, spec.search_space),
+                sequential=settings.sequential,
+                gpu_capacities=list(hardware.capacities().values()), warn=warn,
+            )
+
+        fit_request = spec.resources.over(settings.fit)
+        allocation = allocate_for(fit_request)
         check = getattr(spec.cls, "check_placement", None)
         if check is not None:
             check(spec.name, spec.params, allocation.fit)
-        allocations.append(allocation)
-    return build_plan(hardware, allocations)
+        # GPU memory may raise a fit's share: the same request with that share, already warned about
+        raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
+            dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
+        allocations.append(memory.plan(spec, allocation, raised))
+    return build_plan(hardware, allocations, memory.summary)
 
 
 def _warn_overridden(settings: Settings, spec) -> None:
@@ -158,6 +170,9 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> float
         tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
         write_state(runtime.run_dir, status="RUNNING", mlflow_run_id=tracker.run_id, started=time.time())
         tracker.log_artifact(runtime.run_dir / "plan.json")
+        from pipeline.tracking_datasets import locations
+
+        tracker.log_datasets(data, locations(settings.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
         from pipeline.evaluation import evaluate, fit_all
 

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.data import DataSpec
 from pipeline.errors import ConfigError, closest
 from pipeline.hpo import HpoSpec, SearchDim
+from pipeline.memory.budget import MemoryRequest
 from pipeline.models.base import TabularModel
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
@@ -30,6 +31,7 @@ class ModelSpec:
     resources: Request
     search_space: dict[str, SearchDim]
     cls: type[TabularModel]
+    memory: MemoryRequest = field(default_factory=MemoryRequest)  # the model's own memory_gb / gpu_memory_gb
 
     def prototype(self) -> TabularModel:
         from hydra.utils import instantiate
@@ -57,6 +59,8 @@ class TrackingSpec:
     system_metrics_interval_s: float = 10.0
     timeout_s: float = 10.0
     tags: dict = field(default_factory=dict)
+    register_model: Optional[str] = None
+    register_alias: str = "champion"
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,9 @@ class Settings:
     resume: Any
     params: dict  # the resolved config, flattened and redacted, for MLflow
     config_yaml: str  # the resolved config, redacted
+    refit: bool = False
+    bag_memory: MemoryRequest = field(default_factory=MemoryRequest)
+    fit_memory: MemoryRequest = field(default_factory=MemoryRequest)
 
 
 def read_settings(cfg: DictConfig) -> Settings:
@@ -84,14 +91,7 @@ def read_settings(cfg: DictConfig) -> Settings:
     tree = OmegaConf.to_container(cfg, resolve=True)
     tree.pop("hydra", None)
     seed = int(tree["seed"])
-    data = dict(tree["data"])
-    data_spec = DataSpec(
-        **{k: v for k, v in data.items() if k not in ("drop_columns", "categorical_columns", "storage_options")},
-        storage_options=dict(data["storage_options"]),
-        drop_columns=tuple(data["drop_columns"]),
-        categorical_columns=tuple(data["categorical_columns"]),
-        seed=seed,
-    )
+    data_spec = _data_spec(tree["data"], seed)
     allowed = ALWAYS_ALLOWED + tuple(tree.get("allowed_targets") or ())
     if not tree["model"]:
         raise ConfigError("model: no model is configured; pick one with model=lightgbm (or xgboost, nn, all)")
@@ -115,6 +115,12 @@ def read_settings(cfg: DictConfig) -> Settings:
         raise ConfigError(f"tracking.backend={tr['backend']!r} is not one of {', '.join(BACKENDS)}{closest(tr['backend'], BACKENDS)}")
     if tr["system_metrics_interval_s"] <= 0:
         raise ConfigError(f"tracking.system_metrics_interval_s={tr['system_metrics_interval_s']} must be > 0")
+    if tr["register_model"] is not None and tr["backend"] == "none":
+        raise ConfigError(f"tracking.register_model={tr['register_model']!r} needs MLflow tracking: "
+                          "drop tracking=none, or drop tracking.register_model")
+    if tr["register_model"] is not None and not tr["log_models"]:
+        raise ConfigError(f"tracking.register_model={tr['register_model']!r} registers a logged model, but "
+                          "tracking.log_models=false logs none; set tracking.log_models=true")
     if tr["timeout_s"] <= 0:
         raise ConfigError(f"tracking.timeout_s={tr['timeout_s']} must be > 0")
     redacted = redact(tree)
@@ -135,7 +141,53 @@ def read_settings(cfg: DictConfig) -> Settings:
         resume=tree["resume"],
         params={k: v for k, v in flatten(redacted).items()},
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(redacted)),
+        refit=bool(tree["refit"]),
+        bag_memory=_memory(par["bag"], "parallelism.bag"),
+        fit_memory=_memory(par["fit"], "parallelism.fit"),
     )
+
+
+def _data_spec(data: dict, seed: int) -> DataSpec:
+    return DataSpec(
+        **{k: v for k, v in data.items() if k not in ("drop_columns", "categorical_columns", "storage_options")},
+        storage_options=dict(data["storage_options"]),
+        drop_columns=tuple(data["drop_columns"]),
+        categorical_columns=tuple(data["categorical_columns"]),
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True)
+class PredictSettings:
+    """Batch prediction: which trained model, what to score, where to write, on what hardware."""
+
+    source: str
+    predictor: str
+    data: DataSpec
+    output: str
+    chunk_rows: int
+    id_column: Optional[str]
+    tracking_uri: Optional[str]
+    hardware: Optional[dict]
+
+
+def read_predict_settings(cfg: DictConfig) -> PredictSettings:
+    """The one place that reads the `predict` config tree."""
+    tree = OmegaConf.to_container(cfg, resolve=True)
+    if int(tree["chunk_rows"]) < 1:
+        raise ConfigError(f"chunk_rows={tree['chunk_rows']} must be at least 1")
+    output = str(tree["output"])
+    if not output.endswith((".csv", ".parquet", ".pq")):
+        raise ConfigError(f"output={output!r} must name a .csv or .parquet file")
+    return PredictSettings(
+        source=str(tree["source"]), predictor=str(tree["predictor"]), data=_data_spec(tree["data"], 0),
+        output=output, chunk_rows=int(tree["chunk_rows"]), id_column=tree["id_column"],
+        tracking_uri=tree["tracking"]["uri"], hardware=tree.get("hardware"),
+    )
+
+
+def _memory(level: dict, prefix: str) -> MemoryRequest:
+    return MemoryRequest.parse(level.get("memory_gb"), level.get("gpu_memory_gb"), prefix)
 
 
 def _model_spec(name: str, spec: dict, allowed: tuple[str, ...]) -> ModelSpec:
@@ -157,4 +209,5 @@ def _model_spec(name: str, spec: dict, allowed: tuple[str, ...]) -> ModelSpec:
     space = {k: SearchDim(**{**v, "choices": tuple(v["choices"]) if v.get("choices") else None})
              for k, v in spec["search_space"].items()}
     resources = Request.parse(spec["resources"]["num_cpus"], spec["resources"]["num_gpus"], f"model.{name}.resources")
-    return ModelSpec(name, target, dict(spec["params"]), resources, space, cls)
+    memory = _memory(spec["resources"], f"model.{name}.resources")
+    return ModelSpec(name, target, dict(spec["params"]), resources, space, cls, memory)

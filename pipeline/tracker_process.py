@@ -5,8 +5,8 @@ its dependency check; the run itself spends that time loading data, importing th
 libraries and fitting. Here the tracker's process imports MLflow and opens the store while the
 run loads its data, and logs what the run sends it in order, while the run goes on. Every call
 is sent and not waited for, except where the run needs an answer: the run id (after `start`,
-whose errors surface there, before any fit) and `end`, which waits until everything sent is
-logged. A driver that dies leaves a pipe at EOF: the tracker ends the run as FAILED.
+whose errors surface there, before any fit), what a logged model's URI or a registered version
+is (RETURNING), and `end`, which waits until everything sent is logged. A driver that dies leaves a pipe at EOF: the tracker ends the run as FAILED.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Optional
 from pipeline.errors import TrackingError
 
 ANSWERED = ("start", "end")
+RETURNING = ("log_predictor", "register_model")  # the run uses what these return (a model URI, a version)
 
 
 class TrackerProcess:
@@ -76,6 +77,8 @@ class TrackerProcess:
 
         def call(*args, **kwargs):
             self._send(name, args, kwargs)
+            if name in RETURNING:
+                return self._collect()
 
         return call
 
@@ -87,11 +90,13 @@ class TrackerProcess:
         except (BrokenPipeError, OSError):
             self.failure = self.failure or f"{name}: the tracker's process is gone"
             return
-        if name in ANSWERED:
+        if name in ANSWERED or name in RETURNING:
             self._answers_due += 1
 
-    def _collect(self) -> None:
-        """Read the answers owed so far (each carries the run id, experiment id, error and failure)."""
+    def _collect(self) -> Any:
+        """Read the answers owed so far (each carries the call's result, the run id, experiment id,
+        error and failure); returns the last result."""
+        result = None
         while self._answers_due:
             self._answers_due -= 1
             try:
@@ -99,8 +104,9 @@ class TrackerProcess:
             except (EOFError, OSError):
                 self.failure = self.failure or "the tracker's process died"
                 continue
-            self._run_id, self._experiment_id, self._error, failure = answer
+            result, self._run_id, self._experiment_id, self._error, failure = answer
             self.failure = self.failure or failure
+        return result
 
     _experiment_id: Optional[str] = None
 
@@ -123,23 +129,25 @@ def serve(conn, tracker) -> None:
             if error is None and tracker.run_id is not None:
                 tracker.end("FAILED")
             return
+        result = None
         if error is None:
-            error = _call(tracker, name, args, kwargs)
-        if name in ANSWERED:
-            conn.send((tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
+            result, error = _call(tracker, name, args, kwargs)
+        if name in ANSWERED or name in RETURNING:
+            conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
         if name == "end":
             return
 
 
-def _call(tracker, name: str, args: tuple, kwargs: dict) -> Optional[str]:
-    """Run one call; a TrackingError (the run could not start) is returned, anything else is a failure."""
+def _call(tracker, name: str, args: tuple, kwargs: dict) -> tuple[Any, Optional[str]]:
+    """Run one call: (its result, None), or (None, the message of a TrackingError: the run could not
+    start); any other exception is the run's tracking failure."""
     try:
-        getattr(tracker, name)(*args, **kwargs)
+        return getattr(tracker, name)(*args, **kwargs), None
     except TrackingError as exc:
-        return str(exc)
+        return None, str(exc)
     except Exception as exc:  # noqa: BLE001  (a call outside the tracker's own guard: the run goes on)
         tracker.failure = tracker.failure or f"{name}: {type(exc).__name__}: {exc}"
-    return None
+    return None, None
 
 
 def make(tracker: Any, in_process: bool = False):

@@ -14,7 +14,6 @@ import os
 import time
 import urllib.error
 import urllib.request
-import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -163,7 +162,11 @@ class NullTracker:
 
     def log_artifact(self, path: Path, folder: Optional[str] = None) -> None: ...
 
-    def log_predictor(self, name: str, predictor, example) -> None: ...
+    def log_predictor(self, name: str, predictor, example) -> Optional[str]: ...
+
+    def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]: ...
+
+    def log_datasets(self, data, locations: dict) -> None: ...
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
 
@@ -276,10 +279,23 @@ class MlflowTracker(NullTracker):
         if Path(path).exists():
             self._safely("log_artifact", mlflow.log_artifact, str(path), folder)
 
-    def log_predictor(self, name: str, predictor, example) -> None:
+    def log_predictor(self, name: str, predictor, example) -> Optional[str]:
+        """Log a predictor as a pyfunc model (pipeline.tracking_models); returns its model URI."""
         if not self.log_models:
-            return
-        self._safely("log_model", _log_pyfunc, name, predictor, example)
+            return None
+        from pipeline.tracking_models import log_pyfunc
+
+        return self._safely("log_model", log_pyfunc, name, predictor, example)
+
+    def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]:
+        from pipeline.tracking_models import register
+
+        return self._safely("register_model", register, model_uri, name, alias)
+
+    def log_datasets(self, data, locations: dict) -> None:
+        from pipeline.tracking_datasets import log_datasets
+
+        self._safely("log_inputs", log_datasets, data, locations)
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None:
         import mlflow
@@ -317,30 +333,6 @@ class MlflowTracker(NullTracker):
                 mlflow.end_run(status=status) if mlflow.active_run() else None
             except Exception:
                 pass
-
-
-def _log_pyfunc(name: str, predictor, example) -> None:
-    import pickle
-    import tempfile
-
-    import mlflow
-    from mlflow.models import infer_signature
-
-    import pipeline
-
-    code = Path(pipeline.__file__).parent / "mlflow_model.py"
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Integer columns in Python cannot represent missing values.*")
-        artifact = Path(tmp) / "predictor.pkl"
-        artifact.write_bytes(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL))
-        mlflow.pyfunc.log_model(
-            name=name,
-            python_model=str(code),
-            artifacts={"predictor": str(artifact)},
-            signature=infer_signature(example, predictor.predict(example)),
-            input_example=example,
-            pip_requirements=[f"tabular-pipeline=={pipeline.__version__}", "lightgbm", "xgboost", "torch", "pandas"],
-        )
 
 
 def mark_orphans(uri: str, run_ids: list[str], status: str = "FAILED") -> None:

@@ -110,7 +110,7 @@ class Scheduler:
 
     def run(self) -> Outcome:
         outcome = Outcome()
-        admission = Admission(self.plan.hardware, self.plan.allocations)
+        admission = Admission(self.plan.hardware, self.plan.allocations, self.plan.ram_for_fits)
         pending: list[Task] = list(self.plan.fit_tasks)
         running: dict[object, tuple[Task, tuple, FitRequest]] = {}
         finished: dict[str, FoldResult] = {}
@@ -193,6 +193,7 @@ class Scheduler:
                 "gpu_shares": [float(s) for s in request.gpu_shares],
                 "cuda_visible_devices": result.cuda_visible_devices, "device": result.device,
                 "cached": result.cached, "attempt": result.attempt, "pruned": result.pruned,
+                **self._memory(task.model, result),
             }
         )
         if self.hooks:
@@ -205,6 +206,15 @@ class Scheduler:
             self.trials.tell(task.model, task.trial, trial.score, pruned=trial.pruned)
             if self.hooks:
                 self.hooks.on_trial_end(trial)
+
+    def _memory(self, model: str, result: FoldResult) -> dict:
+        """The fit's measured peaks beside the plan's estimate, in MiB, for the timeline."""
+        out = {"peak_ram_mb": round(result.peak_ram / 2**20, 1), "peak_gpu_mb": round(result.peak_gpu / 2**20, 1)}
+        memory = self.plan.allocation(model).memory
+        if memory is not None:
+            out.update(estimate_ram_mb=round(memory.estimate.ram / 2**20, 1),
+                       estimate_gpu_mb=round(memory.estimate.gpu / 2**20, 1))
+        return out
 
     def _bag(self, model: str, trial: int, folds: list[FoldResult]) -> TrialResult:
         held_out = np.concatenate([f.held_out for f in folds])

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from pipeline.memory.measure import PeakMemory
 from pipeline.models.base import FitContext, Placement, TabularModel
 
 
@@ -76,6 +77,8 @@ class FoldResult:
     cached: bool = False
     attempt: int = 0
     curve: dict = field(default_factory=dict)  # step -> validation loss, as reported for pruning
+    peak_ram: int = 0  # bytes: the fit process's peak resident memory while it fitted and predicted
+    peak_gpu: int = 0  # bytes: its peak memory on its most used GPU
 
 
 @dataclass
@@ -183,11 +186,12 @@ def run_fit(request: FitRequest) -> FoldResult:
     )
     model = request.model.clone(request.params)
     X, y = data.X, data.y
-    model.fit(X.iloc[train_rows], y[train_rows], X.iloc[held_out], y[held_out], ctx)
-    t0 = time.perf_counter()
-    val_pred = model.predict_proba(X.iloc[held_out])
-    test_pred = model.predict_proba(X.iloc[data.test_idx])
-    predict_seconds = time.perf_counter() - t0
+    with PeakMemory(gpu=bool(request.gpu_ids)) as peak:
+        model.fit(X.iloc[train_rows], y[train_rows], X.iloc[held_out], y[held_out], ctx)
+        t0 = time.perf_counter()
+        val_pred = model.predict_proba(X.iloc[held_out])
+        test_pred = model.predict_proba(X.iloc[data.test_idx])
+        predict_seconds = time.perf_counter() - t0
     if ctx.checkpoint_dir is not None and ctx.checkpoint_dir.exists():
         import shutil
 
@@ -199,6 +203,7 @@ def run_fit(request: FitRequest) -> FoldResult:
         pid=os.getpid(), host=socket.gethostname(), gpu_ids=request.gpu_ids,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), num_cpus=request.num_cpus,
         pruned=bool(report and report.pruned), curve=dict(report.values) if report else {},
+        peak_ram=peak.ram, peak_gpu=peak.gpu,
     )
 
 

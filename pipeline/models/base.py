@@ -57,6 +57,7 @@ class TabularModel(ABC):
     max_gpus_per_fit: ClassVar[Optional[int]] = 1  # GBMs: one device per fit; networks: None (DDP)
     probe_imports_library: ClassVar[bool] = True  # check_params imports the library (seconds)
     library_modules: ClassVar[tuple[str, ...]] = ()  # what a worker process imports before its first fit
+    memory_hint: ClassVar[str] = ""  # a parameter that lowers a fit's memory, for messages ({name}: the model)
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
@@ -72,6 +73,15 @@ class TabularModel(ABC):
     def needs(cls, name: str, params: dict) -> ModelNeeds:
         wants, requires, param = cls.gpu_request(params)
         return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library)
+
+    @classmethod
+    def memory_estimate(cls, params: dict, fit, on_gpu: bool):
+        """What one fit's own structures take (pipeline.memory.estimates.Estimate) for a
+        pipeline.memory.estimates.FitShape; the process, the table and the fold's copies are
+        added by the planner. The default assumes three float64 copies of the training rows."""
+        from pipeline.memory import estimates
+
+        return estimates.generic(fit)
 
     @classmethod
     def check_params(cls, name: str, params: dict, problem_type: Optional[str] = None) -> None:
@@ -110,6 +120,15 @@ class TabularModel(ABC):
 
     def feature_importance(self) -> Optional[dict[str, float]]:
         return None
+
+    def place(self, device: str, num_cpus: int) -> None:
+        """Predict on `device` ('cpu', 'cuda:0') with `num_cpus` threads from now on."""
+        self.predict_device_, self.predict_threads_ = device, num_cpus
+
+    def refit_params(self, fitted: list["TabularModel"]) -> dict:
+        """Parameters that fit this model once more on all the data for the mean length (rounds,
+        epochs) the `fitted` fold models early-stopped at, with early stopping off."""
+        return {}
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "fit_seconds_"):

@@ -42,6 +42,12 @@ class LightGBMModel(TabularModel):
     library_modules = ("lightgbm",)
 
     @classmethod
+    def memory_estimate(cls, params, fit, on_gpu):
+        from pipeline.memory import estimates
+
+        return estimates.lightgbm(params, fit, on_gpu)
+
+    @classmethod
     def gpu_request(cls, params):
         device = _device(params)
         on_gpu = device in ("gpu", "cuda")
@@ -97,7 +103,13 @@ class LightGBMModel(TabularModel):
         self.history_ = {f"valid_{k}": list(v) for k, v in record.get("valid", {}).items()}
 
     def _predict(self, X):
-        return self.booster_.predict(X, num_iteration=self.best_iteration_)
+        threads = getattr(self, "predict_threads_", None)
+        extra = {"num_threads": threads} if threads else {}
+        return self.booster_.predict(X, num_iteration=self.best_iteration_, **extra)
+
+    def refit_params(self, fitted):
+        rounds = max(1, round(float(np.mean([m.best_iteration_ for m in fitted]))))
+        return {"num_iterations": rounds, "early_stopping_round": 0}
 
     def feature_importance(self) -> Optional[dict[str, float]]:
         gains = self.booster_.feature_importance(importance_type="gain")

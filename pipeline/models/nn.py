@@ -35,6 +35,14 @@ class TorchMLPModel(TabularModel):
     max_gpus_per_fit = None  # several whole GPUs train one network with DDP
     probe_imports_library = False
 
+    memory_hint = "a smaller model.{name}.params.batch_size or hidden_sizes"
+
+    @classmethod
+    def memory_estimate(cls, params, fit, on_gpu):
+        from pipeline.memory import estimates
+
+        return estimates.network({**DEFAULTS, **params}, fit, on_gpu)
+
     @classmethod
     def gpu_request(cls, params):
         device = str(params.get("device", "auto")).lower()
@@ -170,6 +178,17 @@ class TorchMLPModel(TabularModel):
                 outs.append(module(xb, cb).float())
         out = torch.cat(outs) if outs else torch.empty(0, self.spec_.out_dim)
         return to_prediction(out, self.problem_type_, self.y_scale_)
+
+    def place(self, device: str, num_cpus: int) -> None:
+        import torch
+
+        super().place(device, num_cpus)
+        torch.set_num_threads(num_cpus)
+        self.device_, self.module_ = device, None
+
+    def refit_params(self, fitted):
+        epochs = max(1, round(float(np.mean([m.best_epoch_ + 1 for m in fitted]))))
+        return {"max_epochs": epochs, "patience": 0}
 
     def __getstate__(self):
         state = dict(self.__dict__)

@@ -33,6 +33,12 @@ class XGBoostModel(TabularModel):
     library_modules = ("xgboost",)
 
     @classmethod
+    def memory_estimate(cls, params, fit, on_gpu):
+        from pipeline.memory import estimates
+
+        return estimates.xgboost(params, fit, on_gpu)
+
+    @classmethod
     def gpu_request(cls, params):
         device = _device(params)
         on_gpu = device.startswith("cuda") or device == "gpu"
@@ -106,11 +112,21 @@ class XGBoostModel(TabularModel):
     def _predict(self, X):
         import xgboost as xgb
 
-        matrix = xgb.DMatrix(X, enable_categorical=True)
-        return self.booster_.predict(matrix, iteration_range=(0, self.best_iteration_ + 1))
+        matrix = xgb.DMatrix(X, enable_categorical=True, nthread=getattr(self, "predict_threads_", None))
+        with warnings.catch_warnings():  # a GPU booster predicting host data copies it, and says so
+            warnings.filterwarnings("ignore", message=".*mismatched devices.*")
+            return self.booster_.predict(matrix, iteration_range=(0, self.best_iteration_ + 1))
 
     def feature_importance(self) -> Optional[dict[str, float]]:
         return {k: float(v) for k, v in self.booster_.get_score(importance_type="total_gain").items()}
+
+    def place(self, device: str, num_cpus: int) -> None:
+        super().place(device, num_cpus)
+        self.booster_.set_param({"device": device, "nthread": num_cpus})
+
+    def refit_params(self, fitted):
+        rounds = max(1, round(float(np.mean([m.best_iteration_ + 1 for m in fitted]))))
+        return {"num_boost_round": rounds, "early_stopping_rounds": None}
 
 
 def _visible() -> str:

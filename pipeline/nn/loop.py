@@ -302,8 +302,10 @@ class Loop:
             if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
                 raise ConfigError(f"params.batch_size={requested!r} must be a positive integer or 'auto'")
             return requested
+        cap = max(1, min(self.cfg.max_batch_size, len(y)))
         found = find_batch_size(
-            module, lambda b: self._probe(module, b, x_num, x_cat, y), len(y), self.cfg.max_batch_size, self.device
+            module, lambda b: self._probe(module, b, x_num, x_cat, y), len(y), self.cfg.max_batch_size, self.device,
+            start=self._estimated_batch(module, cap),
         )
         if self.world > 1:
             import torch.distributed as dist
@@ -313,6 +315,23 @@ class Loop:
             found = int(t.item())
         log.info("batch_size=auto chose %d rows per device", found)
         return found
+
+    def _estimated_batch(self, module, cap: int) -> int:
+        """Where the batch search starts: the largest power of two whose activations, as the plan's
+        memory estimate counts them, fit in the memory left on the device (or a quarter of the free RAM)."""
+        from pipeline.memory.estimates import activation_bytes, largest_batch
+
+        width = self.spec.num_numeric + sum(e.embedding_dim for e in module.embeddings)
+        per_row = activation_bytes(width, self.spec.hidden_sizes, len(self.spec.cardinalities))
+        state = 3 * 4 * sum(p.numel() for p in module.parameters())  # gradients and AdamW's moments, still to come
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = int(0.8 * free) - state
+        else:
+            import psutil
+
+            budget = psutil.virtual_memory().available // 4 - state
+        return largest_batch(per_row, budget, cap)
 
     def _probe(self, module, batch, x_num, x_cat, y):
         idx = torch.arange(min(batch, len(y)), device=self.device)

@@ -136,3 +136,17 @@ def test_ddp_on_two_gpus_matches_one_gpu():
                           backend="nccl", seed=1)
     for k in one.state_dict:
         np.testing.assert_allclose(one.state_dict[k].cpu().numpy(), two.state_dict[k].cpu().numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("model,overrides", [
+    ("nn_gpu", ["model.nn.params.max_epochs=1"]),
+    ("xgboost", ["model.xgboost.params.device=cuda", "model.xgboost.params.num_boost_round=20"]),
+])
+def test_gpu_memory_estimates_are_within_a_factor_of_two_of_the_measured_peaks(cli, tmp_path, model, overrides):
+    """The GPU estimate (CUDA context, device matrix or tensors, activations) beside NVML's peak for the
+    fit's process, on 1M synthetic rows; memory.json keeps both figures for the record."""
+    cli("+hardware=1gpu", f"model={model}", *overrides, "data=synthetic", "data.rows=1000000",
+        "executor.in_process=never", "tracking=none", timeout=600, check=True)
+    (row,) = json.loads(next((tmp_path / "outputs" / "runs").glob("*/*/memory.json")).read_text())
+    assert row["peak_gpu_mb"] > 0, row
+    assert 0.5 <= row["estimate_gpu_mb"] / row["peak_gpu_mb"] <= 2.0, row

@@ -1,0 +1,73 @@
+"""Memory in the composition root's planning: the data's shape, each model's estimate, the caps."""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Optional
+
+from pipeline.memory.budget import Advice, Capacity, MemoryPlan, capacity, plan_model
+from pipeline.memory.estimates import Estimate, FitShape, common_parts
+from pipeline.memory.shape import DataShape, data_shape
+from pipeline.resources import Allocation
+
+
+class MemoryPlanner:
+    """Reads the data's shape and the capacities once; then reserves and caps each model's fits."""
+
+    def __init__(self, settings, hardware, machine, base_dir: Path, *, on_cluster: bool = False):
+        self.settings = settings
+        self.libraries = tuple(dict.fromkeys(m for s in settings.models for m in s.cls.library_modules))
+        self.shape = data_shape(settings.data, base_dir)
+        self.capacity: Optional[Capacity] = None
+        note = ""
+        if self.shape is None:
+            note = "the data's size is unknown before loading it (a remote or missing file): memory is not planned"
+        else:
+            declared = settings.hardware or {}
+            self.capacity = capacity(declared, hardware, machine, self.shape, dry_run=settings.dry_run)
+            if on_cluster and declared.get("memory_gb") is None:  # this machine's RAM says nothing of the nodes'
+                self.capacity = dataclasses.replace(
+                    self.capacity, ram=None, ram_source="unknown on a cluster: set hardware.memory_gb per node"
+                )
+        self.summary = MemoryPlan(self.shape, self.capacity, note)
+
+    def fit_shape(self, shape: DataShape) -> FitShape:
+        d = self.settings.data
+        return FitShape.of(shape, self.settings.num_folds, d.test_size, d.val_size)
+
+    def estimate(self, spec, on_gpu: bool, shape: Optional[DataShape] = None) -> Estimate:
+        """One fit of `spec` (a ModelSpec): its library's structures plus what every fit holds."""
+        fit = self.fit_shape(shape or self.shape)
+        own = spec.cls.memory_estimate(spec.params, fit, on_gpu)
+        parts = {**common_parts(fit, self.libraries), **own.parts}
+        return Estimate(sum(parts.values()), own.gpu, parts)
+
+    def plan(self, spec, allocation: Allocation, reallocate: Callable[[Fraction], Allocation]) -> Allocation:
+        if self.shape is None or self.capacity is None:
+            return allocation
+        on_gpu = allocation.fit.num_gpus > 0 and spec.cls.gpu_request(spec.params)[0]
+        estimate = self.estimate(spec, on_gpu)
+        limits = spec.memory.over(self.settings.fit_memory)
+        hint = spec.cls.memory_hint.format(name=spec.name) if spec.cls.memory_hint else ""
+        advice = Advice(lambda room, gpu: self._rows_within(spec, room, gpu, on_gpu), hint)
+        return plan_model(allocation, estimate, limits, self.settings.bag_memory, self.capacity, reallocate, advice)
+
+    def _rows_within(self, spec, room: int, gpu: bool, on_gpu: bool) -> Optional[int]:
+        """The most rows (data.max_rows) whose fit estimate stays within `room` bytes."""
+        main = self.shape.rows - (self.shape.test_rows or 0)
+
+        def need(rows: int) -> int:
+            shape = dataclasses.replace(self.shape, rows=rows + (self.shape.test_rows or 0))
+            e = self.estimate(spec, on_gpu, shape)
+            return e.gpu if gpu else e.ram
+
+        if need(10) > room:
+            return None
+        low, high = 10, main
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if need(mid) <= room else (low, mid - 1)
+        return low if low < main else None
+

@@ -1,0 +1,154 @@
+"""`python -m pipeline.predict source=… [data=…] [output=…]`: score a data source with a trained model.
+
+The source is a run directory, an MLflow run id or a models:/ URI; the input any `data` source the
+engine trains on, validated against the training schema and streamed in chunks; the output a CSV
+or Parquet file with the row id, the predicted label (or value) and, for classifiers, one
+probability column per class. `+hardware=1gpu` predicts on a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import hydra
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig
+
+import pipeline.config  # noqa: F401  (registers the schemas in Hydra's ConfigStore)
+from pipeline.__main__ import CONFIG_DIR
+
+log = logging.getLogger("pipeline")
+
+
+@hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="predict")
+def main(cfg: DictConfig):
+    from pipeline.errors import PipelineError
+
+    try:
+        return run(cfg)
+    except PipelineError as exc:
+        from pipeline.redact import redact_text
+        from pipeline.report import err_console
+
+        err_console.print(f"[bold red]error:[/bold red] {redact_text(str(exc))}", soft_wrap=True)
+        sys.exit(exc.exit_code)
+
+
+def run(cfg: DictConfig) -> int:
+    from hydra.core.hydra_config import HydraConfig
+
+    from pipeline.settings import read_predict_settings
+
+    settings = read_predict_settings(cfg)
+    return predict(settings, Path(HydraConfig.get().runtime.cwd))
+
+
+def predict(settings, base_dir: Path) -> int:
+    """Score settings.data with the model settings.source names into settings.output; returns the number of rows."""
+    from pipeline import chunks as io
+    from pipeline.chunks import ChunkWriter
+    from pipeline.data import local_path
+    from pipeline.predictor_source import load_predictor
+    from pipeline.report import console
+
+    hardware = resolve_hardware(settings.hardware)
+    device = f"cuda:{hardware.devices[0]}" if hardware.num_gpus > 0 and hardware.devices else "cpu"
+    path = local_path(settings.data, base_dir)
+    if path is not None:
+        io.check_file(path)  # a missing or empty file fails before the model is loaded
+    predictor = load_predictor(settings.source, settings.predictor, settings.tracking_uri, base_dir)
+    chunks = input_chunks(settings, base_dir, predictor.schema, path)
+    predictor.place(device, hardware.num_cpus)
+    output = Path(settings.output).expanduser()
+    output = output if output.is_absolute() else base_dir / output
+    output.parent.mkdir(parents=True, exist_ok=True)
+    writer, unseen, start = ChunkWriter(output), {}, time.perf_counter()
+    try:
+        for chunk in chunks:
+            writer.write(predictions(predictor, chunk, settings, writer.rows, unseen))
+        if writer.rows == 0:
+            raise _no_rows(settings)
+        writer.close()
+    except BaseException:
+        writer.discard()
+        raise
+    seconds = time.perf_counter() - start
+    for column, count in unseen.items():
+        log.warning("column %r: %d row(s) hold categories never seen in training; treated as missing values",
+                    column, count)
+    console.print(f"{writer.rows:,} rows scored by {predictor.name} on {device} in {seconds:.1f} s "
+                  f"({writer.rows / max(seconds, 1e-9):,.0f} rows/s): {output}")
+    return writer.rows
+
+
+def resolve_hardware(declared):
+    """The hardware group as in training (declared or detected); a declared box this machine is not
+    is an error before any work (there is no plan-only mode here)."""
+    from pipeline import hardware as hw
+    from pipeline.errors import HardwareError
+
+    try:
+        return hw.resolve(declared, hw.detect(), dry_run=False)
+    except HardwareError as exc:
+        reason = str(exc).split(". To plan for that box", 1)[0]
+        raise HardwareError(f"{reason}; batch prediction runs on this machine: pick a profile it has, or drop "
+                            "+hardware to use what it detects") from None
+
+
+def input_chunks(settings, base_dir: Path, schema, path) -> Iterator[pd.DataFrame]:
+    """The input in chunks of settings.chunk_rows, its columns checked against the training schema
+    first: streamed from a local file (`path`), else read whole."""
+    from pipeline import chunks as io
+    from pipeline.data import read_table
+
+    wanted = [settings.id_column] if settings.id_column else []
+    if path is None:
+        frame = read_table(settings.data, base_dir)
+        _check_columns(schema, list(frame.columns), settings)
+        yield from io.frame_chunks(frame, settings.chunk_rows)
+        return
+    kind = settings.data.source
+    _check_columns(schema, io.columns_of(path, kind), settings)
+    columns = list(dict.fromkeys([*wanted, *schema.columns]))
+    yield from io.read_chunks(path, kind, columns, set(schema.categories), set(schema.numeric), settings.chunk_rows)
+
+
+def _check_columns(schema, columns: list[str], settings) -> None:
+    from pipeline.errors import DataError
+
+    source = f"data.path={settings.data.path!r}"
+    schema.check_columns(columns, source)
+    if settings.id_column and settings.id_column not in columns:
+        raise DataError(f"id_column={settings.id_column!r} is not a column of {source}")
+
+
+def predictions(predictor, chunk: pd.DataFrame, settings, offset: int, unseen: dict) -> pd.DataFrame:
+    """The output rows of one chunk: id, predicted label (or value), class probabilities."""
+    schema = predictor.schema
+    X = schema.apply(chunk, f"data.path={settings.data.path!r}", unseen)
+    proba = predictor.predict_typed(X)
+    ids = chunk[settings.id_column].to_numpy() if settings.id_column else np.arange(offset, offset + len(chunk))
+    label = schema.label or "prediction"
+    out = {settings.id_column or "row_id": ids}
+    if predictor.problem_type == "regression":
+        out[label] = proba
+    else:
+        out[label] = np.asarray(predictor.classes, dtype=object)[np.argmax(proba, axis=1)]
+        for k, cls in enumerate(predictor.classes):
+            out[f"proba_{cls}"] = proba[:, k]
+    return pd.DataFrame(out)
+
+
+def _no_rows(settings):
+    from pipeline.errors import DataError
+
+    return DataError(f"data.path={settings.data.path!r} has a header but no rows: nothing to predict")
+
+
+if __name__ == "__main__":
+    main()

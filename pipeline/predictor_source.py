@@ -1,0 +1,94 @@
+"""Find a trained predictor: in a run directory, by MLflow run id, or by a models:/ or runs:/ URI.
+
+Every source gives the same object (pipeline.ensemble's BaggedPredictor or EnsemblePredictor),
+so batch prediction does not depend on where the model was found.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+from typing import Optional
+
+from pipeline.errors import ConfigError, TrackingError, closest
+
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+PREDICTORS_DIR, BEST_FILE = "predictors", "BEST"
+
+
+def load_predictor(source: str, name: str, tracking_uri: Optional[str], base_dir: Path):
+    """The predictor `name` ('best' or a model of the run) that `source` names."""
+    if source.startswith(("models:/", "runs:/")):
+        return _from_mlflow(source, tracking_uri, base_dir)
+    path = Path(source).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    if path.is_dir():
+        return _from_run_dir(path, name, source)
+    if RUN_ID.match(source):
+        return _from_run_id(source, name, tracking_uri, base_dir)
+    raise ConfigError(
+        f"source={source!r} is neither a run directory, an MLflow run id (32 hex digits) nor a models:/ or "
+        "runs:/ URI"
+    )
+
+
+def _from_run_dir(run_dir: Path, name: str, source: str):
+    folder = run_dir / PREDICTORS_DIR
+    if not folder.is_dir():
+        raise ConfigError(f"source={source!r} holds no trained predictors ({PREDICTORS_DIR}/ is missing): "
+                          "name the directory of a run that finished")
+    if name == "best":
+        name = (folder / BEST_FILE).read_text().strip()
+    path = folder / f"{name}.pkl"
+    if not path.exists():
+        names = sorted(p.stem for p in folder.glob("*.pkl"))
+        raise ConfigError(f"predictor={name!r} is not a model of run {source}{closest(name, names)}; "
+                          f"its models: best, {', '.join(names)}")
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def _tracking_uri(tracking_uri: Optional[str], base_dir: Path) -> str:
+    from pipeline.tracking import default_uri, quiet_mlflow
+
+    quiet_mlflow()
+    return tracking_uri or default_uri(base_dir)
+
+
+def _from_run_id(run_id: str, name: str, tracking_uri: Optional[str], base_dir: Path):
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from pipeline.redact import redact_uri
+
+    uri = _tracking_uri(tracking_uri, base_dir)
+    try:
+        run = mlflow.MlflowClient(uri).get_run(run_id)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            raise ConfigError(f"source={run_id}: no MLflow run has this id in tracking.uri={redact_uri(uri)}") from None
+        raise TrackingError(f"tracking.uri={redact_uri(uri)}: cannot read run {run_id}: {exc}") from None
+    if name == "best":
+        model_uri = run.data.tags.get("best/model_uri")
+        if model_uri is None:
+            raise ConfigError(f"source={run_id}: the run logged no best model (tracking.log_models=false, or it "
+                              "did not finish)")
+    else:
+        model_uri = f"runs:/{run_id}/{name}"
+    return _from_mlflow(model_uri, uri, base_dir)
+
+
+def _from_mlflow(model_uri: str, tracking_uri: Optional[str], base_dir: Path):
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    mlflow.set_tracking_uri(_tracking_uri(tracking_uri, base_dir))
+    try:
+        model = mlflow.pyfunc.load_model(model_uri)
+    except MlflowException as exc:
+        raise ConfigError(f"source={model_uri}: MLflow cannot load it: {str(exc).splitlines()[0]}") from None
+    predictor = getattr(model.unwrap_python_model(), "predictor", None)
+    if predictor is None:
+        raise ConfigError(f"source={model_uri} is an MLflow model, but not one this engine logged")
+    return predictor

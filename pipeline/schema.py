@@ -1,0 +1,99 @@
+"""The training schema a predictor carries: which columns it reads and how raw input is typed.
+
+New data goes through the same typing as the training rows (numbers to float32, categories fixed
+from the training rows), and every mismatch a user can cause is a DataError naming the column.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from pipeline.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FeatureSchema:
+    """The columns a predictor expects, their categories, and the training rule for unseen ones."""
+
+    columns: list[str]
+    categories: dict[str, list] = field(default_factory=dict)
+    raw_dtypes: dict[str, str] = field(default_factory=dict)  # numeric columns as read, for model signatures
+    label: Optional[str] = None
+    unseen_categories: str = "missing"  # missing | error, as data.unseen_categories at training
+
+    @classmethod
+    def of(cls, X: pd.DataFrame, raw_dtypes: Optional[dict] = None, label: Optional[str] = None,
+           unseen_categories: str = "missing") -> "FeatureSchema":
+        cats = {c: list(X[c].cat.categories) for c in X.columns if isinstance(X[c].dtype, pd.CategoricalDtype)}
+        return cls(list(X.columns), cats, dict(raw_dtypes or {}), label, unseen_categories)
+
+    @property
+    def numeric(self) -> list[str]:
+        return [c for c in self.columns if c not in self.categories]
+
+    def check_columns(self, columns, source: str = "the input") -> None:
+        """A DataError naming the first training column the input lacks (and the input's closest name)."""
+        present = [str(c) for c in columns]
+        missing = [c for c in self.columns if c not in present]
+        if not missing:
+            return
+        extra = [c for c in present if c not in self.columns and c != self.label]
+        near = difflib.get_close_matches(missing[0], extra, n=1, cutoff=0.6)
+        hint = f" (the input has {near[0]!r}: misspelt?)" if near else ""
+        more = f" (and {len(missing) - 1} more: {', '.join(missing[1:4])})" if len(missing) > 1 else ""
+        raise DataError(
+            f"{source} lacks the column {missing[0]!r}{hint}{more}; the model was trained on: {', '.join(self.columns)}"
+        )
+
+    def apply(self, frame: pd.DataFrame, source: str = "the input", unseen: Optional[dict] = None) -> pd.DataFrame:
+        """The input typed as the training rows were. Unseen categories follow the training rule:
+        an error, or missing values (counted into `unseen` when given, else logged)."""
+        self.check_columns(frame.columns, source)
+        out = {}
+        for c in self.columns:
+            if c in self.categories:
+                out[c] = self._categories(c, frame[c], source, unseen)
+            else:
+                out[c] = _numbers(c, frame[c], source)
+        return pd.DataFrame(out, columns=self.columns, index=frame.index)
+
+    def _categories(self, column: str, values: pd.Series, source: str, unseen: Optional[dict]):
+        categories = self.categories[column]
+        if isinstance(values.dtype, pd.CategoricalDtype) and list(values.cat.categories) == categories:
+            return values
+        text = values.astype(str) if pd.api.types.is_bool_dtype(values) else values.astype("string")
+        typed = pd.Categorical(text, categories=categories)
+        new = np.asarray(text.notna()) & (typed.codes == -1)
+        if new.any():
+            examples = sorted(set(text[new].astype(str)))[:3]
+            message = (f"column {column!r} of {source}: {int(new.sum())} row(s) hold categories never seen in "
+                       f"training ({', '.join(map(repr, examples))})")
+            if self.unseen_categories == "error":
+                raise DataError(message + "; the model was trained with data.unseen_categories=error")
+            if unseen is None:
+                log.warning("%s; treated as missing values", message)
+            else:
+                unseen[column] = unseen.get(column, 0) + int(new.sum())
+        return typed
+
+
+def _numbers(column: str, values: pd.Series, source: str) -> np.ndarray:
+    if pd.api.types.is_numeric_dtype(values) and not isinstance(values.dtype, pd.CategoricalDtype):
+        return values.astype(np.float32)
+    parsed = pd.to_numeric(values.astype(object), errors="coerce")
+    bad = values.notna() & parsed.isna()
+    if bad.any():
+        examples = ", ".join(repr(v) for v in pd.unique(values[bad].astype(str))[:3])
+        raise DataError(
+            f"column {column!r} of {source} is numeric in training but {int(bad.sum())} row(s) hold values "
+            f"that are not numbers ({examples})"
+        )
+    return parsed.astype(np.float32)

@@ -1,0 +1,89 @@
+"""The run's data as MLflow dataset inputs: training, validation and test, each with its name,
+digest, schema and source, so the runs view lists them and runs on the same data compare.
+
+Nothing is re-read or re-hashed: the digest comes from the fingerprint the run already computed
+(content and split), the schema from the column types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+CONTEXTS = ("training", "validation", "test")
+
+
+def schema_of(data):
+    """MLflow's column schema of the features as read (numbers) or typed (categories), and the label."""
+    from mlflow.types import ColSpec, Schema
+
+    specs = []
+    for column in data.X.columns:
+        if isinstance(data.X[column].dtype, pd.CategoricalDtype):
+            kind = "string"
+        else:
+            raw = np.dtype(data.raw_dtypes.get(column, "float64"))
+            kind = "long" if raw.kind in "iu" else "boolean" if raw.kind == "b" else "double"
+        specs.append(ColSpec(kind, column))
+    label_kind = "double" if data.problem_type == "regression" else "string"
+    specs.append(ColSpec(label_kind, data.label))
+    return Schema(specs)
+
+
+def digest(fingerprint: str, context: str) -> str:
+    return hashlib.sha256(f"{fingerprint}/{context}".encode()).hexdigest()[:16]
+
+
+def source_of(location: str):
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+
+    if location.startswith("generator:"):
+        return CodeDatasetSource(tags={"generator": location.removeprefix("generator:")})
+    with warnings.catch_warnings():  # MLflow registers the local artifact source twice and says so
+        warnings.filterwarnings("ignore", message=".*can be interpreted in multiple ways.*")
+        return resolve_dataset_source(location)
+
+
+def locations(spec, base_dir: Path) -> dict[str, str]:
+    """Where each split's rows come from: a path, a URL (credentials masked) or 'generator:…'."""
+    from importlib import resources
+
+    from pipeline.redact import redact_uri
+
+    def where(path: str) -> str:
+        if "://" in path:
+            return redact_uri(path)
+        p = Path(path).expanduser()
+        return str(p if p.is_absolute() else base_dir / p)
+
+    if spec.source == "synthetic":
+        main = (f"generator:scikit-learn rows={spec.rows} features={spec.features} classes={spec.classes} "
+                f"categorical={spec.categorical_features} seed={spec.seed}")
+    elif spec.source == "bundled":
+        main = str(resources.files("pipeline.datasets") / f"{spec.path}.parquet")
+    else:
+        main = where(spec.path)
+    test = where(spec.test_path) if spec.test_path else main
+    return {"training": main, "validation": main, "test": test}
+
+
+def log_datasets(data, locations: dict[str, str]) -> None:
+    """Log the three splits of `data` to the active run; `locations` maps each context to where its
+    rows came from (a path, a URL, or 'generator:…')."""
+    import mlflow
+    from mlflow.data.meta_dataset import MetaDataset
+
+    schema = schema_of(data)
+    rows = {"training": data.train_idx, "validation": data.val_idx, "test": data.test_idx}
+    datasets, contexts, tags = [], [], []
+    for context in CONTEXTS:
+        datasets.append(MetaDataset(source_of(locations[context]), name=data.name,
+                                    digest=digest(data.fingerprint, context), schema=schema))
+        contexts.append(context)
+        tags.append({"pipeline.rows": str(len(rows[context]))})
+    mlflow.log_inputs(datasets=datasets, contexts=contexts, tags_list=tags)

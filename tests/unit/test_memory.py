@@ -1,0 +1,211 @@
+"""Memory planning: the data's shape before loading, the estimates, the caps and the admission."""
+
+from fractions import Fraction as F
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.data import DataSpec
+from pipeline.errors import HardwareError, ResourceError
+from pipeline.hardware import Machine, resolve
+from pipeline.memory.budget import Advice, Capacity, MemoryPlan, MemoryRequest, capacity, plan_model
+from pipeline.memory.estimates import GiB, MiB, Estimate, FitShape, largest_batch, network_size
+from pipeline.memory.measure import PeakMemory
+from pipeline.memory.shape import DataShape, data_shape
+from pipeline.plan import build_plan
+from pipeline.resources import ModelNeeds, Request, allocate
+
+CPU_MODEL = ModelNeeds("m", False, False, 1, "params.device=cpu", "Lib")
+NN_AUTO = ModelNeeds("nn", True, False, None, "params.device=auto")
+NO_ADVICE = Advice(lambda room, gpu: None)
+
+
+def box(cpus, gpus=0):
+    return resolve({"name": "box", "num_cpus": cpus, "num_gpus": gpus}, Machine(cpus), dry_run=True)
+
+
+def alloc(hw, folds=5, trials=1, fit=Request(), needs=CPU_MODEL):
+    return allocate(hw.total, Request(), fit, needs, num_folds=folds, num_trials=trials,
+                    gpu_capacities=list(hw.capacities().values()))
+
+
+def cap(ram_gb=None, gpu_gb=None):
+    return Capacity(None if ram_gb is None else int(ram_gb * GiB), "hardware.memory_gb",
+                    None if gpu_gb is None else int(gpu_gb * GiB), "hardware.gpu_memory_gb", driver=0)
+
+
+# --------------------------------------------------------------------------- shape before loading
+
+
+def test_bundled_adult_shape_comes_from_parquet_metadata():
+    shape = data_shape(DataSpec(), Path.cwd())
+    assert (shape.rows, shape.numeric, shape.categorical) == (48_842, 6, 8)
+    assert shape.source == "parquet metadata"
+
+
+def test_max_rows_and_a_separate_test_file_shape_the_rows(tmp_path):
+    frame = pd.DataFrame({"a": range(500), "b": ["x", "y"] * 250, "target": [0, 1] * 250})
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[:100].to_parquet(tmp_path / "test.parquet")
+    spec = DataSpec(name="t", source="csv", path="train.csv", label="target", test_path="test.parquet", max_rows=300)
+    shape = data_shape(spec, tmp_path)
+    assert (shape.rows, shape.test_rows, shape.numeric, shape.categorical) == (400, 100, 1, 1)
+
+
+def test_synthetic_shape_is_the_generators_declared_size():
+    spec = DataSpec(name="s", source="synthetic", rows=1_000_000, features=20, categorical_features=2, classes=3)
+    shape = data_shape(spec, Path.cwd())
+    assert (shape.rows, shape.numeric, shape.categorical, shape.classes) == (1_000_000, 18, 2, 3)
+
+
+def test_a_remote_file_has_no_shape_before_loading():
+    assert data_shape(DataSpec(name="r", source="parquet", path="s3://bucket/t.parquet", label="y"), Path.cwd()) is None
+
+
+def test_fit_shape_of_folds_and_holdout():
+    data = DataShape(rows=1000, numeric=4, categorical=0)
+    folds = FitShape.of(data, 5, 0.2, 0.2)
+    assert (folds.train, folds.held_out, folds.test) == (640, 160, 200)
+    holdout = FitShape.of(data, 1, 0.2, 0.25)
+    assert (holdout.train, holdout.held_out, holdout.test) == (600, 200, 200)
+
+
+# --------------------------------------------------------------------------- estimates
+
+
+def test_network_size_counts_what_the_network_builds():
+    from pipeline.nn.network import TabularMLP
+
+    data = DataShape(rows=100, numeric=5, categorical=3, classes=4, cardinality=20)
+    params = {"hidden_sizes": [64, 32], "max_embedding_dim": 16}
+    count, width = network_size(params, data)
+    net = TabularMLP(5, [21, 21, 21], 4, (64, 32), 0.1, 16)
+    assert count == sum(p.numel() for p in net.parameters())
+    assert width == net.mlp[0].in_features
+
+
+def test_largest_batch_is_a_power_of_two_within_the_budget():
+    assert largest_batch(per_row=1000, budget=300_000, cap=16_384) == 256
+    assert largest_batch(per_row=1000, budget=10**12, cap=16_384) == 16_384
+    assert largest_batch(per_row=1000, budget=10, cap=16_384) == 1
+
+
+def test_gpu_estimate_of_xgboost_grows_with_rows():
+    from pipeline.models import XGBoostModel
+
+    small = FitShape.of(DataShape(100_000, 20, 0), 1, 0.2, 0.2)
+    large = FitShape.of(DataShape(10_000_000, 20, 0), 1, 0.2, 0.2)
+    assert XGBoostModel.memory_estimate({"device": "cuda"}, small, True).gpu < 1 * GiB
+    assert XGBoostModel.memory_estimate({"device": "cuda"}, large, True).gpu > 1.5 * GiB
+    assert XGBoostModel.memory_estimate({}, large, False).gpu == 0
+
+
+# --------------------------------------------------------------------------- the caps
+
+
+def test_ram_caps_parallel_folds_and_says_so():
+    hw = box(4)
+    a = alloc(hw, folds=5, fit=Request(1, None))
+    assert a.folds_parallel == 4
+    capped = plan_model(a, Estimate(3 * GiB), MemoryRequest(), MemoryRequest(), cap(ram_gb=7), None, NO_ADVICE)
+    assert capped.folds_parallel == 2 and capped.trials_parallel == 1
+    assert "RAM" in capped.memory.limited[0] and "2 at once instead of 4" in capped.memory.limited[0]
+
+
+def test_enough_ram_changes_nothing():
+    a = alloc(box(4), folds=5, fit=Request(1, None))
+    same = plan_model(a, Estimate(1 * GiB), MemoryRequest(), MemoryRequest(), cap(ram_gb=64), None, NO_ADVICE)
+    assert (same.folds_parallel, same.memory.limited) == (4, ())
+
+
+def test_ram_caps_trials_after_folds():
+    a = alloc(box(8), folds=2, trials=4, fit=Request(1, None))
+    assert (a.folds_parallel, a.trials_parallel) == (2, 4)
+    capped = plan_model(a, Estimate(1 * GiB), MemoryRequest(), MemoryRequest(), cap(ram_gb=5), None, NO_ADVICE)
+    assert (capped.folds_parallel, capped.trials_parallel) == (2, 2)
+
+
+def test_a_fit_larger_than_the_ram_is_an_error_naming_what_to_change():
+    a = alloc(box(2), folds=1)
+    advice = Advice(lambda room, gpu: 12345, "model.m.params.batch_size")
+    with pytest.raises(ResourceError, match=r"model 'm': one fit needs about 3.00 GiB of RAM .*hardware.memory_gb"
+                                            r".*data.max_rows=12345.*batch_size"):
+        plan_model(a, Estimate(3 * GiB, parts={"table": 3 * GiB}), MemoryRequest(), MemoryRequest(), cap(ram_gb=2),
+                   None, advice)
+
+
+def test_a_stated_fit_limit_is_reserved_and_an_estimate_above_it_is_an_error():
+    a = alloc(box(4), folds=4, fit=Request(1, None))
+    stated = MemoryRequest.parse(4, None, "parallelism.fit")
+    reserved = plan_model(a, Estimate(1 * GiB), stated, MemoryRequest(), cap(ram_gb=9), None, NO_ADVICE)
+    assert reserved.memory.ram == 4 * GiB and reserved.folds_parallel == 2
+    with pytest.raises(ResourceError, match=r"parallelism.fit.memory_gb=4 allows"):
+        plan_model(a, Estimate(5 * GiB), stated, MemoryRequest(), cap(ram_gb=64), None, NO_ADVICE)
+
+
+def test_a_bag_memory_limit_caps_its_folds():
+    a = alloc(box(4), folds=4, fit=Request(1, None))
+    bag = MemoryRequest.parse(2.5, None, "parallelism.bag")
+    capped = plan_model(a, Estimate(1 * GiB), MemoryRequest(), bag, cap(ram_gb=64), None, NO_ADVICE)
+    assert capped.folds_parallel == 2
+
+
+def test_gpu_memory_raises_a_share_until_the_fits_on_a_device_fit():
+    hw = box(16, 1)
+
+    def reallocate(share):
+        return alloc(hw, folds=8, fit=Request(2, share, gpus_key="parallelism.fit.num_gpus"), needs=NN_AUTO)
+
+    a = reallocate(F(1, 4))
+    assert a.folds_parallel == 4
+    raised = plan_model(a, Estimate(GiB, gpu=5 * GiB), MemoryRequest(), MemoryRequest(), cap(gpu_gb=16), reallocate,
+                        NO_ADVICE)
+    assert raised.fit.num_gpus == F(1, 3) and raised.folds_parallel == 3
+    assert "each fit takes 0.333333 GPU instead of 0.25" in raised.memory.limited[0]
+    with pytest.raises(ResourceError, match=r"on each of its GPUs but hardware.gpu_memory_gb gives 16.0 GiB"):
+        plan_model(a, Estimate(GiB, gpu=17 * GiB), MemoryRequest(), MemoryRequest(), cap(gpu_gb=16), reallocate,
+                   NO_ADVICE)
+
+
+def test_admission_keeps_two_models_from_sharing_ram_they_do_not_have():
+    """Each model alone runs two folds at once, but both models' fits together exceed the RAM."""
+    hw = box(4)
+    plans = []
+    for name in ("a", "b"):
+        a = allocate(hw.total, Request(), Request(1, None), ModelNeeds(name, False, False, 1), num_folds=2, num_trials=1)
+        plans.append(plan_model(a, Estimate(2 * GiB), MemoryRequest(), MemoryRequest(), cap(ram_gb=5), None, NO_ADVICE))
+    assert [p.folds_parallel for p in plans] == [2, 2]
+    memory = MemoryPlan(None, cap(ram_gb=5))
+    plan = build_plan(hw, plans, memory)
+    assert [t.wave for t in plan.fit_tasks] == [0, 0, 1, 1]
+    assert build_plan(hw, plans).num_waves == 1  # without the RAM, all four at once
+    assert plan.to_json()["models"][0]["memory"]["reserved_ram_mb"] == 2048
+
+
+def test_declared_ram_larger_than_this_machine_needs_dry_run():
+    hw = box(2)
+    with pytest.raises(HardwareError, match=r"hardware.memory_gb=100000 but this machine has"):
+        capacity({"memory_gb": 100_000}, hw, Machine(2), None, dry_run=False)
+    planned = capacity({"memory_gb": 100_000}, hw, Machine(2), None, dry_run=True)
+    assert planned.ram == 100_000 * GiB
+
+
+def test_undeclared_gpu_memory_is_nvml_total_of_the_smallest_device():
+    hw = resolve(None, Machine(2, ("0", "1"), ("A", "B"), (16 * GiB, 12 * GiB)), dry_run=False)
+    c = capacity(None, hw, Machine(2, ("0", "1"), ("A", "B"), (16 * GiB, 12 * GiB)), None, dry_run=False)
+    assert c.gpu == 12 * GiB and c.ram is not None and c.ram > 0
+
+
+# --------------------------------------------------------------------------- measured
+
+
+def test_peak_memory_sees_a_transient_allocation_and_resets_between_blocks():
+    import numpy as np
+
+    with PeakMemory() as big:
+        block = np.ones(400 * MiB // 8)
+        del block
+    with PeakMemory() as small:
+        pass
+    assert big.ram - small.ram > 300 * MiB

@@ -1,0 +1,46 @@
+"""The training schema applied to new data: typed errors naming the column, the unseen-category rule."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.errors import DataError
+from pipeline.schema import FeatureSchema
+
+
+def schema(unseen="missing") -> FeatureSchema:
+    X = pd.DataFrame({"age": np.float32([30, 40]), "city": pd.Categorical(["Oslo", "Rome"]),
+                      "member": pd.Categorical(["False", "True"])})
+    return FeatureSchema.of(X, {"age": "int64"}, "income", unseen)
+
+
+def test_input_is_typed_as_the_training_rows():
+    out = schema().apply(pd.DataFrame({"city": ["Rome", None], "age": ["41", 7], "member": [True, False],
+                                       "extra": [1, 2]}))
+    assert list(out.columns) == ["age", "city", "member"]
+    assert out["age"].dtype == np.float32 and out["age"].tolist() == [41.0, 7.0]
+    assert out["city"].cat.codes.tolist() == [1, -1]
+    assert out["member"].tolist() == ["True", "False"]
+
+
+def test_a_misspelt_column_is_named_with_the_input_column_that_looks_like_it():
+    with pytest.raises(DataError, match=r"lacks the column 'age' \(the input has 'agee': misspelt\?\)"):
+        schema().apply(pd.DataFrame({"agee": [1], "city": ["Oslo"], "member": [True]}))
+
+
+def test_a_value_that_is_not_a_number_names_the_column_and_the_value():
+    with pytest.raises(DataError, match=r"column 'age' .* not numbers \('forty'\)"):
+        schema().apply(pd.DataFrame({"age": [3, "forty"], "city": ["Oslo", "Oslo"], "member": [True, True]}))
+
+
+def test_unseen_categories_are_missing_values_and_counted():
+    counts = {}
+    out = schema().apply(pd.DataFrame({"age": [1, 2], "city": ["Paris", "Oslo"], "member": [True, True]}),
+                         unseen=counts)
+    assert counts == {"city": 1}
+    assert out["city"].isna().tolist() == [True, False]
+
+
+def test_unseen_categories_are_an_error_when_training_said_so():
+    with pytest.raises(DataError, match=r"column 'city' .*'Paris'.*data.unseen_categories=error"):
+        schema("error").apply(pd.DataFrame({"age": [1], "city": ["Paris"], "member": [True]}))
