@@ -69,6 +69,15 @@ SUITES = {
         "the network loops on the GPU (fp32, bf16-mixed), two 0.5-GPU network fits packed on one device vs one "
         "after the other, and `pytest -m gpu`. Each figure names its device.",
     ),
+    "async_sweep": (
+        "Sweeps that keep devices busy",
+        "A 16-trial Optuna search over LightGBM's `num_leaves` (15 to 255, so the jobs take uneven times) with "
+        "`hydra/launcher=gpu` on simulated GPUs, one job per device: `hydra.sweeper.schedule=batch` (Optuna asks "
+        "`n_jobs` trials, each batch waits for its slowest job) vs `async` (a trial starts the moment a device "
+        "frees), with TPE and with a seeded random sampler (the same trials in both schedules). Device idle "
+        "fraction = 1 − the jobs' run time / (devices × the sweep's span). On a shared machine the load average "
+        "of each run is in its settings.",
+    ),
 }
 HIDDEN_SETTINGS = {"leaderboards", "tail", "traceback"}
 

@@ -64,6 +64,7 @@ class MlflowSweepCallback(Callback):
         children = self._close_children(client)
         failed = any(c.info.status != "FINISHED" for c in children)
         self._summarise(client, children)
+        self._tag_front(client, children, Path(str(config.hydra.sweep.dir)))
         client.set_terminated(self.parent_run_id, "FAILED" if failed else "FINISHED")
         os.environ.pop(tr.PARENT_RUN_ENV, None)
         self.parent_run_id = None
@@ -111,3 +112,20 @@ class MlflowSweepCallback(Callback):
         client.log_metric(self.parent_run_id, f"best/val_{metric}", value)
         client.set_tag(self.parent_run_id, "best/job", child.info.run_name)
         client.set_tag(self.parent_run_id, "best/model", child.data.tags.get("best/model", ""))
+
+    def _tag_front(self, client, children, sweep_dir: Path) -> None:
+        """A multi-objective search's Pareto front (the `solutions` of optimization_results.yaml): each
+        member's run gets `pipeline.pareto_front=true`, the parent run the list of their jobs."""
+        path = sweep_dir / "optimization_results.yaml"
+        if not path.exists():
+            return
+        import yaml
+
+        solutions = (yaml.safe_load(path.read_text()) or {}).get("solutions") or []
+        # members from earlier sessions of a stored study ran in other sweeps
+        jobs = {str(s["job"]) for s in solutions if "job" in s and Path(str(s.get("sweep_dir"))) == sweep_dir}
+        for child in children:
+            if child.data.tags.get("pipeline.job_num") in jobs:
+                client.set_tag(child.info.run_id, "pipeline.pareto_front", "true")
+        if jobs:
+            client.set_tag(self.parent_run_id, "pipeline.pareto_front_jobs", ",".join(sorted(jobs, key=int)))

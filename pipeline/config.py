@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 @dataclass
@@ -137,6 +137,21 @@ class Config:
     refit: bool = False  # fit each model's best trial once more on train + validation (one model, no bag)
     resume: Any = False  # false | true (newest unfinished run) | a run directory
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
+    # what the run returns to a sweeper: val_score, fit_seconds, predict_seconds (pipeline/objectives.py)
+    objectives: List[str] = field(default_factory=lambda: ["val_score"])
+
+
+def whole_gpus(value: Any) -> Optional[int]:
+    """`${whole_gpus:...}`: a GPU count as the whole number SLURM asks for (2.0 -> 2); a share is an error."""
+    if value is None:
+        return None
+    count = float(value)
+    if count < 0 or count != int(count):
+        raise ValueError(
+            f"hardware.num_gpus={value}: hydra/launcher=slurm asks SLURM for whole GPUs; give a whole number "
+            "(to run several jobs on one GPU, use hydra/launcher=gpu with hydra.launcher.gpus_per_job=0.5)"
+        )
+    return int(count)
 
 
 @dataclass
@@ -156,6 +171,7 @@ class PredictConfig:
 def register_configs() -> None:
     ConfigStore.instance().store(name="config_schema", node=Config)
     ConfigStore.instance().store(name="predict_schema", node=PredictConfig)
+    OmegaConf.register_new_resolver("whole_gpus", whole_gpus, replace=True)
 
 
 def _share_config_store(self, memo):

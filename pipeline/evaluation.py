@@ -73,9 +73,9 @@ def fit_all(settings, plan: Plan, data, metric: Metric, runtime, tracker, backen
         return scheduler.run()
 
 
-def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runtime, tracker) -> float:
+def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runtime, tracker) -> list[dict]:
     """Leaderboard of the best trial of each model, their weighted ensemble and (refit=true) their
-    refits on all the data; returns the best validation score."""
+    refits on all the data; returns its rows, best first."""
     from pipeline import plots, report
 
     problem = data.problem_type
@@ -108,11 +108,12 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     save_predictors(runtime.run_dir, predictors, top["model"])
     tracker.log_metrics({f"best/val_{metric.name}": top[f"val_{metric.name}"],
                          f"best/test_{metric.name}": top[f"test_{metric.name}"]})
-    used = sorted({d for e in outcome.timeline if not e["cached"] for d in e["device_ids"]})
+    from pipeline.devices import devices_used
+
     tracker.set_tags({
         "best/model": top["model"],
         "pipeline.eval_metric": metric.name,
-        "pipeline.gpu_ids": plan.hardware.visible_devices(used) if used else "none",  # physical ids actually used
+        "pipeline.gpu_ids": devices_used([e for e in outcome.timeline if not e["cached"]], plan.hardware.visible_devices),
     })
     tracker.log_artifact(leaderboard_path)
     _log_memory(plan, outcome, runtime.run_dir, tracker, report)
@@ -120,7 +121,7 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     _log_models(settings, predictors, top["model"], _raw_example(data), tracker)
     report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
                          f"run directory {runtime.run_dir}")
-    return float(top[f"val_{metric.name}"])
+    return rows
 
 
 def save_predictors(run_dir: Path, predictors: dict, best: str) -> None:
@@ -171,7 +172,7 @@ def _measure_throughput(rows: list[dict], predictors: dict, X_test: pd.DataFrame
 
 
 def _row(name: str, trial: TrialResult, val: dict, test: dict, metric: Metric, plan: Plan) -> dict:
-    devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device.startswith("cuda")})
+    devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device != "cpu"})
     device = "GPU " + plan.hardware.visible_devices(devices) if devices else "cpu"
     row = {"model": name}
     row.update({f"val_{k}": v for k, v in val.items()})

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Optional
 
+from pipeline import devices
 from pipeline.errors import HardwareError
 
 log = logging.getLogger(__name__)
@@ -87,10 +88,15 @@ def detect() -> Machine:
     """CPU count (affinity-aware) and visible CUDA devices, without importing torch.
 
     A job started by the GPU-aware launcher sees only its slot: CUDA_VISIBLE_DEVICES names its
-    devices, PIPELINE_SLOT_CPUS and PIPELINE_SLOT_GPUS its CPU count and GPU share.
+    devices, PIPELINE_SLOT_CPUS and PIPELINE_SLOT_GPUS its CPU count and GPU share. Inside a SLURM
+    job, what SLURM gave it: see `slurm_cpus_per_task` and `visible_devices_env`.
     """
+    devices.pin_order()  # before anything in this process starts CUDA: its ordinals follow NVML's order
     machine = _detect_devices()
     cpus, share = machine.num_cpus, None
+    slurm_cpus = slurm_cpus_per_task()
+    if slurm_cpus is not None:
+        cpus = min(cpus, slurm_cpus)
     if os.environ.get(SLOT_CPUS_ENV):
         cpus = min(cpus, cpu_count(int(os.environ[SLOT_CPUS_ENV]), SLOT_CPUS_ENV))
     if os.environ.get(SLOT_GPUS_ENV):
@@ -107,22 +113,55 @@ def _detect_devices() -> Machine:
     if simulated:
         n = int(simulated)
         tokens = tuple(map(str, range(n)))
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = visible_devices_env()
         if visible is not None:
-            tokens = tuple(t.strip() for t in visible.split(",") if t.strip() in tokens)
+            tokens = tuple(t for t in visible if t in tokens)
         return Machine(cpus, tokens, ("simulated",) * len(tokens), (0,) * len(tokens), simulated=True)
     gpus = _nvml_devices() or _nvidia_smi_devices()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        wanted = [t.strip() for t in visible.split(",") if t.strip()]
-        by_token = {}
-        for index, (uuid, name, mem) in enumerate(gpus):
-            by_token[str(index)] = by_token[uuid] = (name, mem)
-        kept = [(t, *by_token[t]) for t in wanted if t in by_token]
-        return Machine(cpus, tuple(t for t, _, _ in kept), tuple(n for _, n, _ in kept), tuple(m for _, _, m in kept))
-    return Machine(
-        cpus, tuple(str(i) for i in range(len(gpus))), tuple(g[1] for g in gpus), tuple(g[2] for g in gpus)
-    )
+    # Read only where there are GPUs: SLURM sets CUDA_VISIBLE_DEVICES=NoDevFiles for a job without any.
+    visible = visible_devices_env() if gpus else None
+    if visible is None:
+        return Machine(
+            cpus, tuple(str(i) for i in range(len(gpus))), tuple(g[1] for g in gpus), tuple(g[2] for g in gpus)
+        )
+    kept = []
+    for token in visible:
+        if devices.token_kind(token) == "mig":  # NVML lists parent GPUs only; the instance is one device
+            kept.append((token, "MIG instance", 0))
+            continue
+        index = devices.match_token(token, [g[0] for g in gpus])
+        if index is None:
+            raise HardwareError(
+                f"{devices.VISIBLE}={os.environ.get(devices.VISIBLE)}: {token!r} names no GPU of this machine "
+                f"(NVML lists {len(gpus)}: indices 0-{len(gpus) - 1}, UUIDs {', '.join(g[0] for g in gpus)})"
+            )
+        kept.append((token, gpus[index][1], gpus[index][2]))
+    return Machine(cpus, tuple(t for t, _, _ in kept), tuple(n for _, n, _ in kept), tuple(m for _, _, m in kept))
+
+
+def slurm_cpus_per_task() -> Optional[int]:
+    """Inside a SLURM job, the CPUs it was given: SLURM_CPUS_PER_TASK, or SLURM_CPUS_ON_NODE when the
+    job asked for none per task (without task binding the process's affinity still shows the whole
+    node); None outside a SLURM job."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        return None
+    for key in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
+        value = os.environ.get(key, "").strip()
+        if value:
+            try:
+                return cpu_count(int(value), key)
+            except ValueError:
+                raise HardwareError(f"{key}={value!r} is not a CPU count; this SLURM job's environment is "
+                                    "unusual: unset it or give a whole number") from None
+    return None
+
+
+def visible_devices_env() -> Optional[tuple[str, ...]]:
+    """The CUDA device tokens this process may use: CUDA_VISIBLE_DEVICES; inside a SLURM job that did
+    not set it, the node's GPUs the job was given (SLURM_JOB_GPUS, e.g. "1,3"). None: every device."""
+    if os.environ.get(devices.VISIBLE) is None and os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_GPUS"):
+        return devices.parse_visible(os.environ["SLURM_JOB_GPUS"])
+    return devices.visible_tokens()
 
 
 def _nvml_devices() -> list[tuple[str, str, int]]:

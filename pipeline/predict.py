@@ -53,11 +53,13 @@ def predict(settings, base_dir: Path) -> int:
     from pipeline import chunks as io
     from pipeline.chunks import ChunkWriter
     from pipeline.data import local_path
+    from pipeline.devices import local_ordinals, torch_device
     from pipeline.predictor_source import load_predictor
     from pipeline.report import console
 
     hardware = resolve_hardware(settings.hardware)
-    device = f"cuda:{hardware.devices[0]}" if hardware.num_gpus > 0 and hardware.devices else "cpu"
+    on_gpu = hardware.num_gpus > 0 and hardware.devices
+    device = torch_device(local_ordinals(hardware.devices[:1], sees_only_its_devices=False)) if on_gpu else "cpu"
     path = local_path(settings.data, base_dir)
     if path is not None:
         io.check_file(path)  # a missing or empty file fails before the model is loaded

@@ -20,6 +20,7 @@ from pipeline.ensemble import BaggedPredictor, EnsemblePredictor, blend
 from pipeline.executors.scheduler import TrialResult
 from pipeline.executors.tasks import task_seed
 from pipeline.metrics import Metric
+from pipeline.devices import local_ordinals
 from pipeline.models.base import FitContext, Placement
 from pipeline.plan import Plan
 
@@ -31,7 +32,8 @@ def placement_for(plan: Plan, model: str) -> Placement:
     in-process fits use them)."""
     task = next(t for t in plan.fit_tasks if t.model == model)
     share = sum(task.gpu_shares, Fraction(0))
-    return Placement(task.resources.num_cpus, task.device_ids, task.device_ids, share)
+    local = local_ordinals(task.device_ids, sees_only_its_devices=False)
+    return Placement(task.resources.num_cpus, task.device_ids, local, share)
 
 
 def refit_model(name: str, trial: TrialResult, data, metric: Metric, plan: Plan, seed: int):
@@ -61,7 +63,7 @@ def refit_all(best: dict[str, TrialResult], predictors: dict, data, metric: Metr
         start = time.perf_counter()
         test_preds[name] = predictor.predict_typed(X_test)
         seconds = time.perf_counter() - start
-        on_gpu = model.device_.startswith("cuda")
+        on_gpu = model.device_ != "cpu"  # cuda:N, or opencl:N (...) for LightGBM's OpenCL learner
         device = "GPU " + plan.hardware.visible_devices(placement_for(plan, name).gpu_ids) if on_gpu else "cpu"
         rows.append(_row(predictor.name, metrics_module.score_all(problem, y_test, test_preds[name]),
                          model.fit_seconds_, seconds, device, trial.trial, {**model.params}))

@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any, Iterable, Optional, Sequence
 
 from pipeline.errors import ConfigError, ResourceError
+from pipeline.levels import derived_gpu_share
 
 ZERO = Fraction(0)
 
@@ -264,10 +265,10 @@ def allocate(
     if fit_gpus is None:
         fit_gpus = ZERO
         if needs.wants_gpu and bag.num_gpus > 0:
-            share = bag.num_gpus / jobs(bag_gpus_set)
-            fit_gpus = min(Fraction(1), share)
+            concurrent = min(jobs(bag_gpus_set), bag.num_cpus // fit_cpus)
+            fit_gpus = derived_gpu_share(bag.num_gpus, concurrent)
     fit = Resources(fit_cpus, fit_gpus)
-    _check_model_devices(needs, fit, fit_request, total, warn)
+    _check_model_devices(needs, fit, fit_request, f"{bag_keys[1]}={fmt(bag.num_gpus)}", warn)
 
     choice = None
     if bagging and not sequential and num_trials == 1 and fit_request.num_cpus is None and fit.num_gpus == 0:
@@ -281,15 +282,21 @@ def allocate(
         folds_parallel = choice.folds_parallel if choice else min(folds, bag.num_cpus // fit.num_cpus)
         if fit.num_gpus > 0:
             folds_parallel = min(folds_parallel, int(bag.num_gpus // fit.num_gpus))
-        reservation = fit * folds_parallel
+            if gpu_capacities:  # as shares pack onto devices: three 0.75 shares on three GPUs, not four
+                folds_parallel = min(folds_parallel, gpu_slots(fit.num_gpus, gpu_capacities))
+        reservation = fit * max(1, folds_parallel)
         trials_parallel = min(num_trials, total.num_cpus // reservation.num_cpus)
-        if fit.num_gpus > 0:
+        if fit.num_gpus > 0 and folds_parallel > 0:
             slots = gpu_slots(fit.num_gpus, gpu_capacities) if gpu_capacities else int(total.num_gpus // fit.num_gpus)
             trials_parallel = min(trials_parallel, slots // folds_parallel)
     if folds_parallel < 1 or trials_parallel < 1:
+        if fit_request.num_gpus is not None:
+            fix = f"lower {fit_request.gpus_key}={fmt(fit.num_gpus)}"
+        else:
+            fix = f"its GPU share was derived from {bag_keys[1]}={fmt(bag.num_gpus)}; set parallelism.fit.num_gpus"
         raise ResourceError(
             f"model '{needs.name}': a fit of {fit} does not fit on the devices of the box "
-            f"({fmt(total.num_gpus)} GPU); lower {fit_request.gpus_key or 'parallelism.fit.num_gpus'}"
+            f"({fmt(total.num_gpus)} GPU); {fix}"
         )
     return Allocation(needs.name, folds, num_trials, bag, fit, folds_parallel, trials_parallel,
                       parallel_reason=choice.reason if choice else "")
@@ -308,15 +315,12 @@ def _check_within(request: Request, parent: Resources, parent_keys: tuple[str, s
         )
 
 
-def _check_model_devices(needs: ModelNeeds, fit: Resources, request: Request, total: Resources, warn) -> None:
+def _check_model_devices(needs: ModelNeeds, fit: Resources, request: Request, derived_from: str, warn) -> None:
+    """`derived_from`: the level setting a derived fit share comes from, as key=value."""
     name = needs.name
     gpus_key = request.gpus_key or f"model.{name}.resources.num_gpus"
     if needs.requires_gpu and fit.num_gpus == 0:
-        where = (
-            f"{gpus_key}={fmt(fit.num_gpus)}"
-            if request.num_gpus is not None
-            else f"hardware.num_gpus={fmt(total.num_gpus)}"
-        )
+        where = f"{gpus_key}={fmt(fit.num_gpus)}" if request.num_gpus is not None else derived_from
         raise ResourceError(
             f"model '{name}' asks for a GPU ({needs.gpu_param}) but its fit has 0 GPUs ({where}); "
             f"give it one with model.{name}.resources.num_gpus=1 on a box with GPUs (+hardware=1gpu), "

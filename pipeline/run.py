@@ -1,6 +1,7 @@
 """The composition root: config -> hardware -> allocation -> plan -> execution -> ensemble -> tracking.
 
-`run(cfg)` is the Hydra task. It returns the best validation score, so sweepers can optimise it.
+`run(cfg)` is the Hydra task. It returns the best validation score (or the values `objectives` lists),
+so sweepers can optimise it.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from omegaconf import DictConfig
 
 from pipeline import hardware as hw
 from pipeline.errors import Interrupted
+from pipeline.levels import ineffective_bag
 from pipeline.plan import Plan, build_plan
 from pipeline.resources import allocate, fmt
 from pipeline.settings import Settings, read_settings
@@ -46,7 +48,7 @@ class Runtime:
         return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), ",".join(sorted(shown)), num)
 
 
-def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Optional[float]:
+def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float, list[float]]:
     settings = read_settings(cfg)
     runtime = runtime or Runtime.from_hydra()
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
@@ -70,6 +72,8 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
 
     machine = _machine(settings)
     hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
+    for message in ineffective_bag(settings.bag.num_cpus, settings.bag.num_gpus, settings.num_folds):
+        log.warning(message)
     memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
     allocations = []
     for spec in settings.models:
@@ -105,6 +109,14 @@ def _warn_overridden(settings: Settings, spec) -> None:
                         spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
 
 
+def first_fit_env(plan: Plan, model: str) -> dict[str, str]:
+    """The environment a worker of the model's first fit gets: a library probe runs there, not in the driver."""
+    from pipeline.devices import child_env
+
+    first = next(t for t in plan.fit_tasks if t.model == model)
+    return child_env(plan.hardware.visible_devices(first.device_ids).split(",") if first.device_ids else ())
+
+
 def _on_cluster(settings: Settings) -> bool:
     return settings.executor.name == "ray" and bool(settings.executor.address)
 
@@ -122,7 +134,7 @@ def _problem_hint(settings: Settings) -> Optional[str]:
     return None if settings.data.problem_type == "auto" else settings.data.problem_type
 
 
-def execute(settings: Settings, plan: Plan, runtime: Runtime) -> float:
+def execute(settings: Settings, plan: Plan, runtime: Runtime) -> Union[float, list[float]]:
     """Fit the plan. The executor starts first (workers spawn and import their libraries, Ray
     connects) so that its start-up overlaps loading the data and opening the MLflow store."""
     from pipeline.store import RunDirectoryLock
@@ -145,7 +157,7 @@ def make_backend(settings: Settings, plan: Plan, runtime: Runtime):
                 ray_init=ex.ray_init, preload=preload)
 
 
-def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> float:
+def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> Union[float, list[float]]:
     from pipeline import data as data_module
     from pipeline import metrics
     from pipeline.store import write_state
@@ -160,7 +172,7 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> float
             # The GPU build check probes this process's library; on a cluster the fits run elsewhere.
             needs_gpu = spec.cls.needs(spec.name, spec.params).requires_gpu
             if needs_gpu and not plan.hardware.planned_only and not _on_cluster(settings):
-                spec.cls.check_environment(spec.name, spec.params)
+                spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
     except BaseException:
         tracker.end("FAILED")  # no run was started: this only stops the tracker's process
         raise
@@ -177,9 +189,11 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend) -> float
         from pipeline.evaluation import evaluate, fit_all
 
         outcome = fit_all(settings, plan, data, metric, runtime, tracker, backend)
-        best = evaluate(settings, plan, data, metric, outcome, runtime, tracker)
+        rows = evaluate(settings, plan, data, metric, outcome, runtime, tracker)
         status = "FINISHED"
-        return best
+        from pipeline.objectives import job_return
+
+        return job_return(settings.objectives, rows, metric.name)
     except Interrupted:
         status = "KILLED"
         raise

@@ -14,6 +14,7 @@ from pipeline.data import DataSpec
 from pipeline.errors import ConfigError, closest
 from pipeline.hpo import HpoSpec, SearchDim
 from pipeline.memory.budget import MemoryRequest
+from pipeline.objectives import check as check_objectives
 from pipeline.models.base import TabularModel
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
@@ -79,6 +80,7 @@ class Settings:
     eval_metric: str
     dry_run: bool
     resume: Any
+    objectives: tuple[str, ...]  # what the run returns: see pipeline/objectives.py
     params: dict  # the resolved config, flattened and redacted, for MLflow
     config_yaml: str  # the resolved config, redacted
     refit: bool = False
@@ -139,6 +141,7 @@ def read_settings(cfg: DictConfig) -> Settings:
         eval_metric=str(tree["eval_metric"]),
         dry_run=bool(tree["dry_run"]),
         resume=tree["resume"],
+        objectives=check_objectives(tree["objectives"]),
         params={k: v for k, v in flatten(redacted).items()},
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(redacted)),
         refit=bool(tree["refit"]),

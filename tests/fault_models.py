@@ -54,6 +54,8 @@ class SleepModel(_Constant):
             entry = {
                 "pid": os.getpid(), "start": start, "end": time.time(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "cuda_device_order": os.environ.get("CUDA_DEVICE_ORDER"),
+                "local_gpus": list(ctx.placement.local_gpus), "device": ctx.placement.device,
                 "gpu_ids": list(ctx.placement.gpu_ids), "num_cpus": ctx.placement.num_cpus,
             }
             (Path(record_dir) / f"{os.getpid()}-{time.time_ns()}.json").write_text(json.dumps(entry))

@@ -13,6 +13,7 @@ from multiprocessing.connection import wait as wait_connections
 from pathlib import Path
 from typing import Optional
 
+from pipeline.devices import child_env, local_ordinals
 from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit
 from pipeline.executors.worker import worker_main
 from pipeline.hardware import Hardware
@@ -40,7 +41,7 @@ class InProcessBackend:
 
     def submit(self, request: FitRequest):
         handle = next(self.counter)
-        request.local_gpus = request.gpu_ids
+        request.local_gpus = local_ordinals(request.gpu_ids, sees_only_its_devices=False)
         self.done[handle] = safe_run_fit(request)
         return handle
 
@@ -140,7 +141,7 @@ class ProcessBackend:
         return self._spawn(devices)
 
     def _spawn(self, devices: tuple[int, ...]) -> _Worker:
-        env = {"CUDA_VISIBLE_DEVICES": self.hardware.visible_devices(devices)}
+        env = child_env(self.hardware.visible_devices(devices).split(",") if devices else ())
         parent, child = self.ctx.Pipe()
         process = self.ctx.Process(target=worker_main, args=(child, env, self.preload), name=f"fit-worker-{devices}")
         process.start()

@@ -20,6 +20,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Optional
 
+from pipeline import devices
 from pipeline.errors import ConfigError, HardwareError
 from pipeline.executors.tasks import DataRef, FitRequest, FoldResult, TaskFailure, safe_run_fit
 from pipeline.hardware import Machine
@@ -127,15 +128,18 @@ def _fit_in_worker(request: FitRequest, data) -> FoldResult | TaskFailure:
     """The body of each Ray task. `data` arrives resolved because it is a top-level argument."""
     import ray
 
+    devices.pin_order()  # before the fit's library starts CUDA in this worker
     request.data = DataRef(obj=data)
     if request.gpu_shares:
-        # Ray has set CUDA_VISIBLE_DEVICES to these ids; the fit sees them as 0..n-1.
-        ids = tuple(_as_id(i) for i in ray.get_gpu_ids())
-        request.gpu_ids = ids
-        request.local_gpus = tuple(range(len(ids)))
+        # Ray has set CUDA_VISIBLE_DEVICES to the ids it assigned; the fit sees them from ordinal 0.
+        tokens, request.local_gpus = devices.ray_task_devices(ray.get_gpu_ids())
+        request.gpu_ids = tuple(_as_id(t) for t in tokens)
     else:
         request.local_gpus = ()
-    return safe_run_fit(request)
+    result = safe_run_fit(request)
+    if isinstance(result, FoldResult):
+        result.node = ray.get_runtime_context().get_node_id()
+    return result
 
 
 def _fit_in_gpu_worker(request: FitRequest, data) -> FoldResult | TaskFailure:

@@ -189,6 +189,7 @@ class Scheduler:
             {
                 "task": task.id, "model": task.model, "trial": task.trial, "fold": task.fold,
                 "start": result.start, "end": result.end, "pid": result.pid, "host": result.host,
+                "node": result.node,
                 "num_cpus": request.num_cpus, "device_ids": list(result.gpu_ids),
                 "gpu_shares": [float(s) for s in request.gpu_shares],
                 "cuda_visible_devices": result.cuda_visible_devices, "device": result.device,

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from pipeline.devices import local_ordinals
 from pipeline.memory.measure import PeakMemory
 from pipeline.models.base import FitContext, Placement, TabularModel
 
@@ -71,6 +72,7 @@ class FoldResult:
     pid: int
     host: str
     gpu_ids: tuple[int, ...] = ()
+    node: str = ""  # the Ray node id, where a cluster may run several nodes on one host
     cuda_visible_devices: Optional[str] = None
     num_cpus: int = 1
     pruned: bool = False
@@ -172,7 +174,9 @@ def run_fit(request: FitRequest) -> FoldResult:
     report = FoldPruner(request.prune_reference) if request.pruning else None
     data = resolve_data(request.data)
     train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed)
-    local = request.local_gpus if request.local_gpus is not None else tuple(range(len(request.gpu_ids)))
+    local = request.local_gpus
+    if local is None:
+        local = local_ordinals(request.gpu_ids, sees_only_its_devices=True)
     share = sum(request.gpu_shares, Fraction(0))
     placement = Placement(request.num_cpus, request.gpu_ids, local, share)
     ctx = FitContext(

@@ -30,7 +30,9 @@ class Placement:
 
     @property
     def device(self) -> str:
-        return f"cuda:{self.local_gpus[0]}" if self.local_gpus else "cpu"
+        from pipeline.devices import torch_device
+
+        return torch_device(self.local_gpus)
 
     @property
     def num_gpus(self) -> int:
@@ -88,8 +90,9 @@ class TabularModel(ABC):
         """Raise ConfigError for a parameter the library does not know, naming the closest one."""
 
     @classmethod
-    def check_environment(cls, name: str, params: dict) -> None:
-        """Raise HardwareError when this library build cannot do what the params ask (GPU support)."""
+    def check_environment(cls, name: str, params: dict, env: Optional[dict] = None) -> None:
+        """Raise HardwareError when this library build cannot do what the params ask (GPU support);
+        `env` is the environment (CUDA_VISIBLE_DEVICES) of the model's first planned fit."""
 
     def clone(self, params: Optional[dict] = None) -> "TabularModel":
         """A fresh, unfitted copy, with `params` laid over this model's own."""

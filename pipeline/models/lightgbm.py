@@ -8,7 +8,10 @@ from typing import Optional
 
 import numpy as np
 
+
+from pipeline.devices import lightgbm_device_id
 from pipeline.errors import ConfigError, HardwareError, closest
+from pipeline.models.lightgbm_gpu import device_log, probe
 from pipeline.models.base import FitContext, TabularModel
 
 GPU_HELP = (
@@ -64,21 +67,17 @@ class LightGBMModel(TabularModel):
                 )
 
     @classmethod
-    def check_environment(cls, name, params):
+    def check_environment(cls, name, params, env=None):
+        """A one-round GPU fit in a child process with `env`, the environment of the model's first fit."""
         device = _device(params)
         if device not in ("gpu", "cuda"):
             return
-        import lightgbm as lgb
-
-        X = np.random.default_rng(0).random((64, 2))
-        try:
-            lgb.train({"device_type": device, "verbosity": -1, "num_iterations": 1},
-                      lgb.Dataset(X, X[:, 0] > 0.5))
-        except lgb.basic.LightGBMError as exc:
+        error = probe({**params, "device_type": device}, env or {})
+        if error is not None:
             raise HardwareError(
                 f"model.{name}.params.device_type={device}: this LightGBM cannot train on the GPU "
-                f"({str(exc).strip()}). {GPU_HELP}"
-            ) from None
+                f"({error}). {GPU_HELP}"
+            )
 
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
         import lightgbm as lgb
@@ -88,8 +87,14 @@ class LightGBMModel(TabularModel):
             params.setdefault("num_class", ctx.num_classes)
         params["num_threads"] = ctx.placement.num_cpus
         params.setdefault("seed", ctx.seed)
-        if _device(params) in ("gpu", "cuda") and ctx.placement.local_gpus:
-            params["gpu_device_id"] = ctx.placement.local_gpus[0]
+        on_gpu = _device(params) in ("gpu", "cuda")
+        if on_gpu and ctx.placement.local_gpus:
+            params["gpu_device_id"] = lightgbm_device_id(ctx.placement.local_gpus)
+        if on_gpu:
+            announced = device_log()
+            announced.device = None
+            # Info level, so the learner names its device; DeviceLog keeps LightGBM's lines at debug level.
+            params["verbosity"] = max(1, int(params.get("verbosity", 1)))
         train = lgb.Dataset(X, y, free_raw_data=True)
         valid = lgb.Dataset(X_val, y_val, reference=train)
         record: dict = {}
@@ -100,6 +105,9 @@ class LightGBMModel(TabularModel):
             warnings.filterwarnings("ignore", message=".*categorical_feature.*")
             self.booster_ = lgb.train(params, train, valid_sets=[valid], valid_names=["valid"], callbacks=callbacks)
         self.best_iteration_ = self.booster_.best_iteration or self.booster_.current_iteration()
+        if on_gpu and announced.device:
+            kind = "opencl" if _device(params) == "gpu" else "cuda"
+            self.device_ = f"{kind}:{lightgbm_device_id(ctx.placement.local_gpus) or 0} ({announced.device})"
         self.history_ = {f"valid_{k}": list(v) for k, v in record.get("valid", {}).items()}
 
     def _predict(self, X):

@@ -125,7 +125,7 @@ class TorchMLPModel(TabularModel):
             from pipeline.nn.ddp import fit_distributed
 
             result = fit_distributed(
-                world, self.spec_, config, ctx.problem_type, metric, arrays, backend="nccl", seed=ctx.seed,
+                ctx.placement.local_gpus, self.spec_, config, ctx.problem_type, metric, arrays, backend="nccl", seed=ctx.seed,
                 checkpoint_dir=ctx.checkpoint_dir, y_scale=self.y_scale_,
             )
         else:

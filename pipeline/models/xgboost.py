@@ -8,6 +8,7 @@ from typing import Optional
 
 import numpy as np
 
+from pipeline.devices import xgboost_device
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models.base import FitContext, TabularModel
 
@@ -75,7 +76,7 @@ class XGBoostModel(TabularModel):
             )
 
     @classmethod
-    def check_environment(cls, name, params):
+    def check_environment(cls, name, params, env=None):
         """Nothing to probe before the fit: XGBoost's wheels carry CUDA. After a GPU fit the
         booster's own config is checked, since XGBoost silently falls back to the CPU."""
 
@@ -87,7 +88,7 @@ class XGBoostModel(TabularModel):
         params.setdefault("seed", ctx.seed)
         on_gpu = self.gpu_request(params)[0]
         if on_gpu:
-            params["device"] = ctx.placement.device if ctx.placement.local_gpus else params["device"]
+            params["device"] = xgboost_device(ctx.placement.local_gpus) if ctx.placement.local_gpus else params["device"]
         train = xgb.DMatrix(X, label=y, enable_categorical=True, nthread=ctx.placement.num_cpus)
         valid = xgb.DMatrix(X_val, label=y_val, enable_categorical=True, nthread=ctx.placement.num_cpus)
         record: dict = {}

@@ -9,16 +9,17 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
+from pipeline.devices import torch_device
 from pipeline.metrics import Metric
 from pipeline.nn.loop import Arrays, Loop, LoopConfig, LoopResult, NetSpec
 
 
 def fit_distributed(
-    world_size: int,
+    devices: Sequence[int],
     spec: NetSpec,
     config: LoopConfig,
     problem_type: str,
@@ -30,20 +31,22 @@ def fit_distributed(
     checkpoint_dir: Optional[Path] = None,
     y_scale: tuple[float, float] = (0.0, 1.0),
 ) -> LoopResult:
-    """Train on `world_size` ranks (cuda:0..N-1 with nccl, the CPU with gloo); rank 0's result.
+    """Train one rank per entry of `devices` (rank r on cuda:devices[r] with nccl: the CUDA ordinals the
+    plan gave the fit, as pipeline.devices maps them; every rank on the CPU with gloo); rank 0's result.
 
     Ranks meet through a file store (no TCP rendezvous server) and talk over the loopback interface:
     one machine, nothing listening beyond 127.0.0.1.
     """
     import torch.multiprocessing as mp
 
+    world_size = len(devices)
     for t in vars(arrays).values():
         t.share_memory_()
     with tempfile.TemporaryDirectory(prefix="ddp-") as tmp:
         out = Path(tmp) / "result.pt"
         mp.start_processes(
             _rank_main,
-            args=(world_size, backend, str(Path(tmp) / "rendezvous"), spec, config, problem_type, metric, arrays,
+            args=(world_size, tuple(devices), backend, str(Path(tmp) / "rendezvous"), spec, config, problem_type, metric, arrays,
                   seed, checkpoint_dir, y_scale, out),
             nprocs=world_size,
             join=True,
@@ -52,13 +55,13 @@ def fit_distributed(
         return torch.load(out, weights_only=False)
 
 
-def _rank_main(rank, world_size, backend, rendezvous, spec, config, problem_type, metric, arrays, seed,
+def _rank_main(rank, world_size, devices, backend, rendezvous, spec, config, problem_type, metric, arrays, seed,
                checkpoint_dir, y_scale, out):
     import torch.distributed as dist
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    device = torch.device(torch_device(devices, rank)) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     store = dist.FileStore(rendezvous, world_size)

@@ -146,7 +146,9 @@ CASES = [
 ]
 
 ENV_CASES = [
-    ("LightGBM without GPU support (OpenCL)", ["model=gbm_gpu", "+hardware=1gpu"], {"PIPELINE_SIMULATE_GPUS": "1"},
+    # OCL_ICD_VENDORS at a folder that does not exist: the OpenCL loader finds no runtime, on any machine.
+    ("LightGBM without GPU support (OpenCL)", ["model=gbm_gpu", "+hardware=1gpu"],
+     {"PIPELINE_SIMULATE_GPUS": "1", "OCL_ICD_VENDORS": "/nonexistent/opencl-vendors"},
      ["model.lightgbm.params.device_type=gpu: this LightGBM cannot train on the GPU", "OpenCL runtime",
       "pip install lightgbm --no-binary lightgbm --config-settings=cmake.define.USE_CUDA=ON"]),
     ("LightGBM without a CUDA build", ["model=gbm_gpu", "+hardware=1gpu", "model.lightgbm.params.device_type=cuda"],

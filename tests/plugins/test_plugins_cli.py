@@ -184,3 +184,45 @@ def test_sigterm_stops_the_sweep_and_its_jobs(tmp_path):
     assert not alive
     states = [json.loads(p.read_text()) for p in outputs.glob("multirun/*/*/*/run_state.json")]
     assert [s["status"] for s in states] == ["KILLED", "KILLED"]
+
+
+def test_two_objective_search_starts_trials_as_slots_free_and_tags_its_pareto_front(cli, tmp_path):
+    from tests.plugins.test_units import dominated
+
+    proc = cli("-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
+               "hydra.sweeper.direction=[maximize,minimize]", "objectives=[val_score,fit_seconds]",
+               "hydra/launcher=gpu", "hydra.launcher.gpus_per_job=0", "hydra.launcher.cpus_per_job=1",
+               "model=lightgbm", "data.max_rows=1500", "model.lightgbm.params.num_iterations=60",
+               f"{LEAVES}=int(interval(15, 255))", check=True, timeout=400)
+    log = [line for line in (proc.stdout + proc.stderr).splitlines() if re.search(r"#\d : (slot|COMPLETED)", line)]
+    events = [("end" if "COMPLETED" in line else "start", int(re.search(r"#(\d)", line).group(1))) for line in log]
+    first_end = next(i for i, (kind, _) in enumerate(events) if kind == "end")
+    # the slot that freed first took trial #2 before the other job of the first pair ended
+    assert events[first_end + 1] == ("start", 2), events
+    jobs = job_dirs(tmp_path)
+    values = {}
+    for n, job in jobs.items():
+        top = pd.read_csv(job / "leaderboard.csv").iloc[0]
+        values[n] = [top["val_roc_auc"], top["fit_seconds"]]
+    front = {n for n, v in values.items() if not any(dominated(v, w, (1, -1)) for w in values.values())}
+    results = yaml.safe_load((sweep_dir(tmp_path) / "optimization_results.yaml").read_text())
+    assert results["objectives"] == ["val_score", "fit_seconds"]
+    assert {s["job"] for s in results["solutions"]} == front
+    for s in results["solutions"]:
+        assert s["values"] == pytest.approx(values[s["job"]])
+    _, all_runs = runs(tmp_path)
+    (parent,) = [r for r in all_runs if r.data.tags.get("pipeline.sweep") == "parent"]
+    children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 4 and {r.info.status for r in children} == {"FINISHED"}
+    tagged = {int(r.data.tags["pipeline.job_num"]) for r in children if r.data.tags.get("pipeline.pareto_front")}
+    assert tagged == front
+    assert parent.data.tags["pipeline.pareto_front_jobs"] == ",".join(map(str, sorted(front)))
+
+
+def test_two_directions_for_one_objective_are_refused_before_any_job(cli, tmp_path):
+    proc = cli("-m", "hydra/sweeper=optuna", "hydra.sweeper.direction=[maximize,minimize]", "model=lightgbm",
+               f"{LEAVES}=int(interval(15, 255))", "tracking=none", timeout=120)
+    assert proc.returncode == 1
+    assert ("hydra.sweeper.direction=[maximize, minimize] names 2 objective(s) but objectives=['val_score'] "
+            "makes each job return 1 value(s)") in proc.stderr
+    assert "Traceback" not in proc.stderr and not job_dirs(tmp_path)

@@ -37,6 +37,10 @@ def test_config_groups_are_registered(compose):
     key = "hydra.sweeper.params.model.lightgbm.params.num_leaves"
     nested = compose(["hydra/sweeper=optuna", f"{key}='range(8,64)'"], return_hydra_config=True)
     assert nested.hydra.sweeper.params.model.lightgbm.params.num_leaves == "range(8,64)"
+    two = compose(["hydra/sweeper=optuna", "hydra.sweeper.direction=[maximize,minimize]",
+                   "objectives=[val_score,predict_seconds]"], return_hydra_config=True)
+    assert list(two.hydra.sweeper.direction) == ["maximize", "minimize"]
+    assert list(two.objectives) == ["val_score", "predict_seconds"]
 
 
 def test_discovery_imports_nothing_heavy():
@@ -224,7 +228,10 @@ def settings(**overrides):
     "overrides, expected",
     [
         ({"direction": None}, "hydra.sweeper.direction is not set: give maximize or minimize"),
-        ({"direction": "up"}, "hydra.sweeper.direction='up': valid values are maximize and minimize"),
+        ({"direction": "up"}, "hydra.sweeper.direction='up': give maximize or minimize, or a list of them"),
+        ({"direction": ["maximize", "up"]}, "hydra.sweeper.direction=['maximize', 'up']: give maximize or"),
+        ({"direction": []}, "hydra.sweeper.direction=[]: give maximize or minimize"),
+        ({"schedule": "eager"}, "hydra.sweeper.schedule='eager': valid values are async"),
         ({"sampler": {"name": "cmaes"}},
          "hydra.sweeper.sampler.name='cmaes': valid samplers are tpe, random, grid"),
         ({"sampler": {"name": "tpe", "seed": 1.5}}, "hydra.sweeper.sampler.seed=1.5"),
@@ -399,3 +406,140 @@ def test_a_stored_study_resumes_without_repeating_its_points(tmp_path):
     assert results["best_value"] == max(float(p.split("=")[1]) for p in points)  # over both sessions
     with pytest.raises(ConfigError, match="hydra.sweeper.direction=minimize but the stored study 's'"):
         run_sweep(tmp_path, lambda p: 1.0, ["x=interval(0, 1)"], **options, direction="minimize")
+
+
+class StreamingLauncher(FakeLauncher):
+    """Runs jobs on `max_jobs` slots in virtual time: a job lasts `duration(params)`; a slot takes the next
+    job the moment its job ends. Records (time, event, job) so tests can see when trials were asked."""
+
+    def __init__(self, score, duration):
+        super().__init__(score)
+        self.duration = duration
+        self.events = []
+
+    def launch_stream(self, next_job, on_return, *, max_jobs):
+        import heapq
+
+        clock, running, exhausted = 0.0, [], False
+        while True:
+            while not exhausted and len(running) < max_jobs:
+                item = next_job()
+                if item is None:
+                    exhausted = True
+                    break
+                idx, overrides = item
+                params = dict(o.split("=", 1) for o in overrides)
+                self.events.append((clock, "start", idx))
+                heapq.heappush(running, (clock + self.duration(params), idx, list(overrides)))
+            if not running:
+                return
+            clock, idx, overrides = heapq.heappop(running)
+            (ret,) = self.launch([overrides], idx)
+            self.events.append((clock, "end", idx))
+            on_return(idx, ret)
+
+
+def run_streamed(tmp_path, score, duration, arguments, **options):
+    from hydra_plugins.pipeline_optuna_sweeper._impl import sweep
+
+    sweeper = SimpleNamespace(
+        settings=settings(**options), launcher=StreamingLauncher(score, duration),
+        config=OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}}}),
+        hydra_context=SimpleNamespace(config_loader=None), validate_batch_is_legal=lambda batch: None,
+    )
+    sweep(sweeper, arguments)
+    return sweeper.launcher
+
+
+def test_a_trial_starts_as_soon_as_a_slot_frees(tmp_path):
+    # job time grows with x: with 2 slots a short job's slot takes the next trial while a long one runs
+    launcher = run_streamed(tmp_path, lambda p: float(p["x"]), lambda p: float(p["x"]), ["x=int(interval(1, 50))"],
+                            n_trials=8, n_jobs=2, sampler={"name": "random", "seed": 1})
+    running, most = set(), 0
+    for _, event, idx in launcher.events:
+        running.add(idx) if event == "start" else running.discard(idx)
+        most = max(most, len(running))
+    assert most == 2
+    ends = {idx: t for t, e, idx in launcher.events if e == "end"}
+    starts = {idx: t for t, e, idx in launcher.events if e == "start"}
+    # every job after the first two starts exactly when an earlier one ended, not at a batch boundary
+    assert all(starts[idx] in ends.values() for idx in range(2, 8))
+    assert any(starts[idx] < max(ends[0], ends[1]) for idx in range(2, 8)), launcher.events
+    assert sorted(ends) == list(range(8))
+
+
+def test_streamed_trials_stop_starting_past_the_failure_rate_but_finish_the_running_ones(tmp_path):
+    from hydra_plugins.pipeline_optuna_sweeper._impl import SweepFailedError
+
+    calls = []
+
+    def score(p):
+        calls.append(p["x"])
+        return RuntimeError("boom") if len(calls) == 1 else 1.0
+
+    with pytest.raises(SweepFailedError, match=r"1 of 2 trial\(s\) failed"):
+        run_streamed(tmp_path, score, lambda p: 1.0 if not calls else 5.0, ["x=interval(0, 1)"],
+                     n_trials=6, n_jobs=2, sampler={"name": "random", "seed": 0})
+    assert len(calls) == 2  # the second, running when the first failed, was told; no third started
+
+
+def dominated(a, b, signs):
+    """b dominates a: no worse in every objective, better in one (signs: +1 maximise, -1 minimise)."""
+    better_eq = all(s * y >= s * x for x, y, s in zip(a, b, signs))
+    return better_eq and any(s * y > s * x for x, y, s in zip(a, b, signs))
+
+
+def test_two_objectives_write_the_pareto_front(tmp_path):
+    def score(p):
+        x = float(p["x"])
+        return [x, (x - 0.5) ** 2 + float(p["y"])]  # maximise x, minimise the cost
+
+    launcher = run_streamed(tmp_path, score, lambda p: 1.0, ["x=interval(0, 1)", "y=choice(0.0, 0.3)"],
+                            n_trials=12, n_jobs=3, direction=["maximize", "minimize"],
+                            sampler={"name": "random", "seed": 2})
+    results = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
+    assert results["direction"] == ["maximize", "minimize"] and results["n_trials"] == 12
+    jobs = {}
+    for _, batch in launcher.batches:
+        (overrides,) = batch
+        params = dict(o.split("=", 1) for o in overrides)
+        jobs[len(jobs)] = score(params)
+    front = {j for j, v in jobs.items() if not any(dominated(v, w, (1, -1)) for w in jobs.values())}
+    assert {s["job"] for s in results["solutions"]} == front
+    for s in results["solutions"]:
+        assert s["values"] == pytest.approx(jobs[s["job"]])
+        assert s["overrides"] == [f"x={s['params']['x']}", f"y={s['params']['y']}"]
+    assert "best_value" not in results
+
+
+def test_a_job_returning_the_wrong_number_of_values_is_a_failed_trial():
+    from hydra_plugins.pipeline_optuna_sweeper._impl import score
+
+    ret = JobReturn(overrides=[], status=JobStatus.COMPLETED, _return_value=0.9)
+    assert score(ret, 1) == ([0.9], None)
+    values, problem = score(ret, 2)
+    assert values is None and "returned 1 value(s) (0.9) but hydra.sweeper.direction names 2" in problem
+    pair = JobReturn(overrides=[], status=JobStatus.COMPLETED, _return_value=[0.9, float("nan")])
+    assert "nan is not a finite score" in score(pair, 2)[1]
+
+
+def test_directions_and_objectives_of_different_lengths_are_refused_before_any_job(tmp_path):
+    from hydra_plugins.pipeline_optuna_sweeper._impl import sweep
+
+    sweeper = SimpleNamespace(
+        settings=settings(direction=["maximize", "minimize"]), launcher=FakeLauncher(lambda p: 1.0),
+        config=OmegaConf.create({"objectives": ["val_score"], "hydra": {"sweep": {"dir": str(tmp_path)}}}),
+        hydra_context=SimpleNamespace(config_loader=None), validate_batch_is_legal=lambda batch: None,
+    )
+    with pytest.raises(ConfigError, match=r"names 2 objective\(s\) but objectives=\['val_score'\] makes each"):
+        sweep(sweeper, ["x=interval(0, 1)"])
+    assert sweeper.launcher.batches == []
+
+
+def test_a_stored_study_keeps_its_directions(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    options = dict(sampler={"name": "random", "seed": 3}, storage=storage, study_name="s", n_trials=2, n_jobs=2)
+    run_sweep(tmp_path, lambda p: [1.0, 2.0], ["x=interval(0, 1)"], direction=["maximize", "minimize"], **options)
+    with pytest.raises(ConfigError, match=r"direction=maximize but the stored study 's' .* is set to "
+                                          r"\[maximize, minimize\]"):
+        run_sweep(tmp_path, lambda p: 1.0, ["x=interval(0, 1)"], direction="maximize", **options)

@@ -64,7 +64,7 @@ def test_ddp_on_gloo_matches_one_process_on_the_same_global_batch():
     watcher = threading.Thread(target=_listening_addresses, args=(stop, found))
     watcher.start()
     try:
-        ddp = fit_distributed(2, SPEC, LoopConfig(batch_size=64, **base), "binary", ACC, arrays(), backend="gloo",
+        ddp = fit_distributed((0, 1), SPEC, LoopConfig(batch_size=64, **base), "binary", ACC, arrays(), backend="gloo",
                               seed=3)
     finally:
         stop.set()

@@ -3,8 +3,6 @@
 from fractions import Fraction as F
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from pipeline.errors import ConfigError, ResourceError
 from pipeline.hardware import Machine, resolve
@@ -243,47 +241,6 @@ class TestPacking:
         assert pool.try_allocate(Resources(1, F(0))) is None  # no CPU left
         pool.release(Resources(2, F(1, 2)), shares)
         assert pool.idle
-
-
-SHARES = st.sampled_from([F(0), F(1, 4), F(1, 3), F(1, 2), F(3, 4), F(1), F(2)])
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    total_cpus=st.integers(1, 64),
-    total_gpus=st.integers(0, 8),
-    fit_cpus=st.integers(1, 16),
-    fit_gpus=SHARES,
-    bag_scale=st.integers(1, 4),
-    folds=st.integers(0, 8),
-    trials=st.integers(1, 6),
-)
-def test_no_plan_oversubscribes(total_cpus, total_gpus, fit_cpus, fit_gpus, bag_scale, folds, trials):
-    """Whatever the request, a valid plan never puts more than the box on any wave or device."""
-    hw = resolve({"name": "box", "num_cpus": total_cpus, "num_gpus": total_gpus}, Machine(1), dry_run=True)
-    needs = NN_AUTO if fit_gpus > 0 else GBM_CPU
-    try:
-        bag = Request.parse(min(total_cpus, fit_cpus * bag_scale), min(F(total_gpus), fit_gpus * bag_scale),
-                            "parallelism.bag")
-        a = allocate(hw.total, bag, Request.parse(fit_cpus, fit_gpus, "parallelism.fit"), needs, num_folds=folds,
-                     num_trials=trials, gpu_capacities=list(hw.capacities().values()))
-    except (ResourceError, ConfigError):
-        return
-    plan = build_plan(hw, [a])
-    assert a.used.num_cpus <= total_cpus and a.used.num_gpus <= total_gpus
-    waves = {}
-    for t in plan.fit_tasks:
-        waves.setdefault(t.wave, []).append(t)
-    for tasks in waves.values():
-        assert sum(t.resources.num_cpus for t in tasks) <= total_cpus
-        per_device = {}
-        for t in tasks:
-            for d, s in zip(t.device_ids, t.gpu_shares):
-                per_device[d] = per_device.get(d, 0) + s
-            assert sum(t.gpu_shares, F(0)) == t.resources.num_gpus
-        assert all(v <= 1 for v in per_device.values())
-        assert len(tasks) <= a.folds_parallel * a.trials_parallel
-    assert len(plan.fit_tasks) == max(1, folds) * trials
 
 
 class TestFoldsThatPay:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from multiprocessing.connection import wait as wait_ready
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
@@ -102,8 +102,10 @@ class Slot:
 
     def env(self) -> dict[str, Optional[str]]:
         """The variables a job process starts with; None removes a variable."""
+        from pipeline.devices import child_env
+
         return {
-            CUDA_ENV: ",".join(self.tokens),
+            **child_env(self.tokens),  # CUDA_VISIBLE_DEVICES and the PCI bus order the tokens are in
             SLOT_CPUS_ENV: str(self.num_cpus),
             SLOT_GPUS_ENV: fmt(self.num_gpus) if self.tokens else None,
         }
@@ -233,6 +235,30 @@ class _Running:
 
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
     """Run every job of the batch, as many at once as there are slots; returns in job order."""
+    queue = deque(enumerate(job_overrides, start=initial_job_idx))
+    results: dict[int, JobReturn] = {}
+
+    def take():
+        return queue.popleft() if queue else None
+
+    def keep(idx: int, ret: JobReturn) -> None:
+        results[idx] = ret
+
+    launch_stream(launcher, take, keep, max_jobs=len(job_overrides), total=len(job_overrides))
+    return [results[initial_job_idx + pos] for pos in range(len(job_overrides))]
+
+
+def launch_stream(
+    launcher,
+    next_job: Callable[[], Optional[tuple[int, Sequence[str]]]],
+    on_return: Callable[[int, JobReturn], None],
+    *,
+    max_jobs: int,
+    total: Optional[int] = None,
+) -> None:
+    """Start jobs while slots are free: `next_job()` gives the next (job number, overrides), or None
+    when there is none; each job's return goes to `on_return` as soon as its process ends, and its
+    slot takes the next job at once. Slots are planned for `max_jobs` jobs at a time."""
     import cloudpickle
     from hydra.core.singleton import Singleton
     from hydra.core.utils import configure_log, setup_globals
@@ -245,20 +271,25 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    slots, notes = plan_slots(launcher.settings, detect(), len(job_overrides))
+    slots, notes = plan_slots(launcher.settings, detect(), max_jobs)
     for note in notes:
         log.warning(note)
-    log.info(f"Launching {len(job_overrides)} jobs on {len(slots)} slot(s), sweep output dir : {sweep_dir}")
-    jobs = []
-    for pos, overrides in enumerate(job_overrides):
-        idx = initial_job_idx + pos
+    count = f"{total} jobs" if total is not None else "jobs as slots free"
+    log.info(f"Launching {count} on {len(slots)} slot(s), sweep output dir : {sweep_dir}")
+
+    def compose() -> Optional[_Job]:
+        item = next_job()
+        if item is None:
+            return None
+        idx, overrides = item
         job_config = launcher.hydra_context.config_loader.load_sweep_config(config, list(overrides))
         with open_dict(job_config):
             job_config.hydra.job.id = idx
             job_config.hydra.job.num = idx
-        jobs.append(_Job(idx, list(overrides), job_config))
+        return _Job(idx, list(overrides), job_config)
+
     common = cloudpickle.dumps((launcher.hydra_context, launcher.task_function, Singleton.get_state()))
-    return _Pool(slots, common).run(jobs)
+    _Pool(slots, common).run(compose, lambda job, ret: on_return(job.idx, ret))
 
 
 class _Stopped(BaseException):
@@ -276,16 +307,22 @@ class _Pool:
         self.common = common
         self.running: dict[int, _Running] = {}
 
-    def run(self, jobs: list[_Job]) -> list[JobReturn]:
-        results: list[Optional[JobReturn]] = [None] * len(jobs)
-        pending = deque(enumerate(jobs))
+    def run(self, next_job: Callable[[], Optional[_Job]], on_return: Callable[[_Job, JobReturn], None]) -> None:
+        """Fill free slots from `next_job` until it gives None; hand each return over as it arrives."""
         previous = _install_handlers()
+        exhausted = False
         try:
-            while pending or self.running:
-                while pending and self.free:
-                    pos, job = pending.popleft()
-                    self._start(pos, job, self.free.pop(0))
-                self._collect(results)
+            while True:
+                while not exhausted and self.free:
+                    job = next_job()
+                    if job is None:
+                        exhausted = True
+                    else:
+                        self._start(job, self.free.pop(0))
+                if not self.running:
+                    break
+                for job, ret in self._collect():
+                    on_return(job, ret)
         except _Stopped as stop:
             name = signal.Signals(stop.signum).name
             log.error(f"stopped by {name}: stopping {len(self.running)} running job(s)")
@@ -296,9 +333,8 @@ class _Pool:
             raise
         finally:
             _restore_handlers(previous)
-        return results  # type: ignore[return-value]
 
-    def _start(self, pos: int, job: _Job, slot: Slot) -> None:
+    def _start(self, job: _Job, slot: Slot) -> None:
         import cloudpickle
 
         reader, writer = self.ctx.Pipe(duplex=False)
@@ -309,10 +345,11 @@ class _Pool:
         with _environment(env):  # the child's environment is copied from ours when it starts
             process.start()
         writer.close()
-        self.running[pos] = _Running(job, slot, process, reader, time.monotonic())
+        self.running[job.idx] = _Running(job, slot, process, reader, time.monotonic())
 
-    def _collect(self, results: list) -> None:
-        """Wait for the next event: a result arriving, a process exiting, or an exit grace running out."""
+    def _collect(self) -> list[tuple[_Job, JobReturn]]:
+        """Wait for the next event: a result arriving, a process exiting, or an exit grace running out;
+        returns the jobs that ended, with their returns."""
         waitables = {}
         for pos, r in self.running.items():
             if not r.conn.closed:
@@ -321,6 +358,7 @@ class _Pool:
         deadlines = [r.received + EXIT_GRACE_S for r in self.running.values() if r.received is not None]
         timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
         ready = set(wait_ready(list(waitables), timeout))
+        ended = []
         for r in self.running.values():
             if r.conn in ready:
                 self._receive(r)
@@ -336,9 +374,10 @@ class _Pool:
             if not r.conn.closed:
                 self._receive(r)  # a result sent just before the exit
             del self.running[pos]
-            results[pos] = self._result(r)
+            ended.append((r.job, self._result(r)))
             self.free.append(r.slot)
             self.free.sort(key=lambda s: s.index)
+        return ended
 
     @staticmethod
     def _receive(r: _Running) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
@@ -46,3 +46,17 @@ class GpuLauncher(Launcher):
         from hydra_plugins.pipeline_gpu_launcher import _core
 
         return _core.launch(self, job_overrides, initial_job_idx)
+
+    def launch_stream(
+        self,
+        next_job: Callable[[], Optional[tuple[int, Sequence[str]]]],
+        on_return: Callable[[int, JobReturn], None],
+        *,
+        max_jobs: int,
+    ) -> None:
+        """Start a job whenever a slot frees: `next_job()` gives (job number, overrides) or None when
+        there is no more; `on_return(job number, JobReturn)` is called as each job ends. Used by the
+        Optuna sweeper to ask for a trial only when a device is free for it."""
+        from hydra_plugins.pipeline_gpu_launcher import _core
+
+        _core.launch_stream(self, next_job, on_return, max_jobs=max_jobs)

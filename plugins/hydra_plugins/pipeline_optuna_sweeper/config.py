@@ -42,10 +42,14 @@ class OptunaSweeperConf:
     sampler: Any = MISSING
     # maximize or minimize the job's return value (the pipeline returns the best validation score:
     # maximize roc_auc or accuracy, minimize rmse); no default, so a sweep never optimises backwards.
-    direction: Optional[str] = None
+    # A list, one per value the job returns, searches several objectives: [maximize, minimize].
+    direction: Any = None
     n_trials: int = 20
-    # Trials per launcher batch; how many run at once is up to the launcher (hydra/launcher=gpu).
+    # Trials running at once (async) or per launcher batch (batch).
     n_jobs: int = 2
+    # async: a new trial starts as soon as a slot of hydra/launcher=gpu frees; batch: n_jobs trials
+    # per launch, each batch waiting for its slowest job (always so with other launchers).
+    schedule: str = "async"
     storage: Optional[str] = None  # e.g. sqlite:///optuna.db to keep and resume the study
     study_name: Optional[str] = None
     # Stop when more than this fraction of the trials so far failed (0.0: at the first failure).

@@ -10,22 +10,25 @@ from omegaconf import DictConfig
 
 
 class OptunaSweeper(Sweeper):
-    """Asks Optuna for `n_jobs` trials at a time, launches them as one batch, tells it their scores."""
+    """Asks Optuna for trials, launches them, tells it their scores: a new trial as soon as a launcher slot
+    frees (with `hydra/launcher=gpu`), else `n_jobs` trials per batch."""
 
     def __init__(
         self,
         sampler: Any,
-        direction: Optional[str] = None,
+        direction: Any = None,
         n_trials: int = 20,
         n_jobs: int = 2,
         storage: Optional[str] = None,
         study_name: Optional[str] = None,
         max_failure_rate: float = 0.0,
         params: Optional[Any] = None,
+        schedule: str = "async",
     ) -> None:
         self.options = dict(
             sampler=sampler, direction=direction, n_trials=n_trials, n_jobs=n_jobs, storage=storage,
             study_name=study_name, max_failure_rate=max_failure_rate, params=params,
+            schedule=schedule,
         )
         self.settings = None
         self.config: Optional[DictConfig] = None

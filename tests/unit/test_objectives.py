@@ -1,0 +1,35 @@
+"""What a run returns to a sweeper: one value per configured objective."""
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.objectives import check, job_return
+
+ROWS = [
+    {"model": "ensemble", "val_roc_auc": 0.93, "fit_seconds": 0.5, "predict_seconds": 0.0},
+    {"model": "lightgbm", "val_roc_auc": 0.92, "fit_seconds": 3.0, "predict_seconds": 0.25},
+    {"model": "xgboost", "val_roc_auc": 0.91, "fit_seconds": 4.0, "predict_seconds": 0.5},
+]
+
+
+def test_one_objective_returns_a_float_as_hydra_sweepers_expect():
+    assert job_return(("val_score",), ROWS, "roc_auc") == 0.93
+
+
+def test_an_ensemble_costs_its_members_too():
+    assert job_return(("val_score", "fit_seconds", "predict_seconds"), ROWS, "roc_auc") == [0.93, 7.5, 0.75]
+    refit = {"model": "lightgbm_refit", "val_roc_auc": float("nan"), "fit_seconds": 9.0, "predict_seconds": 1.0}
+    assert job_return(("fit_seconds",), ROWS + [refit], "roc_auc") == 7.5  # refits are not the returned model
+    single = [ROWS[1], ROWS[2]]
+    assert job_return(("fit_seconds", "val_score"), single, "roc_auc") == [3.0, 0.92]
+
+
+@pytest.mark.parametrize("names, expected", [
+    ([], "objectives=[]: give at least one of val_score, fit_seconds, predict_seconds"),
+    (["val_score", "accuracy"], "objectives: 'accuracy' is not an objective; valid ones are val_score"),
+    (["val_score", "val_score"], "each objective may appear once"),
+])
+def test_bad_objectives_are_config_errors(names, expected):
+    with pytest.raises(ConfigError) as info:
+        check(names)
+    assert expected in str(info.value)
