@@ -1,6 +1,6 @@
 """Run the benchmark suites of the pipeline engine and write their figures to one JSON file.
 
-`python -m bench [--suite a,b] [--quick] [--out DIR]`. Suites: overhead, startup, parallel_folds,
+`python -m bench [--suite a,b] [--quick] [--out DIR]`. Suites: overhead, startup, parallel_folds, fixed_cost,
 nn_loop, autogluon, gpu, async_sweep (all by default, in that order). `python -m bench.report` turns every JSON
 under bench/results/ into docs/benchmarks.md.
 """
@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITES = ("overhead", "startup", "parallel_folds", "nn_loop", "autogluon", "gpu", "async_sweep")
+SUITES = ("overhead", "startup", "parallel_folds", "fixed_cost", "nn_loop", "autogluon", "gpu", "async_sweep")
 
 
 def parse(argv=None) -> argparse.Namespace:

@@ -119,3 +119,33 @@ def torch_mlp(data, params: dict, *, seed: int, threads: int, device: str = "cpu
             best_auc, best_state = auc, copy.deepcopy(model.state_dict())
     model.load_state_dict(best_state)
     return {"test_roc_auc": _roc_auc(data.y[data.test_idx], proba(te)), "val_roc_auc": best_auc}
+
+
+def main(argv=None) -> int:
+    """`python -m bench.plain [--max-rows N]`: the plain LightGBM script as a whole process on the bundled
+    Adult data (the engine's loader and split), with the engine's parameters, seed and thread count; prints
+    the test ROC AUC as JSON."""
+    import argparse
+    import json
+    import os
+    from pathlib import Path
+
+    import yaml
+
+    from pipeline.data import DataSpec, load
+    from pipeline.executors.tasks import task_seed
+
+    p = argparse.ArgumentParser(prog="python -m bench.plain")
+    p.add_argument("--max-rows", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    conf = Path(__file__).resolve().parents[1] / "conf" / "model" / "lightgbm.yaml"
+    params = yaml.safe_load(conf.read_text())["lightgbm"]["params"]
+    data = load(DataSpec(max_rows=args.max_rows), Path.cwd())
+    out = lightgbm(data, params, seed=task_seed(args.seed, "lightgbm", 0, 0), threads=len(os.sched_getaffinity(0)))
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

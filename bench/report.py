@@ -38,6 +38,16 @@ SUITES = {
         "(one fit at a time, in the driver) vs the default plan (as many fits as cores, in worker processes). "
         "Speed-up = sequential / parallel seconds; efficiency = speed-up / cores; the ideal is the core count.",
     ),
+    "fixed_cost": (
+        "Fixed cost of a run, whole processes",
+        "Fresh processes timed start to exit, the variants of each comparison alternating within a repeat: "
+        "`python -m bench.plain` (the engine's loader and split, `lgb.train` with the engine's parameters), "
+        "`python -m pipeline model=lightgbm tracking=none`, and the same tracked (SQLite store that exists, "
+        "models logged); `--help` and a dry run of every model on a declared 4-GPU box; `parallelism=bag5` as "
+        "planned vs `parallelism.sequential=true`; a 16-job `hydra/launcher=gpu` sweep, as seconds per job "
+        "beyond its own fit. Targets: tracked/untracked ≤ 1.3, untracked/plain ≤ 1.05, `--help` ≤ 0.8 s, "
+        "dry run ≤ 1.2 s, bag parallel/one at a time ≤ 1.0, sweep ≤ 1.5 s per job. Scores must be identical.",
+    ),
     "nn_loop": (
         "Network training loop",
         "Rows per second of training epochs: the engine's device-resident loop (`pipeline.nn.loop.Loop`: the "
@@ -486,7 +496,7 @@ def _reproduce() -> list[str]:
         "",
         "Options of `python -m bench` (also `make bench ARGS='...'`):",
         "",
-        "- `--suite overhead,startup,parallel_folds,nn_loop,autogluon,gpu`: a selection of suites",
+        "- `--suite overhead,startup,parallel_folds,fixed_cost,nn_loop,autogluon,gpu`: a selection of suites",
         "- `--quick`: fewer repeats and smaller data, for development (its results are marked as such)",
         "- `--repeats N`: the same number of repeats for every figure",
         "- `--bio-train PATH`: bio_train.parquet (default `/work/shared/data/bio_train.parquet`)",

@@ -175,4 +175,17 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("whole_gpus", whole_gpus, replace=True)
 
 
+def _share_config_store(self, memo):
+    """The ConfigStore is a process-wide singleton: a deep copy of it is the same store.
+
+    Hydra deep-copies its config repository, and with it the whole store, each time it lists a
+    group's options: `--help` lists every group and spent seconds copying. Reads stay safe, since
+    the store hands out a copy of each node it loads.
+    """
+    return self
+
+
+ConfigStore.__deepcopy__ = _share_config_store
+
+
 register_configs()

@@ -79,18 +79,12 @@ class TabularData:
 
     def fold_ids(self, num_folds: int, seed: int) -> np.ndarray:
         """Fold of each row of fit_idx(bagging=True): stratified for classification, seeded."""
-        from sklearn.model_selection import KFold, StratifiedKFold
+        from pipeline import split
 
         rows = self.fit_idx(True)
-        folds = np.empty(len(rows), dtype=np.int32)
         y = self.y[rows]
-        if self.problem_type != "regression" and np.bincount(y.astype(int)).min(initial=num_folds) >= num_folds:
-            splitter = StratifiedKFold(num_folds, shuffle=True, random_state=seed).split(rows, y)
-        else:
-            splitter = KFold(num_folds, shuffle=True, random_state=seed).split(rows)
-        for k, (_, held_out) in enumerate(splitter):
-            folds[held_out] = k
-        return folds
+        stratify = self.problem_type != "regression" and np.bincount(y.astype(int)).min(initial=num_folds) >= num_folds
+        return split.folds(len(rows), num_folds, seed, y if stratify else None)
 
 
 def load(spec: DataSpec, base_dir: Path) -> TabularData:
@@ -319,7 +313,7 @@ def _reject_text_in_numbers(column: str, s: pd.Series) -> None:
 
 
 def _split(y: np.ndarray, problem_type: str, spec: DataSpec, n_main: int, n_all: int):
-    from sklearn.model_selection import train_test_split
+    from pipeline import split
 
     main = np.arange(n_main)
 
@@ -332,9 +326,9 @@ def _split(y: np.ndarray, problem_type: str, spec: DataSpec, n_main: int, n_all:
     if n_all > n_main:  # a separate test file
         rest, test = main, np.arange(n_main, n_all)
     else:
-        rest, test = train_test_split(main, test_size=spec.test_size, random_state=spec.seed, stratify=strat(main))
-    train, val = train_test_split(rest, test_size=spec.val_size, random_state=spec.seed, stratify=strat(rest))
-    return np.sort(train), np.sort(val), np.sort(test)
+        rest, test = split.holdout(main, spec.test_size, spec.seed, strat(main))
+    train, val = split.holdout(rest, spec.val_size, (spec.seed, 1), strat(rest))  # a stream of its own
+    return train, val, test
 
 
 def _type_columns(X, categorical, numeric, fit_rows, test_rows, spec: DataSpec) -> pd.DataFrame:

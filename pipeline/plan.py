@@ -94,6 +94,7 @@ class Plan:
                     "num_folds": a.num_folds,
                     "num_trials": a.num_trials,
                     "folds_parallel": a.folds_parallel,
+                    "folds_parallel_reason": a.parallel_reason,
                     "trials_parallel": a.trials_parallel,
                     "bag": a.bag.to_json(),
                     "fit": a.fit.to_json(),

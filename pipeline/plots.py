@@ -6,25 +6,31 @@ from pathlib import Path
 from typing import Optional
 
 
-def _pyplot():
-    import matplotlib
+def _figure(figsize):
+    """A figure drawn by Agg without pyplot: no GUI backend, no global figure registry to import."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    return Figure(figsize=figsize)
 
-    return plt
+
+def _colors(n: int) -> list:
+    from matplotlib import colormaps
+
+    return [colormaps["tab10"](i % 10) for i in range(n)]
 
 
 def timeline(entries: list[dict], path: Path) -> Optional[Path]:
     """One row per device slot (GPU ids, or the worker process for CPU fits); a bar per task."""
     if not entries:
         return None
-    plt = _pyplot()
+    from matplotlib.patches import Rectangle
+
     t0 = min(e["start"] for e in entries)
     lanes: dict[str, int] = {}
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.35 * len({_lane(e) for e in entries})))
+    fig = _figure((10, 1.2 + 0.35 * len({_lane(e) for e in entries})))
+    ax = fig.subplots()
     models = sorted({e["model"] for e in entries})
-    colors = {m: plt.cm.tab10(i % 10) for i, m in enumerate(models)}
+    colors = dict(zip(models, _colors(len(models))))
     for e in sorted(entries, key=lambda e: e["start"]):
         lane = lanes.setdefault(_lane(e), len(lanes))
         ax.barh(lane, e["end"] - e["start"], left=e["start"] - t0, color=colors[e["model"]],
@@ -32,12 +38,11 @@ def timeline(entries: list[dict], path: Path) -> Optional[Path]:
         ax.text(e["start"] - t0, lane, f" t{e['trial']}/f{e['fold']}", va="center", fontsize=7)
     ax.set_yticks(range(len(lanes)), list(lanes))
     ax.set_xlabel("seconds since the first fit started")
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[m]) for m in models], labels=models,
+    ax.legend(handles=[Rectangle((0, 0), 1, 1, color=colors[m]) for m in models], labels=models,
               loc="upper right", fontsize=8)
     ax.set_title("Task timeline")
     fig.tight_layout()
     _save(fig, path)
-    plt.close(fig)
     return path
 
 
@@ -54,8 +59,8 @@ def learning_curves(histories: dict[str, dict[str, list[float]]], path: Path) ->
     curves = {k: h for k, h in histories.items() if h}
     if not curves:
         return None
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.4), squeeze=False)
+    fig = _figure((4.5 * len(curves), 3.4))
+    axes = fig.subplots(1, len(curves), squeeze=False)
     for ax, (name, history) in zip(axes[0], curves.items()):
         for metric, values in history.items():
             if metric.startswith(("train_loss", "val_loss", "valid_")):
@@ -65,7 +70,6 @@ def learning_curves(histories: dict[str, dict[str, list[float]]], path: Path) ->
         ax.legend(fontsize=7)
     fig.tight_layout()
     _save(fig, path)
-    plt.close(fig)
     return path
 
 
@@ -73,15 +77,14 @@ def feature_importance(importances: dict[str, dict[str, float]], path: Path, top
     shown = {k: v for k, v in importances.items() if v}
     if not shown:
         return None
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 0.3 * top + 1.2), squeeze=False)
+    fig = _figure((5 * len(shown), 0.3 * top + 1.2))
+    axes = fig.subplots(1, len(shown), squeeze=False)
     for ax, (name, values) in zip(axes[0], shown.items()):
         items = sorted(values.items(), key=lambda kv: kv[1])[-top:]
         ax.barh([k for k, _ in items], [v for _, v in items])
         ax.set_title(f"{name}: gain", fontsize=9)
     fig.tight_layout()
     _save(fig, path)
-    plt.close(fig)
     return path
 
 

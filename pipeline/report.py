@@ -50,6 +50,8 @@ def plan_tree(plan: Plan) -> Tree:
             f"{a.trials_parallel} in parallel; uses {used.num_cpus} CPU / {fmt(used.num_gpus)} GPU "
             f"({a.folds_parallel * a.trials_parallel} fits at once)"
         )
+        if a.parallel_reason:
+            node.add(f"[dim]{a.parallel_reason}[/dim]")
         if a.memory is not None:
             est = a.memory.estimate
             gpu = f", {gb(est.gpu)} on each GPU" if a.fit.num_gpus > 0 and est.gpu else ""

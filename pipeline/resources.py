@@ -198,6 +198,7 @@ class Allocation:
     folds_parallel: int
     trials_parallel: int
     memory: Any = None  # pipeline.memory.budget.ModelMemory, once memory is planned
+    parallel_reason: str = ""  # why this many folds run at once, when the engine chose it
 
     @property
     def reservation(self) -> Resources:
@@ -269,10 +270,16 @@ def allocate(
     fit = Resources(fit_cpus, fit_gpus)
     _check_model_devices(needs, fit, fit_request, f"{bag_keys[1]}={fmt(bag.num_gpus)}", warn)
 
+    choice = None
+    if bagging and not sequential and num_trials == 1 and fit_request.num_cpus is None and fit.num_gpus == 0:
+        from pipeline.payoff import folds_at_once
+
+        choice = folds_at_once(folds, bag.num_cpus)  # threads per fit vs folds at once: what pays
+        fit = Resources(choice.fit_cpus, fit.num_gpus)
     if sequential:
         folds_parallel = trials_parallel = 1
     else:
-        folds_parallel = min(folds, bag.num_cpus // fit.num_cpus)
+        folds_parallel = choice.folds_parallel if choice else min(folds, bag.num_cpus // fit.num_cpus)
         if fit.num_gpus > 0:
             folds_parallel = min(folds_parallel, int(bag.num_gpus // fit.num_gpus))
             if gpu_capacities:  # as shares pack onto devices: three 0.75 shares on three GPUs, not four
@@ -291,7 +298,8 @@ def allocate(
             f"model '{needs.name}': a fit of {fit} does not fit on the devices of the box "
             f"({fmt(total.num_gpus)} GPU); {fix}"
         )
-    return Allocation(needs.name, folds, num_trials, bag, fit, folds_parallel, trials_parallel)
+    return Allocation(needs.name, folds, num_trials, bag, fit, folds_parallel, trials_parallel,
+                      parallel_reason=choice.reason if choice else "")
 
 
 def _check_within(request: Request, parent: Resources, parent_keys: tuple[str, str]) -> None:

@@ -165,16 +165,20 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals)
     from pipeline import metrics
     from pipeline.store import write_state
 
-    data = data_module.load(settings.data, runtime.launch_dir)
-    metric = metrics.resolve(settings.eval_metric, data.problem_type)
-    for spec in settings.models:
-        spec.cls.check_params(spec.name, spec.params, data.problem_type)
-        # The GPU build check probes this process's library; on a cluster the fits run elsewhere.
-        needs_gpu = spec.cls.needs(spec.name, spec.params).requires_gpu
-        if needs_gpu and not plan.hardware.planned_only and not _on_cluster(settings):
-            spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
     tracker = make_tracker(settings, runtime)
-    tracker.connect() if tracker.enabled else None
+    tracker.connect() if tracker.enabled else None  # the tracker's process opens the store while data loads
+    try:
+        data = data_module.load(settings.data, runtime.launch_dir)
+        metric = metrics.resolve(settings.eval_metric, data.problem_type)
+        for spec in settings.models:
+            spec.cls.check_params(spec.name, spec.params, data.problem_type)
+            # The GPU build check probes this process's library; on a cluster the fits run elsewhere.
+            needs_gpu = spec.cls.needs(spec.name, spec.params).requires_gpu
+            if needs_gpu and not plan.hardware.planned_only and not _on_cluster(settings):
+                spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
+    except BaseException:
+        tracker.end("FAILED")  # no run was started: this only stops the tracker's process
+        raise
     status = "FAILED"
     try:
         tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
@@ -217,9 +221,11 @@ def make_tracker(settings: Settings, runtime: Runtime):
     uri = t.uri or tracking.default_uri(runtime.launch_dir)
     local = not tracking.is_remote(uri)
     artifact_root = runtime.launch_dir / "outputs" / "mlartifacts" if local else None
-    return tracking.MlflowTracker(uri, t.experiment, artifact_root=artifact_root, timeout_s=t.timeout_s,
-                                  system_metrics=t.system_metrics, log_models=t.log_models,
-                                  system_metrics_interval_s=t.system_metrics_interval_s)
+    from pipeline.tracker_process import TrackerProcess
+
+    return TrackerProcess(tracking.MlflowTracker(uri, t.experiment, artifact_root=artifact_root, timeout_s=t.timeout_s,
+                                                 system_metrics=t.system_metrics, log_models=t.log_models,
+                                                 system_metrics_interval_s=t.system_metrics_interval_s))
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:

@@ -185,13 +185,18 @@ class MlflowTracker(NullTracker):
         self.failure = None
         self.print_masked_link = False
 
-    def connect(self) -> None:
-        """Reach the store before any work starts; errors here are TrackingErrors."""
+    def prepare(self) -> None:
+        """What connecting needs before MLflow is imported: its environment, and a server's health
+        check, which fails in seconds (no mlflow import)."""
         quiet_mlflow()
         self.print_masked_link = hide_credential_links(self.uri)
         if is_remote(self.uri):
             configure_http(self.timeout_s)
             check_server(self.uri, self.timeout_s)
+
+    def connect(self) -> None:
+        """Reach the store before any work starts; errors here are TrackingErrors."""
+        self.prepare()
         try:
             import mlflow
 

@@ -103,3 +103,15 @@ def test_resources_are_typed(compose):
     with pytest.raises(ConfigCompositionException) as info:
         compose(["parallelism.fit.num_gpus=half"])
     assert isinstance(info.value.__cause__, (ValidationError, ConfigKeyError))
+
+
+def test_hydra_copies_of_the_config_store_share_it():
+    """Hydra deep-copies its repository, store included, per group it lists (--help lists them all)."""
+    import copy
+
+    from hydra.core.config_store import ConfigStore
+
+    import pipeline.config  # noqa: F401
+
+    store = ConfigStore.instance()
+    assert copy.deepcopy(store) is store

@@ -241,3 +241,30 @@ class TestPacking:
         assert pool.try_allocate(Resources(1, F(0))) is None  # no CPU left
         pool.release(Resources(2, F(1, 2)), shares)
         assert pool.idle
+
+
+class TestFoldsThatPay:
+    """With the fit's CPUs left unset, the planner runs as many folds at once as its estimate says pays."""
+
+    def test_five_folds_on_two_cpus_run_one_at_a_time_with_every_thread(self):
+        a = allocate(Resources(2, F(0)), req(prefix="parallelism.bag"), req(), GBM_CPU, num_folds=5, num_trials=1)
+        assert (a.folds_parallel, a.fit) == (1, Resources(2, F(0)))
+        assert "one at a time with 2 threads" in a.parallel_reason
+
+    def test_five_folds_on_sixteen_cpus_run_together(self):
+        a = allocate(Resources(16, F(0)), req(prefix="parallelism.bag"), req(), GBM_CPU, num_folds=5, num_trials=1)
+        assert (a.folds_parallel, a.fit) == (5, Resources(3, F(0)))
+        assert "5 at once with 3 thread(s)" in a.parallel_reason
+
+    def test_a_set_fit_keeps_the_hierarchy_formula(self):
+        a = allocate(Resources(2, F(0)), req(prefix="parallelism.bag"), req(1), GBM_CPU, num_folds=5, num_trials=1)
+        assert a.folds_parallel == 2 and a.parallel_reason == ""
+
+    def test_the_estimate_never_picks_a_slower_choice(self):
+        from pipeline.payoff import estimate, folds_at_once
+
+        for k in range(2, 11):
+            for cpus in range(2, 17):
+                choice = folds_at_once(k, cpus)
+                assert estimate(k, cpus, choice.folds_parallel) <= estimate(k, cpus, 1) + 1e-9
+                assert choice.folds_parallel * choice.fit_cpus <= cpus

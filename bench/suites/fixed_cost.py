@@ -1,0 +1,187 @@
+"""The fixed cost of a run, as whole processes side by side: the plain script, the engine untracked and
+tracked (SQLite store that exists, models logged), start-up, a 5-fold bag in parallel vs one fold at a
+time, and a 16-job `hydra/launcher=gpu` sweep. Each repeat runs every variant of a comparison in
+turn, the order rotating, so ratios pair runs taken under the same load; scores are checked equal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import Options, cpu_cores, figure, guarded, log, ratios
+
+ENGINE = [sys.executable, "-m", "pipeline"]
+PLAIN = [sys.executable, "-m", "bench.plain"]
+TARGETS = {"tracked": ("<=", 1.3), "untracked": ("<=", 1.05), "help": ("<=", 0.8), "dry_run": ("<=", 1.2),
+           "bag": ("<=", 1.0), "sweep": ("<=", 1.5)}
+
+
+def run(opts: Options) -> dict:
+    cwd = opts.scratch / "fixed_cost"
+    cwd.mkdir(parents=True, exist_ok=True)
+    rows = ["data.max_rows=5000"] if opts.quick else []
+    n = opts.n(5, 2)
+    env = {**os.environ, "COLUMNS": "200"}
+    runner = Runner(cwd, env)
+    figures, loads = [], {"start": os.getloadavg()}
+    figures += guarded("run: plain / untracked / tracked", ["tracked / untracked"],
+                       lambda: _overhead(runner, rows, n))
+    loads["after overhead"] = os.getloadavg()
+    figures += guarded("start-up", ["--help"], lambda: _startup(runner, opts.n(10, 3)))
+    figures += guarded("5-fold bag", ["parallel / one at a time"], lambda: _bag(runner, rows, n))
+    loads["after bag"] = os.getloadavg()
+    figures += guarded("16-job sweep", ["seconds per job beyond its fit"],
+                       lambda: _sweep(runner, rows, 4 if opts.quick else 16))
+    loads["end"] = os.getloadavg()
+    return {
+        "settings": {
+            "repeats": n, "cores": cpu_cores(), "data": "Adult" + (" (5,000 rows)" if rows else ""),
+            "load_average_1_5_15_min": {k: [round(x, 2) for x in v] for k, v in loads.items()},
+            "timer": "subprocess wall time, start to exit; the variants of a comparison alternate within each "
+                     "repeat (order rotating); one untimed run of each first (file cache, SQLite store created)",
+            "plain": "python -m bench.plain: the engine's loader and split, lgb.train with the engine's "
+                     "parameters, seed and threads, early stopping on validation, test ROC AUC",
+        },
+        "figures": figures,
+        "notes": ["Timings on a shared machine are noisy: compare the ratios (paired per repeat) and read "
+                  "the load averages in the settings."],
+    }
+
+
+class Runner:
+    def __init__(self, cwd: Path, env: dict):
+        self.cwd, self.env, self.count = cwd, env, 0
+
+    def engine(self, args: list[str]) -> tuple[float, Path]:
+        self.count += 1
+        run_dir = self.cwd / "runs" / f"{self.count:04d}"
+        seconds, _ = self.call(ENGINE + args + [f"hydra.run.dir={run_dir}"])
+        return seconds, run_dir
+
+    def call(self, cmd: list[str]) -> tuple[float, str]:
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=1800)
+        seconds = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[1:])} exited {proc.returncode}: {proc.stderr[-2000:]}")
+        return seconds, proc.stdout
+
+
+def _test_auc(run_dir: Path, model: str = "lightgbm") -> float:
+    import pandas as pd
+
+    board = pd.read_csv(run_dir / "leaderboard.csv")
+    return float(board.loc[board.model == model, "test_roc_auc"].iloc[0])
+
+
+def _rotations(names: list[str], n: int):
+    for r in range(n):
+        k = r % len(names)
+        yield r, names[k:] + names[:k]
+
+
+def _overhead(runner: Runner, rows: list[str], n: int) -> list[dict]:
+    import json
+
+    base = ["model=lightgbm"] + rows
+    variants = {"untracked": base + ["tracking=none"], "tracked": base}
+    plain_cmd = PLAIN + ([f"--max-rows={rows[0].split('=')[1]}"] if rows else [])
+    runner.engine(variants["tracked"])  # creates the SQLite store; not timed
+    runner.call(plain_cmd)
+    wall = {"plain": [], "untracked": [], "tracked": []}
+    auc = {k: [] for k in wall}
+    for r, order in _rotations(list(wall), n):
+        for name in order:
+            log(f"fixed_cost: {name} {r + 1}/{n}")
+            if name == "plain":
+                sec, out = runner.call(plain_cmd)
+                auc[name].append(json.loads(out.strip().splitlines()[-1])["test_roc_auc"])
+            else:
+                sec, run_dir = runner.engine(variants[name])
+                auc[name].append(_test_auc(run_dir))
+            wall[name].append(sec)
+    group = "whole process · Adult · LightGBM"
+    same = auc["tracked"] == auc["untracked"]
+    close = all(abs(a - b) < 1e-12 for a, b in zip(auc["plain"], auc["untracked"]))
+    return [
+        figure("tracked / untracked", ratios(wall["tracked"], wall["untracked"]), "ratio", group=group,
+               target=TARGETS["tracked"]),
+        figure("untracked / plain script", ratios(wall["untracked"], wall["plain"]), "ratio", group=group,
+               target=TARGETS["untracked"]),
+        figure("plain script seconds", wall["plain"], "s", group=group),
+        figure("untracked seconds (tracking=none)", wall["untracked"], "s", group=group),
+        figure("tracked seconds (MLflow, SQLite, models logged)", wall["tracked"], "s", group=group),
+        figure("test ROC AUC, tracked", auc["tracked"], "roc_auc", group=group, kind="score",
+               identical=same, compared_with="the untracked run's"),
+        figure("test ROC AUC, plain script", auc["plain"], "roc_auc", group=group, kind="score",
+               identical=close, compared_with="the untracked run's (to 1e-12)"),
+    ]
+
+
+def _startup(runner: Runner, n: int) -> list[dict]:
+    commands = {"help": ["--help"], "dry_run": ["dry_run=true", "+hardware=4gpu", "model=all"]}
+    for args in commands.values():
+        runner.call(ENGINE + args)
+    wall = {k: [] for k in commands}
+    for r, order in _rotations(list(commands), n):
+        for name in order:
+            wall[name].append(runner.call(ENGINE + commands[name])[0])
+    return [
+        figure("python -m pipeline --help", wall["help"], "s", group="start-up", target=TARGETS["help"]),
+        figure("python -m pipeline dry_run=true +hardware=4gpu model=all", wall["dry_run"], "s", group="start-up",
+               target=TARGETS["dry_run"]),
+    ]
+
+
+def _bag(runner: Runner, rows: list[str], n: int) -> list[dict]:
+    base = ["model=lightgbm", "parallelism=bag5", "tracking=none"] + rows
+    variants = {"parallel": base, "one at a time": base + ["parallelism.sequential=true"]}
+    wall = {k: [] for k in variants}
+    auc = {k: [] for k in variants}
+    plan = None
+    for r, order in _rotations(list(variants), n):
+        for name in order:
+            log(f"fixed_cost: bag5 {name} {r + 1}/{n}")
+            sec, run_dir = runner.engine(variants[name])
+            wall[name].append(sec)
+            auc[name].append(_test_auc(run_dir))
+            if name == "parallel" and plan is None:
+                import json
+
+                plan = json.loads((run_dir / "plan.json").read_text())["models"][0]
+    group = "whole process · Adult · LightGBM · parallelism=bag5"
+    return [
+        figure("parallel / one at a time", ratios(wall["parallel"], wall["one at a time"]), "ratio", group=group,
+               target=TARGETS["bag"], folds_parallel=plan["folds_parallel"],
+               reason=plan.get("folds_parallel_reason", "")),
+        figure("parallel seconds", wall["parallel"], "s", group=group),
+        figure("one at a time seconds (parallelism.sequential=true)", wall["one at a time"], "s", group=group),
+        figure("test ROC AUC, parallel", auc["parallel"], "roc_auc", group=group, kind="score",
+               identical=auc["parallel"] == auc["one at a time"], compared_with="the one-at-a-time run's"),
+    ]
+
+
+def _sweep(runner: Runner, rows: list[str], jobs: int) -> list[dict]:
+    """Seconds each job spends beyond its own fit: (wall x jobs at once - sum of fit seconds) / jobs."""
+    import pandas as pd
+
+    slots = min(jobs, cpu_cores())
+    sweep_dir = runner.cwd / "sweep"
+    args = ["-m", "hydra/launcher=gpu", "hydra.launcher.gpus_per_job=0", "model=lightgbm",
+            f"seed=range(0,{jobs})", f"hydra.sweep.dir={sweep_dir}"] + rows
+    log(f"fixed_cost: {jobs}-job sweep")
+    wall, _ = runner.call(ENGINE + args)
+    fits = [float(pd.read_csv(p).fit_seconds.iloc[0]) for p in sorted(sweep_dir.glob("*/leaderboard.csv"))]
+    if len(fits) != jobs:
+        raise RuntimeError(f"the sweep left {len(fits)} leaderboards for {jobs} jobs")
+    per_job = (wall * slots - sum(fits)) / jobs
+    group = f"{jobs}-job sweep · hydra/launcher=gpu (CPU slots) · LightGBM · tracked"
+    return [
+        figure("seconds per job beyond its fit", [per_job], "s", group=group, target=TARGETS["sweep"],
+               jobs_at_once=slots),
+        figure("sweep wall seconds", [wall], "s", group=group),
+        figure("fit seconds per job", fits, "s", group=group),
+    ]

@@ -1,0 +1,158 @@
+"""An MLflow tracker that lives in a process of its own, beside the run.
+
+Importing MLflow and opening its store take seconds of one core, as do logging a pyfunc model and
+its dependency check; the run itself spends that time loading data, importing the model
+libraries and fitting. Here the tracker's process imports MLflow and opens the store while the
+run loads its data, and logs what the run sends it in order, while the run goes on. Every call
+is sent and not waited for, except where the run needs an answer: the run id (after `start`,
+whose errors surface there, before any fit), what a logged model's URI or a registered version
+is (RETURNING), and `end`, which waits until everything sent is logged. A driver that dies leaves a pipe at EOF: the tracker ends the run as FAILED.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from typing import Any, Optional
+
+from pipeline.errors import TrackingError
+
+ANSWERED = ("start", "end")
+RETURNING = ("log_predictor", "register_model")  # the run uses what these return (a model URI, a version)
+# Waited for as well: logging the data sets hashes the whole table, which must not share the CPUs
+# with the fits that follow it.
+BEFORE_FITS = ("log_datasets",)
+
+
+class TrackerProcess:
+    """Forwards every tracker call to an MlflowTracker in a spawned process."""
+
+    enabled = True
+
+    def __init__(self, tracker):
+        self._tracker = tracker  # configured, not connected: it travels to the process
+        self._conn = None
+        self._process = None
+        self._answers_due = 0
+        self._run_id: Optional[str] = None
+        self._error: Optional[str] = None
+        self.failure: Optional[str] = None
+
+    def connect(self) -> None:
+        """Check what can be checked here at once (a server's health), then start the process,
+        which imports MLflow and opens the store while this one goes on."""
+        self._tracker.prepare()
+        ctx = multiprocessing.get_context("spawn")  # no fork of a driver that may hold threads
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=serve, args=(child, self._tracker), name="mlflow-tracker", daemon=True)
+        self._process.start()
+        child.close()
+
+    @property
+    def run_id(self) -> Optional[str]:
+        self._collect()
+        if self._error is not None:
+            raise TrackingError(self._error)
+        return self._run_id
+
+    @property
+    def experiment_id(self) -> Optional[str]:
+        self._collect()
+        return self._experiment_id
+
+    def start(self, run_name: str, params: dict, tags: dict) -> None:
+        self._send("start", (run_name, params, tags), {})
+
+    def end(self, status: str) -> None:
+        """Wait until the tracker has logged everything it was sent and ended the run."""
+        if self._process is None:
+            return
+        self._send("end", (status,), {})
+        self._collect()
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.terminate()
+        self._process = None
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args, **kwargs):
+            self._send(name, args, kwargs)
+            if name in RETURNING or name in BEFORE_FITS:
+                return self._collect()
+
+        return call
+
+    def _send(self, name: str, args: tuple, kwargs: dict) -> None:
+        if self._conn is None:
+            raise RuntimeError("the tracker is not connected")
+        try:
+            self._conn.send((name, args, kwargs))
+        except (BrokenPipeError, OSError):
+            self.failure = self.failure or f"{name}: the tracker's process is gone"
+            return
+        if name in ANSWERED or name in RETURNING or name in BEFORE_FITS:
+            self._answers_due += 1
+
+    def _collect(self) -> Any:
+        """Read the answers owed so far (each carries the call's result, the run id, experiment id,
+        error and failure); returns the last result."""
+        result = None
+        while self._answers_due:
+            self._answers_due -= 1
+            try:
+                answer = self._conn.recv()
+            except (EOFError, OSError):
+                self.failure = self.failure or "the tracker's process died"
+                continue
+            result, self._run_id, self._experiment_id, self._error, failure = answer
+            self.failure = self.failure or failure
+        return result
+
+    _experiment_id: Optional[str] = None
+
+
+def serve(conn, tracker) -> None:
+    """The tracker's process: connect, then run each call as it arrives, answering `start` and `end`."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the driver decides when the run ends, and says how
+        signal.signal(sig, signal.SIG_IGN)
+    error: Optional[str] = None
+    try:
+        tracker.connect()
+    except TrackingError as exc:
+        error = str(exc)
+    except Exception as exc:  # noqa: BLE001  (reported to the driver as the run's tracking error)
+        error = f"cannot connect to MLflow: {type(exc).__name__}: {exc}"
+    while True:
+        try:
+            name, args, kwargs = conn.recv()
+        except (EOFError, OSError):  # the driver died without ending the run
+            if error is None and tracker.run_id is not None:
+                tracker.end("FAILED")
+            return
+        result = None
+        if error is None:
+            result, error = _call(tracker, name, args, kwargs)
+        if name in ANSWERED or name in RETURNING or name in BEFORE_FITS:
+            conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
+        if name == "end":
+            return
+
+
+def _call(tracker, name: str, args: tuple, kwargs: dict) -> tuple[Any, Optional[str]]:
+    """Run one call: (its result, None), or (None, the message of a TrackingError: the run could not
+    start); any other exception is the run's tracking failure."""
+    try:
+        return getattr(tracker, name)(*args, **kwargs), None
+    except TrackingError as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001  (a call outside the tracker's own guard: the run goes on)
+        tracker.failure = tracker.failure or f"{name}: {type(exc).__name__}: {exc}"
+    return None, None
+
+
+def make(tracker: Any, in_process: bool = False):
+    """The tracker to use: `tracker` itself, or a process-backed proxy of it."""
+    return tracker if in_process or not tracker.enabled else TrackerProcess(tracker)

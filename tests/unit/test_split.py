@@ -1,0 +1,64 @@
+"""The seeded numpy split and folds: sizes, disjointness, stratification, determinism."""
+
+import numpy as np
+import pytest
+
+from pipeline import split
+
+
+def _labels(n=1000, seed=0):
+    return np.random.default_rng(seed).choice([0, 1, 2], size=n, p=[0.7, 0.2, 0.1])
+
+
+def test_holdout_sizes_and_disjoint_parts():
+    rows = np.arange(1000)
+    kept, held = split.holdout(rows, 0.2, 0, _labels())
+    assert len(held) == 200 and len(kept) == 800
+    assert np.array_equal(np.sort(np.concatenate([kept, held])), rows)
+    assert np.all(np.diff(kept) > 0) and np.all(np.diff(held) > 0)
+
+
+def test_holdout_rounds_up_like_a_fraction_of_rows():
+    kept, held = split.holdout(np.arange(11), 0.25, 3)
+    assert len(held) == 3 and len(kept) == 8
+
+
+def test_holdout_keeps_each_class_share():
+    y = _labels()
+    _, held = split.holdout(np.arange(len(y)), 0.2, 0, y)
+    for c in (0, 1, 2):
+        assert abs(np.mean(y[held] == c) - np.mean(y == c)) < 0.005
+
+
+def test_holdout_is_seeded():
+    y = _labels()
+    a = split.holdout(np.arange(1000), 0.2, 7, y)
+    b = split.holdout(np.arange(1000), 0.2, 7, y)
+    c = split.holdout(np.arange(1000), 0.2, 8, y)
+    assert all(np.array_equal(x, z) for x, z in zip(a, b))
+    assert not np.array_equal(a[1], c[1])
+
+
+def test_holdout_returns_the_given_row_ids():
+    rows = np.arange(100, 300)
+    kept, held = split.holdout(rows, 0.5, 0, np.arange(200) % 2)
+    assert set(kept) | set(held) == set(rows)
+
+
+@pytest.mark.parametrize("labels", [None, "classes"])
+def test_folds_balanced_and_seeded(labels):
+    y = _labels(1003) if labels else None
+    f = split.folds(1003, 5, 1, y)
+    sizes = np.bincount(f, minlength=5)
+    assert sizes.max() - sizes.min() <= 1 and sizes.sum() == 1003
+    assert np.array_equal(f, split.folds(1003, 5, 1, y))
+    assert not np.array_equal(f, split.folds(1003, 5, 2, y))
+    if y is not None:
+        for c in (0, 1, 2):
+            per_fold = np.bincount(f[y == c], minlength=5)
+            assert per_fold.max() - per_fold.min() <= 1
+
+
+def test_largest_remainder_adds_up():
+    assert split._largest_remainder([7, 2, 1], 3) == [2, 1, 0]
+    assert sum(split._largest_remainder([5, 5, 5], 7)) == 7
