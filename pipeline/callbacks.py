@@ -1,4 +1,4 @@
-"""A Hydra callback that gives every multirun sweep one MLflow parent run.
+"""Hydra callbacks: a launcher check before any job starts, and one MLflow parent run per sweep.
 
 It creates the store and the experiment in the driver before any job starts (concurrent first
 writes to a SQLite store race), opens the parent run, and hands its id to the jobs through the
@@ -16,6 +16,32 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 
 log = logging.getLogger(__name__)
+
+
+class LaunchCheckCallback(Callback):
+    """Resolves the launcher's config before Hydra instantiates it, so a value it cannot take
+    (a GPU share for SLURM's whole GPUs) is one `error:` line and exit 2, not a traceback."""
+
+    def on_multirun_start(self, config, **kwargs: Any) -> None:
+        from omegaconf import OmegaConf
+        from omegaconf.errors import InterpolationResolutionError
+
+        from pipeline.errors import PipelineError
+
+        try:
+            OmegaConf.to_container(config.hydra.launcher, resolve=True)
+        except InterpolationResolutionError as exc:
+            error = exc
+            while error is not None and not isinstance(error, PipelineError):  # the resolver's own error
+                error = error.__cause__ or error.__context__
+            if error is None:
+                raise
+            import sys
+
+            from pipeline.report import err_console
+
+            err_console.print(f"[bold red]error:[/bold red] {error}", soft_wrap=True)
+            sys.exit(error.exit_code)  # SystemExit: Hydra turns a callback's exceptions into warnings
 
 
 class MlflowSweepCallback(Callback):

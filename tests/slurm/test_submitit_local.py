@@ -30,6 +30,7 @@ def test_submitit_local_runs_each_job_with_the_hardware_groups_cpus_and_logs_its
 def test_a_gpu_share_is_refused_for_slurm_before_any_job(cli, tmp_path):
     proc = cli("-m", "hydra/launcher=slurm", "+hardware=1gpu", "hardware.num_gpus=0.5", "seed=0,1",
                "tracking=none", env={"PIPELINE_SIMULATE_GPUS": "1"}, timeout=120)
-    assert proc.returncode != 0
-    assert "hardware.num_gpus=0.5: hydra/launcher=slurm asks SLURM for whole GPUs" in proc.stderr
+    assert proc.returncode == 2
+    assert "error: hardware.num_gpus=0.5: hydra/launcher=slurm asks SLURM for whole GPUs" in proc.stderr
+    assert "Traceback" not in proc.stderr  # one line, as for every config error
     assert not job_dirs(tmp_path)
