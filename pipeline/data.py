@@ -172,12 +172,9 @@ def _read(spec: DataSpec, base_dir: Path) -> pd.DataFrame:
 def _read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None) -> pd.DataFrame:
     if not isinstance(path, Path):
         return _read_remote(path, key, kind, storage_options)
-    if not path.exists():
-        raise DataError(f"{key}={str(path)!r}: no such file")
-    if path.is_dir():
-        raise DataError(f"{key}={str(path)!r} is a directory, not a data file")
-    if path.stat().st_size == 0:
-        raise DataError(f"{key}={str(path)!r} is empty")
+    from pipeline.chunks import check_file
+
+    check_file(path, key)
     kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
     try:
         if kind == "csv":

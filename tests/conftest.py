@@ -135,15 +135,21 @@ class MlflowServer:
         raise RuntimeError("mlflow server did not start in time")
 
     def stop(self) -> None:
-        import signal
+        if self.proc is not None:
+            stop_process_group(self.proc)
 
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+
+def stop_process_group(proc: subprocess.Popen) -> None:
+    """SIGTERM a server started in its own session, then SIGKILL it if it lingers past 15 s."""
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 @pytest.fixture(scope="session")

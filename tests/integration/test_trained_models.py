@@ -7,7 +7,6 @@ import json
 import os
 import pickle
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, free_port, run_cli
+from tests.conftest import ROOT, free_port, run_cli, stop_process_group
 from tests.integration.mlflow_helpers import job_runs
 
 pytestmark = pytest.mark.slow
@@ -184,13 +183,7 @@ class ModelServer:
             return json.loads(response.read())["predictions"]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_process_group(self.proc)
 
 
 def test_the_served_best_model_answers_as_the_loaded_one(registered, tmp_path):
