@@ -184,9 +184,9 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals)
         tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
         write_state(runtime.run_dir, status="RUNNING", mlflow_run_id=tracker.run_id, started=time.time())
         tracker.log_artifact(runtime.run_dir / "plan.json")
-        from pipeline.tracking_datasets import locations
+        from pipeline.tracking_datasets import locations, summarize
 
-        tracker.log_datasets(data, locations(settings.data, runtime.launch_dir))
+        tracker.log_datasets(summarize(data), locations(settings.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
         from pipeline.evaluation import evaluate, fit_all
 

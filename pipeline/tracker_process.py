@@ -19,9 +19,6 @@ from pipeline.errors import TrackingError
 
 ANSWERED = ("start", "end")
 RETURNING = ("log_predictor", "register_model")  # the run uses what these return (a model URI, a version)
-# Waited for as well: logging the data sets hashes the whole table, which must not share the CPUs
-# with the fits that follow it.
-BEFORE_FITS = ("log_datasets",)
 
 
 class TrackerProcess:
@@ -80,7 +77,7 @@ class TrackerProcess:
 
         def call(*args, **kwargs):
             self._send(name, args, kwargs)
-            if name in RETURNING or name in BEFORE_FITS:
+            if name in RETURNING:
                 return self._collect()
 
         return call
@@ -93,7 +90,7 @@ class TrackerProcess:
         except (BrokenPipeError, OSError):
             self.failure = self.failure or f"{name}: the tracker's process is gone"
             return
-        if name in ANSWERED or name in RETURNING or name in BEFORE_FITS:
+        if name in ANSWERED or name in RETURNING:
             self._answers_due += 1
 
     def _collect(self) -> Any:
@@ -135,7 +132,7 @@ def serve(conn, tracker) -> None:
         result = None
         if error is None:
             result, error = _call(tracker, name, args, kwargs)
-        if name in ANSWERED or name in RETURNING or name in BEFORE_FITS:
+        if name in ANSWERED or name in RETURNING:
             conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
         if name == "end":
             return

@@ -166,7 +166,7 @@ class NullTracker:
 
     def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]: ...
 
-    def log_datasets(self, data, locations: dict) -> None: ...
+    def log_datasets(self, summary, locations: dict) -> None: ...
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
 
@@ -292,10 +292,11 @@ class MlflowTracker(NullTracker):
 
         return self._safely("register_model", register, model_uri, name, alias)
 
-    def log_datasets(self, data, locations: dict) -> None:
+    def log_datasets(self, summary, locations: dict) -> None:
+        """`summary`: pipeline.tracking_datasets.DataSummary, the data's shape without its rows."""
         from pipeline.tracking_datasets import log_datasets
 
-        self._safely("log_inputs", log_datasets, data, locations)
+        self._safely("log_inputs", log_datasets, summary, locations)
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None:
         import mlflow

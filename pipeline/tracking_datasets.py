@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +18,42 @@ import pandas as pd
 CONTEXTS = ("training", "validation", "test")
 
 
-def schema_of(data):
-    """MLflow's column schema of the features as read (numbers) or typed (categories), and the label."""
-    from mlflow.types import ColSpec, Schema
+@dataclass(frozen=True)
+class DataSummary:
+    """What the dataset inputs need of the run's data, and nothing of its rows: it travels to the
+    tracker's process instead of the tables."""
 
-    specs = []
+    name: str
+    fingerprint: str
+    label: str
+    label_kind: str  # MLflow's column type of the label
+    columns: tuple[tuple[str, str], ...]  # (feature, MLflow column type)
+    rows: tuple[tuple[str, int], ...]  # (context, row count)
+
+
+def summarize(data) -> DataSummary:
+    """The summary of a loaded data set: features as read (numbers) or typed (categories), split sizes."""
+    columns = []
     for column in data.X.columns:
         if isinstance(data.X[column].dtype, pd.CategoricalDtype):
             kind = "string"
         else:
             raw = np.dtype(data.raw_dtypes.get(column, "float64"))
             kind = "long" if raw.kind in "iu" else "boolean" if raw.kind == "b" else "double"
-        specs.append(ColSpec(kind, column))
-    label_kind = "double" if data.problem_type == "regression" else "string"
-    specs.append(ColSpec(label_kind, data.label))
-    return Schema(specs)
+        columns.append((column, kind))
+    rows = {"training": data.train_idx, "validation": data.val_idx, "test": data.test_idx}
+    return DataSummary(
+        data.name, data.fingerprint, data.label, "double" if data.problem_type == "regression" else "string",
+        tuple(columns), tuple((context, len(rows[context])) for context in CONTEXTS),
+    )
+
+
+def schema_of(summary: DataSummary):
+    """MLflow's column schema of the features and the label."""
+    from mlflow.types import ColSpec, Schema
+
+    return Schema([ColSpec(kind, column) for column, kind in summary.columns]
+                  + [ColSpec(summary.label_kind, summary.label)])
 
 
 def digest(fingerprint: str, context: str) -> str:
@@ -72,18 +94,17 @@ def locations(spec, base_dir: Path) -> dict[str, str]:
     return {"training": main, "validation": main, "test": test}
 
 
-def log_datasets(data, locations: dict[str, str]) -> None:
-    """Log the three splits of `data` to the active run; `locations` maps each context to where its
-    rows came from (a path, a URL, or 'generator:…')."""
+def log_datasets(summary: DataSummary, locations: dict[str, str]) -> None:
+    """Log the three splits of the run's data to the active run; `locations` maps each context to
+    where its rows came from (a path, a URL, or 'generator:…')."""
     import mlflow
     from mlflow.data.meta_dataset import MetaDataset
 
-    schema = schema_of(data)
-    rows = {"training": data.train_idx, "validation": data.val_idx, "test": data.test_idx}
+    schema = schema_of(summary)
     datasets, contexts, tags = [], [], []
-    for context in CONTEXTS:
-        datasets.append(MetaDataset(source_of(locations[context]), name=data.name,
-                                    digest=digest(data.fingerprint, context), schema=schema))
+    for context, count in summary.rows:
+        datasets.append(MetaDataset(source_of(locations[context]), name=summary.name,
+                                    digest=digest(summary.fingerprint, context), schema=schema))
         contexts.append(context)
-        tags.append({"pipeline.rows": str(len(rows[context]))})
+        tags.append({"pipeline.rows": str(count)})
     mlflow.log_inputs(datasets=datasets, contexts=contexts, tags_list=tags)
