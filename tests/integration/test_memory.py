@@ -39,8 +39,10 @@ def test_gpu_memory_plans_fewer_fits_per_device_and_says_why(cli, tmp_path):
     assert "limited by memory" in proc.stdout and "each fit takes 0.5 GPU instead of 0.25" in proc.stdout
 
 
+# One CPU per fit, set: the engine would otherwise run these folds one at a time with 2 threads each
+# on this 2-core machine (pipeline/payoff.py), and memory would have nothing left to limit.
 CPU_CASE = ["+hardware=cpu", "model=lightgbm", "data=synthetic", "data.rows=100000", "parallelism=bag5",
-            "model.lightgbm.params.num_iterations=20", "tracking=none"]
+            "parallelism.fit.num_cpus=1", "model.lightgbm.params.num_iterations=20", "tracking=none"]
 
 
 def test_folds_that_do_not_fit_in_ram_together_run_one_at_a_time(cli, tmp_path):
