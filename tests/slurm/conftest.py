@@ -141,4 +141,7 @@ def _stop(pid_file: Path) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.1)
-    os.kill(pid, 9)
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:  # it exited after the last look
+        pass
