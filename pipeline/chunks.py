@@ -105,7 +105,9 @@ class ChunkWriter:
 
     def __init__(self, path: Path):
         self.path = path
-        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        from pipeline.store import temporary_name
+
+        self.tmp = temporary_name(path)
         self.parquet = path.suffix in (".parquet", ".pq")
         self.writer, self.rows = None, 0
 

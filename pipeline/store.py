@@ -23,13 +23,14 @@ log = logging.getLogger(__name__)
 STATE_FILE = "run_state.json"
 
 
-def _temporary_name(path: Path) -> Path:
+def temporary_name(path: Path) -> Path:
+    """Where `path` is written before its rename; a killed run's leftovers match _TEMPORARY."""
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary_name(path)
+    tmp = temporary_name(path)
     with open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()
@@ -39,7 +40,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_copy_file(source: Path, target: Path) -> None:
     """Copy to a temporary name beside `target`, then rename: a crash never leaves half a file."""
-    tmp = _temporary_name(target)
+    tmp = temporary_name(target)
     try:
         shutil.copyfile(source, tmp)
         with open(tmp, "rb+") as fh:
@@ -51,7 +52,7 @@ def atomic_copy_file(source: Path, target: Path) -> None:
 
 def atomic_copy_tree(source: Path, target: Path) -> None:
     """copytree into a temporary folder beside `target`, then rename it: all of it or nothing."""
-    tmp = _temporary_name(target)
+    tmp = temporary_name(target)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         shutil.copytree(source, tmp)
@@ -120,7 +121,7 @@ class RunDirectoryLock:
             return False
 
 
-_TEMPORARY = re.compile(r"^\..+\.\d+\.tmp$")  # _temporary_name's pattern
+_TEMPORARY = re.compile(r"^\..+\.\d+\.tmp$")  # temporary_name's pattern
 
 
 def _remove_temporaries(run_dir: Path) -> None:

@@ -396,7 +396,9 @@ class Loop:
             "history": copy.deepcopy(result.history),
             "oom_backoffs": result.oom_backoffs,
         }
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the run directory's temporary names
+        from pipeline.store import temporary_name
+
+        tmp = temporary_name(path)
         torch.save(state, tmp)
         os.replace(tmp, path)
 
