@@ -139,14 +139,12 @@ def execute(settings: Settings, plan: Plan, runtime: Runtime) -> Union[float, li
     from pipeline.signals import StopSignals
     from pipeline.store import RunDirectoryLock
 
-    with RunDirectoryLock(runtime.run_dir), StopSignals() as signals:
-        backend = make_backend(settings, plan, runtime)
+    with RunDirectoryLock(runtime.run_dir), StopSignals() as signals, make_backend(settings, plan, runtime) as backend:
         try:
             backend.start(plan)
             return _execute(settings, plan, runtime, backend, signals)
         finally:
             signals.clean_up()
-            backend.shutdown()
 
 
 def make_backend(settings: Settings, plan: Plan, runtime: Runtime):

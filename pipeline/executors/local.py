@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from pipeline.devices import child_env, local_ordinals
+from pipeline.executors.backend import Backend
 from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit, write_data_file
 from pipeline.executors.worker import worker_main
 from pipeline.hardware import Hardware
@@ -24,7 +25,7 @@ from pipeline.plan import Plan
 log = logging.getLogger(__name__)
 
 
-class InProcessBackend:
+class InProcessBackend(Backend):
     """Fits in the driver, one at a time: for plans with a single slot, where a process start costs
     more than the fit. The driver's own devices are used by id, without CUDA_VISIBLE_DEVICES."""
 
@@ -33,9 +34,6 @@ class InProcessBackend:
     def __init__(self):
         self.done: dict[int, object] = {}
         self.counter = itertools.count()
-
-    def start(self, plan: Plan) -> None:
-        pass
 
     def prepare(self, plan: Plan, data) -> DataRef:
         return DataRef(obj=data)
@@ -60,7 +58,7 @@ class _Worker:
     devices: tuple[int, ...]
 
 
-class ProcessBackend:
+class ProcessBackend(Backend):
     """A pool of worker processes keyed by the devices they see.
 
     The forkserver is started once per driver process: a later run in the same process keeps the

@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from pipeline import devices
 from pipeline.errors import ConfigError, HardwareError
+from pipeline.executors.backend import Backend
 from pipeline.executors.tasks import DataRef, FitRequest, FoldResult, TaskFailure, safe_run_fit
 from pipeline.hardware import Machine
 from pipeline.plan import Plan
@@ -186,7 +187,7 @@ def _failure(task_id: str, exc: BaseException) -> TaskFailure:
     return TaskFailure(task_id, message, str(exc))
 
 
-class RayBackend:
+class RayBackend(Backend):
     """Fits as Ray tasks: `num_cpus`/`num_gpus` from the plan, the data put in the object store once.
 
     Uses Ray when this process is already connected; otherwise joins `address`, or starts a local
@@ -205,24 +206,15 @@ class RayBackend:
 
     def start(self, plan: Plan) -> None:
         """Connect (or start the local instance) while the driver still loads the data."""
-        ray = _import_ray()
-        try:
-            self._connect(ray, plan)
-        except BaseException:
-            self.shutdown()
-            raise
+        self._connect(_import_ray(), plan)
 
     def prepare(self, plan: Plan, data) -> DataRef:
         ray = _import_ray()
         self._connect(ray, plan)
-        try:
-            self._check(ray, plan)
-            self.data_ref = ray.put(data)
-            self._remote = ray.remote(_fit_in_worker)
-            self._remote_gpu = ray.remote(max_calls=1)(_fit_in_gpu_worker)  # max_calls is no .options() key
-        except BaseException:
-            self.shutdown()  # the scheduler only shuts a backend down once prepare returned
-            raise
+        self._check(ray, plan)
+        self.data_ref = ray.put(data)
+        self._remote = ray.remote(_fit_in_worker)
+        self._remote_gpu = ray.remote(max_calls=1)(_fit_in_gpu_worker)  # max_calls is no .options() key
         return DataRef(obj=self.data_ref)
 
     def _connect(self, ray, plan: Plan) -> None:

@@ -16,32 +16,13 @@ from typing import Optional, Protocol
 import numpy as np
 
 from pipeline.errors import TaskFailedError
+from pipeline.executors.backend import Backend
 from pipeline.executors.tasks import DataRef, FitRequest, FoldResult, TaskFailure, task_key, task_seed
 from pipeline.metrics import Metric
 from pipeline.plan import Admission, Plan, Task
 from pipeline.store import ResultStore
 
 log = logging.getLogger(__name__)
-
-
-class Backend(Protocol):
-    """Starts fits where the scheduler says and reports each one once."""
-
-    name: str
-
-    def start(self, plan: Plan) -> None:
-        """Get ready early (start workers, connect), while the driver still loads data."""
-
-    def prepare(self, plan: Plan, data) -> DataRef: ...
-
-    def submit(self, request: FitRequest) -> object: ...
-
-    def wait(self, handles: list, timeout: Optional[float] = None) -> list[tuple[object, FoldResult | TaskFailure]]: ...
-
-    def cancel(self, handle: object) -> None:
-        """Stop a running fit at once (its worker is killed); it is reported by no later wait()."""
-
-    def shutdown(self) -> None: ...
 
 
 @dataclass
@@ -123,51 +104,48 @@ class Scheduler:
         finished: dict[str, FoldResult] = {}
         attempts: dict[str, int] = defaultdict(int)
         folds_of = {(a.model, t): a.num_folds for a in self.plan.allocations for t in range(a.num_trials)}
-        try:
-            data_ref = self.backend.prepare(self.plan, self.data)
-            while pending or running:
-                for task in list(pending):
-                    shares = admission.try_admit(task)
-                    if shares is None:
-                        continue
-                    pending.remove(task)
-                    request = self._request(task, shares, data_ref, attempts[task.id])
-                    cached = self.store.get(request.key)
-                    if cached is not None:
-                        admission.release(task, shares)
-                        cached.cached = True
-                        self._finish(task, cached, request, finished, folds_of, outcome)
-                        continue
-                    if self.hooks:
-                        self.hooks.on_task_start(task)
-                    handle = self.backend.submit(request)
-                    running[handle] = (task, shares, request)
-                    self.started[handle] = time.monotonic()
-                if not running:
-                    if pending:  # admission refused everything with nothing running: cannot happen for a valid plan
-                        raise RuntimeError(f"scheduler stalled with {len(pending)} tasks pending")
-                    break
-                for handle, result in self._wait(running):
-                    task, shares, request = running.pop(handle)
-                    self.started.pop(handle, None)
+        data_ref = self.backend.prepare(self.plan, self.data)
+        while pending or running:
+            for task in list(pending):
+                shares = admission.try_admit(task)
+                if shares is None:
+                    continue
+                pending.remove(task)
+                request = self._request(task, shares, data_ref, attempts[task.id])
+                cached = self.store.get(request.key)
+                if cached is not None:
                     admission.release(task, shares)
-                    if isinstance(result, TaskFailure):
-                        attempts[task.id] += 1
-                        if attempts[task.id] > self.max_retries:
-                            raise TaskFailedError(
-                                f"task {task.id} failed after {attempts[task.id]} attempt(s): {result.message}. "
-                                f"Finished tasks are kept in {self.store.dir}; fix the cause and re-run with "
-                                "resume=true to reuse them"
-                            )
-                        log.warning("task %s failed (attempt %d of %d): %s; retrying", task.id, attempts[task.id],
-                                    self.max_retries + 1, result.message)
-                        pending.insert(0, task)
-                        continue
-                    result.attempt = attempts[task.id]
-                    self.store.put(request.key, result)
-                    self._finish(task, result, request, finished, folds_of, outcome)
-        finally:
-            self.backend.shutdown()
+                    cached.cached = True
+                    self._finish(task, cached, request, finished, folds_of, outcome)
+                    continue
+                if self.hooks:
+                    self.hooks.on_task_start(task)
+                handle = self.backend.submit(request)
+                running[handle] = (task, shares, request)
+                self.started[handle] = time.monotonic()
+            if not running:
+                if pending:  # admission refused everything with nothing running: cannot happen for a valid plan
+                    raise RuntimeError(f"scheduler stalled with {len(pending)} tasks pending")
+                break
+            for handle, result in self._wait(running):
+                task, shares, request = running.pop(handle)
+                self.started.pop(handle, None)
+                admission.release(task, shares)
+                if isinstance(result, TaskFailure):
+                    attempts[task.id] += 1
+                    if attempts[task.id] > self.max_retries:
+                        raise TaskFailedError(
+                            f"task {task.id} failed after {attempts[task.id]} attempt(s): {result.message}. "
+                            f"Finished tasks are kept in {self.store.dir}; fix the cause and re-run with "
+                            "resume=true to reuse them"
+                        )
+                    log.warning("task %s failed (attempt %d of %d): %s; retrying", task.id, attempts[task.id],
+                                self.max_retries + 1, result.message)
+                    pending.insert(0, task)
+                    continue
+                result.attempt = attempts[task.id]
+                self.store.put(request.key, result)
+                self._finish(task, result, request, finished, folds_of, outcome)
         return outcome
 
     def _wait(self, running: dict) -> list:

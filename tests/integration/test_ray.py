@@ -130,9 +130,10 @@ def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adul
     model = KillOnceModel({"marker": str(marker)}, "killer")
     plan = plan_for(2, 0, 1, None, model="killer")
     with caplog.at_level("WARNING", logger="pipeline.executors.scheduler"):
-        outcome = Scheduler(plan, RayBackend(), ResultStore(tmp_path / "run"),
-                            TrialSource(HpoSpec(), {}, {}, "maximize"), {"killer": model}, adult, METRICS["roc_auc"],
-                            seed=0, max_retries=1).run()
+        with RayBackend() as backend:
+            outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"),
+                                TrialSource(HpoSpec(), {}, {}, "maximize"), {"killer": model}, adult,
+                                METRICS["roc_auc"], seed=0, max_retries=1).run()
     assert marker.exists()
     assert "task fit/killer/t0/f0 failed (attempt 1 of 2): the Ray worker process died during the fit" in caplog.text
     (entry,) = outcome.timeline
@@ -161,7 +162,7 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
     start = time.monotonic()
     timer.start()
     try:
-        with StopSignals(), pytest.raises(Interrupted):
+        with StopSignals(), pytest.raises(Interrupted), backend:
             scheduler.run()
     finally:
         timer.cancel()
@@ -203,7 +204,7 @@ def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adul
                           {"sleep": SleepModel({"seconds": 60}, "sleep")}, adult, METRICS["roc_auc"], seed=0,
                           max_retries=0, task_timeout_s=2)
     start = time.monotonic()
-    with pytest.raises(TaskFailedError, match=r"ran longer than executor.task_timeout_s=2 s and was stopped"):
+    with pytest.raises(TaskFailedError, match=r"ran longer than executor.task_timeout_s=2 s and was stopped"), backend:
         scheduler.run()
     assert time.monotonic() - start < 20  # not the 60 s the fits would sleep
     assert backend.running == {}
