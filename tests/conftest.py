@@ -162,6 +162,7 @@ def mlflow_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def adult():
     """The bundled Adult data, loaded and split once."""
-    from pipeline.data import DataSpec, load
+    from pipeline.config import DataConf
+    from pipeline.data import load
 
-    return load(DataSpec(max_rows=6000), ROOT)
+    return load(DataConf(max_rows=6000), ROOT)

@@ -40,7 +40,8 @@ def test_out_of_fold_predictions_cover_every_row_once(adult):
     from pipeline.executors.local import InProcessBackend
     from pipeline.executors.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
-    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.models import LightGBMModel
     from pipeline.plan import build_plan
@@ -55,7 +56,7 @@ def test_out_of_fold_predictions_cover_every_row_once(adult):
 
     with tempfile.TemporaryDirectory() as tmp:
         model = LightGBMModel({"num_iterations": 30, "verbosity": -1}, "lightgbm")
-        outcome = Scheduler(plan, InProcessBackend(), ResultStore(Path(tmp)), TrialSource(HpoSpec(), {}, {}, "maximize"),
+        outcome = Scheduler(plan, InProcessBackend(), ResultStore(Path(tmp)), TrialSource(HpoConf(), {}, {}, "maximize"),
                             {"lightgbm": model}, adult, METRICS["roc_auc"], seed=0).run()
     trial = outcome.trials[("lightgbm", 0)]
     fit_rows = np.sort(adult.fit_idx(True))
