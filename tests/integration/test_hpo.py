@@ -141,3 +141,23 @@ def test_pruning_stops_bad_trials(cli, tmp_path):
     assert pruned, "no trial was pruned"
     board = pd.read_csv(run_dir / "leaderboard.csv").set_index("model")
     assert int(board.loc["lightgbm", "best_trial"]) not in pruned
+
+
+def test_a_users_own_searcher_by_target(cli, tmp_path):
+    """hpo._target_ names a Searcher class from the user's module; hpo.options are its keywords."""
+    cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_components.Listed",
+        "+hpo.options.values={learning_rate: [0.0123, 0.0456]}", "hpo.num_trials=2",
+        "hpo.start_from_defaults=false", "allowed_targets=[tests.]", "data.max_rows=1000",
+        "model.lightgbm.params.num_iterations=20", "tracking=none", check=True)
+    (run_dir,) = sorted((tmp_path / "outputs" / "runs").glob("*/*"))
+    trials = json.loads((run_dir / "trials" / "lightgbm.json").read_text())
+    assert sorted(t["learning_rate"] for t in trials.values()) == [0.0123, 0.0456]
+    assert {t["num_leaves"] for t in trials.values()} == {15}  # the searcher's own rule for unlisted ones
+
+
+def test_a_searcher_target_outside_allowed_targets_is_refused(cli, tmp_path):
+    proc = cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_components.Listed",
+               "dry_run=true", "tracking=none")
+    assert proc.returncode == 2
+    assert "hpo._target_='tests.user_components.Listed' is outside the allowed modules" in proc.stderr
+    assert "Traceback" not in proc.stderr
