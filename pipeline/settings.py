@@ -8,7 +8,7 @@ them (resource requests, model classes). Nothing below `pipeline.run` sees a Dic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -18,10 +18,12 @@ from pipeline.config import (
 )
 from pipeline.errors import ConfigError
 from pipeline.memory.budget import MemoryRequest
-from pipeline.models.base import TabularModel
 from pipeline.objectives import check as check_objectives
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
+
+if TYPE_CHECKING:
+    from pipeline.models.base import TabularModel
 
 ALWAYS_ALLOWED = ("pipeline.",)
 
