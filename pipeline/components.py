@@ -139,7 +139,8 @@ class HpoConf:
         if getattr(self, "_searcher", None) is None:
             from hydra.utils import instantiate
 
-            self._searcher = instantiate({"_target_": self.target, **self.options}, _convert_="all")
+            # not recursive: a _target_ inside options is a value, not a class to build (allowed_targets)
+            self._searcher = instantiate({"_target_": self.target, **self.options}, _convert_="all", _recursive_=False)
         return self._searcher
 
     def check(self, spaces: dict[str, dict[str, SearchDimConf]]) -> None:
@@ -205,5 +206,6 @@ class DataConf:
         """The data source object (hydra.utils.instantiate of the target, given this config)."""
         from hydra.utils import instantiate
 
-        factory = instantiate({"_target_": self.target, "_partial_": True, **self.options}, _convert_="all")
+        factory = instantiate({"_target_": self.target, "_partial_": True, **self.options}, _convert_="all",
+                              _recursive_=False)  # a _target_ inside options is a value (allowed_targets)
         return factory(self)
