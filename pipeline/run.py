@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from pipeline import hardware as hw
 from pipeline.errors import Interrupted
 from pipeline.levels import ineffective_bag
-from pipeline.plan import Plan, build_plan
+from pipeline.plan import EVALUATE, Plan, build_plan
 from pipeline.resources import allocate, fmt
 from pipeline.settings import Settings, read_settings
 
@@ -96,7 +96,7 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
         raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
             dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
         allocations.append(memory.plan(spec, allocation, raised))
-    return build_plan(hardware, allocations, memory.summary)
+    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=settings.refit)
 
 
 def _warn_overridden(settings: Settings, spec) -> None:
@@ -186,10 +186,7 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals)
 
         tracker.log_datasets(summarize(data), locations(settings.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
-        from pipeline.evaluation import evaluate, fit_all
-
-        outcome = fit_all(settings, plan, data, metric, runtime, tracker, backend)
-        rows = evaluate(settings, plan, data, metric, outcome, runtime, tracker)
+        rows = run_graph(settings, plan, data, metric, runtime, tracker, backend)
         status = "FINISHED"
         from pipeline.objectives import job_return
 
@@ -208,6 +205,50 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals)
                 f"the run finished and its results are in {runtime.run_dir}, but MLflow tracking failed: "
                 f"{tracker.failure}"
             )
+
+
+def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend) -> list[dict]:
+    """Wire the scheduler (result store, trial source, progress and tracking hooks, the run's outputs)
+    and run every task of the plan; returns the evaluation's leaderboard rows, best first."""
+    from pipeline.executors.scheduler import Scheduler
+    from pipeline.hpo import TrialSource
+    from pipeline.nodes.context import RunOutputs
+    from pipeline.nodes.hooks import RunHooks
+    from pipeline.report import FitProgress
+    from pipeline.store import ResultStore, resume_sources
+
+    sources = resume_sources(settings.resume, runtime.run_dir, runtime.launch_dir / "outputs")
+    trials = TrialSource(
+        settings.hpo,
+        {s.name: s.search_space for s in settings.models},
+        {s.name: s.params for s in settings.models},
+        "maximize" if metric.greater_is_better else "minimize",
+        store_dir=runtime.run_dir / "trials",
+        prior=_prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
+    )
+    outputs = RunOutputs(runtime.run_dir, tracker, settings.data.unseen_categories,
+                         settings.tracking.register_model, settings.tracking.register_alias)
+    ex = settings.executor
+    with FitProgress(plan) as progress:
+        scheduler = Scheduler(
+            plan, backend, ResultStore(runtime.run_dir, sources), trials,
+            {s.name: s.prototype() for s in settings.models}, data, metric,
+            seed=settings.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
+            hooks=RunHooks(progress, tracker, metric, settings.hpo.searcher != "none"),
+            pruning=settings.hpo.pruning, outputs=outputs,
+        )
+        return scheduler.run().results[EVALUATE]
+
+
+def _prior_trials(directories: list[Path]) -> dict:
+    """Trials recorded in these run directories, by name; a later directory's win."""
+    import json
+
+    prior = {}
+    for directory in directories:
+        for path in (directory / "trials").glob("*.json"):
+            prior[path.stem] = json.loads(path.read_text())
+    return prior
 
 
 def make_tracker(settings: Settings, runtime: Runtime):
