@@ -52,7 +52,7 @@ class FitNode(NodeKind):
         return result
 
     def describe(self, tasks, plan) -> str:
-        return f"fit: {len(tasks)} fold fit(s) on workers, in {plan.num_waves} wave(s)"
+        return f"fit: {len(tasks)} fit(s), one per model × trial × fold, in {plan.num_waves} wave(s)"
 
 
 def _memory(memory, result) -> dict:
