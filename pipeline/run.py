@@ -113,7 +113,7 @@ class Components:
         return backend
 
 
-TRACKER_METHODS = ("enabled", "run_id", "failure", "start", "end", "log_params", "log_metrics", "log_history",
+TRACKER_METHODS = ("enabled", "run_id", "failure", "connect", "start", "end", "log_params", "log_metrics", "log_history",
                    "set_tags", "log_artifact", "log_predictor", "register_model", "log_datasets", "log_trial")
 
 

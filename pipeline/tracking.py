@@ -163,6 +163,9 @@ class NullTracker:
     run_id: Optional[str] = None
     failure: Optional[str] = None
 
+    def connect(self) -> None:
+        """Reach the store before the run starts (called when `enabled`); raise TrackingError if it cannot."""
+
     def start(self, run_name: str, params: dict, tags: dict) -> None: ...
 
     def log_params(self, params: dict) -> None: ...
