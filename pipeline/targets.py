@@ -6,9 +6,9 @@ check has passed, with the typed values the component needs.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, closest
 
 ALWAYS_ALLOWED = ("pipeline.",)
 
@@ -33,3 +33,14 @@ def resolve(key: str, target: str, allowed: tuple[str, ...]) -> Callable:
     except InstantiationException as exc:
         reason = (str(exc).strip().splitlines() or [""])[-1]
         raise ConfigError(f"{key}={target!r} cannot be imported: {reason}") from None
+
+
+def target_or_builtin(key: str, name: str, target: Optional[str], builtins: dict[str, str]) -> str:
+    """`target` when one is given, else the engine's own component called `name` (the value of `key`)."""
+    if target is not None:
+        return target
+    if name not in builtins:
+        group = key.rpartition(".")[0]
+        raise ConfigError(f"{key}={name!r} is not one of {', '.join(builtins)}{closest(name, builtins)}; "
+                          f"to use your own, set {group}._target_")
+    return builtins[name]

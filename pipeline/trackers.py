@@ -11,20 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from pipeline.errors import ConfigError, closest
-
 TRACKERS = {"mlflow": "pipeline.trackers.mlflow_tracker", "none": "pipeline.trackers.no_tracker"}
 MLFLOW = TRACKERS["mlflow"]
 
 
 def tracker_target(backend: str, target: Optional[str]) -> str:
     """What `tracking._target_` names, or the engine's tracker `tracking.backend`."""
-    if target is not None:
-        return target
-    if backend not in TRACKERS:
-        raise ConfigError(f"tracking.backend={backend!r} is not one of {', '.join(TRACKERS)}{closest(backend, TRACKERS)}; "
-                          "to log to your own tracker, set tracking._target_")
-    return TRACKERS[backend]
+    from pipeline.targets import target_or_builtin
+
+    return target_or_builtin("tracking.backend", backend, target, TRACKERS)
 
 
 def sweep_directory(launch_dir: Path, sweep_dir) -> Path:

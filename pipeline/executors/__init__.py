@@ -10,19 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.errors import ConfigError, closest
-
 EXECUTORS = {"local": "pipeline.executors.local_backend", "ray": "pipeline.executors.ray_backend"}
 
 
 def executor_target(name: str, target: str | None) -> str:
     """What `executor._target_` names, or the engine's executor `executor.name`."""
-    if target is not None:
-        return target
-    if name not in EXECUTORS:
-        raise ConfigError(f"executor.name={name!r} is not one of {', '.join(EXECUTORS)}{closest(name, EXECUTORS)}; "
-                          "to run your own executor, set executor._target_")
-    return EXECUTORS[name]
+    from pipeline.targets import target_or_builtin
+
+    return target_or_builtin("executor.name", name, target, EXECUTORS)
 
 
 def local_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
