@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import multiprocessing.forkserver
+import threading
 
 import pytest
 
@@ -54,13 +55,16 @@ def test_dry_run_rejects_a_misspelt_library_parameter(cli):
 
 
 class _Starts:
-    """Records every process start, forkserver start and ray.init of this process."""
+    """Records every process, thread and forkserver start and every ray.init of this process."""
 
     def __init__(self, monkeypatch):
         self.seen: list[str] = []
         start, ensure = multiprocessing.process.BaseProcess.start, multiprocessing.forkserver.ForkServer.ensure_running
         monkeypatch.setattr(multiprocessing.process.BaseProcess, "start",
                             lambda proc: (self.seen.append(f"process {proc.name}"), start(proc))[1])
+        thread_start = threading.Thread.start
+        monkeypatch.setattr(threading.Thread, "start",
+                            lambda thread: (self.seen.append(f"thread {thread.name}"), thread_start(thread))[1])
         monkeypatch.setattr(multiprocessing.forkserver.ForkServer, "ensure_running",
                             lambda server: (self.seen.append("forkserver"), ensure(server))[1])
         try:
@@ -83,7 +87,7 @@ PARALLEL = ["model=lightgbm", "parallelism.num_folds=2", "parallelism.fit.num_cp
     (["executor=ray", "+model.lightgbm.params.num_leafs=31", "tracking=none"], "num_leafs is not a LightGBM parameter"),
     (["executor=ray", "data=csv", "data.path=missing.csv", "data.label=y", "tracking=none"], "no such file"),
 ], ids=["params", "params-tracked", "data", "metric", "ray-params", "ray-data"])
-def test_no_worker_forkserver_or_ray_starts_when_a_check_fails(compose, tmp_path, monkeypatch, overrides, error):
+def test_no_worker_thread_forkserver_or_ray_starts_when_a_check_fails(compose, tmp_path, monkeypatch, overrides, error):
     from pipeline.run import Runtime, run
 
     if "executor=ray" in overrides:
@@ -107,3 +111,4 @@ def test_the_same_config_without_the_fault_starts_workers(compose, tmp_path, mon
     starts = _Starts(monkeypatch)
     run(compose([*PARALLEL, "tracking=none", "model.lightgbm.params.num_iterations=5"]), Runtime(tmp_path / "run", tmp_path))
     assert "forkserver" in starts.seen and any(s.startswith("process fit-worker") for s in starts.seen)
+    assert "thread worker-start" in starts.seen
