@@ -30,3 +30,23 @@ def test_start_up_path_imports(cli, args, absent):
     names = imported(proc.stderr)
     assert "hydra" in names and "pipeline" in names  # the profile was read
     assert sorted(names & set(absent)) == []
+
+
+def test_the_run_mode_is_read_without_composing_the_config_twice():
+    from hydra._internal.hydra import Hydra
+    from hydra.types import RunMode
+
+    import pipeline.__main__ as entry
+
+    assert Hydra.get_mode is entry._mode_from_command_line
+    assert Hydra.get_mode(None, "config", ["model=all", "hydra.mode=MULTIRUN"]) is RunMode.MULTIRUN
+    assert Hydra.get_mode(None, "config", ["hydra.mode=run"]) is RunMode.RUN
+    assert Hydra.get_mode(None, "config", ["model=all", "seed=1,2"]) is None  # `-m` decides, as in Hydra
+
+
+def test_hydra_mode_on_the_command_line_still_sweeps(cli, tmp_path):
+    proc = cli("model=lightgbm", "dry_run=true", "tracking=none", "hydra.mode=MULTIRUN", "seed=1,2",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}", check=True)
+    assert sorted(p.parent.name for p in (tmp_path / "sweep").glob("*/plan.json")) == ["0", "1"], proc.stdout
+    refused = cli("model=lightgbm", "dry_run=true", "seed=1,2")  # a sweep without -m stays an error
+    assert refused.returncode != 0 and "--multirun" in refused.stderr
