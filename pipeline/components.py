@@ -11,10 +11,11 @@ from typing import Any, Dict, List, Optional
 from omegaconf import MISSING
 
 from pipeline.errors import ConfigError, closest
+from pipeline.targets import target_or_builtin
 
 log = logging.getLogger(__name__)
 
-# The built-in classes the names of `data.source` and `hpo.searcher` stand for; `_target_` names any other.
+# The engine's classes the names of `data.source` and `hpo.searcher` stand for; `_target_` names any other.
 DATA_SOURCES = {
     "bundled": "pipeline.data_sources.BundledSource",
     "csv": "pipeline.data_sources.FileSource",
@@ -27,7 +28,6 @@ SEARCHERS = {
     "tpe": "pipeline.searchers.TpeSearch",
     "grid": "pipeline.searchers.GridSearch",
 }
-CUSTOM = "custom"  # data.source / hpo.searcher of a class named by _target_
 BUNDLED = {"adult": "income", "california_housing": "MedHouseVal"}  # bundled data set -> its label
 PROBLEM_TYPES = ("auto", "binary", "multiclass", "regression")
 UNSEEN_POLICIES = ("missing", "error")
@@ -38,16 +38,6 @@ def one_of(key: str, value: Any, valid) -> None:
     """A ConfigError naming the key, the value, the valid ones and the closest, unless value is valid."""
     if value not in valid:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(valid)}{closest(str(value), tuple(valid))}")
-
-
-def component_target(key: str, name: str, target: Optional[str], builtin: dict[str, str]) -> str:
-    """The class a component's config names: its `_target_`, else the built-in class of its name."""
-    if target:
-        return target
-    if name == CUSTOM:
-        raise ConfigError(f"{key}={CUSTOM} needs the class: set {key.rsplit('.', 1)[0]}._target_=my_module.MyClass")
-    one_of(key, name, (*builtin, CUSTOM))
-    return builtin[name]
 
 
 @dataclass
@@ -108,7 +98,7 @@ class SearchDimConf:
 class HpoConf:
     """In-run search: which searcher, how many trials; checked when the config becomes settings."""
 
-    searcher: str = "none"  # none | random | tpe | grid | custom (hpo._target_ names the class)
+    searcher: str = "none"  # none | random | tpe | grid; with _target_, your searcher's name
     num_trials: int = 1
     seed: Optional[int] = None  # null: the run's seed
     start_from_defaults: bool = True  # trial 0 fits the model's own params
@@ -118,7 +108,7 @@ class HpoConf:
     options: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of that class
 
     def __post_init__(self) -> None:
-        self.target = component_target("hpo.searcher", self.searcher, self._target_, SEARCHERS)
+        self.target = target_or_builtin("hpo.searcher", self.searcher, self._target_, SEARCHERS)
         if self.num_trials < 1:
             raise ConfigError(f"hpo.num_trials={self.num_trials} must be >= 1")
         if self.grid_points < 2:
@@ -164,7 +154,7 @@ class DataConf:
     """What to train on: a built-in source (`source`) or a user's class (`_target_`), and how to split it."""
 
     name: str = "adult"
-    source: str = "bundled"  # bundled | csv | parquet | synthetic | custom (data._target_ names the class)
+    source: str = "bundled"  # bundled | csv | parquet | synthetic; with _target_, your source's name
     path: Optional[str] = None  # csv/parquet file; bundled: adult | california_housing (null: name)
     label: Optional[str] = None  # bundled: null is the data set's own label
     problem_type: str = "auto"  # auto | binary | multiclass | regression
@@ -186,7 +176,7 @@ class DataConf:
     options: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of that class
 
     def __post_init__(self) -> None:
-        self.target = component_target("data.source", self.source, self._target_, DATA_SOURCES)
+        self.target = target_or_builtin("data.source", self.source, self._target_, DATA_SOURCES)
         one_of("data.problem_type", self.problem_type, PROBLEM_TYPES)
         one_of("data.unseen_categories", self.unseen_categories, UNSEEN_POLICIES)
         for key in ("test_size", "val_size"):

@@ -15,12 +15,11 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from pipeline.components import (  # noqa: F401  (the schema of every group is importable from here)
-    BUNDLED, CUSTOM, DATA_SOURCES, SEARCHERS, DataConf, HpoConf, SearchDimConf, one_of,
+    BUNDLED, DATA_SOURCES, SEARCHERS, DataConf, HpoConf, SearchDimConf,
 )
 from pipeline.errors import ConfigError
 
 IN_PROCESS = ("auto", "always", "never")
-BACKENDS = ("mlflow", "none")
 
 
 @dataclass
@@ -65,7 +64,8 @@ class ModelSpecConf:
 
 @dataclass
 class ExecutorConf:
-    name: str = "local"  # local | ray
+    name: str = "local"  # local | ray; with _target_, your executor's name
+    _target_: Optional[str] = None  # null: the engine's executor `name`; else your Backend class (see allowed_targets)
     max_retries: int = 1
     in_process: str = "auto"  # local: auto | always | never
     task_timeout_s: Optional[float] = None  # a fit running longer fails like a crash (retried); null: no limit
@@ -89,7 +89,8 @@ class ExecutorConf:
 
 @dataclass
 class TrackingConf:
-    backend: str = "mlflow"  # mlflow | none
+    backend: str = "mlflow"  # mlflow | none; with _target_, your tracker's name
+    _target_: Optional[str] = None  # null: the engine's tracker `backend`; else your tracker class (see allowed_targets)
     uri: Optional[str] = None  # null: sqlite:///outputs/mlflow.db under the launch directory
     experiment: str = "pipeline"
     run_name: Optional[str] = None  # null: the job's overrides
@@ -102,7 +103,6 @@ class TrackingConf:
     register_alias: str = "champion"  # the alias that points at the newly registered version
 
     def __post_init__(self) -> None:
-        one_of("tracking.backend", self.backend, BACKENDS)
         if self.system_metrics_interval_s <= 0:
             raise ConfigError(f"tracking.system_metrics_interval_s={self.system_metrics_interval_s} must be > 0")
         if self.register_model is not None and self.backend == "none":

@@ -21,11 +21,10 @@ from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
+from pipeline.targets import ALWAYS_ALLOWED, check_allowed
 
 if TYPE_CHECKING:
     from pipeline.models.base import TabularModel
-
-ALWAYS_ALLOWED = ("pipeline.",)
 
 
 @dataclass(frozen=True)
@@ -66,6 +65,7 @@ class Settings:
     refit: bool = False
     bag_memory: MemoryRequest = field(default_factory=MemoryRequest)
     fit_memory: MemoryRequest = field(default_factory=MemoryRequest)
+    allowed_targets: tuple[str, ...] = ALWAYS_ALLOWED  # module prefixes a _target_ may name
 
 
 def typed(cfg: DictConfig, schema: type):
@@ -116,6 +116,7 @@ def read_settings(cfg: DictConfig) -> Settings:
         refit=conf.refit,
         bag_memory=_memory(par.bag, "parallelism.bag"),
         fit_memory=_memory(par.fit, "parallelism.fit"),
+        allowed_targets=allowed,
     )
 
 
@@ -131,11 +132,7 @@ def check_component(key: str, target: str, allowed: tuple[str, ...], base: str, 
     """The class `key._target_` names: inside allowed_targets, importable, a subclass of `base`."""
     import importlib
 
-    if not any(target.startswith(prefix) for prefix in allowed):
-        raise ConfigError(
-            f"{key}._target_={target!r} is outside the allowed modules ({', '.join(allowed)}); "
-            "add its module prefix to allowed_targets if you trust it"
-        )
+    check_allowed(f"{key}._target_", target, allowed)
     module_name, _, attr = target.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), attr)

@@ -1,43 +1,62 @@
-"""A user's own data source and searcher, named by `_target_` from the command line."""
+"""A user's own executor and tracker, plugged in by `_target_` (with allowed_targets=[tests.])."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from pipeline.data_sources import DataSource
-from pipeline.searchers import Searcher
+from pipeline.executors.backend import Backend
+from pipeline.executors.tasks import DataRef, safe_run_fit
+from pipeline.tracking import NullTracker
 
 
-class Halves(DataSource):
-    """A seeded table whose label is the sign of x0 (any model separates it); records each read."""
+class InlineBackend(Backend):
+    """Fits each task in the driver as it is submitted, and notes its id in the run directory."""
 
-    def __init__(self, spec, rows: int = 400, record: str = ""):
-        super().__init__(spec)
-        self.rows, self.record = rows, record
+    name = "inline"
 
-    @property
-    def label(self) -> str:
-        return "positive"
+    def __init__(self, conf, plan, run_dir: Path, preload=()):
+        self.log = Path(run_dir) / "inline_fits.jsonl"
+        self.done: dict[int, object] = {}
+        self.max_retries = conf.max_retries  # the typed executor settings arrive as `conf`
 
-    def read(self, base_dir: Path):
-        import numpy as np
-        import pandas as pd
+    def prepare(self, plan, data) -> DataRef:
+        return DataRef(obj=data)
 
-        rng = np.random.default_rng(self.spec.seed)
-        x = rng.normal(size=(self.rows, 3))
-        if self.record:
-            Path(self.record).write_text(f"{self.rows} rows, seed {self.spec.seed}")
-        return pd.DataFrame({"x0": x[:, 0], "x1": x[:, 1], "x2": x[:, 2], "positive": x[:, 0] > 0})
+    def submit(self, request):
+        request.local_gpus = ()
+        handle = len(self.done)
+        self.done[handle] = safe_run_fit(request)
+        with self.log.open("a") as fh:
+            fh.write(json.dumps({"task": request.task_id, "max_retries": self.max_retries}) + "\n")
+        return handle
+
+    def wait(self, handles, timeout=None):
+        return [(h, self.done.pop(h)) for h in handles if h in self.done]
 
 
-class Listed(Searcher):
-    """Tries the listed values of each dimension (a grid over them); other dimensions keep their low end."""
+class RecordingTracker(NullTracker):
+    """Writes each call it gets to recorded_tracking.jsonl in the launch directory."""
 
-    def __init__(self, values: dict):
-        self.values = values
+    enabled = True
 
-    def sampler(self, hpo, model, space):
-        import optuna
+    def __init__(self, conf, launch_dir: Path, sweep_dir=None):
+        self.path = Path(launch_dir) / "recorded_tracking.jsonl"
+        self.experiment = conf.experiment
 
-        grid = {k: list(self.values.get(k, d.grid(2)[:1])) for k, d in space.items()}
-        return optuna.samplers.GridSampler(grid, seed=hpo.seed)
+    def _note(self, call: str, **values) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps({"call": call, **values}, default=str) + "\n")
+
+    def connect(self) -> None:
+        self._note("connect", experiment=self.experiment)
+
+    def start(self, run_name, params, tags) -> None:
+        self.run_id = "recorded-run"
+        self._note("start", run_name=run_name, params=sorted(params))
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self._note("log_metrics", keys=sorted(metrics))
+
+    def end(self, status) -> None:
+        self._note("end", status=status)

@@ -11,7 +11,7 @@ from pipeline.settings import read_settings
 
 def test_a_users_own_data_source_by_target(cli, tmp_path):
     record = tmp_path / "read.txt"
-    cli("data.source=custom", "data._target_=tests.user_components.Halves", "+data.options.rows=600",
+    cli("data.source=custom", "data._target_=tests.user_sources.Halves", "+data.options.rows=600",
         f"+data.options.record={record}",
         "allowed_targets=[tests.]", "model=lightgbm", "model.lightgbm.params.num_iterations=30", "seed=7",
         "tracking=none", check=True)
@@ -24,17 +24,19 @@ def test_a_users_own_data_source_by_target(cli, tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["data.source=custom"], "data.source=custom needs the class: set data._target_=my_module.MyClass"),
-        (["data.source=parquett"], "data.source='parquett' is not one of bundled, csv, parquet, synthetic, custom "
+        (["data.source=custom"], "data.source='custom' is not one of bundled, csv, parquet, synthetic; to use your own, "
+                                 "set data._target_"),
+        (["data.source=parquett"], "data.source='parquett' is not one of bundled, csv, parquet, synthetic "
                                    "(did you mean 'parquet'?)"),
-        (["data.source=custom", "data._target_=tests.user_components.Halves"],
-         "data._target_='tests.user_components.Halves' is outside the allowed modules (pipeline.)"),
-        (["data.source=custom", "data._target_=tests.user_components.Listed", "allowed_targets=[tests.]"],
-         "data._target_='tests.user_components.Listed' is not a data source class"),
+        (["data.source=custom", "data._target_=tests.user_sources.Halves"],
+         "data._target_='tests.user_sources.Halves' is outside the allowed modules (pipeline.)"),
+        (["data.source=custom", "data._target_=tests.user_sources.Listed", "allowed_targets=[tests.]"],
+         "data._target_='tests.user_sources.Listed' is not a data source class"),
         (["data.path=adullt"], "data.path='adullt' is not a bundled data set; bundled: adult, california_housing "
                                "(did you mean 'adult'?)"),
-        (["hpo.searcher=tpee"], "hpo.searcher='tpee' is not one of none, random, tpe, grid, custom"),
-        (["hpo.searcher=custom"], "hpo.searcher=custom needs the class: set hpo._target_=my_module.MyClass"),
+        (["hpo.searcher=tpee"], "hpo.searcher='tpee' is not one of none, random, tpe, grid (did you mean 'tpe'?)"),
+        (["hpo.searcher=cmaes"], "hpo.searcher='cmaes' is not one of none, random, tpe, grid; to use your own, set "
+                                "hpo._target_"),
         (["resume=[1]"], "resume=[1]: give false, true (the newest unfinished run) or a run directory"),
     ],
 )

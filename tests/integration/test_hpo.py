@@ -145,7 +145,7 @@ def test_pruning_stops_bad_trials(cli, tmp_path):
 
 def test_a_users_own_searcher_by_target(cli, tmp_path):
     """hpo._target_ names a Searcher class from the user's module; hpo.options are its keywords."""
-    cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_components.Listed",
+    cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_sources.Listed",
         "+hpo.options.values={learning_rate: [0.0123, 0.0456]}", "hpo.num_trials=2",
         "hpo.start_from_defaults=false", "allowed_targets=[tests.]", "data.max_rows=1000",
         "model.lightgbm.params.num_iterations=20", "tracking=none", check=True)
@@ -156,8 +156,8 @@ def test_a_users_own_searcher_by_target(cli, tmp_path):
 
 
 def test_a_searcher_target_outside_allowed_targets_is_refused(cli, tmp_path):
-    proc = cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_components.Listed",
+    proc = cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_sources.Listed",
                "dry_run=true", "tracking=none")
     assert proc.returncode == 2
-    assert "hpo._target_='tests.user_components.Listed' is outside the allowed modules" in proc.stderr
+    assert "hpo._target_='tests.user_sources.Listed' is outside the allowed modules" in proc.stderr
     assert "Traceback" not in proc.stderr
