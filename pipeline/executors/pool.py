@@ -8,6 +8,7 @@ instead of hanging its caller. `stop` is the one stop escalation: ask, SIGTERM, 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -92,7 +93,11 @@ class WorkerPool:
         parent, child = self.ctx.Pipe()
         process = self.ctx.Process(target=worker_main, args=(child, env, self.serve, self.detach, self.preload),
                                    name=f"{self.name}-{key}")
-        process.start()
+        if self.ctx.get_start_method() == "spawn":
+            with _environment(env):  # a spawned interpreter has it from its first instruction
+                process.start()
+        else:  # forked from the server: the worker sets it before it imports anything else
+            process.start()
         child.close()
         worker = Worker(key, process, parent, self.detach)
         self.idle.append(worker)
@@ -203,6 +208,18 @@ def _drain_until(workers: list[Worker], deadline: float) -> None:
         sentinels = [w.process.sentinel for w in workers if w.process.is_alive()]
         if sentinels:
             wait_ready(sentinels, min(0.05, max(0.0, deadline - time.monotonic())))
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, Optional[str]]):
+    from pipeline.executors.worker import apply_env
+
+    saved = {key: os.environ.get(key) for key in env}
+    apply_env(env)
+    try:
+        yield
+    finally:
+        apply_env(saved)
 
 
 def signal_name(signum: int) -> str:
