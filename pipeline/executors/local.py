@@ -99,7 +99,7 @@ class ProcessBackend(Backend):
         for wave in {t.wave for t in plan.fit_tasks}:
             wanted |= Counter(t.device_ids for t in plan.fit_tasks if t.wave == wave)  # | keeps the larger count
         for devices in wanted.elements():
-            self.pool.spawn(devices, self._env(devices))
+            self.pool.spawn(self._env(devices))
 
     def _env(self, devices: tuple[int, ...]) -> dict[str, str]:
         return child_env(self.hardware.visible_devices(devices).split(",") if devices else ())
@@ -111,9 +111,8 @@ class ProcessBackend(Backend):
         return DataRef(path=str(path), fingerprint=data.fingerprint)
 
     def submit(self, request: FitRequest):
-        devices = tuple(request.gpu_ids)
         handle = next(self.counter)
-        self.handles[handle] = self.pool.submit(devices, self._env(devices), request)
+        self.handles[handle] = self.pool.submit(self._env(tuple(request.gpu_ids)), request)
         return handle
 
     def wait(self, handles, timeout: Optional[float] = None):

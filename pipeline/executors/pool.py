@@ -1,8 +1,8 @@
 """The one pool of long-lived worker processes behind the local executor and the GPU launcher.
 
-A worker is bound for life to a key (a device set, a launcher slot) and the environment that key
-gives it (CUDA_VISIBLE_DEVICES first of all); work for a key goes to an idle worker bound to it, or
-to a fresh one. A worker that dies (SIGKILL, a segfault, the OOM killer) is reported as `Died`
+A worker is bound for life to the environment it started with (CUDA_VISIBLE_DEVICES first of
+all): work for an environment goes to an idle worker started with exactly that environment, or to a
+fresh one, so no work ever runs where another device set is visible. A worker that dies (SIGKILL, a segfault, the OOM killer) is reported as `Died`
 instead of hanging its caller. `stop` is the one stop escalation: ask, SIGTERM, SIGKILL.
 """
 
@@ -15,7 +15,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_ready
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Callable, Optional
 
 _ids = itertools.count()
 
@@ -24,7 +24,7 @@ _ids = itertools.count()
 class Worker:
     """One worker process and the driver's end of its pipe."""
 
-    key: Hashable
+    key: tuple  # the environment it started with, as a hashable value
     process: Any
     conn: Any
     detached: bool
@@ -86,28 +86,30 @@ class WorkerPool:
         self.idle: list[Worker] = []
         self.busy: dict[int, Worker] = {}
 
-    def spawn(self, key: Hashable, env: dict[str, Optional[str]]) -> Worker:
-        """Start a worker for `key`; it takes `env` before its first import and stays idle until used."""
+    def spawn(self, env: dict[str, Optional[str]]) -> Worker:
+        """Start a worker with `env` (set before its first import); it stays idle until used."""
         from pipeline.executors.worker import worker_main
 
         parent, child = self.ctx.Pipe()
         process = self.ctx.Process(target=worker_main, args=(child, env, self.serve, self.detach, self.preload),
-                                   name=f"{self.name}-{key}")
+                                   name=f"{self.name}-{len(self.idle) + len(self.busy)}")
         if self.ctx.get_start_method() == "spawn":
             with _environment(env):  # a spawned interpreter has it from its first instruction
                 process.start()
         else:  # forked from the server: the worker sets it before it imports anything else
             process.start()
         child.close()
-        worker = Worker(key, process, parent, self.detach)
+        worker = Worker(_key(env), process, parent, self.detach)
         self.idle.append(worker)
         return worker
 
-    def submit(self, key: Hashable, env: dict[str, Optional[str]], message: Any) -> Worker:
-        """Send `message` to an idle worker bound to `key` (a fresh one when none is) and mark it busy."""
+    def submit(self, env: dict[str, Optional[str]], message: Any) -> Worker:
+        """Send `message` to an idle worker started with `env` (a fresh one when none is); it is busy
+        until wait() reports it."""
+        key = _key(env)
         worker = next((w for w in self.idle if w.key == key and w.process.is_alive()), None)
         if worker is None:
-            worker = self.spawn(key, env)
+            worker = self.spawn(env)
         self.idle.remove(worker)
         self.busy[worker.id] = worker
         worker.busy_since = time.monotonic()
@@ -208,6 +210,10 @@ def _drain_until(workers: list[Worker], deadline: float) -> None:
         sentinels = [w.process.sentinel for w in workers if w.process.is_alive()]
         if sentinels:
             wait_ready(sentinels, min(0.05, max(0.0, deadline - time.monotonic())))
+
+
+def _key(env: dict[str, Optional[str]]) -> tuple:
+    return tuple(sorted(env.items()))
 
 
 @contextlib.contextmanager

@@ -124,7 +124,7 @@ class _Sweep:
         with StopSignals() as stops:
             try:
                 for slot in self.free:  # every slot's worker imports while the first jobs are composed
-                    self.pool.spawn(slot.index, slot.env())
+                    self.pool.spawn(slot.env())
                 exhausted = False
                 while True:
                     while not exhausted and self.free:
@@ -155,7 +155,7 @@ class _Sweep:
 
         log.info(f"\t#{job.idx} : {slot.describe()} : {job.shown}")
         payload = cloudpickle.dumps((job.config, job.idx, job.overrides))
-        worker = self.pool.submit(slot.index, slot.env(), payload)
+        worker = self.pool.submit(slot.env(), payload)
         self.running[worker.id] = _Running(job, slot, worker, time.monotonic())
 
     def _collect(self) -> list[tuple[_Job, JobReturn]]:
