@@ -82,6 +82,20 @@ def test_eight_parallel_jobs_share_one_sqlite_store(cli, tmp_path):
     assert sorted(int(r.data.tags["pipeline.job_num"]) for r in jobs) == list(range(8))
 
 
+def test_tracked_jobs_in_one_warm_worker_each_log_their_own_finished_run(cli, tmp_path):
+    # one slot: the two jobs share a worker, and the tracker process it keeps between them
+    cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=0", "hydra.launcher.n_jobs=1", "model=lightgbm",
+        "data.max_rows=600", "model.lightgbm.params.num_iterations=20", "seed=range(2)", check=True, timeout=300)
+    jobs = job_dirs(tmp_path)
+    _, all_runs = runs(tmp_path)
+    by_id = {r.info.run_id: r for r in all_runs if "pipeline.run_dir" in r.data.tags}
+    assert len(by_id) == 2 and {r.info.status for r in by_id.values()} == {"FINISHED"}
+    for n, job in jobs.items():
+        run = by_id[json.loads((job / "run_state.json").read_text())["mlflow_run_id"]]
+        assert int(run.data.tags["pipeline.job_num"]) == n and run.data.params["seed"] == str(n)
+        assert Path(run.data.tags["pipeline.run_dir"]).resolve() == job.resolve()
+
+
 SEARCH = [
     "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
     "hydra.sweeper.direction=maximize", "model=lightgbm", "data.max_rows=1500",
