@@ -106,8 +106,11 @@ class WorkerPool:
     def submit(self, env: dict[str, Optional[str]], message: Any) -> Worker:
         """Send `message` to an idle worker started with `env` (a fresh one when none is); it is busy
         until wait() reports it."""
+        for dead in [w for w in self.idle if not w.process.is_alive()]:  # died while idle (the OOM killer)
+            self.idle.remove(dead)
+            dead.conn.close()
         key = _key(env)
-        worker = next((w for w in self.idle if w.key == key and w.process.is_alive()), None)
+        worker = next((w for w in self.idle if w.key == key), None)
         if worker is None:
             worker = self.spawn(env)
         self.idle.remove(worker)

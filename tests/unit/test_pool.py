@@ -41,6 +41,7 @@ def test_an_idle_worker_that_died_is_replaced(pool):
     worker.process.join(10)
     fresh, _ = ask(pool, {}, "HOME")
     assert fresh is not worker and fresh.process.is_alive()
+    assert pool.idle == [fresh]  # the dead one is no longer kept
 
 
 def test_a_worker_killed_while_busy_is_died_with_its_signal():
