@@ -11,6 +11,7 @@ is (RETURNING), and `end`, which waits until everything sent is logged. A driver
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import signal
 from typing import Any, Optional
@@ -19,6 +20,29 @@ from pipeline.errors import TrackingError
 
 ANSWERED = ("start", "end")
 RETURNING = ("log_predictor", "register_model")  # the run uses what these return (a model URI, a version)
+
+
+_warm: dict = {"keep": False, "server": None}  # the process kept for this process's next run, see keep_warm()
+
+
+def keep_warm() -> None:
+    """Keep the tracker's process between the runs of this process (the warm worker of a sweep's slot):
+    the next run reuses it, with MLflow imported and its store open. It exits with this process."""
+    if not _warm["keep"]:
+        _warm["keep"] = True
+        atexit.register(close_warm)
+
+
+def close_warm() -> None:
+    """Let the kept tracker process exit; call it before this process exits (a worker process's
+    multiprocessing exit handler joins its children before any atexit handler runs)."""
+    server, _warm["server"] = _warm["server"], None
+    if server is not None:
+        process, conn = server
+        conn.close()  # end-of-file: the process returns
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
 
 
 class TrackerProcess:
@@ -39,6 +63,11 @@ class TrackerProcess:
         """Check what can be checked here at once (a server's health), then start the process,
         which imports MLflow and opens the store while this one goes on."""
         self._tracker.prepare()
+        server, _warm["server"] = _warm["server"], None
+        if server is not None and server[0].is_alive():
+            self._process, self._conn = server
+            self._conn.send(self._tracker)  # the kept process serves this run next
+            return
         ctx = multiprocessing.get_context("spawn")  # no fork of a driver that may hold threads
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=serve, args=(child, self._tracker), name="mlflow-tracker", daemon=True)
@@ -66,6 +95,10 @@ class TrackerProcess:
             return
         self._send("end", (status,), {})
         self._collect()
+        if _warm["keep"] and self.failure is None and self._process.is_alive():
+            _warm["server"], self._process = (self._process, self._conn), None
+            return
+        self._conn.close()  # end-of-file: the process returns
         self._process.join(timeout=30)
         if self._process.is_alive():
             self._process.terminate()
@@ -112,9 +145,18 @@ class TrackerProcess:
 
 
 def serve(conn, tracker) -> None:
-    """The tracker's process: connect, then run each call as it arrives, answering `start` and `end`."""
+    """The tracker's process: serve a run, then the next tracker sent (a kept process), until end-of-file."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # the driver decides when the run ends, and says how
         signal.signal(sig, signal.SIG_IGN)
+    while serve_run(conn, tracker):
+        try:
+            tracker = conn.recv()
+        except (EOFError, OSError):
+            return
+
+
+def serve_run(conn, tracker) -> bool:
+    """Connect, then run each call as it arrives, answering `start` and `end`; True after `end`."""
     error: Optional[str] = None
     try:
         tracker.connect()
@@ -128,14 +170,14 @@ def serve(conn, tracker) -> None:
         except (EOFError, OSError):  # the driver died without ending the run
             if error is None and tracker.run_id is not None:
                 tracker.end("FAILED")
-            return
+            return False
         result = None
         if error is None:
             result, error = _call(tracker, name, args, kwargs)
         if name in ANSWERED or name in RETURNING:
             conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
         if name == "end":
-            return
+            return True
 
 
 def _call(tracker, name: str, args: tuple, kwargs: dict) -> tuple[Any, Optional[str]]:

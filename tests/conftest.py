@@ -89,7 +89,7 @@ def user_config(root: Path, group: str, name: str, text: str) -> str:
     return f"hydra.searchpath=[file://{root / 'user_conf'}]"
 
 
-FAULT_ENV = {"PYTHONPATH": str(ROOT)}  # lets a run import tests.fault_models
+FAULT_ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins")])}  # lets a run import tests.fault_models
 
 
 def free_port() -> int:
