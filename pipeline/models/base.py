@@ -59,9 +59,9 @@ class TabularModel(ABC):
 
     library: ClassVar[str] = ""
     max_gpus_per_fit: ClassVar[Optional[int]] = 1  # GBMs: one device per fit; networks: None (DDP)
-    probe_imports_library: ClassVar[bool] = False  # True: check_params imports the library (seconds)
     library_modules: ClassVar[tuple[str, ...]] = ()  # what a worker process imports before its first fit
     memory_hint: ClassVar[str] = ""  # a parameter that lowers a fit's memory, for messages ({name}: the model)
+    memory_estimator: ClassVar[str] = "generic"  # the function of pipeline.memory.estimates for one fit
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
@@ -82,10 +82,13 @@ class TabularModel(ABC):
     def memory_estimate(cls, params: dict, fit, on_gpu: bool):
         """What one fit's own structures take (pipeline.memory.estimates.Estimate) for a
         pipeline.memory.estimates.FitShape; the process, the table and the fold's copies are
-        added by the planner. The default assumes three float64 copies of the training rows."""
+        added by the planner. `memory_estimator` names the estimate; `generic` assumes three
+        float64 copies of the training rows."""
         from pipeline.memory import estimates
 
-        return estimates.generic(fit)
+        if cls.memory_estimator == "generic":
+            return estimates.generic(fit)
+        return getattr(estimates, cls.memory_estimator)(params, fit, on_gpu)
 
     @classmethod
     def check_params(cls, name: str, params: dict, problem_type: Optional[str] = None) -> None:

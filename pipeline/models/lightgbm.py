@@ -28,12 +28,7 @@ def _device(params: dict) -> str:
 class LightGBMModel(TabularModel):
     library = "LightGBM"
     library_modules = ("lightgbm",)
-
-    @classmethod
-    def memory_estimate(cls, params, fit, on_gpu):
-        from pipeline.memory import estimates
-
-        return estimates.lightgbm(params, fit, on_gpu)
+    memory_estimator = "lightgbm"
 
     @classmethod
     def gpu_request(cls, params):

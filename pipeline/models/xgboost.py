@@ -31,12 +31,7 @@ def _booster_params(params: dict, problem_type: str, num_classes: int) -> dict:
 class XGBoostModel(TabularModel):
     library = "XGBoost"
     library_modules = ("xgboost",)
-
-    @classmethod
-    def memory_estimate(cls, params, fit, on_gpu):
-        from pipeline.memory import estimates
-
-        return estimates.xgboost(params, fit, on_gpu)
+    memory_estimator = "xgboost"
 
     @classmethod
     def gpu_request(cls, params):

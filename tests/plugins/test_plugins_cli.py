@@ -138,12 +138,17 @@ def test_optuna_sweep_samples_inside_the_ranges_and_reports_the_best(cli, tmp_pa
     assert "Best parameters:" in proc.stdout + proc.stderr
 
 
-def test_a_killed_job_and_a_failing_job_fail_the_sweep_without_hanging(cli, tmp_path):
+def killer_model(tmp_path):
+    """A user's model option `killer`, whose first fit is killed (SIGKILL); its marker file says it was."""
     marker = tmp_path / "killed-once"
-    searchpath = user_config(
+    return marker, user_config(
         tmp_path, "model", "killer",
         f"killer:\n  _target_: tests.fault_models.KillOnceModel\n  params: {{marker: '{marker}'}}\n",
     )
+
+
+def test_a_killed_job_and_a_failing_job_fail_the_sweep_without_hanging(cli, tmp_path):
+    marker, searchpath = killer_model(tmp_path)
     (tmp_path / "user_conf" / "model" / "boom.yaml").write_text(
         "boom:\n  _target_: tests.fault_models.FailingModel\n"
     )
@@ -160,11 +165,7 @@ def test_a_killed_job_and_a_failing_job_fail_the_sweep_without_hanging(cli, tmp_
 
 
 def test_a_slot_keeps_its_worker_warm_for_its_next_jobs_and_replaces_a_dead_one(cli, tmp_path):
-    marker = tmp_path / "killed-once"
-    searchpath = user_config(
-        tmp_path, "model", "killer",
-        f"killer:\n  _target_: tests.fault_models.KillOnceModel\n  params: {{marker: '{marker}'}}\n",
-    )
+    marker, searchpath = killer_model(tmp_path)
     # two slots of one simulated GPU each, five jobs: the slots take jobs as they free
     proc = cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=1", "hydra.launcher.cpus_per_job=1", "model=killer",
                "seed=range(5)", searchpath, "allowed_targets=[tests.]", "executor.max_retries=0",
