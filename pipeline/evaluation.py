@@ -107,6 +107,8 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     report.console.print(report.leaderboard_table(rows, metric.name))
     top = rows[0]
     save_predictors(runtime.run_dir, predictors, top["model"])
+    # first: the tracker logs the models while this process draws the plots
+    _log_models(settings, predictors, top["model"], _raw_example(data), tracker)
     tracker.log_metrics({f"best/val_{metric.name}": top[f"val_{metric.name}"],
                          f"best/test_{metric.name}": top[f"test_{metric.name}"]})
     from pipeline.devices import devices_used
@@ -119,7 +121,6 @@ def evaluate(settings, plan: Plan, data, metric: Metric, outcome: Outcome, runti
     tracker.log_artifact(leaderboard_path)
     _log_memory(plan, outcome, runtime.run_dir, tracker, report)
     _log_artifacts(outcome, best, runtime.run_dir, tracker, plots)
-    _log_models(settings, predictors, top["model"], _raw_example(data), tracker)
     report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
                          f"run directory {runtime.run_dir}")
     return rows

@@ -290,6 +290,8 @@ class MlflowTracker(NullTracker):
     def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]:
         from pipeline.tracking_models import register
 
+        if model_uri is None:  # the model could not be logged (the failure says why)
+            return None
         return self._safely("register_model", register, model_uri, name, alias)
 
     def log_datasets(self, summary, locations: dict) -> None:
