@@ -223,7 +223,9 @@ def make_tracker(settings: Settings, runtime: Runtime):
 
     return TrackerProcess(tracking.MlflowTracker(uri, t.experiment, artifact_root=artifact_root, timeout_s=t.timeout_s,
                                                  system_metrics=t.system_metrics, log_models=t.log_models,
-                                                 system_metrics_interval_s=t.system_metrics_interval_s))
+                                                 system_metrics_interval_s=t.system_metrics_interval_s,
+                                                 model_libraries=tuple(dict.fromkeys(
+                                                     m for spec in settings.models for m in spec.cls.library_modules))))
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:

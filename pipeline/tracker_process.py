@@ -160,6 +160,8 @@ def serve(conn, tracker) -> None:
                 model_uris[args[0]] = result
         if name in ANSWERED or name in RETURNING:
             conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
+        if name == "start" and error is None:
+            getattr(tracker, "warm_up", lambda: None)()  # while the run fits; the calls that come meanwhile wait in the pipe
         if name == "end":
             conn.close()
             _exit()

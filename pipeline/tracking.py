@@ -170,6 +170,8 @@ class NullTracker:
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
 
+    def warm_up(self) -> None: ...
+
     def end(self, status: str) -> None: ...
 
 
@@ -177,10 +179,12 @@ class MlflowTracker(NullTracker):
     enabled = True
 
     def __init__(self, uri: str, experiment: str, *, artifact_root: Optional[Path] = None, timeout_s: float = 10,
-                 system_metrics: bool = False, log_models: bool = True, system_metrics_interval_s: float = 10.0):
+                 system_metrics: bool = False, log_models: bool = True, system_metrics_interval_s: float = 10.0,
+                 model_libraries: tuple[str, ...] = ()):
         self.uri, self.experiment, self.artifact_root = uri, experiment, artifact_root
         self.timeout_s, self.system_metrics, self.log_models = timeout_s, system_metrics, log_models
         self.system_metrics_interval_s = system_metrics_interval_s
+        self.model_libraries = model_libraries  # what unpickling the run's predictors imports
         self.run_id = None
         self.failure = None
         self.print_masked_link = False
@@ -223,6 +227,25 @@ class MlflowTracker(NullTracker):
             raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot start an MLflow run: {exc}") from None
         self.run_id = run.info.run_id
         self.log_params(params)
+
+    def warm_up(self) -> None:
+        """Import what logging the models will need (MLflow's pyfunc flavour, the models' libraries)
+        and build MLflow's map of installed packages, which its requirement check reads: in the
+        tracker's process this runs while the run fits, not after it."""
+        if not self.log_models:
+            return
+        import importlib
+
+        try:
+            from pipeline import tracking_models  # noqa: F401  (imports mlflow.pyfunc and the signature code)
+            from mlflow.utils import requirements_utils
+
+            for module in self.model_libraries:
+                importlib.import_module(module)
+            build_map = getattr(requirements_utils, "_init_modules_to_packages_map", None)
+            build_map() if build_map is not None else None
+        except Exception as exc:  # noqa: BLE001  (only a head start: logging the model reports real errors)
+            log.debug("warming up model logging failed: %s", exc)
 
     def _safely(self, what: str, fn, *args, **kwargs) -> Any:
         if self.failure is not None or self.run_id is None:
