@@ -74,6 +74,9 @@ class TrackerProcess:
 
     def start(self, run_name: str, params: dict, tags: dict) -> None:
         self._send("start", (run_name, params, tags), {})
+        from pipeline import plots
+
+        plots.preload()  # this process draws the run's plots for MLflow once the fit is done
 
     def log_predictor(self, name: str, predictor, example) -> Optional[PendingModelUri]:
         """Send the model to be logged; what stands for its URI until the tracker's process has it."""
