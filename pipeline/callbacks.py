@@ -1,15 +1,14 @@
 """Hydra callbacks: a launcher check before any job starts, and one MLflow parent run per sweep.
 
 It creates the store and the experiment in the driver before any job starts (concurrent first
-writes to a SQLite store race), opens the parent run, and hands its id to the jobs through the
-environment; each job's run becomes its child.
+writes to a SQLite store race) and opens the parent run, tagged with the sweep's directory; each
+job finds it there (`pipeline.tracking.sweep_parent`) and makes its own run a child of it.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -44,38 +43,55 @@ class LaunchCheckCallback(Callback):
             sys.exit(error.exit_code)  # SystemExit: Hydra turns a callback's exceptions into warnings
 
 
+def mlflow_settings(config):
+    """The sweep's typed `tracking` settings when its runs log to the engine's MLflow tracker, else None
+    (a config error is left to the jobs, which report it)."""
+    from omegaconf import OmegaConf
+
+    from pipeline.errors import ConfigError
+    from pipeline.trackers import MLFLOW, tracker_target
+
+    if "tracking" not in config:
+        return None
+    conf = OmegaConf.to_object(config.tracking)
+    try:
+        return conf if tracker_target(conf.backend, conf._target_) == MLFLOW else None
+    except ConfigError:
+        return None
+
+
 class MlflowSweepCallback(Callback):
     def __init__(self) -> None:
         self.uri: Optional[str] = None
         self.parent_run_id: Optional[str] = None
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
-        tracking = config.get("tracking")
-        if tracking is None or tracking.get("backend") != "mlflow":
+        conf = mlflow_settings(config)
+        if conf is None:
             return
         from pipeline import tracking as tr
 
         launch_dir = Path(config.hydra.runtime.cwd)
-        self.uri = tracking.get("uri") or tr.default_uri(launch_dir)
+        self.uri = conf.uri or tr.default_uri(launch_dir)
         tr.quiet_mlflow()
         tr.hide_credential_links(self.uri)
         if tr.is_remote(self.uri):
-            tr.configure_http(float(tracking.get("timeout_s", 10)))
-            tr.check_server(self.uri, float(tracking.get("timeout_s", 10)))
+            tr.configure_http(conf.timeout_s)
+            tr.check_server(self.uri, conf.timeout_s)
         import mlflow
 
         artifact_root = None if tr.is_remote(self.uri) else launch_dir / "outputs" / "mlartifacts"
-        experiment_id = tr.ensure_experiment(self.uri, tracking.get("experiment", "pipeline"), artifact_root)
-        sweep_dir = str(config.hydra.sweep.dir)
+        experiment_id = tr.ensure_experiment(self.uri, conf.experiment, artifact_root)
         from pipeline.redact import redact_override
+        from pipeline.trackers import sweep_directory
 
         overrides = " ".join(redact_override(o) for o in config.hydra.overrides.task) or "default"
         run = mlflow.MlflowClient(self.uri).create_run(
             experiment_id, run_name=f"sweep {overrides}",
-            tags={"pipeline.sweep_dir": sweep_dir, "pipeline.sweep": "parent", "pipeline.overrides": overrides},
+            tags={tr.SWEEP_DIR_TAG: str(sweep_directory(launch_dir, config.hydra.sweep.dir)), tr.SWEEP_TAG: "parent",
+                  "pipeline.overrides": overrides},
         )
         self.parent_run_id = run.info.run_id
-        os.environ[tr.PARENT_RUN_ENV] = self.parent_run_id
         atexit.register(self._close_if_open)  # Hydra skips on_multirun_end when a sweep raises
         log.info("MLflow parent run %s for this sweep", self.parent_run_id)
 
@@ -84,15 +100,12 @@ class MlflowSweepCallback(Callback):
             return
         import mlflow
 
-        from pipeline import tracking as tr
-
         client = mlflow.MlflowClient(self.uri)
         children = self._close_children(client)
         failed = any(c.info.status != "FINISHED" for c in children)
         self._summarise(client, children)
         self._tag_front(client, children, Path(str(config.hydra.sweep.dir)))
         client.set_terminated(self.parent_run_id, "FAILED" if failed else "FINISHED")
-        os.environ.pop(tr.PARENT_RUN_ENV, None)
         self.parent_run_id = None
 
     def _close_if_open(self) -> None:

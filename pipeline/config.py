@@ -100,7 +100,8 @@ class DataConf:
 
 @dataclass
 class ExecutorConf:
-    name: str = "local"  # local | ray
+    name: str = "local"  # local | ray; with _target_, your executor's name
+    _target_: Optional[str] = None  # null: the engine's executor `name`; else your Backend class (see allowed_targets)
     max_retries: int = 1
     in_process: str = "auto"  # local: auto | always | never
     task_timeout_s: Optional[float] = None  # a fit running longer fails like a crash (retried); null: no limit
@@ -110,7 +111,8 @@ class ExecutorConf:
 
 @dataclass
 class TrackingConf:
-    backend: str = "mlflow"  # mlflow | none
+    backend: str = "mlflow"  # mlflow | none; with _target_, your tracker's name
+    _target_: Optional[str] = None  # null: the engine's tracker `backend`; else your tracker class (see allowed_targets)
     uri: Optional[str] = None  # null: sqlite:///outputs/mlflow.db under the launch directory
     experiment: str = "pipeline"
     run_name: Optional[str] = None  # null: the job's overrides

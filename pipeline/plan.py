@@ -1,9 +1,15 @@
-"""The execution graph: fit tasks (model x trial x fold), a bag node per trial, the ensemble and
-the evaluation, each with its resources and device ids. `dry_run` stops here and writes plan.json.
+"""The execution graph: fit tasks (model x trial x fold), a bag node per trial, then the ensemble,
+the refit (refit=true) and the evaluation, each with its resources and device ids. The scheduler
+runs exactly these tasks (pipeline.nodes says what each kind does). `dry_run` stops here and
+writes plan.json.
+
+Every task id is made here (`fit_id`, `bag_id` and the constants below); other modules read ids
+from tasks' `depends_on`, never rebuild them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -14,13 +20,14 @@ from typing import Any, Iterable, Optional
 from pipeline.hardware import Hardware
 from pipeline.resources import ZERO, Allocation, DevicePool, Resources
 
-DRIVER = Resources(0, ZERO)  # bag, ensemble and evaluate nodes run in the driver, holding no slot
+DRIVER = Resources(0, ZERO)  # bag, ensemble, refit and evaluate nodes run in the driver, holding no slot
+ENSEMBLE, REFIT, EVALUATE = "ensemble", "refit", "evaluate"  # the ids (and kinds) of the single tail nodes
 
 
 @dataclass(frozen=True)
 class Task:
     id: str
-    kind: str  # fit | bag | ensemble | evaluate
+    kind: str  # a registered node kind (pipeline.nodes): fit | bag | ensemble | refit | evaluate | ...
     resources: Resources
     depends_on: tuple[str, ...] = ()
     model: Optional[str] = None
@@ -60,6 +67,30 @@ class Plan:
     allocations: tuple[Allocation, ...]
     tasks: tuple[Task, ...]
     memory: Any = None  # pipeline.memory.budget.MemoryPlan: the data's shape and the capacities
+
+    def __post_init__(self):
+        seen: set[str] = set()
+        for task in self.tasks:
+            missing = [d for d in task.depends_on if d not in seen]
+            if missing or task.id in seen:
+                raise ValueError(f"task {task.id!r} is listed twice or before its dependencies {missing}: "
+                                 "a plan lists every task after the tasks it depends on")
+            seen.add(task.id)
+
+    def task(self, task_id: str) -> Task:
+        return next(t for t in self.tasks if t.id == task_id)
+
+    def with_task(self, task: Task, *, before: Optional[str] = None) -> "Plan":
+        """This plan with `task` added (before the task `before`, which then also depends on it;
+        else at the end): how a node of another kind joins the graph."""
+        tasks = list(self.tasks)
+        if before is None:
+            tasks.append(task)
+        else:
+            i = next(i for i, t in enumerate(tasks) if t.id == before)
+            tasks[i] = dataclasses.replace(tasks[i], depends_on=(*tasks[i].depends_on, task.id))
+            tasks.insert(i, task)
+        return dataclasses.replace(self, tasks=tuple(tasks))
 
     @property
     def ram_for_fits(self) -> Optional[int]:
@@ -162,8 +193,11 @@ class Admission:
         return alloc.memory.ram if alloc.memory is not None else 0
 
 
-def build_plan(hardware: Hardware, allocations: list[Allocation], memory=None) -> Plan:
-    """Tasks in order (model, trial, fold), then waves and device ids from a unit-time simulation."""
+def build_plan(hardware: Hardware, allocations: list[Allocation], memory=None, *, evaluate: bool = False,
+               refit: bool = False) -> Plan:
+    """Fit tasks in order (model, trial, fold), with waves and device ids from a unit-time simulation,
+    and a bag task per trial. With `evaluate`, the ensemble and evaluate tasks after the bags; with
+    `refit` too, the refit task between them."""
     fits = [
         Task(fit_id(a.model, t, f), "fit", a.fit, model=a.model, trial=t, fold=f)
         for a in allocations
@@ -178,10 +212,17 @@ def build_plan(hardware: Hardware, allocations: list[Allocation], memory=None) -
             folds = tuple(fit_id(a.model, t, f) for f in range(a.num_folds))
             wave = max(wave_of[f] for f in folds)
             bags.append(Task(bag_id(a.model, t), "bag", DRIVER, folds, model=a.model, trial=t, wave=wave))
-    last = max(wave_of.values(), default=-1)
-    ensemble = Task("ensemble", "ensemble", DRIVER, tuple(b.id for b in bags), wave=last + 1)
-    evaluate = Task("evaluate", "evaluate", DRIVER, ("ensemble",), wave=last + 2)
-    return Plan(hardware, tuple(allocations), tuple(placed + bags + [ensemble, evaluate]), memory)
+    tail = _tail(tuple(b.id for b in bags), max(wave_of.values(), default=-1) + 1, refit) if evaluate else []
+    return Plan(hardware, tuple(allocations), tuple(placed + bags + tail), memory)
+
+
+def _tail(bags: tuple[str, ...], wave: int, refit: bool) -> list[Task]:
+    """The driver's nodes after the bags: ensemble, then (refit) refit, then evaluate on both."""
+    tasks = [Task(ENSEMBLE, ENSEMBLE, DRIVER, bags, wave=wave)]
+    if refit:
+        tasks.append(Task(REFIT, REFIT, DRIVER, (ENSEMBLE,), wave=wave + 1))
+    tasks.append(Task(EVALUATE, EVALUATE, DRIVER, tuple(t.id for t in tasks), wave=wave + len(tasks)))
+    return tasks
 
 
 def _simulate(hardware: Hardware, allocations: list[Allocation], fits: list[Task], ram: Optional[int]) -> list[Task]:

@@ -3,8 +3,9 @@ train + validation, for the mean number of rounds or epochs its fold models earl
 
 One model instead of a bag of k: k times fewer models to predict with. Its validation score is
 not defined (it learnt from the validation rows), so the leaderboard shows its test score only.
-The refits run in the driver after the bagged fits, one at a time, each with the resources of one
-of its model's fits (CPU count and devices, as planned).
+The refit node (pipeline.nodes.refit) runs in the driver after the ensemble node (whose weights the refitted ensemble
+keeps), one model at a time, each with the resources of one of its model's fits (CPU count and
+devices, as planned).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import numpy as np
 
 from pipeline import metrics as metrics_module
 from pipeline.ensemble import BaggedPredictor, EnsemblePredictor, blend
-from pipeline.executors.scheduler import TrialResult
+from pipeline.devices import local_ordinals
 from pipeline.executors.tasks import task_seed
 from pipeline.metrics import Metric
-from pipeline.devices import local_ordinals
 from pipeline.models.base import FitContext, Placement
+from pipeline.nodes.context import TrialResult
 from pipeline.plan import Plan
 
 SUFFIX = "_refit"

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from pipeline.memory.budget import gb
+from pipeline.nodes import node_kind
 from pipeline.plan import Plan
 from pipeline.resources import fmt
 
@@ -70,11 +71,19 @@ def plan_tree(plan: Plan) -> Tree:
                 where = ",".join(f"GPU{d}" + (f"x{fmt(s)}" if s < 1 else "") for d, s in zip(t.device_ids, t.gpu_shares))
                 cells.append(f"t{t.trial}/f{t.fold}" + (f"@{where}" if where else ""))
             node.add(f"wave {wave}: " + "  ".join(cells))
-    if len(plan.allocations) > 1:
-        tree.add(f"then: weighted ensemble of the {len(plan.allocations)} models, evaluation on the test split")
-    else:
-        tree.add("then: evaluation on the test split")
+    graph = tree.add("[bold]graph[/bold]: " + " → ".join(
+        f"{kind} ×{len(tasks)}" if len(tasks) > 1 else kind for kind, tasks in by_kind(plan).items()))
+    for kind, tasks in by_kind(plan).items():
+        graph.add(node_kind(kind).describe(tasks, plan))
     return tree
+
+
+def by_kind(plan: Plan) -> dict[str, list]:
+    """The plan's tasks grouped by node kind, kinds in the order they first appear."""
+    groups: dict[str, list] = defaultdict(list)
+    for t in plan.tasks:
+        groups[t.kind].append(t)
+    return dict(groups)
 
 
 def memory_line(memory) -> str:
@@ -149,3 +158,5 @@ class FitProgress:
 
     def advance(self, model: str) -> None:
         self.progress.advance(self.ids[model])
+        if self.progress.finished:  # every fit is done: the evaluation prints below, not under live bars
+            self.progress.stop()

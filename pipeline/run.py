@@ -6,19 +6,20 @@ so sweepers can optimise it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from omegaconf import DictConfig
 
 from pipeline import hardware as hw
-from pipeline.errors import Interrupted
+from pipeline.errors import ConfigError, Interrupted
 from pipeline.levels import ineffective_bag
-from pipeline.plan import Plan, build_plan
+from pipeline.plan import EVALUATE, Plan, build_plan
 from pipeline.resources import allocate, fmt
 from pipeline.settings import Settings, read_settings
 
@@ -33,36 +34,102 @@ class Runtime:
     launch_dir: Path
     overrides: str = ""
     job_num: Optional[int] = None
+    sweep_dir: Optional[Path] = None  # a job of a multirun: the sweep's directory (absolute)
 
     @classmethod
     def from_hydra(cls) -> "Runtime":
         from hydra.core.hydra_config import HydraConfig
 
         h = HydraConfig.get()
-        num = h.job.get("num") if h.mode.name == "MULTIRUN" else None
+        multirun = h.mode.name == "MULTIRUN"
+        num = h.job.get("num") if multirun else None
         # The run's name: what was overridden, not where it is logged.
         from pipeline.redact import redact_override
 
         shown = [redact_override(o) for o in h.overrides.task if not o.lstrip("+~").startswith(("tracking.", "hydra."))]
-        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), ",".join(sorted(shown)), num)
+        from pipeline.trackers import sweep_directory
+
+        sweep = sweep_directory(Path(h.runtime.cwd), h.sweep.dir) if multirun else None
+        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), ",".join(sorted(shown)), num, sweep)
 
 
 def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float, list[float]]:
+    """Check everything that can be checked without the data, plan, then fit (unless `dry_run`).
+
+    Nothing starts before the checks pass: no worker, forkserver, thread pool, tracker process or Ray
+    connection (the planner's look at a Ray cluster's size is a connection it closes again).
+    """
     settings = read_settings(cfg)
     runtime = runtime or Runtime.from_hydra()
+    components = Components.resolve(settings)
+    check_params(settings, _problem_hint(settings))
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
     plan = make_plan(settings, runtime.launch_dir)
+    check_environment(settings, plan)
     from pipeline import report
 
     report.print_plan(plan)
     plan.write(runtime.run_dir / "plan.json")
     if settings.dry_run:
-        for spec in settings.models:
-            if not spec.cls.probe_imports_library:  # library probes cost seconds: they run when fitting starts
-                spec.cls.check_params(spec.name, spec.params, _problem_hint(settings))
         report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
         return None
-    return execute(settings, plan, runtime)
+    return execute(settings, plan, runtime, components)
+
+
+@dataclass(frozen=True)
+class Components:
+    """The run's executor and tracker, resolved from `_target_` (imported, within allowed_targets) while
+    the config is checked, and built only once every check has passed."""
+
+    executor: Callable
+    tracker: Callable
+
+    @classmethod
+    def resolve(cls, settings: Settings) -> "Components":
+        from pipeline.executors import executor_target
+        from pipeline.targets import resolve
+        from pipeline.trackers import tracker_target
+
+        ex, tr = settings.executor, settings.tracking
+        return cls(resolve("executor._target_", executor_target(ex.name, ex._target_), settings.allowed_targets),
+                   resolve("tracking._target_", tracker_target(tr.backend, tr._target_), settings.allowed_targets))
+
+    def build_tracker(self, settings: Settings, runtime: Runtime):
+        tracker = self.tracker(conf=settings.tracking, launch_dir=runtime.launch_dir, sweep_dir=runtime.sweep_dir)
+        missing = [m for m in TRACKER_METHODS if not hasattr(tracker, m)]
+        if missing:
+            raise ConfigError(f"tracking._target_={settings.tracking._target_!r} built a {type(tracker).__name__}, "
+                              f"which lacks {', '.join(missing)}; subclass pipeline.tracking.NullTracker")
+        return tracker
+
+    def build_backend(self, settings: Settings, plan: Plan, runtime: Runtime):
+        from pipeline.executors.backend import Backend
+
+        preload = tuple(dict.fromkeys(m for spec in settings.models for m in spec.cls.library_modules))
+        backend = self.executor(conf=settings.executor, plan=plan, run_dir=runtime.run_dir, preload=preload)
+        if not isinstance(backend, Backend):
+            raise ConfigError(f"executor._target_={settings.executor._target_!r} built a {type(backend).__name__}, "
+                              "not a pipeline.executors.backend.Backend")
+        return backend
+
+
+TRACKER_METHODS = ("enabled", "run_id", "failure", "connect", "start", "end", "log_params", "log_metrics", "log_history",
+                   "set_tags", "log_artifact", "log_predictor", "register_model", "log_datasets", "log_trial")
+
+
+def check_params(settings: Settings, problem_type: Optional[str]) -> None:
+    """Every model's library parameters (a misspelt one is a ConfigError naming the closest)."""
+    for spec in settings.models:
+        spec.cls.check_params(spec.name, spec.params, problem_type)
+
+
+def check_environment(settings: Settings, plan: Plan) -> None:
+    """Probe each model's library where its first fit will run (a GPU build), unless the fits run elsewhere."""
+    if plan.hardware.planned_only or _on_cluster(settings):
+        return
+    for spec in settings.models:
+        if spec.cls.needs(spec.name, spec.params).requires_gpu:
+            spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
 
 
 def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
@@ -96,7 +163,7 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
         raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
             dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
         allocations.append(memory.plan(spec, allocation, raised))
-    return build_plan(hardware, allocations, memory.summary)
+    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=settings.refit)
 
 
 def _warn_overridden(settings: Settings, spec) -> None:
@@ -117,7 +184,11 @@ def first_fit_env(plan: Plan, model: str) -> dict[str, str]:
 
 
 def _on_cluster(settings: Settings) -> bool:
-    return settings.executor.name == "ray" and bool(settings.executor.address)
+    """The fits run on the Ray cluster at executor.address, not on this machine."""
+    from pipeline.executors import EXECUTORS, executor_target
+
+    ex = settings.executor
+    return executor_target(ex.name, ex._target_) == EXECUTORS["ray"] and bool(ex.address)
 
 
 def _machine(settings: Settings) -> hw.Machine:
@@ -133,50 +204,50 @@ def _problem_hint(settings: Settings) -> Optional[str]:
     return None if settings.data.problem_type == "auto" else settings.data.problem_type
 
 
-def execute(settings: Settings, plan: Plan, runtime: Runtime) -> Union[float, list[float]]:
-    """Fit the plan. The executor starts first (workers spawn and import their libraries, Ray
-    connects) so that its start-up overlaps loading the data and opening the MLflow store."""
+def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components) -> Union[float, list[float]]:
+    """Fit the plan, once the data is loaded and checked."""
     from pipeline.signals import StopSignals
     from pipeline.store import RunDirectoryLock
 
-    with RunDirectoryLock(runtime.run_dir), StopSignals() as signals, make_backend(settings, plan, runtime) as backend:
+    with RunDirectoryLock(runtime.run_dir), StopSignals() as signals:
         try:
-            backend.start(plan)
-            return _execute(settings, plan, runtime, backend, signals)
+            return _execute(settings, plan, runtime, components, signals)
         finally:
             signals.clean_up()
 
 
-def make_backend(settings: Settings, plan: Plan, runtime: Runtime):
-    from pipeline.executors import make_backend as make
+def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components, signals):
+    """The tracker's process opens its store while the data loads and is checked; the executor starts
+    (workers spawn, Ray connects) only then, while the tracker starts its run."""
+    tracker = components.build_tracker(settings, runtime)
+    tracker.connect() if tracker.enabled else None  # a tracking server's health is checked here, at once
+    with contextlib.ExitStack() as stack:
+        try:
+            data, metric = load_data(settings, runtime)
+            backend = stack.enter_context(components.build_backend(settings, plan, runtime))
+            backend.start(plan)
+        except BaseException:
+            tracker.end("FAILED")  # no run was started: this only stops the tracker's process
+            raise
+        return _fit(settings, plan, runtime, data, metric, tracker, backend, signals)
 
-    ex = settings.executor
-    preload = tuple(dict.fromkeys(m for spec in settings.models for m in spec.cls.library_modules))
-    # A time limit needs fits that can be stopped: worker processes, not the driver.
-    in_process = "never" if ex.task_timeout_s is not None and ex.in_process == "auto" else ex.in_process
-    return make(ex.name, plan, runtime.run_dir, in_process=in_process, address=ex.address,
-                ray_init=ex.ray_init, preload=preload)
 
-
-def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals) -> Union[float, list[float]]:
+def load_data(settings: Settings, runtime: Runtime):
+    """The data and its metric; the library parameters once more if the data told the problem type."""
     from pipeline import data as data_module
     from pipeline import metrics
+
+    data = data_module.load(settings.data, runtime.launch_dir)
+    metric = metrics.resolve(settings.eval_metric, data.problem_type)
+    if data.problem_type != _problem_hint(settings):
+        check_params(settings, data.problem_type)
+    return data, metric
+
+
+def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker, backend,
+         signals) -> Union[float, list[float]]:
     from pipeline.store import write_state
 
-    tracker = make_tracker(settings, runtime)
-    tracker.connect() if tracker.enabled else None  # the tracker's process opens the store while data loads
-    try:
-        data = data_module.load(settings.data, runtime.launch_dir)
-        metric = metrics.resolve(settings.eval_metric, data.problem_type)
-        for spec in settings.models:
-            spec.cls.check_params(spec.name, spec.params, data.problem_type)
-            # The GPU build check probes this process's library; on a cluster the fits run elsewhere.
-            needs_gpu = spec.cls.needs(spec.name, spec.params).requires_gpu
-            if needs_gpu and not plan.hardware.planned_only and not _on_cluster(settings):
-                spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
-    except BaseException:
-        tracker.end("FAILED")  # no run was started: this only stops the tracker's process
-        raise
     status = "FAILED"
     try:
         tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
@@ -186,10 +257,7 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals)
 
         tracker.log_datasets(summarize(data), locations(settings.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
-        from pipeline.evaluation import evaluate, fit_all
-
-        outcome = fit_all(settings, plan, data, metric, runtime, tracker, backend)
-        rows = evaluate(settings, plan, data, metric, outcome, runtime, tracker)
+        rows = run_graph(settings, plan, data, metric, runtime, tracker, backend)
         status = "FINISHED"
         from pipeline.objectives import job_return
 
@@ -210,22 +278,48 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, backend, signals)
             )
 
 
-def make_tracker(settings: Settings, runtime: Runtime):
-    from pipeline import tracking
+def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend) -> list[dict]:
+    """Wire the scheduler (result store, trial source, progress and tracking hooks, the run's outputs)
+    and run every task of the plan; returns the evaluation's leaderboard rows, best first."""
+    from pipeline.executors.scheduler import Scheduler
+    from pipeline.hpo import TrialSource
+    from pipeline.nodes.context import RunOutputs
+    from pipeline.nodes.hooks import RunHooks
+    from pipeline.report import FitProgress
+    from pipeline.store import ResultStore, resume_sources
 
-    t = settings.tracking
-    if t.backend == "none":
-        return tracking.NullTracker()
-    uri = t.uri or tracking.default_uri(runtime.launch_dir)
-    local = not tracking.is_remote(uri)
-    artifact_root = runtime.launch_dir / "outputs" / "mlartifacts" if local else None
-    from pipeline.tracker_process import TrackerProcess
+    sources = resume_sources(settings.resume, runtime.run_dir, runtime.launch_dir / "outputs")
+    trials = TrialSource(
+        settings.hpo,
+        {s.name: s.search_space for s in settings.models},
+        {s.name: s.params for s in settings.models},
+        "maximize" if metric.greater_is_better else "minimize",
+        store_dir=runtime.run_dir / "trials",
+        prior=_prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
+    )
+    outputs = RunOutputs(runtime.run_dir, tracker, settings.data.unseen_categories,
+                         settings.tracking.register_model, settings.tracking.register_alias)
+    ex = settings.executor
+    with FitProgress(plan) as progress:
+        scheduler = Scheduler(
+            plan, backend, ResultStore(runtime.run_dir, sources), trials,
+            {s.name: s.prototype() for s in settings.models}, data, metric,
+            seed=settings.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
+            hooks=RunHooks(progress, tracker, metric, settings.hpo.searcher != "none"),
+            pruning=settings.hpo.pruning, outputs=outputs,
+        )
+        return scheduler.run().results[EVALUATE]
 
-    return TrackerProcess(tracking.MlflowTracker(uri, t.experiment, artifact_root=artifact_root, timeout_s=t.timeout_s,
-                                                 system_metrics=t.system_metrics, log_models=t.log_models,
-                                                 system_metrics_interval_s=t.system_metrics_interval_s,
-                                                 model_libraries=tuple(dict.fromkeys(
-                                                     m for spec in settings.models for m in spec.cls.library_modules))))
+
+def _prior_trials(directories: list[Path]) -> dict:
+    """Trials recorded in these run directories, by name; a later directory's win."""
+    import json
+
+    prior = {}
+    for directory in directories:
+        for path in (directory / "trials").glob("*.json"):
+            prior[path.stem] = json.loads(path.read_text())
+    return prior
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:

@@ -11,16 +11,15 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.data import DataSpec
-from pipeline.errors import ConfigError, closest
+from pipeline.errors import ConfigError
 from pipeline.hpo import HpoSpec, SearchDim
 from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
 from pipeline.models.base import TabularModel
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
+from pipeline.targets import ALWAYS_ALLOWED
 
-ALWAYS_ALLOWED = ("pipeline.",)
-BACKENDS = ("mlflow", "none")
 IN_PROCESS = ("auto", "always", "never")
 
 
@@ -48,11 +47,13 @@ class ExecutorSpec:
     address: Optional[str] = None
     ray_init: dict = field(default_factory=dict)
     task_timeout_s: Optional[float] = None
+    _target_: Optional[str] = None
 
 
 @dataclass(frozen=True)
 class TrackingSpec:
     backend: str = "mlflow"
+    _target_: Optional[str] = None
     uri: Optional[str] = None
     experiment: str = "pipeline"
     run_name: Optional[str] = None
@@ -87,6 +88,7 @@ class Settings:
     refit: bool = False
     bag_memory: MemoryRequest = field(default_factory=MemoryRequest)
     fit_memory: MemoryRequest = field(default_factory=MemoryRequest)
+    allowed_targets: tuple[str, ...] = ALWAYS_ALLOWED  # module prefixes a _target_ may name
 
 
 def read_settings(cfg: DictConfig) -> Settings:
@@ -122,8 +124,6 @@ def read_settings(cfg: DictConfig) -> Settings:
             "executor.in_process=always fits in the driver; use in_process=auto or never"
         )
     tr = tree["tracking"]
-    if tr["backend"] not in BACKENDS:
-        raise ConfigError(f"tracking.backend={tr['backend']!r} is not one of {', '.join(BACKENDS)}{closest(tr['backend'], BACKENDS)}")
     if tr["system_metrics_interval_s"] <= 0:
         raise ConfigError(f"tracking.system_metrics_interval_s={tr['system_metrics_interval_s']} must be > 0")
     if tr["register_model"] is not None and tr["backend"] == "none":
@@ -145,7 +145,7 @@ def read_settings(cfg: DictConfig) -> Settings:
         sequential=bool(par["sequential"]),
         hpo=hpo_spec,
         executor=ExecutorSpec(ex["name"], int(ex["max_retries"]), ex["in_process"], ex["address"], dict(ex["ray_init"]),
-                              None if timeout is None else float(timeout)),
+                              None if timeout is None else float(timeout), ex["_target_"]),
         tracking=TrackingSpec(**tr),
         seed=seed,
         eval_metric=str(tree["eval_metric"]),
@@ -157,6 +157,7 @@ def read_settings(cfg: DictConfig) -> Settings:
         refit=bool(tree["refit"]),
         bag_memory=_memory(par["bag"], "parallelism.bag"),
         fit_memory=_memory(par["fit"], "parallelism.fit"),
+        allowed_targets=allowed,
     )
 
 

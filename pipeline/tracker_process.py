@@ -74,6 +74,10 @@ class TrackerProcess:
 
     def start(self, run_name: str, params: dict, tags: dict) -> None:
         self._send("start", (run_name, params, tags), {})
+        if hasattr(self._tracker, "warm_up"):  # while the run fits: the libraries its models' checks imported here
+            from pipeline.tracking_models import LIBRARY_DISTRIBUTIONS
+
+            self._send("warm_up", (tuple(m for m in LIBRARY_DISTRIBUTIONS if m in sys.modules),), {})
         from pipeline import plots
 
         plots.preload()  # this process draws the run's plots for MLflow once the fit is done
@@ -163,8 +167,6 @@ def serve(conn, tracker) -> None:
                 model_uris[args[0]] = result
         if name in ANSWERED or name in RETURNING:
             conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
-        if name == "start" and error is None:
-            getattr(tracker, "warm_up", lambda: None)()  # while the run fits; the calls that come meanwhile wait in the pipe
         if name == "end":
             conn.close()
             _exit()

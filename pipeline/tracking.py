@@ -1,7 +1,7 @@
 """MLflow tracking: the only module that imports mlflow (lazily, so start-up stays fast).
 
-One run per Hydra job, a child of the sweep's parent run in a multirun; a nested child run per
-HPO trial. A tracking failure in the middle of a run (a server that dies) does not stop the
+One run per Hydra job, a child of the sweep's parent run in a multirun (the job finds it in the store
+by the sweep directory, which the sweep callback tags it with); a nested child run per HPO trial. A tracking failure in the middle of a run (a server that dies) does not stop the
 fits: later calls are skipped, results stay in the run directory and the failure is reported
 when the run ends.
 """
@@ -21,7 +21,8 @@ from pipeline.errors import TrackingError
 
 log = logging.getLogger(__name__)
 
-PARENT_RUN_ENV = "PIPELINE_MLFLOW_PARENT_RUN_ID"
+SWEEP_TAG = "pipeline.sweep"  # "parent" on a sweep's parent run
+SWEEP_DIR_TAG = "pipeline.sweep_dir"  # the sweep's directory (absolute) on its parent run
 MAX_PARAM_LENGTH = 6000
 
 
@@ -118,6 +119,18 @@ def store_lock(uri: str):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def sweep_parent(uri: str, experiment_id: str, sweep_dir: str) -> Optional[str]:
+    """The id of the newest parent run tagged with this sweep directory, or None."""
+    import mlflow
+
+    quote = '"' if "'" in sweep_dir else "'"
+    found = mlflow.MlflowClient(uri).search_runs(
+        [experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+        filter_string=f"tags.`{SWEEP_TAG}` = 'parent' AND tags.`{SWEEP_DIR_TAG}` = {quote}{sweep_dir}{quote}",
+    )
+    return found[0].info.run_id if found else None
+
+
 def ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> str:
     """The experiment's id, created once (concurrent creations race, so a lost race is read back)."""
     with store_lock(uri):
@@ -150,6 +163,9 @@ class NullTracker:
     run_id: Optional[str] = None
     failure: Optional[str] = None
 
+    def connect(self) -> None:
+        """Reach the store before the run starts (called when `enabled`); raise TrackingError if it cannot."""
+
     def start(self, run_name: str, params: dict, tags: dict) -> None: ...
 
     def log_params(self, params: dict) -> None: ...
@@ -170,7 +186,7 @@ class NullTracker:
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
 
-    def warm_up(self) -> None: ...
+    def warm_up(self, libraries: tuple[str, ...] = ()) -> None: ...
 
     def end(self, status: str) -> None: ...
 
@@ -180,11 +196,11 @@ class MlflowTracker(NullTracker):
 
     def __init__(self, uri: str, experiment: str, *, artifact_root: Optional[Path] = None, timeout_s: float = 10,
                  system_metrics: bool = False, log_models: bool = True, system_metrics_interval_s: float = 10.0,
-                 model_libraries: tuple[str, ...] = ()):
+                 sweep_dir: Optional[str] = None):
         self.uri, self.experiment, self.artifact_root = uri, experiment, artifact_root
+        self.sweep_dir = sweep_dir  # a job of a sweep: its run becomes a child of the sweep's parent run
         self.timeout_s, self.system_metrics, self.log_models = timeout_s, system_metrics, log_models
         self.system_metrics_interval_s = system_metrics_interval_s
-        self.model_libraries = model_libraries  # what unpickling the run's predictors imports
         self.run_id = None
         self.failure = None
         self.print_masked_link = False
@@ -214,11 +230,11 @@ class MlflowTracker(NullTracker):
     def start(self, run_name: str, params: dict, tags: dict) -> None:
         import mlflow
 
-        parent = os.environ.get(PARENT_RUN_ENV)
         if self.system_metrics:
             mlflow.set_system_metrics_sampling_interval(self.system_metrics_interval_s)
             mlflow.set_system_metrics_samples_before_logging(1)
         try:
+            parent = sweep_parent(self.uri, self.experiment_id, self.sweep_dir) if self.sweep_dir else None
             run = mlflow.start_run(
                 experiment_id=self.experiment_id, run_name=run_name, tags=tags,
                 parent_run_id=parent or None, log_system_metrics=self.system_metrics,
@@ -228,19 +244,20 @@ class MlflowTracker(NullTracker):
         self.run_id = run.info.run_id
         self.log_params(params)
 
-    def warm_up(self) -> None:
-        """Import what logging the models will need (MLflow's pyfunc flavour, the models' libraries)
-        and build MLflow's map of installed packages, which its requirement check reads: in the
-        tracker's process this runs while the run fits, not after it."""
+    def warm_up(self, libraries: tuple[str, ...] = ()) -> None:
+        """Import what logging the models will need (MLflow's pyfunc flavour, `libraries`: what
+        unpickling the run's predictors imports) and build MLflow's map of installed packages, which
+        its requirement check reads: in the tracker's process this runs while the run fits."""
         if not self.log_models:
             return
         import importlib
 
         try:
-            from pipeline import tracking_models  # noqa: F401  (imports mlflow.pyfunc and the signature code)
+            import mlflow.pyfunc  # noqa: F401
+            from mlflow.models import signature  # noqa: F401
             from mlflow.utils import requirements_utils
 
-            for module in self.model_libraries:
+            for module in libraries:
                 importlib.import_module(module)
             build_map = getattr(requirements_utils, "_init_modules_to_packages_map", None)
             build_map() if build_map is not None else None

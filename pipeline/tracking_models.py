@@ -2,8 +2,7 @@
 
 A logged model carries its signature (with the `predict_method` parameter), pinned public
 requirements and the engine's own code (MLflow's `code_paths`), so `mlflow models serve` can
-build its environment from PyPI alone. Used by pipeline.tracking, which owns the run (and imports
-this module, and so MLflow, only in the tracker's process).
+build its environment from PyPI alone. Used by pipeline.tracking, which owns the run.
 """
 
 from __future__ import annotations
@@ -14,9 +13,6 @@ import tempfile
 import warnings
 from importlib import metadata
 from pathlib import Path
-
-import mlflow.pyfunc
-from mlflow.models import infer_signature
 
 import pipeline
 
@@ -47,6 +43,9 @@ def engine_code(folder: Path) -> Path:
 
 def log_pyfunc(name: str, predictor, example) -> str:
     """Log `predictor` as the pyfunc model `name` of the active run; returns its model URI."""
+    import mlflow
+    from mlflow.models import infer_signature
+
     code = Path(pipeline.__file__).parent / "mlflow_model.py"
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Integer columns in Python cannot represent missing values.*")
@@ -67,6 +66,8 @@ def log_pyfunc(name: str, predictor, example) -> str:
 
 def register(model_uri: str, name: str, alias: str) -> str:
     """Register the model under `name` and point `alias` at the new version; returns the version."""
+    import mlflow
+
     version = mlflow.register_model(model_uri, name).version
     mlflow.MlflowClient().set_registered_model_alias(name, alias, version)
     return str(version)

@@ -1,23 +1,36 @@
-"""Executors run a Plan; they never read config. `local` is the embedded default, `ray` scales out."""
+"""Executors run a Plan; they never read config. `local` is the embedded default, `ray` scales out.
+
+An executor is named by `executor._target_` (or, when that is null, by `executor.name`: one of the
+engine's own). The composition root calls the target with keyword arguments `conf` (the typed
+`executor` settings), `plan`, `run_dir` and `preload` (the model libraries workers import early), once
+every check has passed; it must return a `pipeline.executors.backend.Backend`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.errors import ConfigError, closest
-
-EXECUTORS = ("local", "ray")
+EXECUTORS = {"local": "pipeline.executors.local_backend", "ray": "pipeline.executors.ray_backend"}
 
 
-def make_backend(name: str, plan, run_dir: Path, *, in_process: str = "auto", address=None,
-                 ray_init: dict | None = None, preload: tuple[str, ...] = ()):
-    """The executor's backend for this plan; `preload` names the model libraries workers import early."""
-    if name == "local":
-        from pipeline.executors.local import make_local_backend
+def executor_target(name: str, target: str | None) -> str:
+    """What `executor._target_` names, or the engine's executor `executor.name`."""
+    from pipeline.targets import target_or_builtin
 
-        return make_local_backend(in_process, plan, run_dir, preload)
-    if name == "ray":
-        from pipeline.executors.ray import RayBackend
+    return target_or_builtin("executor.name", name, target, EXECUTORS)
 
-        return RayBackend(address=address, init_kwargs=ray_init or {})
-    raise ConfigError(f"executor.name={name!r} is not one of {', '.join(EXECUTORS)}{closest(name, EXECUTORS)}")
+
+def local_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
+    """Worker processes on this machine, or the driver itself when one slot covers the plan."""
+    from pipeline.executors.local import make_local_backend
+
+    # A time limit needs fits that can be stopped: worker processes, not the driver.
+    in_process = "never" if conf.task_timeout_s is not None and conf.in_process == "auto" else conf.in_process
+    return make_local_backend(in_process, plan, run_dir, preload)
+
+
+def ray_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
+    """Ray tasks, on a local instance or the cluster at `executor.address`."""
+    from pipeline.executors.ray import RayBackend
+
+    return RayBackend(address=conf.address, init_kwargs=conf.ray_init)

@@ -96,10 +96,20 @@ def _nodes(ray) -> list[tuple[float, float, dict]]:
 def cluster_machine(address: str, init_kwargs: dict) -> Machine:
     """The CPUs and GPUs of the Ray cluster at `address` (totals over its alive nodes), to plan against.
 
-    Joins the cluster and stays connected: the RayBackend of the same run reuses the connection.
+    Uses this process's connection if it has one; otherwise joins the cluster for the look and
+    disconnects again, so planning leaves no connection behind (the RayBackend joins when the run starts).
     """
     ray = _import_ray()
+    if ray.is_initialized():
+        return _cluster_machine(ray, address)
     _join(ray, address, init_kwargs)
+    try:
+        return _cluster_machine(ray, address)
+    finally:
+        ray.shutdown()
+
+
+def _cluster_machine(ray, address: str) -> Machine:
     cpus, tokens, names = 0, [], []
     for node_cpus, node_gpus, res in _nodes(ray):
         cpus += int(node_cpus)

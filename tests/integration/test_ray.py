@@ -208,3 +208,26 @@ def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adul
         scheduler.run()
     assert time.monotonic() - start < 20  # not the 60 s the fits would sleep
     assert backend.running == {}
+
+
+def test_the_ray_executor_runs_the_same_graph_with_a_node_kind_registered_outside_the_engine(ray_instance, adult,
+                                                                                              tmp_path):
+    from pipeline.executors.ray import RayBackend
+    from pipeline.executors.scheduler import Scheduler
+    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.plan import DRIVER, Task
+    from pipeline.store import ResultStore
+    from tests import graph_nodes
+    from tests.fault_models import SleepModel
+
+    plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep")
+    plan = plan.with_task(Task("audit", "audit", DRIVER, ("bag/sleep/t0",)))
+    graph_nodes.RAN.clear()
+    with RayBackend() as backend:
+        outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
+                            {"sleep": SleepModel({"seconds": 0}, "sleep")}, adult, METRICS["roc_auc"], seed=0).run()
+    (ran,) = graph_nodes.RAN
+    assert ran["done"] == ["bag/sleep/t0", "fit/sleep/t0/f0", "fit/sleep/t0/f1"]
+    assert set(outcome.results) == {t.id for t in plan.tasks}
+    assert {e["pid"] for e in outcome.timeline} != {os.getpid()}  # the fits ran in Ray's workers

@@ -113,3 +113,16 @@ def test_fractional_gpu_fits_run_on_both_nodes(cli, tmp_path, two_node_cluster):
     hosts = tag.split(" ")
     assert len(hosts) == 2, tag  # one entry per node: host/node:ids
     assert {h.split(":")[0].split("/")[1] for h in hosts} == {e["node"][:8] for e in timeline}
+
+
+def test_planning_against_a_cluster_leaves_no_connection(two_node_cluster, monkeypatch):
+    """The planner reads the cluster's size through a connection it closes: no ray.init global is left."""
+    import ray
+
+    from pipeline.executors.ray import cluster_machine
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert not ray.is_initialized()
+    machine = cluster_machine(two_node_cluster, {})
+    assert machine.num_cpus == 4 and machine.num_gpus == 4  # two nodes of 2 CPUs and 2 GPUs
+    assert not ray.is_initialized()

@@ -68,6 +68,16 @@ def test_refit_scores_like_the_bag_and_predicts_faster(bagged):
     assert refitted[0].booster_.current_iteration() == round(np.mean([m.best_iteration_ for m in fitted]))
 
 
+def test_the_refit_is_a_node_of_the_plan_that_ran(bagged):
+    import json
+
+    _, run_dir = bagged
+    tail = {t["id"]: (t["kind"], t["depends_on"]) for t in json.loads((run_dir / "plan.json").read_text())["tasks"]
+            if t["kind"] not in ("fit", "bag")}
+    assert tail == {"ensemble": ("ensemble", ["bag/lightgbm/t0"]), "refit": ("refit", ["ensemble"]),
+                    "evaluate": ("evaluate", ["ensemble", "refit"])}
+
+
 def test_batch_prediction_in_chunks_matches_in_memory_prediction(bagged, tmp_path):
     root, run_dir = bagged
     rows = pd.read_parquet(ADULT).sample(100_000, replace=True, random_state=0).reset_index(drop=True)

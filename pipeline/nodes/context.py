@@ -1,0 +1,99 @@
+"""What the graph's nodes share while a plan runs: the run's inputs, its growing outcome, and
+where the evaluation writes. The composition root fills it with typed values; no node reads config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Protocol
+
+from pipeline.plan import Plan, Task
+
+if TYPE_CHECKING:
+    from pipeline.metrics import Metric
+
+
+@dataclass
+class TrialResult:
+    """One trial of one model: its bagged out-of-fold (or holdout) and test predictions."""
+
+    model: str
+    trial: int
+    params: dict
+    folds: list  # FoldResult, in fold order
+    held_out: Any  # np.ndarray of row indices
+    val_pred: Any
+    test_pred: Any
+    score: float
+    pruned: bool = False
+
+    @property
+    def fit_seconds(self) -> float:
+        return sum(f.fit_seconds for f in self.folds)
+
+    @property
+    def predict_seconds(self) -> float:
+        return sum(f.predict_seconds for f in self.folds)
+
+
+@dataclass
+class Outcome:
+    """What a run produced: each bagged trial, the fits' timeline, and every node's result by task id."""
+
+    trials: dict[tuple[str, int], TrialResult] = field(default_factory=dict)
+    timeline: list[dict] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+
+    def best(self, model: str, metric: Metric) -> TrialResult:
+        candidates = [t for (m, _), t in self.trials.items() if m == model and not t.pruned]
+        if not candidates:
+            candidates = [t for (m, _), t in self.trials.items() if m == model]
+        best = candidates[0]
+        for t in candidates[1:]:
+            if metric.better(t.score, best.score):
+                best = t
+        return best
+
+
+class Hooks(Protocol):
+    def on_task_start(self, task: Task) -> None: ...
+
+    def on_task_end(self, task: Task, result) -> None: ...
+
+    def on_trial_end(self, result: TrialResult) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """Where the evaluation nodes write: the run directory, the tracker, and how models are kept."""
+
+    run_dir: Path
+    tracker: Any  # tracking.Tracker (NullTracker when tracking=none)
+    unseen_categories: str = "missing"  # data.unseen_categories, carried by every saved predictor
+    register_model: Optional[str] = None  # tracking.register_model
+    register_alias: str = "champion"  # tracking.register_alias
+
+
+@dataclass
+class GraphContext:
+    """The inputs every node may read, and the run's outcome, which nodes add to."""
+
+    plan: Plan
+    data: Any  # TabularData
+    metric: Metric
+    seed: int
+    trials: Any  # hpo.TrialSource
+    store: Any  # store.ResultStore
+    prototypes: dict  # model name -> unfitted TabularModel
+    pruning: bool = False
+    hooks: Optional[Hooks] = None
+    outputs: Optional[RunOutputs] = None  # None: a graph without evaluation nodes
+    data_ref: Any = None  # executors.tasks.DataRef, set when the backend has prepared the data
+    outcome: Outcome = field(default_factory=Outcome)
+    curves: dict[tuple[str, int], list[dict]] = field(default_factory=dict)  # (model, fold) -> pruner references
+
+    def require_outputs(self, task: Task) -> RunOutputs:
+        if self.outputs is None:
+            raise RuntimeError(f"task {task.id} ({task.kind}) needs the run's outputs (run directory, tracker); "
+                               "the scheduler was given none")
+        return self.outputs

@@ -1,0 +1,86 @@
+"""The plan's graph is what runs: every task of the plan, in dependency order, whatever its kind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def small_plan(num_folds=2, num_trials=2, evaluate=False):
+    from pipeline.hardware import Machine, resolve
+    from pipeline.plan import build_plan
+    from pipeline.resources import ModelNeeds, Request, allocate
+
+    hw = resolve(None, Machine(2), dry_run=False)
+    a = allocate(hw.total, Request.parse(None, None, "b"), Request.parse(1, None, "f"),
+                 ModelNeeds("sleep", False, False, 1), num_folds=num_folds, num_trials=num_trials)
+    return build_plan(hw, [a], evaluate=evaluate)
+
+
+def run_plan(plan, data, tmp_path, outputs=None):
+    from pipeline.executors.local import InProcessBackend
+    from pipeline.executors.scheduler import Scheduler
+    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.store import ResultStore
+    from tests.fault_models import SleepModel
+
+    with InProcessBackend() as backend:
+        return Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
+                         {"sleep": SleepModel({"seconds": 0}, "sleep")}, data, METRICS["roc_auc"], seed=0,
+                         outputs=outputs).run()
+
+
+def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependency_order(adult, tmp_path):
+    from pipeline import report
+    from pipeline.nodes.context import RunOutputs
+    from pipeline.plan import DRIVER, EVALUATE, Task
+    from pipeline.tracking import NullTracker
+    from tests import graph_nodes
+
+    plan = small_plan(evaluate=True)
+    bags = tuple(t.id for t in plan.tasks if t.kind == "bag")
+    plan = plan.with_task(Task("audit", "audit", DRIVER, bags), before=EVALUATE)
+    graph_nodes.RAN.clear()
+    (tmp_path / "run").mkdir()
+    outcome = run_plan(plan, adult, tmp_path, RunOutputs(tmp_path / "run", NullTracker()))
+
+    (ran,) = graph_nodes.RAN
+    fits = [t.id for t in plan.fit_tasks]
+    assert set(fits) | set(bags) <= set(ran["done"])  # after everything it depends on
+    assert EVALUATE not in ran["done"]  # before the node that depends on it
+    assert ran["scores"] == {b: outcome.trials[("sleep", int(b[-1]))].score for b in bags}
+    assert set(outcome.results) == {t.id for t in plan.tasks}  # every task of the plan ran, none else
+    assert [r["model"] for r in outcome.results[EVALUATE]] == ["sleep"]
+
+    written = json.loads(plan.write(tmp_path / "plan.json").read_text())
+    tasks = {t["id"]: t for t in written["tasks"]}
+    assert tasks["audit"]["kind"] == "audit" and tasks["audit"]["depends_on"] == list(bags)
+    assert tasks[EVALUATE]["depends_on"] == ["ensemble", "audit"]
+    with report.console.capture() as printed:
+        report.print_plan(plan)
+    assert "fit ×4 → bag ×2 → ensemble → audit → evaluate" in printed.get()
+    assert "audit: 1 check(s) of the bagged trials" in printed.get()
+
+
+def test_a_plan_without_evaluation_nodes_runs_the_fits_and_bags_only(adult, tmp_path):
+    outcome = run_plan(small_plan(num_folds=2, num_trials=1), adult, tmp_path)
+    assert sorted(outcome.results) == ["bag/sleep/t0", "fit/sleep/t0/f0", "fit/sleep/t0/f1"]
+    assert outcome.results["bag/sleep/t0"] is outcome.trials[("sleep", 0)]
+
+
+def test_a_task_listed_before_its_dependency_is_refused():
+    from pipeline.plan import DRIVER, Plan, Task
+
+    plan = small_plan()
+    with pytest.raises(ValueError, match="'late' is listed twice or before its dependencies \\['later'\\]"):
+        Plan(plan.hardware, plan.allocations, (*plan.tasks, Task("late", "audit", DRIVER, ("later",)),
+                                               Task("later", "audit", DRIVER)))
+
+
+def test_an_unregistered_node_kind_is_named_with_the_known_ones():
+    from pipeline.nodes import node_kind
+
+    with pytest.raises(KeyError, match="no node kind 'calibrate' is registered \\(known: .*bag.*evaluate.*fit"):
+        node_kind("calibrate")

@@ -1,0 +1,62 @@
+"""A user's own executor and tracker, plugged in by `_target_` (with allowed_targets=[tests.])."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipeline.executors.backend import Backend
+from pipeline.executors.tasks import DataRef, safe_run_fit
+from pipeline.tracking import NullTracker
+
+
+class InlineBackend(Backend):
+    """Fits each task in the driver as it is submitted, and notes its id in the run directory."""
+
+    name = "inline"
+
+    def __init__(self, conf, plan, run_dir: Path, preload=()):
+        self.log = Path(run_dir) / "inline_fits.jsonl"
+        self.done: dict[int, object] = {}
+        self.max_retries = conf.max_retries  # the typed executor settings arrive as `conf`
+
+    def prepare(self, plan, data) -> DataRef:
+        return DataRef(obj=data)
+
+    def submit(self, request):
+        request.local_gpus = ()
+        handle = len(self.done)
+        self.done[handle] = safe_run_fit(request)
+        with self.log.open("a") as fh:
+            fh.write(json.dumps({"task": request.task_id, "max_retries": self.max_retries}) + "\n")
+        return handle
+
+    def wait(self, handles, timeout=None):
+        return [(h, self.done.pop(h)) for h in handles if h in self.done]
+
+
+class RecordingTracker(NullTracker):
+    """Writes each call it gets to recorded_tracking.jsonl in the launch directory."""
+
+    enabled = True
+
+    def __init__(self, conf, launch_dir: Path, sweep_dir=None):
+        self.path = Path(launch_dir) / "recorded_tracking.jsonl"
+        self.experiment = conf.experiment
+
+    def _note(self, call: str, **values) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps({"call": call, **values}, default=str) + "\n")
+
+    def connect(self) -> None:
+        self._note("connect", experiment=self.experiment)
+
+    def start(self, run_name, params, tags) -> None:
+        self.run_id = "recorded-run"
+        self._note("start", run_name=run_name, params=sorted(params))
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self._note("log_metrics", keys=sorted(metrics))
+
+    def end(self, status) -> None:
+        self._note("end", status=status)
