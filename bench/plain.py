@@ -132,7 +132,8 @@ def main(argv=None) -> int:
 
     import yaml
 
-    from pipeline.data import DataSpec, load
+    from pipeline.config import DataConf
+    from pipeline.data import load
     from pipeline.executors.tasks import task_seed
 
     p = argparse.ArgumentParser(prog="python -m bench.plain")
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     conf = Path(__file__).resolve().parents[1] / "conf" / "model" / "lightgbm.yaml"
     params = yaml.safe_load(conf.read_text())["lightgbm"]["params"]
-    data = load(DataSpec(max_rows=args.max_rows), Path.cwd())
+    data = load(DataConf(max_rows=args.max_rows), Path.cwd())
     out = lightgbm(data, params, seed=task_seed(args.seed, "lightgbm", 0, 0), threads=len(os.sched_getaffinity(0)))
     print(json.dumps(out))
     return 0

@@ -2,7 +2,8 @@
 
 The primary config (`conf/config.yaml`) lists `config_schema` first in its defaults, so every
 group merges into these dataclasses: a misspelt key or a wrong type fails at compose time
-with Hydra's message naming the key.
+with Hydra's message naming the key. OmegaConf.to_object then builds them as the run's typed
+settings (`pipeline.settings`), and their `__post_init__` checks the values.
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+
+from pipeline.components import (  # noqa: F401  (the schema of every group is importable from here)
+    BUNDLED, DATA_SOURCES, SEARCHERS, DataConf, HpoConf, SearchDimConf,
+)
+from pipeline.errors import ConfigError
+
+IN_PROCESS = ("auto", "always", "never")
 
 
 @dataclass
@@ -45,18 +53,6 @@ class ParallelismConf:
 
 
 @dataclass
-class SearchDimConf:
-    """One hyperparameter's search space (Optuna distributions)."""
-
-    type: str = MISSING  # float | int | categorical
-    low: Optional[float] = None
-    high: Optional[float] = None
-    log: bool = False
-    step: Optional[float] = None
-    choices: Optional[List[Any]] = None
-
-
-@dataclass
 class ModelSpecConf:
     """One model: its class, the library's own parameters, its base-model resources."""
 
@@ -64,38 +60,6 @@ class ModelSpecConf:
     params: Dict[str, Any] = field(default_factory=dict)
     resources: ResourcesConf = field(default_factory=ResourcesConf)
     search_space: Dict[str, SearchDimConf] = field(default_factory=dict)
-
-
-@dataclass
-class HpoConf:
-    searcher: str = "none"  # none | random | tpe | grid
-    num_trials: int = 1
-    seed: Optional[int] = None  # null: the run's seed
-    start_from_defaults: bool = True  # trial 0 fits the model's own params
-    pruning: bool = False  # stop bad trials early (network epochs, boosting rounds)
-    grid_points: int = 3  # grid: values per continuous dimension (stepped ranges and choices in full)
-
-
-@dataclass
-class DataConf:
-    name: str = "adult"
-    source: str = "bundled"  # bundled | csv | parquet | synthetic
-    path: Optional[str] = None  # csv/parquet file; bundled: adult | california_housing
-    label: Optional[str] = None
-    problem_type: str = "auto"  # auto | binary | multiclass | regression
-    drop_columns: List[str] = field(default_factory=list)
-    categorical_columns: List[str] = field(default_factory=list)  # besides those typed as text or category
-    test_path: Optional[str] = None  # a separate test file; else a seeded split of data.path
-    storage_options: Dict[str, Any] = field(default_factory=dict)  # pandas/fsspec options (s3://, gs://): keys, tokens
-    unseen_categories: str = "missing"  # test categories never seen in training: missing | error
-    test_size: float = 0.2
-    val_size: float = 0.2  # of what remains after the test split
-    max_rows: Optional[int] = None  # a seeded subsample, for quick runs
-    # synthetic generator
-    rows: int = 10_000
-    features: int = 20
-    classes: int = 2  # 0: regression
-    categorical_features: int = 0
 
 
 @dataclass
@@ -107,6 +71,20 @@ class ExecutorConf:
     task_timeout_s: Optional[float] = None  # a fit running longer fails like a crash (retried); null: no limit
     address: Optional[str] = None  # ray: null starts a local instance; "auto" or ray://host:port joins one
     ray_init: Dict[str, Any] = field(default_factory=dict)  # extra ray.init keyword arguments
+
+    def __post_init__(self) -> None:
+        if self.in_process not in IN_PROCESS:
+            raise ConfigError(f"executor.in_process={self.in_process!r} is not one of {', '.join(IN_PROCESS)}")
+        if self.max_retries < 0:
+            raise ConfigError(f"executor.max_retries={self.max_retries} must be >= 0")
+        timeout = self.task_timeout_s
+        if timeout is not None and not timeout > 0:
+            raise ConfigError(f"executor.task_timeout_s={timeout} must be > 0 seconds (or null: no limit)")
+        if timeout is not None and self.name == "local" and self.in_process == "always":
+            raise ConfigError(
+                f"executor.task_timeout_s={timeout} needs fits in worker processes, which can be stopped, but "
+                "executor.in_process=always fits in the driver; use in_process=auto or never"
+            )
 
 
 @dataclass
@@ -123,6 +101,18 @@ class TrackingConf:
     tags: Dict[str, str] = field(default_factory=dict)
     register_model: Optional[str] = None  # a name: the run's best model is registered under it
     register_alias: str = "champion"  # the alias that points at the newly registered version
+
+    def __post_init__(self) -> None:
+        if self.system_metrics_interval_s <= 0:
+            raise ConfigError(f"tracking.system_metrics_interval_s={self.system_metrics_interval_s} must be > 0")
+        if self.register_model is not None and self.backend == "none":
+            raise ConfigError(f"tracking.register_model={self.register_model!r} needs MLflow tracking: "
+                              "drop tracking=none, or drop tracking.register_model")
+        if self.register_model is not None and not self.log_models:
+            raise ConfigError(f"tracking.register_model={self.register_model!r} registers a logged model, but "
+                              "tracking.log_models=false logs none; set tracking.log_models=true")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"tracking.timeout_s={self.timeout_s} must be > 0")
 
 
 @dataclass
@@ -142,6 +132,29 @@ class Config:
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
     # what the run returns to a sweeper: val_score, fit_seconds, predict_seconds (pipeline/objectives.py)
     objectives: List[str] = field(default_factory=lambda: ["val_score"])
+
+
+@dataclass(frozen=True)
+class Resume:
+    """`resume`: reuse no earlier run (false), the newest unfinished one (true), or a run directory."""
+
+    newest: bool = False
+    directory: Optional[str] = None
+
+    @classmethod
+    def parse(cls, value: Any) -> "Resume":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # a quoted override
+            value = value.strip().lower() == "true"
+        if value is None or value is False:
+            return cls()
+        if value is True:
+            return cls(newest=True)
+        if isinstance(value, str) and value.strip():
+            return cls(directory=value)
+        raise ConfigError(f"resume={value!r}: give false, true (the newest unfinished run) or a run directory")
+
+    def __bool__(self) -> bool:
+        return self.newest or self.directory is not None
 
 
 def whole_gpus(value: Any) -> Optional[int]:
@@ -171,6 +184,7 @@ class PredictConfig:
     id_column: Optional[str] = None  # an input column copied to the output; null: the row number (row_id)
     tracking: TrackingConf = MISSING  # where run ids and models:/ URIs are looked up
     hardware: Optional[HardwareConf] = None  # +hardware=1gpu: predict on a GPU
+    allowed_targets: List[str] = field(default_factory=list)  # module prefixes data._target_ may name
 
 
 def register_configs() -> None:

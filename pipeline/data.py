@@ -6,49 +6,20 @@ LightGBM and XGBoost use native categories and the network learns embeddings.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from importlib import resources as importlib_resources
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from pipeline.errors import ConfigError, DataError, closest
+from pipeline.config import DataConf
+from pipeline.data_sources import read_file, resolve
+from pipeline.errors import DataError, closest
 
 log = logging.getLogger(__name__)
-
-BUNDLED = ("adult", "california_housing")
-PROBLEM_TYPES = ("auto", "binary", "multiclass", "regression")
-SOURCES = ("bundled", "csv", "parquet", "synthetic")
-UNSEEN_POLICIES = ("missing", "error")
-
-
-@dataclass(frozen=True)
-class DataSpec:
-    """Typed data settings, built by the composition root from the `data` group."""
-
-    name: str = "adult"
-    source: str = "bundled"
-    path: Optional[str] = "adult"
-    label: Optional[str] = "income"
-    problem_type: str = "auto"
-    drop_columns: tuple[str, ...] = ()
-    categorical_columns: tuple[str, ...] = ()
-    test_path: Optional[str] = None
-    storage_options: dict = field(default_factory=dict, hash=False, compare=False, repr=False)
-    unseen_categories: str = "missing"
-    test_size: float = 0.2
-    val_size: float = 0.2
-    max_rows: Optional[int] = None
-    rows: int = 10_000
-    features: int = 20
-    classes: int = 2
-    categorical_features: int = 0
-    seed: int = 0
 
 
 @dataclass
@@ -87,20 +58,21 @@ class TabularData:
         return split.folds(len(rows), num_folds, seed, y if stratify else None)
 
 
-def load(spec: DataSpec, base_dir: Path) -> TabularData:
+def load(spec: DataConf, base_dir: Path) -> TabularData:
     """Read, check, type and split the data the spec names; every failure is a DataError."""
-    _check_spec(spec)
-    frame = _read(spec, base_dir)
+    source = spec.make_source()
+    source.check()
+    frame = source.read(base_dir)
     test_frame = (
-        _read_file(_resolve(spec.test_path, base_dir), "data.test_path", storage_options=spec.storage_options)
+        read_file(resolve(spec.test_path, base_dir), "data.test_path", storage_options=spec.storage_options)
         if spec.test_path else None
     )
-    label = spec.label if spec.source != "synthetic" else "target"
+    label = source.label
     frame = _check_columns(frame, spec, label, "data.path")
     if test_frame is not None:
         test_frame = _check_columns(test_frame, spec, label, "data.test_path")
     if spec.max_rows is not None and len(frame) > spec.max_rows:
-        frame = frame.sample(n=spec.max_rows, random_state=spec.seed).reset_index(drop=True)
+        frame = frame.sample(n=spec.max_rows, random_state=_seed(spec)).reset_index(drop=True)
     n_main = len(frame)
     if test_frame is not None:
         frame = pd.concat([frame, test_frame[frame.columns]], ignore_index=True)
@@ -120,106 +92,11 @@ def load(spec: DataSpec, base_dir: Path) -> TabularData:
     return data
 
 
-def _check_spec(spec: DataSpec) -> None:
-    if spec.source not in SOURCES:
-        raise ConfigError(f"data.source={spec.source!r} is not one of {', '.join(SOURCES)}{closest(spec.source, SOURCES)}")
-    if spec.problem_type not in PROBLEM_TYPES:
-        raise ConfigError(f"data.problem_type={spec.problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}")
-    if spec.unseen_categories not in UNSEEN_POLICIES:
-        raise ConfigError(f"data.unseen_categories={spec.unseen_categories!r} is not one of {', '.join(UNSEEN_POLICIES)}")
-    if spec.source in ("csv", "parquet"):
-        if not spec.path:
-            raise ConfigError(f"data.path is required with data.source={spec.source}: data.path=my_table.{spec.source}")
-        if not spec.label:
-            raise ConfigError("data.label is required: name the column to predict, as in data.label=target")
-    if spec.source == "bundled" and spec.path not in BUNDLED:
-        raise ConfigError(
-            f"data.path={spec.path!r} is not a bundled data set; bundled: {', '.join(BUNDLED)}{closest(str(spec.path), BUNDLED)}"
-        )
-    for key in ("test_size", "val_size"):
-        value = getattr(spec, key)
-        if not 0 < value < 1:
-            raise ConfigError(f"data.{key}={value} must be a fraction between 0 and 1")
-    if spec.max_rows is not None and spec.max_rows < 10:
-        raise ConfigError(f"data.max_rows={spec.max_rows} must be at least 10")
-    if spec.source == "synthetic":
-        if spec.rows < 10 or spec.features < 1:
-            raise ConfigError(f"data.rows={spec.rows} and data.features={spec.features}: need >= 10 rows and >= 1 feature")
-        if spec.classes == 1 or spec.classes < 0:
-            raise ConfigError(f"data.classes={spec.classes}: 0 for regression, or 2 or more classes")
-        if not 0 <= spec.categorical_features <= spec.features:
-            raise ConfigError(
-                f"data.categorical_features={spec.categorical_features} must be between 0 and data.features={spec.features}"
-            )
+def _seed(spec: DataConf) -> int:
+    return spec.seed if spec.seed is not None else 0
 
 
-def _resolve(path: str, base_dir: Path):
-    if "://" in path:  # a remote URL (s3://, gs://, https://) is read by pandas through fsspec
-        return path
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else base_dir / p
-
-
-def _read(spec: DataSpec, base_dir: Path) -> pd.DataFrame:
-    if spec.source == "synthetic":
-        return synthetic(spec)
-    if spec.source == "bundled":
-        with importlib_resources.as_file(importlib_resources.files("pipeline.datasets") / f"{spec.path}.parquet") as p:
-            return pd.read_parquet(p)
-    return _read_file(_resolve(spec.path, base_dir), "data.path", spec.source, spec.storage_options)
-
-
-def _read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None) -> pd.DataFrame:
-    if not isinstance(path, Path):
-        return _read_remote(path, key, kind, storage_options)
-    from pipeline.chunks import check_file
-
-    check_file(path, key)
-    kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
-    try:
-        if kind == "csv":
-            with path.open(newline="") as fh:
-                header = next(csv.reader(fh), [])
-            _check_unique(header, key, path)
-            frame = pd.read_csv(path)
-        else:
-            frame = pd.read_parquet(path)
-    except DataError:
-        raise
-    except Exception as exc:  # pandas/pyarrow parse errors carry the useful detail
-        raise DataError(f"{key}={str(path)!r} cannot be read as {kind}: {exc}") from None
-    _check_unique(list(frame.columns), key, path)
-    if frame.empty:
-        raise DataError(f"{key}={str(path)!r} has a header but no rows")
-    return frame
-
-
-def _read_remote(url: str, key: str, kind: Optional[str], storage_options: Optional[dict]) -> pd.DataFrame:
-    from pipeline.redact import redact_uri
-
-    kind = kind or ("parquet" if url.endswith((".parquet", ".pq")) else "csv")
-    reader = pd.read_parquet if kind == "parquet" else pd.read_csv
-    try:
-        frame = reader(url, storage_options=storage_options or None)
-    except Exception as exc:  # fsspec/network errors: the user's URL, credentials or connectivity
-        raise DataError(f"{key}={redact_uri(url)!r} cannot be read: {type(exc).__name__}: {exc}") from None
-    _check_unique(list(frame.columns), key, redact_uri(url))
-    if frame.empty:
-        raise DataError(f"{key}={redact_uri(url)!r} has no rows")
-    return frame
-
-
-def _check_unique(columns: list, key: str, path) -> None:
-    seen, dups = set(), []
-    for c in columns:
-        if c in seen and c not in dups:
-            dups.append(c)
-        seen.add(c)
-    if dups:
-        raise DataError(f"{key}={str(path)!r}: duplicate column names {dups}; every column needs its own name")
-
-
-def _check_columns(frame: pd.DataFrame, spec: DataSpec, label: str, key: str) -> pd.DataFrame:
+def _check_columns(frame: pd.DataFrame, spec: DataConf, label: str, key: str) -> pd.DataFrame:
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
     if label not in columns:
@@ -309,7 +186,7 @@ def _reject_text_in_numbers(column: str, s: pd.Series) -> None:
         )
 
 
-def _split(y: np.ndarray, problem_type: str, spec: DataSpec, n_main: int, n_all: int):
+def _split(y: np.ndarray, problem_type: str, spec: DataConf, n_main: int, n_all: int):
     from pipeline import split
 
     main = np.arange(n_main)
@@ -323,12 +200,12 @@ def _split(y: np.ndarray, problem_type: str, spec: DataSpec, n_main: int, n_all:
     if n_all > n_main:  # a separate test file
         rest, test = main, np.arange(n_main, n_all)
     else:
-        rest, test = split.holdout(main, spec.test_size, spec.seed, strat(main))
-    train, val = split.holdout(rest, spec.val_size, (spec.seed, 1), strat(rest))  # a stream of its own
+        rest, test = split.holdout(main, spec.test_size, _seed(spec), strat(main))
+    train, val = split.holdout(rest, spec.val_size, (_seed(spec), 1), strat(rest))  # a stream of its own
     return train, val, test
 
 
-def _type_columns(X, categorical, numeric, fit_rows, test_rows, spec: DataSpec) -> pd.DataFrame:
+def _type_columns(X, categorical, numeric, fit_rows, test_rows, spec: DataConf) -> pd.DataFrame:
     out = {}
     for column in numeric:
         out[column] = X[column].astype(np.float32)
@@ -353,44 +230,15 @@ def _type_columns(X, categorical, numeric, fit_rows, test_rows, spec: DataSpec) 
     return pd.DataFrame(out, columns=list(X.columns))
 
 
-def read_table(spec: DataSpec, base_dir: Path) -> pd.DataFrame:
+def read_table(spec: DataConf, base_dir: Path) -> pd.DataFrame:
     """The table a spec names, as read: no label, typing or split (new rows to score)."""
-    return _read(spec, base_dir)
+    source = spec.make_source()
+    return source.read(base_dir)
 
 
-def local_path(spec: DataSpec, base_dir: Path) -> Optional[Path]:
-    """The local file of a csv/parquet spec; None for bundled, synthetic and remote sources."""
-    if spec.source not in ("csv", "parquet") or not spec.path:
-        return None
-    path = _resolve(spec.path, base_dir)
-    return path if isinstance(path, Path) else None
-
-
-def synthetic(spec: DataSpec) -> pd.DataFrame:
-    """A seeded classification or regression table; some columns binned into categories."""
-    from sklearn.datasets import make_classification, make_regression
-
-    informative = max(1, min(spec.features, max(2, spec.features // 2)))
-    if spec.classes >= 2:
-        X, y = make_classification(
-            n_samples=spec.rows, n_features=spec.features, n_informative=min(informative, spec.features),
-            n_redundant=0, n_classes=spec.classes, n_clusters_per_class=1 if spec.classes > 4 else 2,
-            random_state=spec.seed, flip_y=0.02,
-        )
-    else:
-        X, y = make_regression(
-            n_samples=spec.rows, n_features=spec.features, n_informative=informative, noise=10.0,
-            random_state=spec.seed,
-        )
-    X = X.astype(np.float32)
-    frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(spec.features)])
-    for i in range(spec.categorical_features):
-        column = f"x{i}"
-        bins = np.quantile(X[:, i], np.linspace(0, 1, 9)[1:-1])
-        frame[column] = pd.Categorical.from_codes(np.digitize(X[:, i], bins), [f"c{j}" for j in range(8)])
-        frame = frame.rename(columns={column: f"cat{i}"})
-    frame["target"] = y
-    return frame
+def local_path(spec: DataConf, base_dir: Path) -> Optional[Path]:
+    """The local file a spec's source reads; None for bundled, synthetic and remote sources."""
+    return spec.make_source().local_path(base_dir)
 
 
 def fingerprint(data: TabularData) -> str:

@@ -9,13 +9,16 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pipeline import devices
 from pipeline.errors import HardwareError
+from pipeline.resources import Resources, cpu_count, fmt, gpu_amount, select_devices
+
+if TYPE_CHECKING:
+    from pipeline.config import HardwareConf
 
 log = logging.getLogger(__name__)
-from pipeline.resources import Resources, cpu_count, fmt, gpu_amount, select_devices
 
 SIMULATE_ENV = "PIPELINE_SIMULATE_GPUS"  # tests: pretend this many CUDA devices exist
 SLOT_CPUS_ENV = "PIPELINE_SLOT_CPUS"  # set by the GPU-aware launcher: this job's CPU share
@@ -204,7 +207,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def resolve(declared: Optional[dict], machine: Machine, *, dry_run: bool) -> Hardware:
+def resolve(declared: Optional[HardwareConf], machine: Machine, *, dry_run: bool) -> Hardware:
     """The run's hardware: the machine when nothing is declared, else the checked declaration.
 
     A declared box larger than this machine is an error, except under dry_run, which plans for it.
@@ -214,10 +217,10 @@ def resolve(declared: Optional[dict], machine: Machine, *, dry_run: bool) -> Har
         source = "launcher slot" if machine.gpu_share is not None else "detected"
         return Hardware(machine.num_cpus, machine.gpu_capacity, ids, source, machine.gpu_tokens, machine.gpu_names)
 
-    name = declared.get("name") or "custom"
-    cpus_value = declared.get("num_cpus")
+    name = declared.name or "custom"
+    cpus_value = declared.num_cpus
     num_cpus = machine.num_cpus if cpus_value is None else cpu_count(cpus_value, "hardware.num_cpus")
-    num_gpus = gpu_amount(declared.get("num_gpus") or 0, "hardware.num_gpus")
+    num_gpus = gpu_amount(declared.num_gpus or 0, "hardware.num_gpus")
     needed = math.ceil(num_gpus)
     profile = f"+hardware={name}" if name != "custom" else "the declared hardware"
     too_big = []
@@ -238,7 +241,7 @@ def resolve(declared: Optional[dict], machine: Machine, *, dry_run: bool) -> Har
             "CPU count of the box you plan for", profile, num_cpus,
         )
     available = max(needed, machine.num_gpus) if planned_only else machine.num_gpus
-    ids = tuple(select_devices(declared.get("devices"), num_gpus, available))
+    ids = tuple(select_devices(declared.devices, num_gpus, available))
     if planned_only:
         tokens = tuple(str(i) for i in ids)
     else:

@@ -12,15 +12,16 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import hydra
-import numpy as np
-import pandas as pd
 from omegaconf import DictConfig
 
 import pipeline.config  # noqa: F401  (registers the schemas in Hydra's ConfigStore)
 from pipeline.__main__ import CONFIG_DIR
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("pipeline")
 
@@ -131,6 +132,9 @@ def _check_columns(schema, columns: list[str], settings) -> None:
 
 def predictions(predictor, chunk: pd.DataFrame, settings, offset: int, unseen: dict) -> pd.DataFrame:
     """The output rows of one chunk: id, predicted label (or value), class probabilities."""
+    import numpy as np
+    import pandas as pd
+
     schema = predictor.schema
     X = schema.apply(chunk, f"data.path={settings.data.path!r}", unseen)
     proba = predictor.predict_typed(X)

@@ -305,7 +305,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
             plan, backend, ResultStore(runtime.run_dir, sources), trials,
             {s.name: s.prototype() for s in settings.models}, data, metric,
             seed=settings.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
-            hooks=RunHooks(progress, tracker, metric, settings.hpo.searcher != "none"),
+            hooks=RunHooks(progress, tracker, metric, settings.hpo.searches),
             pruning=settings.hpo.pruning, outputs=outputs,
         )
         return scheduler.run().results[EVALUATE]

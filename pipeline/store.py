@@ -14,9 +14,12 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pipeline.config import Resume
 
 log = logging.getLogger(__name__)
 
@@ -196,15 +199,15 @@ def read_state(run_dir: Path) -> Optional[dict]:
         return None
 
 
-def resume_sources(resume: Any, run_dir: Path, outputs_root: Path) -> list[Path]:
+def resume_sources(resume: Resume, run_dir: Path, outputs_root: Path) -> list[Path]:
     """The earlier run directories whose finished tasks this run may reuse.
 
     The run directory itself always counts (re-running with the same hydra.run.dir). resume=true
     adds the newest unfinished run under outputs/ that no live run holds; a path adds that directory.
     """
-    if resume in (False, None, "false", "False"):
+    if not resume:
         return []
-    if resume in (True, "true", "True"):
+    if resume.newest:
         candidates = []
         for state_file in outputs_root.glob(f"**/{STATE_FILE}"):
             directory = state_file.parent
@@ -221,7 +224,7 @@ def resume_sources(resume: Any, run_dir: Path, outputs_root: Path) -> list[Path]
         newest = max(candidates)[1]
         log.info("resume=true: reusing the finished tasks of %s", newest)
         return [newest]
-    path = Path(str(resume)).expanduser()
+    path = Path(resume.directory).expanduser()
     if not (path / "tasks").is_dir():
-        raise ConfigError(f"resume={resume!r}: not a run directory (it has no tasks/ folder)")
+        raise ConfigError(f"resume={resume.directory!r}: not a run directory (it has no tasks/ folder)")
     return [path]

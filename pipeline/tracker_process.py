@@ -9,13 +9,14 @@ whose errors surface there, before any fit), a registered model's version (RETUR
 which waits until everything sent is logged. A logged model's URI is not waited for: the run gets
 a `PendingModelUri` that stands for it in later calls (the best model's tag, the registry), and
 this process puts the URI in its place. A driver that dies leaves a pipe at EOF: the tracker
-ends the run as FAILED. Once the run has ended the process exits without tearing the
-interpreter down (MLflow's thousands of modules take seconds to free, and nothing is left to
-write).
+ends the run as FAILED. When its pipe closes (after the last run it serves) the process exits
+without tearing the interpreter down (MLflow's thousands of modules take seconds to free, and
+nothing is left to write).
 """
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import signal
@@ -36,6 +37,29 @@ class PendingModelUri:
     name: str
 
 
+_warm: dict = {"keep": False, "server": None}  # the process kept for this process's next run, see keep_warm()
+
+
+def keep_warm() -> None:
+    """Keep the tracker's process between the runs of this process (the warm worker of a sweep's slot):
+    the next run reuses it, with MLflow imported and its store open. It exits with this process."""
+    if not _warm["keep"]:
+        _warm["keep"] = True
+        atexit.register(close_warm)
+
+
+def close_warm() -> None:
+    """Let the kept tracker process exit; call it before this process exits (a worker process's
+    multiprocessing exit handler joins its children before any atexit handler runs)."""
+    server, _warm["server"] = _warm["server"], None
+    if server is not None:
+        process, conn = server
+        conn.close()  # end-of-file: the process returns
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+
+
 class TrackerProcess:
     """Forwards every tracker call to an MlflowTracker in a spawned process."""
 
@@ -54,6 +78,11 @@ class TrackerProcess:
         """Check what can be checked here at once (a server's health), then start the process,
         which imports MLflow and opens the store while this one goes on."""
         self._tracker.prepare()
+        server, _warm["server"] = _warm["server"], None
+        if server is not None and server[0].is_alive():
+            self._process, self._conn = server
+            self._conn.send(self._tracker)  # the kept process serves this run next
+            return
         ctx = multiprocessing.get_context("spawn")  # no fork of a driver that may hold threads
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=serve, args=(child, self._tracker), name="mlflow-tracker", daemon=True)
@@ -95,6 +124,10 @@ class TrackerProcess:
             return
         self._send("end", (status,), {})
         self._collect()
+        if _warm["keep"] and self.failure is None and self._process.is_alive():
+            _warm["server"], self._process = (self._process, self._conn), None
+            return
+        self._conn.close()  # end-of-file: the process returns
         self._process.join(timeout=30)
         if self._process.is_alive():
             self._process.terminate()
@@ -141,9 +174,19 @@ class TrackerProcess:
 
 
 def serve(conn, tracker) -> None:
-    """The tracker's process: connect, then run each call as it arrives, answering `start` and `end`."""
+    """The tracker's process: serve a run, then the next tracker sent (a kept process), until end-of-file."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # the driver decides when the run ends, and says how
         signal.signal(sig, signal.SIG_IGN)
+    while serve_run(conn, tracker):
+        try:
+            tracker = conn.recv()
+        except (EOFError, OSError):
+            break
+    _exit()
+
+
+def serve_run(conn, tracker) -> bool:
+    """Connect, then run each call as it arrives, answering `start` and `end`; True after `end`."""
     error: Optional[str] = None
     try:
         tracker.connect()
@@ -158,7 +201,7 @@ def serve(conn, tracker) -> None:
         except (EOFError, OSError):  # the driver died without ending the run
             if error is None and tracker.run_id is not None:
                 tracker.end("FAILED")
-            _exit()
+            return False
         result = None
         if error is None:
             args, kwargs = _resolve(args, model_uris), _resolve(kwargs, model_uris)
@@ -168,8 +211,7 @@ def serve(conn, tracker) -> None:
         if name in ANSWERED or name in RETURNING:
             conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
         if name == "end":
-            conn.close()
-            _exit()
+            return True
 
 
 def _resolve(value, model_uris: dict[str, Optional[str]]):

@@ -73,24 +73,10 @@ def source_of(location: str):
 
 def locations(spec, base_dir: Path) -> dict[str, str]:
     """Where each split's rows come from: a path, a URL (credentials masked) or 'generator:…'."""
-    from importlib import resources
+    from pipeline.data_sources import where
 
-    from pipeline.redact import redact_uri
-
-    def where(path: str) -> str:
-        if "://" in path:
-            return redact_uri(path)
-        p = Path(path).expanduser()
-        return str(p if p.is_absolute() else base_dir / p)
-
-    if spec.source == "synthetic":
-        main = (f"generator:scikit-learn rows={spec.rows} features={spec.features} classes={spec.classes} "
-                f"categorical={spec.categorical_features} seed={spec.seed}")
-    elif spec.source == "bundled":
-        main = str(resources.files("pipeline.datasets") / f"{spec.path}.parquet")
-    else:
-        main = where(spec.path)
-    test = where(spec.test_path) if spec.test_path else main
+    main = spec.make_source().location(base_dir)
+    test = where(spec.test_path, base_dir) if spec.test_path else main
     return {"training": main, "validation": main, "test": test}
 
 

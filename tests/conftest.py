@@ -89,7 +89,7 @@ def user_config(root: Path, group: str, name: str, text: str) -> str:
     return f"hydra.searchpath=[file://{root / 'user_conf'}]"
 
 
-FAULT_ENV = {"PYTHONPATH": str(ROOT)}  # lets a run import tests.fault_models
+FAULT_ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins")])}  # lets a run import tests.fault_models
 
 
 def free_port() -> int:
@@ -162,6 +162,7 @@ def mlflow_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def adult():
     """The bundled Adult data, loaded and split once."""
-    from pipeline.data import DataSpec, load
+    from pipeline.config import DataConf
+    from pipeline.data import load
 
-    return load(DataSpec(max_rows=6000), ROOT)
+    return load(DataConf(max_rows=6000), ROOT)

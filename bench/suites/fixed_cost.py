@@ -121,18 +121,37 @@ def _overhead(runner: Runner, rows: list[str], n: int) -> list[dict]:
     ]
 
 
+# The library parameter checks a dry run makes (model=all's params from conf/model), timed inside a fresh process.
+CHECKS = """
+import json, sys, time
+from omegaconf import OmegaConf
+from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
+specs = [(cls, name, OmegaConf.to_container(OmegaConf.load(f"{sys.argv[1]}/{name}.yaml")[name].params))
+         for cls, name in ((LightGBMModel, "lightgbm"), (XGBoostModel, "xgboost"), (TorchMLPModel, "nn"))]
+t0 = time.perf_counter()
+for cls, name, params in specs:
+    cls.check_params(name, params)
+print(json.dumps(time.perf_counter() - t0))
+"""
+CONF_MODELS = Path(__file__).resolve().parents[2] / "conf" / "model"
+
+
 def _startup(runner: Runner, n: int) -> list[dict]:
     commands = {"help": ["--help"], "dry_run": ["dry_run=true", "+hardware=4gpu", "model=all"]}
     for args in commands.values():
         runner.call(ENGINE + args)
     wall = {k: [] for k in commands}
+    checks = []
     for r, order in _rotations(list(commands), n):
         for name in order:
             wall[name].append(runner.call(ENGINE + commands[name])[0])
+        checks.append(float(runner.call([sys.executable, "-c", CHECKS, str(CONF_MODELS)])[1].strip()))
     return [
         figure("python -m pipeline --help", wall["help"], "s", group="start-up", target=TARGETS["help"]),
         figure("python -m pipeline dry_run=true +hardware=4gpu model=all", wall["dry_run"], "s", group="start-up",
                target=TARGETS["dry_run"]),
+        figure("of which: LightGBM, XGBoost and network parameter checks (in-process, first call)", checks, "s",
+               group="start-up"),
     ]
 
 

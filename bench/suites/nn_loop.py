@@ -8,7 +8,7 @@ import time
 
 from bench.common import Options, cpu_cores, figure, load_data, log, ratios
 
-PRECISIONS = ("32", "bf16-mixed")
+MEASURED = ("32", "bf16-mixed")  # the precisions a CPU and a GPU both run
 
 
 def settings_for(device: str, quick: bool) -> dict:
@@ -57,7 +57,7 @@ def dataloader_loop(arrays, spec, device, precision: str, batch: int, epochs: in
     from torch.nn import functional as F
     from torch.utils.data import DataLoader, TensorDataset
 
-    from pipeline.nn.loop import PRECISIONS as DTYPES
+    from pipeline.nn.options import PRECISIONS as DTYPES
 
     dev = torch.device(device)
     torch.manual_seed(0)
@@ -66,7 +66,7 @@ def dataloader_loop(arrays, spec, device, precision: str, batch: int, epochs: in
     cuda = dev.type == "cuda"
     loader = DataLoader(TensorDataset(arrays.x_num, arrays.x_cat, arrays.y), batch_size=batch, shuffle=True,
                         pin_memory=cuda)
-    dtype = DTYPES[precision]
+    dtype = getattr(torch, DTYPES[precision]) if DTYPES[precision] else None
     out = []
     model.train()
     for _ in range(epochs):
@@ -95,7 +95,7 @@ def measure(opts: Options, device: str, group_prefix: str, device_name: str) -> 
     torch.set_num_threads(cpu_cores())
     arrays, spec = prepare(s["rows"], opts.scratch)
     figures = []
-    for precision in PRECISIONS:
+    for precision in MEASURED:
         group = f"{group_prefix} · {'fp32' if precision == '32' else precision}"
         log(f"nn_loop: {group}")
         engine = engine_loop(arrays, spec, device, precision, s["batch_size"], s["epochs"])[1:]  # epoch 0: warm-up

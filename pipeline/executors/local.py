@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-import multiprocessing
-import os
-import pickle
-import signal
 import threading
 from collections import Counter
-from dataclasses import dataclass
-from multiprocessing.connection import wait as wait_connections
 from pathlib import Path
 from typing import Optional
 
 from pipeline.devices import child_env, local_ordinals
 from pipeline.executors.backend import Backend
 from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit, write_data_file
-from pipeline.executors.worker import worker_main
+from pipeline.executors.pool import Died, Unreadable, Worker, WorkerPool
 from pipeline.hardware import Hardware
 from pipeline.plan import Plan
 
@@ -51,15 +45,8 @@ class InProcessBackend(Backend):
         self.done.clear()
 
 
-@dataclass
-class _Worker:
-    process: multiprocessing.Process
-    conn: object
-    devices: tuple[int, ...]
-
-
 class ProcessBackend(Backend):
-    """A pool of worker processes keyed by the devices they see.
+    """Fits in a pool of worker processes keyed by the devices they see (see `pool.WorkerPool`).
 
     The forkserver is started once per driver process: a later run in the same process keeps the
     libraries it preloaded (a worker imports any other library itself).
@@ -71,15 +58,13 @@ class ProcessBackend(Backend):
     name = "processes"
 
     def __init__(self, hardware: Hardware, run_dir: Path, preload: tuple[str, ...] = (), max_idle: int = 8):
-        self.hardware, self.run_dir, self.preload = hardware, run_dir, tuple(preload)
+        self.hardware, self.run_dir = hardware, run_dir
         # Workers fork from a server process that imported the model libraries once and never touches
         # a GPU: each starts in milliseconds, with no CUDA context, and sets CUDA_VISIBLE_DEVICES first.
-        self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["pipeline.executors.worker", "pipeline.executors.tasks", *self.preload])
-        self.idle: list[_Worker] = []
-        self.busy: dict[int, _Worker] = {}
+        self.pool = WorkerPool("forkserver", safe_run_fit, detach=True,
+                               preload=("pipeline.executors.tasks", *preload), max_idle=max_idle, name="fit-worker")
+        self.handles: dict[int, Worker] = {}
         self.counter = itertools.count()
-        self.max_idle = max_idle
         self._starting: Optional[threading.Thread] = None
         self._start_error: Optional[BaseException] = None
 
@@ -109,12 +94,15 @@ class ProcessBackend(Backend):
 
     def _spawn_for(self, plan: Plan) -> None:
         """As many workers per device set as the busiest wave runs on it at once."""
-        self.max_idle = max(self.max_idle, plan.max_concurrency)
+        self.pool.max_idle = max(self.pool.max_idle, plan.max_concurrency)
         wanted: Counter[tuple[int, ...]] = Counter()
         for wave in {t.wave for t in plan.fit_tasks}:
             wanted |= Counter(t.device_ids for t in plan.fit_tasks if t.wave == wave)  # | keeps the larger count
         for devices in wanted.elements():
-            self.idle.append(self._spawn(devices))
+            self.pool.spawn(self._env(devices))
+
+    def _env(self, devices: tuple[int, ...]) -> dict[str, str]:
+        return child_env(self.hardware.visible_devices(devices).split(",") if devices else ())
 
     def prepare(self, plan: Plan, data) -> DataRef:
         self._ready()
@@ -123,95 +111,31 @@ class ProcessBackend(Backend):
         return DataRef(path=str(path), fingerprint=data.fingerprint)
 
     def submit(self, request: FitRequest):
-        worker = self._worker_for(tuple(request.gpu_ids))
         handle = next(self.counter)
-        self.busy[handle] = worker
-        try:
-            worker.conn.send(request)
-        except (BrokenPipeError, OSError):
-            pass  # the worker died: wait() reports it through its sentinel
+        self.handles[handle] = self.pool.submit(self._env(tuple(request.gpu_ids)), request)
         return handle
 
-    def _worker_for(self, devices: tuple[int, ...]) -> _Worker:
-        for i, w in enumerate(self.idle):
-            if w.devices == devices and w.process.is_alive():
-                return self.idle.pop(i)
-        return self._spawn(devices)
-
-    def _spawn(self, devices: tuple[int, ...]) -> _Worker:
-        env = child_env(self.hardware.visible_devices(devices).split(",") if devices else ())
-        parent, child = self.ctx.Pipe()
-        process = self.ctx.Process(target=worker_main, args=(child, env, self.preload), name=f"fit-worker-{devices}")
-        process.start()
-        child.close()
-        return _Worker(process, parent, devices)
-
     def wait(self, handles, timeout: Optional[float] = None):
-        by_conn = {}
-        for h in handles:
-            w = self.busy[h]
-            by_conn[w.conn] = h
-            by_conn[w.process.sentinel] = h
-        ready = wait_connections(list(by_conn), timeout)
-        out, seen = [], set()
-        for obj in ready:
-            h = by_conn[obj]
-            if h in seen:
-                continue
-            seen.add(h)
-            w = self.busy.pop(h)
-            result = None
-            try:
-                if w.conn.poll():
-                    result = w.conn.recv()
-            except (EOFError, OSError, pickle.UnpicklingError):
-                result = None
-            if result is None:
-                w.process.join(timeout=5)
-                code = w.process.exitcode
-                reason = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-                out.append((h, TaskFailure("", f"the worker process died ({reason}) during the fit")))
-                continue
-            self._release(w)
-            out.append((h, result))
+        by_worker = {self.handles[h].id: h for h in handles}
+        out = []
+        for worker, answer in self.pool.wait([self.handles[h] for h in handles], timeout):
+            handle = by_worker[worker.id]
+            del self.handles[handle]
+            if isinstance(answer, Died):
+                answer = TaskFailure("", f"the worker process died ({answer.reason}) during the fit")
+            elif isinstance(answer, Unreadable):
+                answer = TaskFailure("", f"the fit's result could not be read: {answer.error!r}")
+            out.append((handle, answer))
         return out
 
     def cancel(self, handle) -> None:
         """Kill the worker running `handle` with everything it started (DDP ranks share its process group)."""
-        w = self.busy.pop(handle)
-        try:
-            os.killpg(w.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            w.process.kill()
-        w.process.join(timeout=5)
-        w.conn.close()
-
-    def _release(self, w: _Worker) -> None:
-        self.idle.append(w)
-        while len(self.idle) > self.max_idle:
-            self._stop(self.idle.pop(0))
-
-    def _stop(self, w: _Worker, timeout: float = 5.0) -> None:
-        try:
-            w.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
-        w.process.join(timeout)
-        if w.process.is_alive():
-            w.process.terminate()
-            w.process.join(timeout)
-        if w.process.is_alive():
-            w.process.kill()
-            w.process.join()
+        self.pool.kill(self.handles.pop(handle))
 
     def shutdown(self) -> None:
         self._join_start()
-        for w in self.busy.values():  # a run that stops early: kill its fits at once
-            w.process.terminate()
-        for w in list(self.busy.values()) + self.idle:
-            self._stop(w, timeout=2.0)
-        self.busy.clear()
-        self.idle.clear()
+        self.pool.shutdown(grace=2.0)  # a run that stops early: its fits are killed after a short grace
+        self.handles.clear()
 
 
 def make_local_backend(mode: str, plan: Plan, run_dir: Path, preload: tuple[str, ...] = ()):

@@ -1,37 +1,59 @@
-"""The worker process: sees only its slot's GPUs, then fits whatever requests arrive on its pipe.
+"""The worker process: takes its environment (its devices) first, then serves the messages on its pipe.
 
 CUDA_VISIBLE_DEVICES is set before anything can import torch, xgboost or lightgbm, and a
-worker is bound to one device set for its whole life: a task for other devices gets another
-worker, never this process's CUDA context.
+worker is bound to one environment for its whole life: work for other devices gets another
+worker, never this process's CUDA context. The same loop runs the local executor's fits and the
+GPU launcher's sweep jobs; only the function that serves a message differs.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any, Callable, Optional
 
 
-def worker_main(conn, env: dict[str, str], preload: tuple[str, ...] = ()) -> None:
-    os.environ.update(env)
+def apply_env(env: dict[str, Optional[str]]) -> None:
+    """Set the variables of `env` in this process; a None value removes the variable."""
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def worker_main(conn, env: dict[str, Optional[str]], serve: Callable[[Any], Any], detach: bool = True,
+                preload: tuple[str, ...] = ()) -> None:
+    """Serve `serve(message)` for each message until None or end-of-file, then `serve.close()` if it has one.
+
+    detach: the worker leaves the driver's process group (Ctrl-C at the terminal does not reach it:
+    the driver decides when it stops; stopping it stops what it started) and dies with the driver.
+    Without it, a stop signal reaches the work as it reaches the driver.
+    """
+    apply_env(env)
     import importlib
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when workers stop
-    os.setpgid(0, 0)  # its own process group: stopping a fit stops the processes the fit started too
-    _die_with_parent()
+    if detach:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        os.setpgid(0, 0)
+        _die_with_parent()
 
-    from pipeline.executors.tasks import safe_run_fit
-
-    for module in preload:  # the model libraries, imported before the first request arrives
+    for module in preload:  # the model libraries, imported before the first message arrives
         importlib.import_module(module)
 
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        if request is None:
-            return
-        conn.send(safe_run_fit(request))
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, KeyboardInterrupt):
+                return
+            if message is None:
+                return
+            conn.send(serve(message))
+    finally:
+        close = getattr(serve, "close", None)
+        if close is not None:  # what the served work keeps between messages (a warm tracker process)
+            close()
 
 
 def _die_with_parent() -> None:

@@ -98,12 +98,12 @@ def detect_ram() -> tuple[int, int]:
     return total, available
 
 
-def capacity(declared: Optional[dict], hardware, machine, shape: Optional[DataShape], *, dry_run: bool) -> Capacity:
-    """The run's memory capacities: a declared profile's figures, checked against this machine,
-    or what this machine has. `hardware` and `machine` are pipeline.hardware values."""
-    declared = declared or {}
+def capacity(declared, hardware, machine, shape: Optional[DataShape], *, dry_run: bool) -> Capacity:
+    """The run's memory capacities: a declared profile's figures (a HardwareConf), checked against
+    this machine, or what this machine has. `hardware` and `machine` are pipeline.hardware values."""
     total, available = detect_ram()
-    ram_gb, gpu_gb = declared.get("memory_gb"), declared.get("gpu_memory_gb")
+    ram_gb = declared.memory_gb if declared is not None else None
+    gpu_gb = declared.gpu_memory_gb if declared is not None else None
     ram = _gb_value(ram_gb, "hardware.memory_gb")
     if ram is not None:
         if ram > total and not dry_run:

@@ -25,9 +25,9 @@ class MemoryPlanner:
         if self.shape is None:
             note = "the data's size is unknown before loading it (a remote or missing file): memory is not planned"
         else:
-            declared = settings.hardware or {}
+            declared = settings.hardware
             self.capacity = capacity(declared, hardware, machine, self.shape, dry_run=settings.dry_run)
-            if on_cluster and declared.get("memory_gb") is None:  # this machine's RAM says nothing of the nodes'
+            if on_cluster and (declared is None or declared.memory_gb is None):  # this machine's RAM says nothing of the nodes'
                 self.capacity = dataclasses.replace(
                     self.capacity, ram=None, ram_source="unknown on a cluster: set hardware.memory_gb per node"
                 )

@@ -1,4 +1,5 @@
-"""Model adapters. Each imports its library only when it fits."""
+"""Model adapters. Each imports its library (and numpy, pandas) only when it fits or predicts; their
+class attributes and checks work without them (`native.py` reaches the libraries' C API)."""
 
 from pipeline.models.base import FitContext, Placement, TabularModel
 from pipeline.models.lightgbm import LightGBMModel

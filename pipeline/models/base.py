@@ -1,7 +1,8 @@
 """The model base class: a public `fit()` template around `_fit`/`_predict` hooks.
 
 Like scikit-learn estimators, `__init__` only stores parameters, fitted state ends in `_`, and
-`fit` returns `self`. Library imports happen inside the hooks, so importing a model is cheap.
+`fit` returns `self`. Library imports (numpy and pandas too) happen inside the methods that fit and
+predict, so importing a model, reading its class attributes and calling its checks stay cheap.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
 from pipeline.resources import ModelNeeds
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class TabularModel(ABC):
 
     library: ClassVar[str] = ""
     max_gpus_per_fit: ClassVar[Optional[int]] = 1  # GBMs: one device per fit; networks: None (DDP)
-    probe_imports_library: ClassVar[bool] = True  # check_params imports the library (seconds)
+    probe_imports_library: ClassVar[bool] = False  # True: check_params imports the library (seconds)
     library_modules: ClassVar[tuple[str, ...]] = ()  # what a worker process imports before its first fit
     memory_hint: ClassVar[str] = ""  # a parameter that lowers a fit's memory, for messages ({name}: the model)
 
@@ -111,6 +113,8 @@ class TabularModel(ABC):
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
         """(n, classes) probabilities for classification; (n,) values for regression."""
+        import numpy as np
+
         self._check_fitted()
         out = np.asarray(self._predict(X))
         if self.problem_type_ == "binary" and out.ndim == 1:
@@ -118,6 +122,8 @@ class TabularModel(ABC):
         return out
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
+        import numpy as np
+
         out = self.predict_proba(X)
         return out if self.problem_type_ == "regression" else np.argmax(out, axis=1)
 

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import warnings
 from typing import Optional
-
-import numpy as np
-
 
 from pipeline.devices import lightgbm_device_id
 from pipeline.errors import ConfigError, HardwareError, closest
@@ -29,17 +25,6 @@ def _device(params: dict) -> str:
     return "cpu"
 
 
-@functools.lru_cache(maxsize=1)
-def _known_params() -> frozenset[str]:
-    from lightgbm.basic import _ConfigAliases
-
-    names = set()
-    for param, aliases in _ConfigAliases._get_all_param_aliases().items():
-        names.add(param)
-        names.update(aliases)
-    return frozenset(names)
-
-
 class LightGBMModel(TabularModel):
     library = "LightGBM"
     library_modules = ("lightgbm",)
@@ -58,11 +43,17 @@ class LightGBMModel(TabularModel):
 
     @classmethod
     def check_params(cls, name, params, problem_type=None):
-        known = _known_params()
+        from pipeline.models import native
+
+        try:
+            known = native.lightgbm_parameters()  # from lib_lightgbm, without `import lightgbm`
+        except native.LibraryMissing as exc:
+            raise ConfigError(f"model.{name}: {exc}") from None
         for key in params:
             if key not in known:
+                hint = closest(key, set(known.values())) or closest(key, known)  # a parameter's name first
                 raise ConfigError(
-                    f"model.{name}.params.{key} is not a LightGBM parameter{closest(key, known)}; "
+                    f"model.{name}.params.{key} is not a LightGBM parameter{hint}; "
                     "LightGBM would only warn and ignore it"
                 )
 
@@ -116,6 +107,8 @@ class LightGBMModel(TabularModel):
         return self.booster_.predict(X, num_iteration=self.best_iteration_, **extra)
 
     def refit_params(self, fitted):
+        import numpy as np
+
         rounds = max(1, round(float(np.mean([m.best_iteration_ for m in fitted]))))
         return {"num_iterations": rounds, "early_stopping_round": 0}
 

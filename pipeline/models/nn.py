@@ -2,38 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from pipeline.errors import ConfigError, closest
 from pipeline.models.base import FitContext, TabularModel
+from pipeline.nn.options import DEFAULTS, LoopConfig, check, check_precision
 from pipeline.resources import Resources
-
-DEFAULTS = {
-    "device": "auto",
-    "hidden_sizes": [256, 128],
-    "dropout": 0.1,
-    "max_embedding_dim": 16,
-    "learning_rate": 1e-3,
-    "weight_decay": 1e-5,
-    "batch_size": 512,
-    "max_batch_size": 16_384,
-    "max_epochs": 30,
-    "patience": 5,
-    "precision": "32",
-    "lr_scaling": "linear",
-    "accumulate_grad_batches": 1,
-    "compile": False,
-}
-DEVICES = ("auto", "cpu", "cuda")
-PRECISIONS = ("32", "16-mixed", "bf16-mixed")
-LR_SCALING = ("none", "linear", "sqrt")
 
 
 class TorchMLPModel(TabularModel):
     library = "PyTorch"
     library_modules = ("torch",)
     max_gpus_per_fit = None  # several whole GPUs train one network with DDP
-    probe_imports_library = False
 
     memory_hint = "a smaller model.{name}.params.batch_size or hidden_sizes"
 
@@ -50,61 +27,26 @@ class TorchMLPModel(TabularModel):
 
     @classmethod
     def check_params(cls, name, params, problem_type=None):
-        for key in params:
-            if key not in DEFAULTS:
-                raise ConfigError(
-                    f"model.{name}.params.{key} is not a parameter of the network{closest(key, DEFAULTS)}; "
-                    f"parameters: {', '.join(DEFAULTS)}"
-                )
-        p = {**DEFAULTS, **params}
-        if str(p["device"]).lower() not in DEVICES:
-            raise ConfigError(f"model.{name}.params.device={p['device']!r} is not one of {', '.join(DEVICES)}")
-        if str(p["precision"]) not in PRECISIONS:
-            raise ConfigError(f"model.{name}.params.precision={p['precision']!r} is not one of {', '.join(PRECISIONS)}")
-        if p["lr_scaling"] not in LR_SCALING:
-            raise ConfigError(f"model.{name}.params.lr_scaling={p['lr_scaling']!r} is not one of {', '.join(LR_SCALING)}")
-        batch = p["batch_size"]
-        if batch != "auto" and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-            raise ConfigError(f"model.{name}.params.batch_size={batch!r} must be a positive integer or 'auto'")
-        for key in ("max_epochs", "accumulate_grad_batches", "max_batch_size", "max_embedding_dim"):
-            if isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < 1:
-                raise ConfigError(f"model.{name}.params.{key}={p[key]!r} must be an integer >= 1")
-        if not 0 <= float(p["dropout"]) < 1:
-            raise ConfigError(f"model.{name}.params.dropout={p['dropout']!r} must be in [0, 1)")
-        if not all(isinstance(h, int) and h > 0 for h in p["hidden_sizes"]):
-            raise ConfigError(f"model.{name}.params.hidden_sizes={p['hidden_sizes']!r} must be a list of positive ints")
+        check(params, f"model.{name}.params")
 
     @classmethod
     def check_placement(cls, name: str, params: dict, fit: Resources) -> None:
         """Checks that need the fit's resources: fp16 autocast needs a GPU."""
         p = {**DEFAULTS, **params}
         on_gpu = fit.num_gpus > 0 and str(p["device"]).lower() != "cpu"
-        if str(p["precision"]) == "16-mixed" and not on_gpu:
-            raise ConfigError(
-                f"model.{name}.params.precision=16-mixed needs a CUDA device but this fit has none; "
-                "on the CPU use precision=bf16-mixed or 32"
-            )
-
-    def _settings(self):
-        from pipeline.nn.loop import LoopConfig
-
-        p = {**DEFAULTS, **self.params}
-        config = LoopConfig(
-            batch_size=p["batch_size"], max_batch_size=p["max_batch_size"], max_epochs=p["max_epochs"],
-            patience=p["patience"], learning_rate=float(p["learning_rate"]), weight_decay=float(p["weight_decay"]),
-            precision=str(p["precision"]), accumulate_grad_batches=p["accumulate_grad_batches"],
-            compile=bool(p["compile"]), lr_scaling=p["lr_scaling"],
-        )
-        return p, config
+        check_precision(p["precision"], on_gpu, f"model.{name}.params")
 
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        import numpy as np
         import torch
 
         from pipeline import metrics
         from pipeline.nn.encoding import TabularEncoder
-        from pipeline.nn.loop import Arrays, Loop, NetSpec
+        from pipeline.nn.loop import Arrays, Loop
+        from pipeline.nn.network import NetSpec
 
-        p, config = self._settings()
+        config = LoopConfig.from_params(self.params, f"model.{self.name}.params")
+        p = {**DEFAULTS, **self.params}
         torch.set_num_threads(ctx.placement.num_cpus)
         use_gpu = ctx.placement.local_gpus and p["device"] != "cpu"
         self.encoder_ = TabularEncoder().fit(X)
@@ -143,6 +85,7 @@ class TorchMLPModel(TabularModel):
         self.module_ = None
 
     def _tensors(self, X, y):
+        import numpy as np
         import torch
 
         num, cat = self.encoder_.transform(X)
@@ -187,6 +130,8 @@ class TorchMLPModel(TabularModel):
         self.device_, self.module_ = device, None
 
     def refit_params(self, fitted):
+        import numpy as np
+
         epochs = max(1, round(float(np.mean([m.best_epoch_ + 1 for m in fitted]))))
         return {"max_epochs": epochs, "patience": 0}
 

@@ -6,13 +6,12 @@ import json
 import warnings
 from typing import Optional
 
-import numpy as np
-
 from pipeline.devices import xgboost_device
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models.base import FitContext, TabularModel
 
 TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds")  # xgb.train's arguments, not booster params
+DATA_SHAPED = ("monotone_constraints", "interaction_constraints")  # keyed by feature: need the data
 OBJECTIVES = {"binary": "binary:logistic", "multiclass": "multi:softprob", "regression": "reg:squarederror"}
 
 
@@ -47,28 +46,24 @@ class XGBoostModel(TabularModel):
 
     @classmethod
     def check_params(cls, name, params, problem_type="binary"):
-        """XGBoost only warns about parameters it does not use; a tiny probe fit turns that into an error."""
-        import xgboost as xgb
+        """XGBoost only warns about parameters it does not use. Its own validation, on a booster
+        configured without data through the library's C API (no `import xgboost`), makes that an error."""
+        from pipeline.models import native
 
         probe = _booster_params(params, problem_type or "binary", 3)
-        probe.update(device="cpu", nthread=1, validate_parameters=True)
-        X = np.random.default_rng(0).random((32, 2))
-        y = np.arange(32) % (3 if problem_type == "multiclass" else 2)
-        if problem_type == "regression":
-            y = X[:, 0]
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                booster = xgb.train(probe, xgb.DMatrix(X, label=y), num_boost_round=1)
-            except xgb.core.XGBoostError as exc:
-                raise ConfigError(f"model.{name}.params: XGBoost rejects them: {str(exc).strip().splitlines()[0]}") from None
+        probe.update(device="cpu", nthread=1)
+        try:
+            config, said = native.xgboost_configure(_as_strings(probe))
+        except native.XGBoostRejected as exc:
+            raise ConfigError(f"model.{name}.params: XGBoost rejects them: {exc}") from None
+        except native.LibraryMissing as exc:
+            raise ConfigError(f"model.{name}: {exc}") from None
         unused = []
-        for w in caught:
-            text = str(w.message)
+        for text in said:
             if "are not used" in text:
                 unused += [p.strip().strip('"') for p in text.split("{", 1)[1].split("}", 1)[0].split(",")]
         if unused:
-            known = _config_keys(json.loads(booster.save_config())) | set(TRAIN_ARGS) | {"eval_metric"}
+            known = native.config_keys(config) | set(TRAIN_ARGS) | {"eval_metric"} | set(DATA_SHAPED)
             key = unused[0]
             raise ConfigError(
                 f"model.{name}.params.{key} is not an XGBoost parameter{closest(key, known)}; "
@@ -126,6 +121,8 @@ class XGBoostModel(TabularModel):
         self.booster_.set_param({"device": device, "nthread": num_cpus})
 
     def refit_params(self, fitted):
+        import numpy as np
+
         rounds = max(1, round(float(np.mean([m.best_iteration_ + 1 for m in fitted]))))
         return {"num_boost_round": rounds, "early_stopping_rounds": None}
 
@@ -136,20 +133,16 @@ def _visible() -> str:
     return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
 
 
-def _config_keys(config) -> set[str]:
-    keys = set()
-    stack = [config]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if isinstance(v, (dict, list)):
-                    stack.append(v)
-                else:
-                    keys.add(k)
-        elif isinstance(node, list):
-            stack.extend(node)
-    return keys
+def _as_strings(params: dict) -> list[tuple[str, str]]:
+    """(name, value) pairs as xgboost's Booster passes them to the library: one pair per metric of an
+    `eval_metric` list, None left out; constraints keyed by feature name depend on the data and stay out."""
+    pairs = []
+    for key, value in params.items():
+        if value is None or key in DATA_SHAPED:
+            continue
+        for one in value if key == "eval_metric" and isinstance(value, (list, tuple)) else [value]:
+            pairs.append((key, str(one)))
+    return pairs
 
 
 def _GpuGuard(name: str, device: str):

@@ -13,7 +13,6 @@ import contextlib
 import copy
 import gc
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,46 +23,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.errors import ConfigError, HardwareError
+from pipeline.errors import HardwareError
 from pipeline.metrics import Metric
-from pipeline.nn.network import TabularMLP
+from pipeline.nn.network import NetSpec
+from pipeline.nn.options import PRECISIONS, LoopConfig, check_precision, scaled_lr
 
 log = logging.getLogger(__name__)
 
-from pipeline.models.nn import LR_SCALING
-
-PRECISIONS = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 EVAL_BATCH = 65_536
-
-
-@dataclass(frozen=True)
-class NetSpec:
-    num_numeric: int
-    cardinalities: tuple[int, ...]
-    out_dim: int
-    hidden_sizes: tuple[int, ...] = (256, 128)
-    dropout: float = 0.1
-    max_embedding_dim: int = 16
-
-    def build(self) -> TabularMLP:
-        return TabularMLP(
-            self.num_numeric, list(self.cardinalities), self.out_dim, self.hidden_sizes, self.dropout,
-            self.max_embedding_dim,
-        )
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    batch_size: int | str = 512  # per device, or "auto"
-    max_batch_size: int = 16_384
-    max_epochs: int = 30
-    patience: int = 5
-    learning_rate: float = 1e-3
-    weight_decay: float = 1e-5
-    precision: str = "32"
-    accumulate_grad_batches: int = 1
-    compile: bool = False
-    lr_scaling: str = "linear"
 
 
 @dataclass
@@ -90,27 +57,6 @@ class LoopResult:
     pruned: bool = False
 
 
-def scaled_lr(lr: float, world_size: int, rule: str) -> float:
-    """The learning rate for `world_size` devices: linear (x N) or sqrt (x sqrt N) in the global batch."""
-    if rule not in LR_SCALING:
-        raise ConfigError(f"params.lr_scaling={rule!r} is not one of {', '.join(LR_SCALING)}")
-    if rule == "linear":
-        return lr * world_size
-    if rule == "sqrt":
-        return lr * math.sqrt(world_size)
-    return lr
-
-
-def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype]:
-    if precision not in PRECISIONS:
-        raise ConfigError(f"params.precision={precision!r} is not one of {', '.join(PRECISIONS)}")
-    if precision == "16-mixed" and device.type != "cuda":
-        raise ConfigError(
-            "params.precision='16-mixed' needs a CUDA device; on the CPU use precision=bf16-mixed or 32"
-        )
-    return PRECISIONS[precision]
-
-
 class Loop:
     """One fit of the network on one device (a rank of DDP when world_size > 1)."""
 
@@ -134,9 +80,9 @@ class Loop:
         self.checkpoint_dir = checkpoint_dir
         self.y_scale = y_scale
         self.report = report
-        self.dtype = autocast_dtype(config.precision, device)
-        if config.accumulate_grad_batches < 1:
-            raise ConfigError(f"params.accumulate_grad_batches={config.accumulate_grad_batches} must be >= 1")
+        check_precision(config.precision, device.type == "cuda")
+        dtype = PRECISIONS[config.precision]
+        self.dtype: Optional[torch.dtype] = getattr(torch, dtype) if dtype else None
 
     # ------------------------------------------------------------------ setup
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -297,11 +243,8 @@ class Loop:
     def _batch_size(self, module, x_num, x_cat, y, state) -> int:
         if state is not None:
             return int(state["batch_size"])
-        requested = self.cfg.batch_size
-        if requested != "auto":
-            if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-                raise ConfigError(f"params.batch_size={requested!r} must be a positive integer or 'auto'")
-            return requested
+        if self.cfg.batch_size != "auto":
+            return self.cfg.batch_size
         cap = max(1, min(self.cfg.max_batch_size, len(y)))
         found = find_batch_size(
             module, lambda b: self._probe(module, b, x_num, x_cat, y), len(y), self.cfg.max_batch_size, self.device,

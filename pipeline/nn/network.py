@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -34,3 +36,21 @@ class TabularMLP(nn.Module):
     def forward(self, x_num: torch.Tensor, x_cat: torch.Tensor) -> torch.Tensor:
         parts = [x_num] + [emb(x_cat[:, j]) for j, emb in enumerate(self.embeddings)]
         return self.mlp(torch.cat(parts, dim=1) if len(parts) > 1 else x_num)
+
+
+@dataclass(frozen=True)
+class NetSpec:
+    """The network's shape: what the data gives (inputs, outputs) and the architecture parameters."""
+
+    num_numeric: int
+    cardinalities: tuple[int, ...]
+    out_dim: int
+    hidden_sizes: tuple[int, ...] = (256, 128)
+    dropout: float = 0.1
+    max_embedding_dim: int = 16
+
+    def build(self) -> TabularMLP:
+        return TabularMLP(
+            self.num_numeric, list(self.cardinalities), self.out_dim, self.hidden_sizes, self.dropout,
+            self.max_embedding_dim,
+        )

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.data import DataSpec, load
+from pipeline.config import DataConf
+from pipeline.data import load
 from pipeline.models import FitContext, LightGBMModel, Placement, TorchMLPModel, XGBoostModel
 
 pytestmark = pytest.mark.gpu
@@ -23,7 +24,7 @@ def device_count() -> int:
 
 @pytest.fixture(scope="module")
 def adult():
-    return load(DataSpec(max_rows=20_000), ROOT)
+    return load(DataConf(max_rows=20_000), ROOT)
 
 
 def fit(model, data, gpus=(0,)):

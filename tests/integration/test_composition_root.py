@@ -50,7 +50,7 @@ def test_a_component_target_that_cannot_be_used_is_refused_before_planning(cli, 
 def test_dry_run_rejects_a_misspelt_library_parameter(cli):
     proc = cli("model=lightgbm", "+model.lightgbm.params.num_leafs=31", "dry_run=true")
     assert proc.returncode == 2
-    assert "model.lightgbm.params.num_leafs is not a LightGBM parameter (did you mean 'num_leaf" in proc.stderr
+    assert "model.lightgbm.params.num_leafs is not a LightGBM parameter (did you mean 'num_leaves'?)" in proc.stderr
     assert "dry run: plan written" not in proc.stdout
 
 

@@ -40,7 +40,8 @@ def test_out_of_fold_predictions_cover_every_row_once(adult):
     from pipeline.executors.local import InProcessBackend
     from pipeline.executors.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
-    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.models import LightGBMModel
     from pipeline.plan import build_plan
@@ -55,7 +56,7 @@ def test_out_of_fold_predictions_cover_every_row_once(adult):
 
     with tempfile.TemporaryDirectory() as tmp:
         model = LightGBMModel({"num_iterations": 30, "verbosity": -1}, "lightgbm")
-        outcome = Scheduler(plan, InProcessBackend(), ResultStore(Path(tmp)), TrialSource(HpoSpec(), {}, {}, "maximize"),
+        outcome = Scheduler(plan, InProcessBackend(), ResultStore(Path(tmp)), TrialSource(HpoConf(), {}, {}, "maximize"),
                             {"lightgbm": model}, adult, METRICS["roc_auc"], seed=0).run()
     trial = outcome.trials[("lightgbm", 0)]
     fit_rows = np.sort(adult.fit_idx(True))
@@ -115,7 +116,7 @@ def test_a_killed_worker_is_a_failed_task_that_is_retried(cli, tmp_path):
                "executor.max_retries=1", "data.max_rows=500", "tracking=none", env=FAULT_ENV, timeout=120, check=True)
     assert marker.exists()
     text = proc.stdout + proc.stderr
-    assert "the worker process died (killed by signal 9) during the fit" in text and "retrying" in text
+    assert "the worker process died (killed by signal SIGKILL) during the fit" in text and "retrying" in text
     (run_dir,) = run_dirs(tmp_path)
     (entry,) = json.loads((run_dir / "timeline.json").read_text())
     assert entry["attempt"] == 1
@@ -126,7 +127,7 @@ def test_a_killed_worker_without_retries_fails_the_run_naming_the_task(cli, tmp_
     proc = cli("model=killer", searchpath, "allowed_targets=[tests.]", "executor.in_process=never",
                "executor.max_retries=0", "data.max_rows=500", env=FAULT_ENV, timeout=120)
     assert proc.returncode == 1
-    assert "task fit/killer/t0/f0 failed after 1 attempt(s): the worker process died (killed by signal 9)" in proc.stderr
+    assert "task fit/killer/t0/f0 failed after 1 attempt(s): the worker process died (killed by signal SIGKILL)" in proc.stderr
     assert "Traceback" not in proc.stderr
     _, (run,) = job_runs(tmp_path)
     assert run.info.status == "FAILED"

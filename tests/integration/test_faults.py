@@ -157,9 +157,13 @@ def test_a_fit_worker_dies_with_its_driver(tmp_path):
         states = list((tmp_path / "outputs" / "runs").glob("*/*/run_state.json"))
         return states and json.loads(states[0].read_text()).get("status") == "RUNNING"
 
+    def fit_workers():  # the forkserver's children (the server starts while the data loads; slower under load)
+        return [w for helper in psutil.Process(proc.pid).children() for w in helper.children(recursive=True)]
+
     _wait_for(running)
+    _wait_for(fit_workers, timeout=30.0)
     time.sleep(1.0)  # the fit has been submitted
-    workers = [w for helper in psutil.Process(proc.pid).children() for w in helper.children(recursive=True)]
+    workers = fit_workers()
     assert workers, "no fit worker found"
     proc.kill()
     proc.wait()  # not communicate(): an orphaned worker would hold the output pipes open

@@ -21,13 +21,14 @@ def small_plan(num_folds=2, num_trials=2, evaluate=False):
 def run_plan(plan, data, tmp_path, outputs=None):
     from pipeline.executors.local import InProcessBackend
     from pipeline.executors.scheduler import Scheduler
-    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.store import ResultStore
     from tests.fault_models import SleepModel
 
     with InProcessBackend() as backend:
-        return Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
+        return Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
                          {"sleep": SleepModel({"seconds": 0}, "sleep")}, data, METRICS["roc_auc"], seed=0,
                          outputs=outputs).run()
 

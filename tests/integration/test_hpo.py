@@ -8,14 +8,15 @@ import pandas as pd
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.hpo import HpoSpec, SearchDim, TrialSource
+from pipeline.config import HpoConf, SearchDimConf
+from pipeline.hpo import TrialSource
 from tests.conftest import user_config
 from tests.integration.mlflow_helpers import runs
 
 SPACE = {
-    "learning_rate": SearchDim("float", 0.01, 0.2, log=True),
-    "num_leaves": SearchDim("int", 15, 255, log=True),
-    "boosting": SearchDim("categorical", choices=("gbdt", "dart")),
+    "learning_rate": SearchDimConf("float", 0.01, 0.2, log=True),
+    "num_leaves": SearchDimConf("int", 15, 255, log=True),
+    "boosting": SearchDimConf("categorical", choices=("gbdt", "dart")),
 }
 
 
@@ -25,7 +26,7 @@ def run_dirs(workdir: Path):
 
 class TestTrialSource:
     def test_random_samples_inside_the_space_and_starts_from_the_defaults(self):
-        source = TrialSource(HpoSpec("random", 6, seed=1), {"m": SPACE}, {"m": {"learning_rate": 0.05, "num_leaves": 63}},
+        source = TrialSource(HpoConf("random", 6, seed=1), {"m": SPACE}, {"m": {"learning_rate": 0.05, "num_leaves": 63}},
                              "maximize")
         first = source.params("m", 0)
         assert first["learning_rate"] == 0.05 and first["num_leaves"] == 63
@@ -38,15 +39,15 @@ class TestTrialSource:
 
     def test_same_seed_same_trials(self):
         def sample(seed):
-            s = TrialSource(HpoSpec("tpe", 4, seed=seed), {"m": SPACE}, {}, "maximize")
+            s = TrialSource(HpoConf("tpe", 4, seed=seed), {"m": SPACE}, {}, "maximize")
             return [s.params("m", t) for t in range(4)]
 
         assert sample(7) == sample(7)
         assert sample(7) != sample(8)
 
     def test_grid_covers_a_finite_space(self):
-        space = {"a": SearchDim("categorical", choices=(1, 2)), "b": SearchDim("int", 0, 4, step=2)}
-        source = TrialSource(HpoSpec("grid", 6, seed=0, start_from_defaults=False), {"m": space}, {}, "minimize")
+        space = {"a": SearchDimConf("categorical", choices=(1, 2)), "b": SearchDimConf("int", 0, 4, step=2)}
+        source = TrialSource(HpoConf("grid", 6, seed=0, start_from_defaults=False), {"m": space}, {}, "minimize")
         seen = set()
         for t in range(6):
             p = source.params("m", t)
@@ -55,36 +56,36 @@ class TestTrialSource:
         assert seen == set(itertools.product((1, 2), (0, 2, 4)))
 
     def test_grid_points_of_a_continuous_range(self):
-        assert SearchDim("float", 0.01, 1.0, log=True).grid(3) == pytest.approx([0.01, 0.1, 1.0])
-        assert SearchDim("int", 16, 64).grid(3) == [16, 40, 64]
+        assert SearchDimConf("float", 0.01, 1.0, log=True).grid(3) == pytest.approx([0.01, 0.1, 1.0])
+        assert SearchDimConf("int", 16, 64).grid(3) == [16, 40, 64]
 
     def test_trials_are_saved_and_reused_on_resume(self, tmp_path):
-        a = TrialSource(HpoSpec("random", 3, seed=0), {"m": SPACE}, {}, "maximize", store_dir=tmp_path)
+        a = TrialSource(HpoConf("random", 3, seed=0), {"m": SPACE}, {}, "maximize", store_dir=tmp_path)
         asked = [a.params("m", t) for t in range(3)]
-        b = TrialSource(HpoSpec("random", 3, seed=99), {"m": SPACE}, {}, "maximize", store_dir=tmp_path)
+        b = TrialSource(HpoConf("random", 3, seed=99), {"m": SPACE}, {}, "maximize", store_dir=tmp_path)
         assert [b.params("m", t) for t in range(3)] == asked
 
     @pytest.mark.parametrize(
         "dim, message",
         [
-            (SearchDim("flaot", 0, 1), "type='flaot' is not one of float, int, categorical"),
-            (SearchDim("float", 1, 1), "low=1 must be below high=1"),
-            (SearchDim("float", 0, 1, log=True), "a log scale needs low > 0"),
-            (SearchDim("int", None, 3), "needs low and high"),
-            (SearchDim("categorical"), "needs a non-empty choices list"),
+            (SearchDimConf("flaot", 0, 1), "type='flaot' is not one of float, int, categorical"),
+            (SearchDimConf("float", 1, 1), "low=1 must be below high=1"),
+            (SearchDimConf("float", 0, 1, log=True), "a log scale needs low > 0"),
+            (SearchDimConf("int", None, 3), "needs low and high"),
+            (SearchDimConf("categorical"), "needs a non-empty choices list"),
         ],
     )
     def test_bad_search_space(self, dim, message):
         with pytest.raises(ConfigError, match=message):
-            HpoSpec("random", 2).check({"m": {"x": dim}})
+            HpoConf("random", 2).check({"m": {"x": dim}})
 
     def test_searcher_without_a_space(self):
         with pytest.raises(ConfigError, match="model.m.search_space is empty"):
-            HpoSpec("tpe", 2).check({"m": {}})
+            HpoConf("tpe", 2).check({"m": {}})
 
     def test_unknown_searcher(self):
         with pytest.raises(ConfigError, match="hpo.searcher='tpee' is not one of .*did you mean 'tpe'"):
-            HpoSpec("tpee", 2).check({})
+            HpoConf("tpee", 2).check({})
 
 
 @pytest.mark.slow
@@ -140,3 +141,23 @@ def test_pruning_stops_bad_trials(cli, tmp_path):
     assert pruned, "no trial was pruned"
     board = pd.read_csv(run_dir / "leaderboard.csv").set_index("model")
     assert int(board.loc["lightgbm", "best_trial"]) not in pruned
+
+
+def test_a_users_own_searcher_by_target(cli, tmp_path):
+    """hpo._target_ names a Searcher class from the user's module; hpo.options are its keywords."""
+    cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_sources.Listed",
+        "+hpo.options.values={learning_rate: [0.0123, 0.0456]}", "hpo.num_trials=2",
+        "hpo.start_from_defaults=false", "allowed_targets=[tests.]", "data.max_rows=1000",
+        "model.lightgbm.params.num_iterations=20", "tracking=none", check=True)
+    (run_dir,) = sorted((tmp_path / "outputs" / "runs").glob("*/*"))
+    trials = json.loads((run_dir / "trials" / "lightgbm.json").read_text())
+    assert sorted(t["learning_rate"] for t in trials.values()) == [0.0123, 0.0456]
+    assert {t["num_leaves"] for t in trials.values()} == {15}  # the searcher's own rule for unlisted ones
+
+
+def test_a_searcher_target_outside_allowed_targets_is_refused(cli, tmp_path):
+    proc = cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_sources.Listed",
+               "dry_run=true", "tracking=none")
+    assert proc.returncode == 2
+    assert "hpo._target_='tests.user_sources.Listed' is outside the allowed modules" in proc.stderr
+    assert "Traceback" not in proc.stderr

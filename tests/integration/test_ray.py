@@ -91,12 +91,13 @@ def ray_instance():
 
 
 def plan_for(cpus, gpus, fit_cpus, fit_gpus, num_folds=1, model="lightgbm"):
+    from pipeline.config import HardwareConf
     from pipeline.hardware import Machine, resolve
     from pipeline.plan import build_plan
     from pipeline.resources import ModelNeeds, Request, allocate
 
     machine = Machine(cpus, tuple(str(i) for i in range(gpus)))
-    hw = resolve({"name": "box", "num_cpus": cpus, "num_gpus": gpus}, machine, dry_run=False)
+    hw = resolve(HardwareConf(name="box", num_cpus=cpus, num_gpus=gpus), machine, dry_run=False)
     needs = ModelNeeds(model, bool(fit_gpus), bool(fit_gpus), 1, "params.device=cuda")
     a = allocate(hw.total, Request.parse(None, None, "parallelism.bag"),
                  Request.parse(fit_cpus, fit_gpus, "parallelism.fit"), needs, num_folds=num_folds, num_trials=1,
@@ -122,7 +123,8 @@ def test_a_gpu_fit_on_a_gpu_less_cluster_is_a_hardware_error_not_a_hang(ray_inst
 def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adult, tmp_path, caplog):
     from pipeline.executors.ray import RayBackend
     from pipeline.executors.scheduler import Scheduler
-    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.store import ResultStore
 
@@ -132,7 +134,7 @@ def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adul
     with caplog.at_level("WARNING", logger="pipeline.executors.scheduler"):
         with RayBackend() as backend:
             outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"),
-                                TrialSource(HpoSpec(), {}, {}, "maximize"), {"killer": model}, adult,
+                                TrialSource(HpoConf(), {}, {}, "maximize"), {"killer": model}, adult,
                                 METRICS["roc_auc"], seed=0, max_retries=1).run()
     assert marker.exists()
     assert "task fit/killer/t0/f0 failed (attempt 1 of 2): the Ray worker process died during the fit" in caplog.text
@@ -148,7 +150,8 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
     from pipeline.errors import Interrupted
     from pipeline.executors.ray import RayBackend
     from pipeline.executors.scheduler import Scheduler
-    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.signals import StopSignals
     from pipeline.store import ResultStore
@@ -156,7 +159,7 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
 
     plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep")
     backend = RayBackend()
-    scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
+    scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
                           {"sleep": SleepModel({"seconds": 60}, "sleep")}, adult, METRICS["roc_auc"], seed=0)
     timer = threading.Timer(3, os.kill, (os.getpid(), signal.SIGTERM))
     start = time.monotonic()
@@ -193,14 +196,15 @@ def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adul
     from pipeline.errors import TaskFailedError
     from pipeline.executors.ray import RayBackend
     from pipeline.executors.scheduler import Scheduler
-    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.store import ResultStore
     from tests.fault_models import SleepModel
 
     plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep")
     backend = RayBackend()
-    scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
+    scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
                           {"sleep": SleepModel({"seconds": 60}, "sleep")}, adult, METRICS["roc_auc"], seed=0,
                           max_retries=0, task_timeout_s=2)
     start = time.monotonic()
@@ -214,7 +218,8 @@ def test_the_ray_executor_runs_the_same_graph_with_a_node_kind_registered_outsid
                                                                                               tmp_path):
     from pipeline.executors.ray import RayBackend
     from pipeline.executors.scheduler import Scheduler
-    from pipeline.hpo import HpoSpec, TrialSource
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.plan import DRIVER, Task
     from pipeline.store import ResultStore
@@ -225,7 +230,7 @@ def test_the_ray_executor_runs_the_same_graph_with_a_node_kind_registered_outsid
     plan = plan.with_task(Task("audit", "audit", DRIVER, ("bag/sleep/t0",)))
     graph_nodes.RAN.clear()
     with RayBackend() as backend:
-        outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoSpec(), {}, {}, "maximize"),
+        outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
                             {"sleep": SleepModel({"seconds": 0}, "sleep")}, adult, METRICS["roc_auc"], seed=0).run()
     (ran,) = graph_nodes.RAN
     assert ran["done"] == ["bag/sleep/t0", "fit/sleep/t0/f0", "fit/sleep/t0/f1"]

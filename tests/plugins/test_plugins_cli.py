@@ -82,6 +82,20 @@ def test_eight_parallel_jobs_share_one_sqlite_store(cli, tmp_path):
     assert sorted(int(r.data.tags["pipeline.job_num"]) for r in jobs) == list(range(8))
 
 
+def test_tracked_jobs_in_one_warm_worker_each_log_their_own_finished_run(cli, tmp_path):
+    # one slot: the two jobs share a worker, and the tracker process it keeps between them
+    cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=0", "hydra.launcher.n_jobs=1", "model=lightgbm",
+        "data.max_rows=600", "model.lightgbm.params.num_iterations=20", "seed=range(2)", check=True, timeout=300)
+    jobs = job_dirs(tmp_path)
+    _, all_runs = runs(tmp_path)
+    by_id = {r.info.run_id: r for r in all_runs if "pipeline.run_dir" in r.data.tags}
+    assert len(by_id) == 2 and {r.info.status for r in by_id.values()} == {"FINISHED"}
+    for n, job in jobs.items():
+        run = by_id[json.loads((job / "run_state.json").read_text())["mlflow_run_id"]]
+        assert int(run.data.tags["pipeline.job_num"]) == n and run.data.params["seed"] == str(n)
+        assert Path(run.data.tags["pipeline.run_dir"]).resolve() == job.resolve()
+
+
 SEARCH = [
     "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
     "hydra.sweeper.direction=maximize", "model=lightgbm", "data.max_rows=1500",
@@ -143,6 +157,31 @@ def test_a_killed_job_and_a_failing_job_fail_the_sweep_without_hanging(cli, tmp_
     assert "RuntimeError: injected failure" in proc.stderr  # job #1's own error, printed by the job
     assert "Traceback" not in proc.stderr
     assert "#1 : FAILED" in proc.stdout + proc.stderr
+
+
+def test_a_slot_keeps_its_worker_warm_for_its_next_jobs_and_replaces_a_dead_one(cli, tmp_path):
+    marker = tmp_path / "killed-once"
+    searchpath = user_config(
+        tmp_path, "model", "killer",
+        f"killer:\n  _target_: tests.fault_models.KillOnceModel\n  params: {{marker: '{marker}'}}\n",
+    )
+    # two slots of one simulated GPU each, five jobs: the slots take jobs as they free
+    proc = cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=1", "hydra.launcher.cpus_per_job=1", "model=killer",
+               "seed=range(5)", searchpath, "allowed_targets=[tests.]", "executor.max_retries=0",
+               "data.max_rows=300", "tracking=none", env={**FAULT_ENV, "PIPELINE_SIMULATE_GPUS": "2"}, timeout=240)
+    assert proc.returncode == 1  # the first fit killed its worker, which fails the sweep once every job has run
+    (dead,) = re.findall(r"job #(\d) \(.*\) died \(killed by signal SIGKILL\)", proc.stderr)
+    jobs = job_dirs(tmp_path)
+    finished = {n: json.loads((job / "timeline.json").read_text()) for n, job in jobs.items() if n != int(dead)}
+    assert len(finished) == 4
+    device_of_pid = {}
+    for n, timeline in finished.items():
+        (pid,) = {e["pid"] for e in timeline}
+        (device,) = {e["cuda_visible_devices"] for e in timeline}
+        assert device_of_pid.setdefault(pid, device) == device  # a worker never changes its slot's device
+    # four jobs in two processes, one per slot: the dead job's slot ran its next jobs in a fresh worker
+    assert len(device_of_pid) == 2
+    assert set(device_of_pid.values()) == {"0", "1"}
 
 
 def test_sigterm_stops_the_sweep_and_its_jobs(tmp_path):

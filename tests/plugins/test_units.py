@@ -51,7 +51,8 @@ def test_discovery_imports_nothing_heavy():
         "import sys; from hydra.core.plugins import Plugins; from hydra.plugins.launcher import Launcher;"
         "Plugins.instance().discover(Launcher);"
         "heavy = [m for m in ('torch', 'mlflow', 'optuna', 'cloudpickle', 'lightgbm', 'xgboost', 'pipeline',"
-        " 'hydra_plugins.pipeline_gpu_launcher._core', 'hydra_plugins.pipeline_optuna_sweeper._impl')"
+        " 'hydra_plugins.pipeline_gpu_launcher._core', 'hydra_plugins.pipeline_gpu_launcher._slots',"
+        " 'hydra_plugins.pipeline_gpu_launcher._job', 'hydra_plugins.pipeline_optuna_sweeper._impl')"
         " if m in sys.modules];"
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
@@ -80,9 +81,11 @@ def simulated(monkeypatch):
 
 
 def slots_for(num_jobs, machine, gpus_per_job=1.0, cpus_per_job=None, n_jobs=None, devices=None):
-    from hydra_plugins.pipeline_gpu_launcher._core import plan_slots, read_settings
+    from hydra_plugins.pipeline_gpu_launcher._slots import plan_slots
+    from hydra_plugins.pipeline_gpu_launcher.config import GpuLauncherConf
 
-    return plan_slots(read_settings(gpus_per_job, cpus_per_job, n_jobs, devices), machine, num_jobs)
+    conf = GpuLauncherConf(gpus_per_job=gpus_per_job, cpus_per_job=cpus_per_job, n_jobs=n_jobs, devices=devices)
+    return plan_slots(conf, machine, num_jobs)
 
 
 def test_eight_half_gpu_jobs_use_each_of_four_devices_twice(simulated):
@@ -176,7 +179,7 @@ def test_bad_launcher_options_are_config_errors(simulated, options, machine_gpus
 
 
 def test_a_failed_job_return_raises_its_error():
-    from hydra_plugins.pipeline_gpu_launcher._core import JobFailedError, failed_return
+    from hydra_plugins.pipeline_gpu_launcher._job import JobFailedError, failed_return
 
     ret = failed_return(["seed=1"], JobFailedError("job #1 (seed=1) died (killed by signal SIGKILL)"))
     assert ret.status == JobStatus.FAILED and ret.overrides == ["seed=1"]
@@ -194,7 +197,7 @@ def test_a_job_result_that_cannot_cross_processes_becomes_a_readable_failure():
     import pickle
     import threading
 
-    from hydra_plugins.pipeline_gpu_launcher._core import JobFailedError, _dump_return, failed_return
+    from hydra_plugins.pipeline_gpu_launcher._job import JobFailedError, _dump_return, failed_return
 
     unpicklable_error = failed_return(["seed=1"], TwoArgumentError(7, "the disk is full"))
     ret = pickle.loads(_dump_return(unpicklable_error, 1, "seed=1"))

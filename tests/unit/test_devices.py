@@ -6,6 +6,7 @@ import pytest
 
 from pipeline import devices, hardware
 from pipeline.errors import HardwareError
+from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
 
 NVML = [("GPU-aaaa1111-0000", "A100", 80), ("GPU-bbbb2222-0000", "A100", 80),
@@ -102,7 +103,7 @@ class TestMap:
         assert tokens == ("5", "7") and local == (0, 1)
 
     def test_declared_devices_pick_physical_tokens(self, four_gpus):
-        hw = resolve({"name": "2gpu", "num_gpus": 2, "devices": [2, 3]}, hardware.detect(), dry_run=False)
+        hw = resolve(HardwareConf(name="2gpu", num_gpus=2, devices=[2, 3]), hardware.detect(), dry_run=False)
         assert hw.devices == (2, 3) and hw.visible_devices((3,)) == "3"
         assert hw.capacities() == {2: F(1), 3: F(1)}
 
@@ -162,7 +163,7 @@ def test_the_lightgbm_check_runs_with_the_first_fits_devices(monkeypatch):
 
     monkeypatch.setenv(hardware.SIMULATE_ENV, "4")
     monkeypatch.delenv(devices.VISIBLE, raising=False)
-    hw = resolve({"name": "2gpu", "num_gpus": 2, "devices": [2, 3]}, hardware.detect(), dry_run=False)
+    hw = resolve(HardwareConf(name="2gpu", num_gpus=2, devices=[2, 3]), hardware.detect(), dry_run=False)
     needs = ModelNeeds("lightgbm", True, True, 1, "params.device_type=gpu", "LightGBM")
     a = allocate(hw.total, Request.parse(None, None, "parallelism.bag"), Request.parse(None, None, "parallelism.fit"),
                  needs, num_folds=2, num_trials=1, gpu_capacities=list(hw.capacities().values()))

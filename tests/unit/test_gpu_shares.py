@@ -4,6 +4,7 @@ from fractions import Fraction as F
 
 import pytest
 
+from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
 from pipeline.levels import derived_gpu_share, ineffective_bag
 from pipeline.plan import build_plan
@@ -13,7 +14,7 @@ GBM_GPU = ModelNeeds("lightgbm", True, True, 1, "params.device_type=gpu", "Light
 
 
 def plan_for(cpus, gpus, folds, trials=1, bag=(None, None)):
-    hw = resolve({"name": "box", "num_cpus": cpus, "num_gpus": gpus}, Machine(2), dry_run=True)
+    hw = resolve(HardwareConf(name="box", num_cpus=cpus, num_gpus=gpus), Machine(2), dry_run=True)
     a = allocate(hw.total, Request.parse(*bag, "parallelism.bag"), Request.parse(None, None, "parallelism.fit"),
                  GBM_GPU, num_folds=folds, num_trials=trials, gpu_capacities=list(hw.capacities().values()))
     return a, build_plan(hw, [a])

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline.data import DataSpec
+from pipeline.config import DataConf, HardwareConf
 from pipeline.errors import HardwareError, ResourceError
 from pipeline.hardware import Machine, resolve
 from pipeline.memory.budget import Advice, Capacity, MemoryPlan, MemoryRequest, capacity, plan_model
@@ -22,7 +22,7 @@ NO_ADVICE = Advice(lambda room, gpu: None)
 
 
 def box(cpus, gpus=0):
-    return resolve({"name": "box", "num_cpus": cpus, "num_gpus": gpus}, Machine(cpus), dry_run=True)
+    return resolve(HardwareConf(name="box", num_cpus=cpus, num_gpus=gpus), Machine(cpus), dry_run=True)
 
 
 def alloc(hw, folds=5, trials=1, fit=Request(), needs=CPU_MODEL):
@@ -39,7 +39,7 @@ def cap(ram_gb=None, gpu_gb=None):
 
 
 def test_bundled_adult_shape_comes_from_parquet_metadata():
-    shape = data_shape(DataSpec(), Path.cwd())
+    shape = data_shape(DataConf(), Path.cwd())
     assert (shape.rows, shape.numeric, shape.categorical) == (48_842, 6, 8)
     assert shape.source == "parquet metadata"
 
@@ -48,19 +48,19 @@ def test_max_rows_and_a_separate_test_file_shape_the_rows(tmp_path):
     frame = pd.DataFrame({"a": range(500), "b": ["x", "y"] * 250, "target": [0, 1] * 250})
     frame.to_csv(tmp_path / "train.csv", index=False)
     frame.iloc[:100].to_parquet(tmp_path / "test.parquet")
-    spec = DataSpec(name="t", source="csv", path="train.csv", label="target", test_path="test.parquet", max_rows=300)
+    spec = DataConf(name="t", source="csv", path="train.csv", label="target", test_path="test.parquet", max_rows=300)
     shape = data_shape(spec, tmp_path)
     assert (shape.rows, shape.test_rows, shape.numeric, shape.categorical) == (400, 100, 1, 1)
 
 
 def test_synthetic_shape_is_the_generators_declared_size():
-    spec = DataSpec(name="s", source="synthetic", rows=1_000_000, features=20, categorical_features=2, classes=3)
+    spec = DataConf(name="s", source="synthetic", rows=1_000_000, features=20, categorical_features=2, classes=3)
     shape = data_shape(spec, Path.cwd())
     assert (shape.rows, shape.numeric, shape.categorical, shape.classes) == (1_000_000, 18, 2, 3)
 
 
 def test_a_remote_file_has_no_shape_before_loading():
-    assert data_shape(DataSpec(name="r", source="parquet", path="s3://bucket/t.parquet", label="y"), Path.cwd()) is None
+    assert data_shape(DataConf(name="r", source="parquet", path="s3://bucket/t.parquet", label="y"), Path.cwd()) is None
 
 
 def test_fit_shape_of_folds_and_holdout():
@@ -186,8 +186,8 @@ def test_admission_keeps_two_models_from_sharing_ram_they_do_not_have():
 def test_declared_ram_larger_than_this_machine_needs_dry_run():
     hw = box(2)
     with pytest.raises(HardwareError, match=r"hardware.memory_gb=100000 but this machine has"):
-        capacity({"memory_gb": 100_000}, hw, Machine(2), None, dry_run=False)
-    planned = capacity({"memory_gb": 100_000}, hw, Machine(2), None, dry_run=True)
+        capacity(HardwareConf(memory_gb=100_000), hw, Machine(2), None, dry_run=False)
+    planned = capacity(HardwareConf(memory_gb=100_000), hw, Machine(2), None, dry_run=True)
     assert planned.ram == 100_000 * GiB
 
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from pipeline import metrics
-from pipeline.data import DataSpec, load
+from pipeline.config import DataConf
+from pipeline.data import load
 from pipeline.errors import ConfigError, HardwareError
 from pipeline.models import FitContext, LightGBMModel, Placement, TorchMLPModel, XGBoostModel
 
@@ -25,10 +26,10 @@ MODELS = list(FAST)
 @pytest.fixture(scope="module")
 def datasets():
     return {
-        "binary": load(DataSpec(max_rows=3000), ROOT),
-        "multiclass": load(DataSpec(name="s", source="synthetic", rows=1500, features=8, classes=3,
+        "binary": load(DataConf(max_rows=3000), ROOT),
+        "multiclass": load(DataConf(name="s", source="synthetic", rows=1500, features=8, classes=3,
                                     categorical_features=2), ROOT),
-        "regression": load(DataSpec(name="c", path="california_housing", label="MedHouseVal", max_rows=2000), ROOT),
+        "regression": load(DataConf(name="c", path="california_housing", label="MedHouseVal", max_rows=2000), ROOT),
     }
 
 

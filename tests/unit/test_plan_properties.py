@@ -12,6 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.errors import ResourceError
+from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
 from pipeline.plan import build_plan
 from pipeline.resources import ModelNeeds, Request, allocate
@@ -77,7 +78,7 @@ def test_consistent_values_plan_and_rejections_name_a_set_key(
     total_cpus, total_gpus, bag_cpus, bag_gpus, fit_cpus, fit_gpus, model, folds, trials, sequential
 ):
     needs = MODELS[model]
-    hw = resolve({"name": "box", "num_cpus": total_cpus, "num_gpus": total_gpus}, Machine(1), dry_run=True)
+    hw = resolve(HardwareConf(name="box", num_cpus=total_cpus, num_gpus=total_gpus), Machine(1), dry_run=True)
     bag = Request.parse(bag_cpus, bag_gpus, "parallelism.bag")
     fit = Request.parse(fit_cpus, fit_gpus, "parallelism.fit")
     expected = expected_rejections(total_cpus, total_gpus, (bag_cpus, bag_gpus), (fit_cpus, fit_gpus), needs,

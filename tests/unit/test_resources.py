@@ -5,6 +5,7 @@ from fractions import Fraction as F
 import pytest
 
 from pipeline.errors import ConfigError, ResourceError
+from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
 from pipeline.plan import build_plan
 from pipeline.resources import (
@@ -28,7 +29,7 @@ def req(cpus=None, gpus=None, prefix="parallelism.fit"):
 
 
 def box(cpus, gpus):
-    return resolve({"name": "box", "num_cpus": cpus, "num_gpus": gpus}, Machine(cpus, tuple(map(str, range(int(gpus) or 1)))[: int(gpus)]), dry_run=True)
+    return resolve(HardwareConf(name="box", num_cpus=cpus, num_gpus=gpus), Machine(cpus, tuple(map(str, range(int(gpus) or 1)))[: int(gpus)]), dry_run=True)
 
 
 class TestSeedExample:
@@ -44,7 +45,7 @@ class TestSeedExample:
         assert a.folds_parallel * a.trials_parallel == 4
 
     def test_plan_packs_the_four_fits_onto_two_devices(self):
-        hw = resolve({"name": "4gpu", "num_cpus": 32, "num_gpus": 4, "devices": 4}, Machine(2), dry_run=True)
+        hw = resolve(HardwareConf(name="4gpu", num_cpus=32, num_gpus=4, devices=4), Machine(2), dry_run=True)
         a = allocate(hw.total, req(10, 2, "parallelism.bag"), req(4, 0.5), NN_AUTO, num_folds=2, num_trials=2,
                      gpu_capacities=list(hw.capacities().values()))
         plan = build_plan(hw, [a])

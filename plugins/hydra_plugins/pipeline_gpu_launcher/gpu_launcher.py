@@ -2,42 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from hydra_plugins.pipeline_gpu_launcher.config import GpuLauncherConf
 
 
 class GpuLauncher(Launcher):
-    """Runs each job of a sweep in its own fresh process, pinned to a slot of GPUs and CPUs.
+    """Runs the jobs of a sweep in worker processes, one per slot of GPUs and CPUs, each kept warm
+    for the slot's next job.
 
     Several jobs run at once, as many as the slots allow (or `n_jobs`); a job sees only its slot's
     devices through CUDA_VISIBLE_DEVICES and its shares through PIPELINE_SLOT_CPUS/PIPELINE_SLOT_GPUS.
     """
 
-    def __init__(
-        self,
-        gpus_per_job: Any = 1.0,
-        cpus_per_job: Optional[int] = None,
-        n_jobs: Optional[int] = None,
-        devices: Optional[List[int]] = None,
-    ) -> None:
-        self.gpus_per_job = gpus_per_job
-        self.cpus_per_job = cpus_per_job
-        self.n_jobs = n_jobs
-        self.devices = None if devices is None else list(devices)
+    def __init__(self, **options: Any) -> None:
+        # Hydra passes the fields of `GpuLauncherConf`, the launcher's one schema, as keyword arguments
+        plain = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in options.items()}
+        self.settings = GpuLauncherConf(**plain)
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
-        self.settings = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        from hydra_plugins.pipeline_gpu_launcher import _core
+        from hydra_plugins.pipeline_gpu_launcher import _slots
 
-        self.settings = _core.read_settings(self.gpus_per_job, self.cpus_per_job, self.n_jobs, self.devices)
-        _core.check_machine(self.settings)
+        _slots.check_machine(self.settings)
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function

@@ -18,7 +18,6 @@ from omegaconf import OmegaConf
 from hydra_plugins.pipeline_optuna_sweeper._results import write_results
 from hydra_plugins.pipeline_optuna_sweeper._settings import (  # noqa: F401  (the plugin's public names)
     GRAMMAR_EXAMPLES,
-    Settings,
     SweeperConfigError,
     SweepFailedError,
     _flatten,
@@ -31,6 +30,7 @@ from hydra_plugins.pipeline_optuna_sweeper._space import (  # noqa: F401
     grid_size,
     make_sampler,
 )
+from hydra_plugins.pipeline_optuna_sweeper.config import OptunaSweeperConf  # noqa: F401
 from pipeline.hpo import tell_study
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
     """Ask, launch, tell until n_trials; write optimization_results.yaml in the sweep directory."""
     import optuna
 
-    settings: Settings = sweeper.settings
+    settings: OptunaSweeperConf = sweeper.settings
     config = sweeper.config
     parser = OverridesParser.create(config_loader=sweeper.hydra_context.config_loader)
     space = build_search_space(settings.params, list(arguments), parser)
@@ -52,7 +52,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
         )
     objectives = _check_objectives(settings, config)
     n_trials = settings.n_trials
-    if settings.sampler == "grid" and grid_size(space) < n_trials:
+    if settings.sampler_name == "grid" and grid_size(space) < n_trials:
         log.warning(f"the grid holds {grid_size(space)} combination(s): running those, not "
                     f"hydra.sweeper.n_trials={n_trials}")
         n_trials = grid_size(space)
@@ -65,7 +65,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
     asynchronous = settings.schedule == "async" and stream is not None
     how = f"up to {settings.n_jobs} at a time" if asynchronous else f"in batches of {settings.n_jobs}"
     log.info(f"Study {study.study_name}: {settings.direction_text} over {', '.join(space.distributions)} "
-             f"with {settings.sampler}, {n_trials} trial(s) {how}")
+             f"with {settings.sampler_name}, {n_trials} trial(s) {how}")
     for key, dist in space.distributions.items():
         log.info(f"\t{key}: {dist}")
 
@@ -91,7 +91,7 @@ def sweep(sweeper, arguments: list[str]) -> list:
     return returns
 
 
-def _check_objectives(settings: Settings, config) -> Optional[list[str]]:
+def _check_objectives(settings: OptunaSweeperConf, config) -> Optional[list[str]]:
     """When the task's config says how many values a job returns (the pipeline's `objectives`),
     refuse a direction list of another length before any job starts."""
     objectives = OmegaConf.select(config, "objectives", default=None)
@@ -107,7 +107,7 @@ def _check_objectives(settings: Settings, config) -> Optional[list[str]]:
     return names
 
 
-def _open_study(settings: Settings, space: SearchSpace):
+def _open_study(settings: OptunaSweeperConf, space: SearchSpace):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -141,7 +141,7 @@ def _open_study(settings: Settings, space: SearchSpace):
 class _Search:
     """Asks trials, hands their overrides to the launcher, tells Optuna what each job returned."""
 
-    def __init__(self, study, space: SearchSpace, settings: Settings, sweeper, n_trials: int, sweep_dir: str):
+    def __init__(self, study, space: SearchSpace, settings: OptunaSweeperConf, sweeper, n_trials: int, sweep_dir: str):
         self.study, self.space, self.settings, self.sweeper = study, space, settings, sweeper
         self.n_trials, self.sweep_dir = n_trials, sweep_dir
         self.asked = self.told = 0

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from hydra_plugins.pipeline_optuna_sweeper._settings import Settings
+from hydra_plugins.pipeline_optuna_sweeper.config import OptunaSweeperConf
 from hydra_plugins.pipeline_optuna_sweeper._space import SearchSpace, format_value
 
 
-def write_results(path: Path, study, space: SearchSpace, settings: Settings, objectives: Optional[list[str]],
+def write_results(path: Path, study, space: SearchSpace, settings: OptunaSweeperConf, objectives: Optional[list[str]],
                   done: int, failed: int) -> None:
     """One objective: best_value, best_params, best_overrides (as before). Several: `solutions`, the
     Pareto front, each with its values, params, overrides and the job that ran it."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping
 
 from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hydra_plugins.pipeline_optuna_sweeper.config import OptunaSweeperConf
 
 DIRECTIONS = ("maximize", "minimize")
 SAMPLERS = ("tpe", "random", "grid")
@@ -27,36 +29,16 @@ class SweepFailedError(CompactHydraException):
     """Too many trials failed, or none finished."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The sweeper's validated options."""
+def read_settings(**options) -> OptunaSweeperConf:
+    """The sweeper's options as its config dataclass, checked."""
+    from hydra_plugins.pipeline_optuna_sweeper.config import OptunaSweeperConf
 
-    sampler: str
-    seed: Optional[int]
-    sampler_options: dict
-    directions: tuple[str, ...]  # one per objective the job returns
-    n_trials: int
-    n_jobs: int
-    storage: Optional[str]
-    study_name: Optional[str]
-    max_failure_rate: float
-    params: dict[str, Any] = field(default_factory=dict)  # flat: dotted key -> override grammar
-    schedule: str = "async"
-
-    @property
-    def multi_objective(self) -> bool:
-        return len(self.directions) > 1
-
-    @property
-    def direction_text(self) -> str:
-        return self.directions[0] if len(self.directions) == 1 else f"[{', '.join(self.directions)}]"
+    return OptunaSweeperConf(**options)
 
 
-def read_settings(
-    sampler, direction, n_trials, n_jobs, storage, study_name, max_failure_rate, params, schedule="async"
-) -> Settings:
-    """Check every option; the messages name the key, the value and what is valid."""
-    sampler = _plain(sampler) or {}
+def check(conf: OptunaSweeperConf) -> None:
+    """Check every option; sampler and direction become plain values, params a flat mapping."""
+    sampler = _plain(conf.sampler) or {}
     if not isinstance(sampler, Mapping):
         raise SweeperConfigError(
             f"hydra.sweeper.sampler={sampler!r}: choose one with hydra/sweeper/sampler=tpe|random|grid"
@@ -72,37 +54,39 @@ def read_settings(
         raise SweeperConfigError(
             f"hydra.sweeper.sampler.seed={seed!r}: give an integer, or null for a random seed"
         )
-    options = {k: v for k, v in sampler.items() if k not in ("name", "seed")}
-    startup = options.get("n_startup_trials")
+    startup = sampler.get("n_startup_trials")
     if startup is not None and (isinstance(startup, bool) or not isinstance(startup, int) or startup < 0):
         raise SweeperConfigError(f"hydra.sweeper.sampler.n_startup_trials={startup!r}: give an integer >= 0")
-    directions = _directions(_plain(direction))
-    for key, value in (("n_trials", n_trials), ("n_jobs", n_jobs)):
+    direction = _plain(conf.direction)
+    _directions(direction)
+    for key in ("n_trials", "n_jobs"):
+        value = getattr(conf, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SweeperConfigError(f"hydra.sweeper.{key}={value!r}: give an integer >= 1")
-    if isinstance(max_failure_rate, bool) or not isinstance(max_failure_rate, (int, float)) or not (
-        0.0 <= max_failure_rate <= 1.0
-    ):
+    rate = conf.max_failure_rate
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (0.0 <= rate <= 1.0):
         raise SweeperConfigError(
-            f"hydra.sweeper.max_failure_rate={max_failure_rate!r}: give a fraction from 0.0 (stop at the "
+            f"hydra.sweeper.max_failure_rate={rate!r}: give a fraction from 0.0 (stop at the "
             "first failed trial) to 1.0 (never stop)"
         )
-    for key, value in (("storage", storage), ("study_name", study_name)):
+    for key in ("storage", "study_name"):
+        value = getattr(conf, key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise SweeperConfigError(f"hydra.sweeper.{key}={value!r}: give a non-empty string or null")
-    if schedule not in SCHEDULES:
+    if conf.schedule not in SCHEDULES:
         raise SweeperConfigError(
-            f"hydra.sweeper.schedule={schedule!r}: valid values are async (a new trial starts as soon as a "
+            f"hydra.sweeper.schedule={conf.schedule!r}: valid values are async (a new trial starts as soon as a "
             "launcher slot frees) and batch (n_jobs trials at a time, each batch waits for its slowest)"
         )
-    params = _plain(params)
+    params = _plain(conf.params)
     if params is not None and not isinstance(params, Mapping):
         raise SweeperConfigError(
             f"hydra.sweeper.params={params!r}: give a mapping from a config key to a search space, "
             f"e.g. model.lightgbm.params.num_leaves: int(interval(8, 64))"
         )
-    return Settings(name, seed, options, directions, n_trials, n_jobs, storage, study_name,
-                    float(max_failure_rate), _flatten(params or {}), schedule)
+    conf.sampler, conf.direction = dict(sampler), direction
+    conf.max_failure_rate = float(rate)
+    conf.params = _flatten(params or {})
 
 
 def _directions(direction: Any) -> tuple[str, ...]:

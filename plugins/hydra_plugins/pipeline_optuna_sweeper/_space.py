@@ -11,7 +11,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, Transformer
 from hydra.errors import OverrideParseException
 
-from hydra_plugins.pipeline_optuna_sweeper._settings import GRAMMAR_EXAMPLES, Settings, SweeperConfigError
+from hydra_plugins.pipeline_optuna_sweeper._settings import GRAMMAR_EXAMPLES, SweeperConfigError
+from hydra_plugins.pipeline_optuna_sweeper.config import OptunaSweeperConf
 
 log = logging.getLogger(__name__)
 
@@ -119,14 +120,14 @@ def _add(space: SearchSpace, keys: dict[str, str], override: Override, origin: s
 # --------------------------------------------------------------------------- the sweep
 
 
-def make_sampler(settings: Settings, space: SearchSpace, seed: Optional[int] = None):
+def make_sampler(settings: OptunaSweeperConf, space: SearchSpace, seed: Optional[int] = None):
     """The configured sampler; `seed` replaces the configured seed."""
     import optuna
 
     seed = settings.seed if seed is None else seed
-    if settings.sampler == "random":
+    if settings.sampler_name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if settings.sampler == "grid":
+    if settings.sampler_name == "grid":
         grid = {}
         for key, dist in space.distributions.items():
             if not isinstance(dist, optuna.distributions.CategoricalDistribution):

@@ -58,6 +58,39 @@ class OptunaSweeperConf:
     # range(1, 10), choice(a, b), a,b,c. Dotted keys may also be nested.
     params: Dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Built by the sweeper from its options: every option checked (messages name the key, the value and
+        what is valid); sampler and direction become plain values, params a flat dotted-key mapping."""
+        from hydra_plugins.pipeline_optuna_sweeper._settings import check
+
+        check(self)
+
+    @property
+    def sampler_name(self) -> str:
+        return self.sampler["name"]
+
+    @property
+    def seed(self) -> Optional[int]:
+        return self.sampler.get("seed")
+
+    @property
+    def sampler_options(self) -> dict:
+        """The sampler's own keyword arguments (name and seed aside)."""
+        return {k: v for k, v in self.sampler.items() if k not in ("name", "seed")}
+
+    @property
+    def directions(self) -> tuple:
+        """One direction per objective the job returns."""
+        return tuple(self.direction) if isinstance(self.direction, (list, tuple)) else (self.direction,)
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.directions) > 1
+
+    @property
+    def direction_text(self) -> str:
+        return self.directions[0] if len(self.directions) == 1 else f"[{', '.join(self.directions)}]"
+
 
 def _sweeper_node():
     node = OmegaConf.structured(OptunaSweeperConf)

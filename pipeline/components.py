@@ -1,0 +1,201 @@
+"""Config dataclasses of the groups whose class a user may swap by `_target_`: the data source
+(`data`) and the searcher (`hpo`, with its search-space dimensions). `pipeline.config` re-exports them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+from pipeline.errors import ConfigError, closest
+from pipeline.targets import target_or_builtin
+
+log = logging.getLogger(__name__)
+
+# The engine's classes the names of `data.source` and `hpo.searcher` stand for; `_target_` names any other.
+DATA_SOURCES = {
+    "bundled": "pipeline.data_sources.BundledSource",
+    "csv": "pipeline.data_sources.FileSource",
+    "parquet": "pipeline.data_sources.FileSource",
+    "synthetic": "pipeline.data_sources.SyntheticSource",
+}
+SEARCHERS = {
+    "none": "pipeline.searchers.NoSearch",
+    "random": "pipeline.searchers.RandomSearch",
+    "tpe": "pipeline.searchers.TpeSearch",
+    "grid": "pipeline.searchers.GridSearch",
+}
+BUNDLED = {"adult": "income", "california_housing": "MedHouseVal"}  # bundled data set -> its label
+PROBLEM_TYPES = ("auto", "binary", "multiclass", "regression")
+UNSEEN_POLICIES = ("missing", "error")
+DIM_TYPES = ("float", "int", "categorical")
+
+
+def one_of(key: str, value: Any, valid) -> None:
+    """A ConfigError naming the key, the value, the valid ones and the closest, unless value is valid."""
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(valid)}{closest(str(value), tuple(valid))}")
+
+
+@dataclass
+class SearchDimConf:
+    """One hyperparameter's search space (Optuna distributions)."""
+
+    type: str = MISSING  # float | int | categorical
+    low: Optional[float] = None
+    high: Optional[float] = None
+    log: bool = False
+    step: Optional[float] = None
+    choices: Optional[List[Any]] = None
+
+    def check(self, key: str) -> None:
+        if self.type not in DIM_TYPES:
+            raise ConfigError(f"{key}.type={self.type!r} is not one of {', '.join(DIM_TYPES)}{closest(self.type, DIM_TYPES)}")
+        if self.type == "categorical":
+            if not self.choices:
+                raise ConfigError(f"{key}: a categorical dimension needs a non-empty choices list")
+            return
+        if self.low is None or self.high is None:
+            raise ConfigError(f"{key}: a {self.type} dimension needs low and high")
+        if self.low >= self.high:
+            raise ConfigError(f"{key}: low={self.low} must be below high={self.high}")
+        if self.log and self.low <= 0:
+            raise ConfigError(f"{key}: a log scale needs low > 0 (low={self.low})")
+        if self.log and self.step is not None:
+            raise ConfigError(f"{key}: log and step cannot be combined")
+
+    def distribution(self):
+        """The Optuna distribution of this dimension."""
+        import optuna
+
+        if self.type == "categorical":
+            return optuna.distributions.CategoricalDistribution(list(self.choices))
+        if self.type == "int":
+            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
+        return optuna.distributions.FloatDistribution(float(self.low), float(self.high), log=self.log, step=self.step)
+
+    def grid(self, points: int = 3) -> list:
+        """Grid values: every choice; a stepped range in full; else `points` values, geometric on a log scale."""
+        import numpy as np
+
+        if self.type == "categorical":
+            return list(self.choices)
+        if self.step is not None:
+            values = np.arange(self.low, self.high + self.step / 2, self.step)
+        elif self.log:
+            values = np.geomspace(self.low, self.high, points)
+        else:
+            values = np.linspace(self.low, self.high, points)
+        if self.type == "int":
+            return sorted({int(round(v)) for v in values})
+        return [float(v) for v in values]
+
+
+@dataclass
+class HpoConf:
+    """In-run search: which searcher, how many trials; checked when the config becomes settings."""
+
+    searcher: str = "none"  # none | random | tpe | grid; with _target_, your searcher's name
+    num_trials: int = 1
+    seed: Optional[int] = None  # null: the run's seed
+    start_from_defaults: bool = True  # trial 0 fits the model's own params
+    pruning: bool = False  # stop bad trials early (network epochs, boosting rounds)
+    grid_points: int = 3  # grid: values per continuous dimension (stepped ranges and choices in full)
+    _target_: Optional[str] = None  # a pipeline.searchers.Searcher class; null: the one `searcher` names
+    options: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of that class
+
+    def __post_init__(self) -> None:
+        self.target = target_or_builtin("hpo.searcher", self.searcher, self._target_, SEARCHERS)
+        if self.num_trials < 1:
+            raise ConfigError(f"hpo.num_trials={self.num_trials} must be >= 1")
+        if self.grid_points < 2:
+            raise ConfigError(f"hpo.grid_points={self.grid_points} must be >= 2")
+        if self.searcher == "none" and self.num_trials > 1:
+            log.warning(
+                "hpo.searcher=none: the %d trials fit each model's own params with different seeds; "
+                "choose hpo=random, hpo=tpe or hpo=grid to search", self.num_trials,
+            )
+
+    @property
+    def searches(self) -> bool:
+        """Whether trials draw parameters from the search spaces (else each fits the model's own)."""
+        return self.make_searcher().searches
+
+    def make_searcher(self):
+        """The searcher object (hydra.utils.instantiate of the target), made once."""
+        if getattr(self, "_searcher", None) is None:
+            from hydra.utils import instantiate
+
+            # not recursive: a _target_ inside options is a value, not a class to build (allowed_targets)
+            self._searcher = instantiate({"_target_": self.target, **self.options}, _convert_="all", _recursive_=False)
+        return self._searcher
+
+    def check(self, spaces: dict[str, dict[str, SearchDimConf]]) -> None:
+        """The search spaces against the searcher: each dimension valid, none empty when searching."""
+        for model, space in spaces.items():
+            for name, dim in space.items():
+                dim.check(f"model.{model}.search_space.{name}")
+            if self.searches and not space:
+                raise ConfigError(f"hpo.searcher={self.searcher} but model.{model}.search_space is empty")
+
+    def trials_for(self, model: str, space: dict[str, SearchDimConf]) -> int:
+        """How many trials a model runs: num_trials, or fewer when the searcher has fewer points."""
+        return self.make_searcher().trials(self, model, space)
+
+    def __getstate__(self) -> dict:  # the searcher is made again where it is needed
+        return {k: v for k, v in self.__dict__.items() if k != "_searcher"}
+
+
+@dataclass
+class DataConf:
+    """What to train on: a built-in source (`source`) or a user's class (`_target_`), and how to split it."""
+
+    name: str = "adult"
+    source: str = "bundled"  # bundled | csv | parquet | synthetic; with _target_, your source's name
+    path: Optional[str] = None  # csv/parquet file; bundled: adult | california_housing (null: name)
+    label: Optional[str] = None  # bundled: null is the data set's own label
+    problem_type: str = "auto"  # auto | binary | multiclass | regression
+    drop_columns: List[str] = field(default_factory=list)
+    categorical_columns: List[str] = field(default_factory=list)  # besides those typed as text or category
+    test_path: Optional[str] = None  # a separate test file; else a seeded split of data.path
+    storage_options: Dict[str, Any] = field(default_factory=dict)  # pandas/fsspec options (s3://, gs://): keys, tokens
+    unseen_categories: str = "missing"  # test categories never seen in training: missing | error
+    test_size: float = 0.2
+    val_size: float = 0.2  # of what remains after the test split
+    max_rows: Optional[int] = None  # a seeded subsample, for quick runs
+    # synthetic generator
+    rows: int = 10_000
+    features: int = 20
+    classes: int = 2  # 0: regression
+    categorical_features: int = 0
+    seed: Optional[int] = None  # the split's and subsample's seed; null: the run's seed
+    _target_: Optional[str] = None  # a pipeline.data_sources.DataSource class; null: the one `source` names
+    options: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of that class
+
+    def __post_init__(self) -> None:
+        self.target = target_or_builtin("data.source", self.source, self._target_, DATA_SOURCES)
+        one_of("data.problem_type", self.problem_type, PROBLEM_TYPES)
+        one_of("data.unseen_categories", self.unseen_categories, UNSEEN_POLICIES)
+        for key in ("test_size", "val_size"):
+            value = getattr(self, key)
+            if not 0 < value < 1:
+                raise ConfigError(f"data.{key}={value} must be a fraction between 0 and 1")
+        if self.max_rows is not None and self.max_rows < 10:
+            raise ConfigError(f"data.max_rows={self.max_rows} must be at least 10")
+        if self.source == "bundled" and self._target_ is None:
+            self.path = self.path or self.name
+            if self.path not in BUNDLED:
+                raise ConfigError(f"data.path={self.path!r} is not a bundled data set; bundled: "
+                                  f"{', '.join(BUNDLED)}{closest(str(self.path), tuple(BUNDLED))}")
+            self.label = self.label or BUNDLED[self.path]
+
+    def make_source(self):
+        """The data source object (hydra.utils.instantiate of the target, given this config)."""
+        from hydra.utils import instantiate
+
+        factory = instantiate({"_target_": self.target, "_partial_": True, **self.options}, _convert_="all",
+                              _recursive_=False)  # a _target_ inside options is a value (allowed_targets)
+        return factory(self)

@@ -1,0 +1,222 @@
+"""Data sources: where the table of a `data` config comes from.
+
+`data.source` names a built-in source (bundled, csv, parquet, synthetic); `data._target_` names any
+DataSource class (a module allowed_targets lets in), built with the `data` config and `data.options`
+as its keywords. pandas is imported only when a table is read.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Union
+
+from pipeline.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pipeline.config import DataConf
+
+
+class DataSource:
+    """Reads one table, label column included; subclasses override `read` (and `check`, `label`)."""
+
+    def __init__(self, spec: DataConf, **options):
+        self.spec = spec
+        self.options = options
+
+    @property
+    def label(self) -> Optional[str]:
+        """The column to predict."""
+        return self.spec.label
+
+    def check(self) -> None:
+        """Config checks that need no data: raise ConfigError before any work starts."""
+        if not self.label:
+            raise ConfigError("data.label is required: name the column to predict, as in data.label=target")
+
+    def read(self, base_dir: Path) -> pd.DataFrame:
+        """The whole table; relative paths are relative to base_dir (the launch directory)."""
+        raise NotImplementedError
+
+    def local_path(self, base_dir: Path) -> Optional[Path]:
+        """The local file the table is read from, if there is one."""
+        return None
+
+    def location(self, base_dir: Path) -> str:
+        """Where the rows come from, for the tracker (a path, a URL or 'generator:…')."""
+        return f"source:{type(self).__module__}.{type(self).__qualname__}"
+
+
+class BundledSource(DataSource):
+    """A data set shipped with the engine (data.path: adult | california_housing)."""
+
+    def check(self) -> None:  # the config checked the name and filled in the label
+        pass
+
+    def _file(self):
+        from importlib import resources
+
+        return resources.files("pipeline.datasets") / f"{self.spec.path}.parquet"
+
+    def read(self, base_dir: Path) -> pd.DataFrame:
+        from importlib import resources
+
+        import pandas as pd
+
+        with resources.as_file(self._file()) as p:
+            return pd.read_parquet(p)
+
+    def location(self, base_dir: Path) -> str:
+        return str(self._file())
+
+
+class FileSource(DataSource):
+    """A CSV or Parquet file (data.source), local or remote (s3://, gs://, https:// through fsspec)."""
+
+    def check(self) -> None:
+        if not self.spec.path:
+            raise ConfigError(
+                f"data.path is required with data.source={self.spec.source}: data.path=my_table.{self.spec.source}"
+            )
+        super().check()
+
+    def read(self, base_dir: Path) -> pd.DataFrame:
+        kind = self.spec.source if self.spec.source in ("csv", "parquet") else None
+        return read_file(resolve(self.spec.path, base_dir), "data.path", kind, self.spec.storage_options)
+
+    def local_path(self, base_dir: Path) -> Optional[Path]:
+        path = resolve(self.spec.path, base_dir) if self.spec.path else None
+        return path if isinstance(path, Path) else None
+
+    def location(self, base_dir: Path) -> str:
+        return where(self.spec.path, base_dir)
+
+
+class SyntheticSource(DataSource):
+    """A seeded scikit-learn classification or regression table; some columns binned into categories."""
+
+    @property
+    def label(self) -> str:
+        return "target"
+
+    def check(self) -> None:
+        spec = self.spec
+        if spec.rows < 10 or spec.features < 1:
+            raise ConfigError(f"data.rows={spec.rows} and data.features={spec.features}: need >= 10 rows and >= 1 feature")
+        if spec.classes == 1 or spec.classes < 0:
+            raise ConfigError(f"data.classes={spec.classes}: 0 for regression, or 2 or more classes")
+        if not 0 <= spec.categorical_features <= spec.features:
+            raise ConfigError(
+                f"data.categorical_features={spec.categorical_features} must be between 0 and data.features={spec.features}"
+            )
+
+    def read(self, base_dir: Path) -> pd.DataFrame:
+        return synthetic(self.spec)
+
+    def location(self, base_dir: Path) -> str:
+        spec = self.spec
+        return (f"generator:scikit-learn rows={spec.rows} features={spec.features} classes={spec.classes} "
+                f"categorical={spec.categorical_features} seed={spec.seed or 0}")
+
+
+def synthetic(spec: DataConf) -> pd.DataFrame:
+    """A seeded classification or regression table; some columns binned into categories."""
+    import numpy as np
+    import pandas as pd
+    from sklearn.datasets import make_classification, make_regression
+
+    seed = spec.seed or 0
+    informative = max(1, min(spec.features, max(2, spec.features // 2)))
+    if spec.classes >= 2:
+        X, y = make_classification(
+            n_samples=spec.rows, n_features=spec.features, n_informative=min(informative, spec.features),
+            n_redundant=0, n_classes=spec.classes, n_clusters_per_class=1 if spec.classes > 4 else 2,
+            random_state=seed, flip_y=0.02,
+        )
+    else:
+        X, y = make_regression(
+            n_samples=spec.rows, n_features=spec.features, n_informative=informative, noise=10.0,
+            random_state=seed,
+        )
+    X = X.astype(np.float32)
+    frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(spec.features)])
+    for i in range(spec.categorical_features):
+        column = f"x{i}"
+        bins = np.quantile(X[:, i], np.linspace(0, 1, 9)[1:-1])
+        frame[column] = pd.Categorical.from_codes(np.digitize(X[:, i], bins), [f"c{j}" for j in range(8)])
+        frame = frame.rename(columns={column: f"cat{i}"})
+    frame["target"] = y
+    return frame
+
+
+def resolve(path: str, base_dir: Path) -> Union[Path, str]:
+    """A local path (relative to base_dir), or a remote URL as given."""
+    if "://" in path:  # a remote URL (s3://, gs://, https://) is read by pandas through fsspec
+        return path
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else base_dir / p
+
+
+def where(path: str, base_dir: Path) -> str:
+    """A path or URL as the tracker shows it: absolute, credentials masked."""
+    from pipeline.redact import redact_uri
+
+    resolved = resolve(path, base_dir)
+    return str(resolved) if isinstance(resolved, Path) else redact_uri(resolved)
+
+
+def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None) -> pd.DataFrame:
+    """A CSV or Parquet table (kind, else by suffix); every failure is a DataError naming `key`."""
+    if not isinstance(path, Path):
+        return _read_remote(path, key, kind, storage_options)
+    import pandas as pd
+
+    from pipeline.chunks import check_file
+
+    check_file(path, key)
+    kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
+    try:
+        if kind == "csv":
+            with path.open(newline="") as fh:
+                header = next(csv.reader(fh), [])
+            _check_unique(header, key, path)
+            frame = pd.read_csv(path)
+        else:
+            frame = pd.read_parquet(path)
+    except DataError:
+        raise
+    except Exception as exc:  # pandas/pyarrow parse errors carry the useful detail
+        raise DataError(f"{key}={str(path)!r} cannot be read as {kind}: {exc}") from None
+    _check_unique(list(frame.columns), key, path)
+    if frame.empty:
+        raise DataError(f"{key}={str(path)!r} has a header but no rows")
+    return frame
+
+
+def _read_remote(url: str, key: str, kind: Optional[str], storage_options: Optional[dict]) -> pd.DataFrame:
+    import pandas as pd
+
+    from pipeline.redact import redact_uri
+
+    kind = kind or ("parquet" if url.endswith((".parquet", ".pq")) else "csv")
+    reader = pd.read_parquet if kind == "parquet" else pd.read_csv
+    try:
+        frame = reader(url, storage_options=storage_options or None)
+    except Exception as exc:  # fsspec/network errors: the user's URL, credentials or connectivity
+        raise DataError(f"{key}={redact_uri(url)!r} cannot be read: {type(exc).__name__}: {exc}") from None
+    _check_unique(list(frame.columns), key, redact_uri(url))
+    if frame.empty:
+        raise DataError(f"{key}={redact_uri(url)!r} has no rows")
+    return frame
+
+
+def _check_unique(columns: list, key: str, path) -> None:
+    seen, dups = set(), []
+    for c in columns:
+        if c in seen and c not in dups:
+            dups.append(c)
+        seen.add(c)
+    if dups:
+        raise DataError(f"{key}={str(path)!r}: duplicate column names {dups}; every column needs its own name")

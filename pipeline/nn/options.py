@@ -1,0 +1,137 @@
+"""The network's parameters (`model.<name>.params`): their names, defaults, allowed values and checks.
+
+The one place they are validated. It imports no torch, so a dry run and the planner check a
+network's parameters without it; the model (`pipeline.models.nn`) and the loop both use it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Union
+
+from pipeline.errors import ConfigError, closest
+
+DEFAULTS = {
+    "device": "auto",
+    "hidden_sizes": [256, 128],
+    "dropout": 0.1,
+    "max_embedding_dim": 16,
+    "learning_rate": 1e-3,
+    "weight_decay": 1e-5,
+    "batch_size": 512,
+    "max_batch_size": 16_384,
+    "max_epochs": 30,
+    "patience": 5,
+    "precision": "32",
+    "lr_scaling": "linear",
+    "accumulate_grad_batches": 1,
+    "compile": False,
+}
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = {"32": None, "16-mixed": "float16", "bf16-mixed": "bfloat16"}  # Lightning's names -> autocast dtype
+LR_SCALING = {"none": lambda n: 1.0, "linear": float, "sqrt": math.sqrt}  # learning-rate factor for n devices
+_POSITIVE_INTS = ("max_epochs", "accumulate_grad_batches", "max_batch_size", "max_embedding_dim")
+
+
+def check(params: dict, key: str = "params") -> dict:
+    """The parameters laid over DEFAULTS, or a ConfigError naming `key.<name>`, the value and what is valid."""
+    for name in params:
+        if name not in DEFAULTS:
+            raise ConfigError(
+                f"{key}.{name} is not a parameter of the network{closest(name, DEFAULTS)}; "
+                f"parameters: {', '.join(DEFAULTS)}"
+            )
+    p = {**DEFAULTS, **params}
+    _choice(key, "device", str(p["device"]).lower(), DEVICES)
+    _choice(key, "precision", str(p["precision"]), PRECISIONS)
+    _choice(key, "lr_scaling", p["lr_scaling"], LR_SCALING)
+    batch = p["batch_size"]
+    if batch != "auto" and not _is_int(batch, 1):
+        raise ConfigError(f"{key}.batch_size={batch!r} must be a positive integer or 'auto'")
+    for name in _POSITIVE_INTS:
+        if not _is_int(p[name], 1):
+            raise ConfigError(f"{key}.{name}={p[name]!r} must be an integer >= 1")
+    if not _is_int(p["patience"], 0):
+        raise ConfigError(f"{key}.patience={p['patience']!r} must be an integer >= 0 (0: no early stopping)")
+    if not 0 <= _number(key, "dropout", p["dropout"]) < 1:
+        raise ConfigError(f"{key}.dropout={p['dropout']!r} must be in [0, 1)")
+    if not _number(key, "learning_rate", p["learning_rate"]) > 0:
+        raise ConfigError(f"{key}.learning_rate={p['learning_rate']!r} must be > 0")
+    if not _number(key, "weight_decay", p["weight_decay"]) >= 0:
+        raise ConfigError(f"{key}.weight_decay={p['weight_decay']!r} must be >= 0")
+    if not isinstance(p["compile"], bool):
+        raise ConfigError(f"{key}.compile={p['compile']!r} must be true or false")
+    hidden = p["hidden_sizes"]
+    if isinstance(hidden, (str, bytes)) or not all(_is_int(h, 1) for h in _iterable(hidden)):
+        raise ConfigError(f"{key}.hidden_sizes={hidden!r} must be a list of positive ints")
+    return p
+
+
+def check_precision(precision: str, on_cuda: bool, key: str = "params") -> None:
+    """fp16 autocast needs a CUDA device (its gradient scaler and kernels); bf16 runs on the CPU too."""
+    if str(precision) == "16-mixed" and not on_cuda:
+        raise ConfigError(
+            f"{key}.precision=16-mixed needs a CUDA device but this fit has none; "
+            "on the CPU use precision=bf16-mixed or 32"
+        )
+
+
+def scaled_lr(lr: float, world_size: int, rule: str) -> float:
+    """The learning rate for `world_size` devices: linear (x N) or sqrt (x sqrt N) in the global batch."""
+    _choice("params", "lr_scaling", rule, LR_SCALING)
+    return lr * LR_SCALING[rule](world_size)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """How the loop trains: the training half of the network's parameters, checked when built."""
+
+    batch_size: Union[int, str] = DEFAULTS["batch_size"]  # per device, or "auto"
+    max_batch_size: int = DEFAULTS["max_batch_size"]
+    max_epochs: int = DEFAULTS["max_epochs"]
+    patience: int = DEFAULTS["patience"]
+    learning_rate: float = DEFAULTS["learning_rate"]
+    weight_decay: float = DEFAULTS["weight_decay"]
+    precision: str = DEFAULTS["precision"]
+    accumulate_grad_batches: int = DEFAULTS["accumulate_grad_batches"]
+    compile: bool = DEFAULTS["compile"]
+    lr_scaling: str = DEFAULTS["lr_scaling"]
+
+    def __post_init__(self):
+        check({f.name: getattr(self, f.name) for f in fields(self)})
+
+    @classmethod
+    def from_params(cls, params: dict, key: str = "params") -> "LoopConfig":
+        p = check(params, key)
+        return cls(
+            batch_size=p["batch_size"], max_batch_size=p["max_batch_size"], max_epochs=p["max_epochs"],
+            patience=p["patience"], learning_rate=float(p["learning_rate"]), weight_decay=float(p["weight_decay"]),
+            precision=str(p["precision"]), accumulate_grad_batches=p["accumulate_grad_batches"],
+            compile=p["compile"], lr_scaling=p["lr_scaling"],
+        )
+
+
+def _choice(key: str, name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}.{name}={value!r} is not one of {', '.join(allowed)}")
+
+
+def _is_int(value, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _number(key: str, name: str, value) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}.{name}={value!r} must be a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}.{name}={value!r} must be a number") from None
+
+
+def _iterable(value) -> tuple:
+    try:
+        return tuple(value)
+    except TypeError:
+        return (None,)

@@ -1,0 +1,71 @@
+"""Searchers: what samples each model's trials. `hpo.searcher` names a built-in one; `hpo._target_`
+names any Searcher class (a module allowed_targets lets in), built with `hpo.options` as its keywords.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+log = logging.getLogger(__name__)
+
+
+class Searcher:
+    """Makes the Optuna sampler of one model's study; `searches = False` fits the model's own params."""
+
+    searches = True
+
+    def sampler(self, hpo, model: str, space: dict) -> Any:
+        """An optuna.samplers.BaseSampler for `model`'s study (hpo: the run's HpoConf)."""
+        raise NotImplementedError
+
+    def trials(self, hpo, model: str, space: dict) -> int:
+        """How many trials `model` runs."""
+        return hpo.num_trials
+
+
+class NoSearch(Searcher):
+    """hpo.searcher=none: every trial fits the model's own params (with its own seed)."""
+
+    searches = False
+
+    def sampler(self, hpo, model: str, space: dict) -> None:
+        return None
+
+
+class RandomSearch(Searcher):
+    def sampler(self, hpo, model: str, space: dict):
+        import optuna
+
+        return optuna.samplers.RandomSampler(seed=hpo.seed)
+
+
+class TpeSearch(Searcher):
+    def __init__(self, n_startup_trials: Optional[int] = None):
+        self.n_startup_trials = n_startup_trials  # null: a third of the trials, 2 to 10
+
+    def sampler(self, hpo, model: str, space: dict):
+        import optuna
+
+        startup = self.n_startup_trials
+        if startup is None:
+            startup = min(10, max(2, hpo.num_trials // 3))
+        return optuna.samplers.TPESampler(seed=hpo.seed, n_startup_trials=startup)
+
+
+class GridSearch(Searcher):
+    """Every choice, every value of a stepped range, and hpo.grid_points values of each continuous range."""
+
+    def sampler(self, hpo, model: str, space: dict):
+        import optuna
+
+        return optuna.samplers.GridSampler({k: d.grid(hpo.grid_points) for k, d in space.items()}, seed=hpo.seed)
+
+    def trials(self, hpo, model: str, space: dict) -> int:
+        size = 1
+        for dim in space.values():
+            size *= len(dim.grid(hpo.grid_points))
+        if size < hpo.num_trials:
+            log.info("hpo=grid: model %s has %d grid points, so it runs %d trials, not hpo.num_trials=%d",
+                     model, size, size, hpo.num_trials)
+        return min(hpo.num_trials, size)

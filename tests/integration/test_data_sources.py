@@ -1,0 +1,60 @@
+"""Data sources chosen by name (data.source) or by class (data._target_), a user's own included."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.settings import read_settings
+
+
+def test_a_users_own_data_source_by_target(cli, tmp_path):
+    record = tmp_path / "read.txt"
+    cli("data.source=custom", "data._target_=tests.user_sources.Halves", "+data.options.rows=600",
+        f"+data.options.record={record}",
+        "allowed_targets=[tests.]", "model=lightgbm", "model.lightgbm.params.num_iterations=30", "seed=7",
+        "tracking=none", check=True)
+    assert record.read_text() == "600 rows, seed 7"  # its keywords and the run's seed reached it
+    (run_dir,) = sorted((tmp_path / "outputs" / "runs").glob("*/*"))
+    board = pd.read_csv(run_dir / "leaderboard.csv").set_index("model")
+    assert board.loc["lightgbm"].filter(like="roc_auc").min() > 0.97  # the sign of x0 is learnt: its table was used
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["data.source=custom"], "data.source='custom' is not one of bundled, csv, parquet, synthetic; to use your own, "
+                                 "set data._target_"),
+        (["data.source=parquett"], "data.source='parquett' is not one of bundled, csv, parquet, synthetic "
+                                   "(did you mean 'parquet'?)"),
+        (["data.source=custom", "data._target_=tests.user_sources.Halves"],
+         "data._target_='tests.user_sources.Halves' is outside the allowed modules (pipeline.)"),
+        (["data.source=custom", "data._target_=tests.user_sources.Listed", "allowed_targets=[tests.]"],
+         "data._target_='tests.user_sources.Listed' is not a data source class"),
+        (["data.path=adullt"], "data.path='adullt' is not a bundled data set; bundled: adult, california_housing "
+                               "(did you mean 'adult'?)"),
+        (["hpo.searcher=tpee"], "hpo.searcher='tpee' is not one of none, random, tpe, grid (did you mean 'tpe'?)"),
+        (["hpo.searcher=cmaes"], "hpo.searcher='cmaes' is not one of none, random, tpe, grid; to use your own, set "
+                                "hpo._target_"),
+        (["resume=[1]"], "resume=[1]: give false, true (the newest unfinished run) or a run directory"),
+    ],
+)
+def test_component_choices_are_checked_when_the_config_is_read(compose, overrides, message):
+    with pytest.raises(ConfigError) as info:
+        read_settings(compose(["model=lightgbm", *overrides]))
+    assert message in str(info.value)
+
+
+def test_the_config_groups_are_the_settings(compose):
+    settings = read_settings(compose(["model=lightgbm", "data=california", "hpo=tpe", "+hardware=2gpu",
+                                      "resume=true", "seed=5"]))
+    from pipeline.config import DataConf, HardwareConf, HpoConf, Resume
+
+    assert isinstance(settings.data, DataConf) and settings.data.label == "MedHouseVal"
+    assert settings.data.seed == 5 and settings.hpo.seed == 5  # null: the run's seed
+    assert isinstance(settings.hpo, HpoConf) and settings.hpo.target == "pipeline.searchers.TpeSearch"
+    assert isinstance(settings.hardware, HardwareConf) and settings.hardware.num_gpus == 2
+    assert settings.resume == Resume(newest=True)
+    assert read_settings(compose(["model=lightgbm", "resume=runs/a"])).resume == Resume(directory="runs/a")
+    assert not read_settings(compose(["model=lightgbm"])).resume

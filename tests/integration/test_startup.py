@@ -1,0 +1,52 @@
+"""What a user's `--help` and dry run import, as whole processes (`-X importtime`): the model libraries,
+torch and scikit-learn stay off both paths, numpy and pandas off `--help`. Their wall time is a
+benchmark (`python -m bench --suite startup,fixed_cost`), not a test."""
+
+import pytest
+
+LIBRARIES = ("torch", "sklearn", "scipy", "lightgbm", "xgboost", "mlflow", "matplotlib", "ray", "optuna")
+
+
+def imported(stderr: str) -> set[str]:
+    """Top-level package names from Python's -X importtime lines."""
+    names = set()
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            names.add(name.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize(
+    "args, absent",
+    [
+        (["--help"], LIBRARIES + ("numpy", "pandas", "pyarrow", "psutil", "rich")),
+        (["+hardware=4gpu", "model=all", "dry_run=true", "tracking=none"], LIBRARIES),
+    ],
+    ids=["help", "dry_run"],
+)
+def test_start_up_path_imports(cli, args, absent):
+    proc = cli(*args, env={"PYTHONPROFILEIMPORTTIME": "1"}, check=True)
+    names = imported(proc.stderr)
+    assert "hydra" in names and "pipeline" in names  # the profile was read
+    assert sorted(names & set(absent)) == []
+
+
+def test_the_run_mode_is_read_without_composing_the_config_twice():
+    from hydra._internal.hydra import Hydra
+    from hydra.types import RunMode
+
+    import pipeline.__main__ as entry
+
+    assert Hydra.get_mode is entry._mode_from_command_line
+    assert Hydra.get_mode(None, "config", ["model=all", "hydra.mode=MULTIRUN"]) is RunMode.MULTIRUN
+    assert Hydra.get_mode(None, "config", ["hydra.mode=run"]) is RunMode.RUN
+    assert Hydra.get_mode(None, "config", ["model=all", "seed=1,2"]) is None  # `-m` decides, as in Hydra
+
+
+def test_hydra_mode_on_the_command_line_still_sweeps(cli, tmp_path):
+    proc = cli("model=lightgbm", "dry_run=true", "tracking=none", "hydra.mode=MULTIRUN", "seed=1,2",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}", check=True)
+    assert sorted(p.parent.name for p in (tmp_path / "sweep").glob("*/plan.json")) == ["0", "1"], proc.stdout
+    refused = cli("model=lightgbm", "dry_run=true", "seed=1,2")  # a sweep without -m stays an error
+    assert refused.returncode != 0 and "--multirun" in refused.stderr

@@ -1,0 +1,75 @@
+"""The one worker pool: workers bound to a key's environment, reused, detected dead, stopped by escalation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from pipeline.executors.pool import Died, WorkerPool
+
+
+@pytest.fixture
+def pool():
+    pool = WorkerPool("spawn", os.getenv, detach=True, max_idle=4, name="test-worker")
+    yield pool
+    pool.shutdown(grace=2.0)
+
+
+def ask(pool, env, message, timeout=60):
+    worker = pool.submit(env, message)
+    ((done, answer),) = pool.wait([worker], timeout)
+    assert done is worker
+    return worker, answer
+
+
+def test_a_worker_serves_only_the_environment_it_started_with(pool):
+    w0, seen0 = ask(pool, {"CUDA_VISIBLE_DEVICES": "0"}, "CUDA_VISIBLE_DEVICES")
+    w1, seen1 = ask(pool, {"CUDA_VISIBLE_DEVICES": "1"}, "CUDA_VISIBLE_DEVICES")
+    again, seen_again = ask(pool, {"CUDA_VISIBLE_DEVICES": "0"}, "CUDA_VISIBLE_DEVICES")
+    assert (seen0, seen1, seen_again) == ("0", "1", "0")
+    assert w0 is not w1 and again is w0  # the idle worker that sees device 0 took the next work for device 0
+    hidden, seen_hidden = ask(pool, {"CUDA_VISIBLE_DEVICES": None}, "CUDA_VISIBLE_DEVICES")
+    assert seen_hidden is None and hidden not in (w0, w1)
+
+
+def test_an_idle_worker_that_died_is_replaced(pool):
+    worker, _ = ask(pool, {}, "HOME")
+    os.kill(worker.process.pid, signal.SIGKILL)
+    worker.process.join(10)
+    fresh, _ = ask(pool, {}, "HOME")
+    assert fresh is not worker and fresh.process.is_alive()
+    assert pool.idle == [fresh]  # the dead one is no longer kept
+
+
+def test_a_worker_killed_while_busy_is_died_with_its_signal():
+    pool = WorkerPool("spawn", time.sleep, detach=True, name="test-sleeper")
+    try:
+        worker = pool.submit({}, 60)
+        assert pool.wait([worker], 0.5) == []
+        os.kill(worker.process.pid, signal.SIGKILL)
+        ((_, answer),) = pool.wait([worker], 30)
+        assert isinstance(answer, Died) and answer.reason == "killed by signal SIGKILL"
+    finally:
+        pool.shutdown(grace=1.0)
+
+
+def stubborn_sleep(seconds: float) -> None:
+    """A fit that ignores SIGTERM (a library that swallows it, a stuck collective)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(seconds)
+
+
+def test_stop_escalates_to_sigkill_for_a_worker_that_does_not_stop():
+    pool = WorkerPool("spawn", stubborn_sleep, detach=True, name="test-stubborn")
+    idle, _ = ask(pool, {"SLOT": "a"}, 0)  # started, served, idle
+    stubborn, _ = ask(pool, {"SLOT": "b"}, 0)  # from now on it ignores SIGTERM
+    busy = pool.submit({"SLOT": "b"}, 60)
+    assert busy is stubborn and pool.wait([busy], 0.5) == []
+    started = time.monotonic()
+    pool.shutdown(grace=1.0)
+    assert time.monotonic() - started < 10
+    assert busy.process.exitcode == -signal.SIGKILL
+    assert idle.process.exitcode == 0  # asked to exit, it did
