@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Optional
+
+
+def preload() -> threading.Thread:
+    """Import matplotlib's figure and Agg canvas in a thread: a tracked run draws its plots after the
+    fit, and the import (most of their cost) can run while the fit does."""
+
+    def load() -> None:
+        try:
+            import matplotlib.backends.backend_agg  # noqa: F401
+            import matplotlib.figure  # noqa: F401
+        except Exception:  # noqa: BLE001  (drawing the plots imports it again and reports what fails)
+            pass
+
+    thread = threading.Thread(target=load, name="matplotlib-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def _figure(figsize):

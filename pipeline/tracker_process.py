@@ -5,21 +5,36 @@ its dependency check; the run itself spends that time loading data, importing th
 libraries and fitting. Here the tracker's process imports MLflow and opens the store while the
 run loads its data, and logs what the run sends it in order, while the run goes on. Every call
 is sent and not waited for, except where the run needs an answer: the run id (after `start`,
-whose errors surface there, before any fit), what a logged model's URI or a registered version
-is (RETURNING), and `end`, which waits until everything sent is logged. A driver that dies leaves a pipe at EOF: the tracker ends the run as FAILED.
+whose errors surface there, before any fit), a registered model's version (RETURNING), and `end`,
+which waits until everything sent is logged. A logged model's URI is not waited for: the run gets
+a `PendingModelUri` that stands for it in later calls (the best model's tag, the registry), and
+this process puts the URI in its place. A driver that dies leaves a pipe at EOF: the tracker
+ends the run as FAILED. When its pipe closes (after the last run it serves) the process exits
+without tearing the interpreter down (MLflow's thousands of modules take seconds to free, and
+nothing is left to write).
 """
 
 from __future__ import annotations
 
 import atexit
 import multiprocessing
+import os
 import signal
+import sys
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from pipeline.errors import TrackingError
 
 ANSWERED = ("start", "end")
-RETURNING = ("log_predictor", "register_model")  # the run uses what these return (a model URI, a version)
+RETURNING = ("register_model",)  # the run uses what these return (a registered version)
+
+
+@dataclass(frozen=True)
+class PendingModelUri:
+    """The URI of the model `name`, logged by the tracker's process after the run asked for it."""
+
+    name: str
 
 
 _warm: dict = {"keep": False, "server": None}  # the process kept for this process's next run, see keep_warm()
@@ -88,6 +103,20 @@ class TrackerProcess:
 
     def start(self, run_name: str, params: dict, tags: dict) -> None:
         self._send("start", (run_name, params, tags), {})
+        if hasattr(self._tracker, "warm_up"):  # while the run fits: the libraries its models' checks imported here
+            from pipeline.tracking_models import LIBRARY_DISTRIBUTIONS
+
+            self._send("warm_up", (tuple(m for m in LIBRARY_DISTRIBUTIONS if m in sys.modules),), {})
+        from pipeline import plots
+
+        plots.preload()  # this process draws the run's plots for MLflow once the fit is done
+
+    def log_predictor(self, name: str, predictor, example) -> Optional[PendingModelUri]:
+        """Send the model to be logged; what stands for its URI until the tracker's process has it."""
+        if not self._tracker.log_models:
+            return None
+        self._send("log_predictor", (name, predictor, example), {})
+        return PendingModelUri(name)
 
     def end(self, status: str) -> None:
         """Wait until the tracker has logged everything it was sent and ended the run."""
@@ -152,7 +181,8 @@ def serve(conn, tracker) -> None:
         try:
             tracker = conn.recv()
         except (EOFError, OSError):
-            return
+            break
+    _exit()
 
 
 def serve_run(conn, tracker) -> bool:
@@ -164,6 +194,7 @@ def serve_run(conn, tracker) -> bool:
         error = str(exc)
     except Exception as exc:  # noqa: BLE001  (reported to the driver as the run's tracking error)
         error = f"cannot connect to MLflow: {type(exc).__name__}: {exc}"
+    model_uris: dict[str, Optional[str]] = {}
     while True:
         try:
             name, args, kwargs = conn.recv()
@@ -173,11 +204,37 @@ def serve_run(conn, tracker) -> bool:
             return False
         result = None
         if error is None:
+            args, kwargs = _resolve(args, model_uris), _resolve(kwargs, model_uris)
             result, error = _call(tracker, name, args, kwargs)
+            if name == "log_predictor":
+                model_uris[args[0]] = result
         if name in ANSWERED or name in RETURNING:
             conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
         if name == "end":
             return True
+
+
+def _resolve(value, model_uris: dict[str, Optional[str]]):
+    """`value` with each PendingModelUri (in a tuple, a dict's values) replaced by the logged URI;
+    a tag whose model was not logged is left out."""
+    if isinstance(value, PendingModelUri):
+        return model_uris.get(value.name)
+    if isinstance(value, tuple):
+        return tuple(_resolve(v, model_uris) for v in value)
+    if isinstance(value, dict):
+        resolved = {k: _resolve(v, model_uris) for k, v in value.items()}
+        return {k: v for k, v in resolved.items() if v is not None or not isinstance(value[k], PendingModelUri)}
+    return value
+
+
+def _exit() -> None:
+    """Leave without freeing the interpreter: everything was logged and the run has ended."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001  (a closed stream has nothing to flush)
+            pass
+    os._exit(0)
 
 
 def _call(tracker, name: str, args: tuple, kwargs: dict) -> tuple[Any, Optional[str]]:

@@ -186,6 +186,8 @@ class NullTracker:
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
 
+    def warm_up(self, libraries: tuple[str, ...] = ()) -> None: ...
+
     def end(self, status: str) -> None: ...
 
 
@@ -241,6 +243,26 @@ class MlflowTracker(NullTracker):
             raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot start an MLflow run: {exc}") from None
         self.run_id = run.info.run_id
         self.log_params(params)
+
+    def warm_up(self, libraries: tuple[str, ...] = ()) -> None:
+        """Import what logging the models will need (MLflow's pyfunc flavour, `libraries`: what
+        unpickling the run's predictors imports) and build MLflow's map of installed packages, which
+        its requirement check reads: in the tracker's process this runs while the run fits."""
+        if not self.log_models:
+            return
+        import importlib
+
+        try:
+            import mlflow.pyfunc  # noqa: F401
+            from mlflow.models import signature  # noqa: F401
+            from mlflow.utils import requirements_utils
+
+            for module in libraries:
+                importlib.import_module(module)
+            build_map = getattr(requirements_utils, "_init_modules_to_packages_map", None)
+            build_map() if build_map is not None else None
+        except Exception as exc:  # noqa: BLE001  (only a head start: logging the model reports real errors)
+            log.debug("warming up model logging failed: %s", exc)
 
     def _safely(self, what: str, fn, *args, **kwargs) -> Any:
         if self.failure is not None or self.run_id is None:
@@ -308,6 +330,8 @@ class MlflowTracker(NullTracker):
     def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]:
         from pipeline.tracking_models import register
 
+        if model_uri is None:  # the model could not be logged (the failure says why)
+            return None
         return self._safely("register_model", register, model_uri, name, alias)
 
     def log_datasets(self, summary, locations: dict) -> None:

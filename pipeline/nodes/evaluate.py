@@ -34,6 +34,8 @@ class EvaluateNode(NodeKind):
         report.console.print(report.leaderboard_table(rows, metric.name))
         top = rows[0]
         save_predictors(out.run_dir, predictors, top["model"])
+        # first: the tracker logs the models while this process draws the plots
+        _log_models(out, predictors, top["model"], _raw_example(data), tracker)
         tracker.log_metrics({f"best/val_{metric.name}": top[f"val_{metric.name}"],
                              f"best/test_{metric.name}": top[f"test_{metric.name}"]})
         tracker.set_tags({
@@ -45,7 +47,6 @@ class EvaluateNode(NodeKind):
         tracker.log_artifact(leaderboard_path)
         _log_memory(plan, outcome, out.run_dir, tracker, report)
         _log_artifacts(outcome, best, out.run_dir, tracker, plots)
-        _log_models(out, predictors, top["model"], _raw_example(data), tracker)
         report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
                              f"run directory {out.run_dir}")
         return rows
