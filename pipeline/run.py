@@ -114,7 +114,8 @@ class Components:
 
 
 TRACKER_METHODS = ("enabled", "run_id", "failure", "connect", "start", "end", "log_params", "log_metrics", "log_history",
-                   "set_tags", "log_artifact", "log_predictor", "register_model", "log_datasets", "log_trial")
+                   "set_tags", "log_artifact", "log_predictor", "register_model", "log_datasets", "log_trial",
+                   "warm_up")
 
 
 def check_params(settings: Settings, problem_type: Optional[str]) -> None:
@@ -251,6 +252,8 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
     status = "FAILED"
     try:
         tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
+        # what logging the models will import, imported by the tracker's process while the run fits
+        tracker.warm_up(tuple(dict.fromkeys(m for spec in settings.models for m in spec.cls.library_modules)))
         write_state(runtime.run_dir, status="RUNNING", mlflow_run_id=tracker.run_id, started=time.time())
         tracker.log_artifact(runtime.run_dir / "plan.json")
         from pipeline.tracking_datasets import locations, summarize
