@@ -8,6 +8,7 @@ exactly 1.0.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -93,9 +94,17 @@ class Request:
 
     def over(self, base: "Request") -> "Request":
         """This request with its unset fields taken from `base` (a model's resources over parallelism.fit)."""
-        cpus = (self.num_cpus, self.cpus_key) if self.num_cpus is not None else (base.num_cpus, base.cpus_key)
-        gpus = (self.num_gpus, self.gpus_key) if self.num_gpus is not None else (base.num_gpus, base.gpus_key)
-        return Request(cpus[0], gpus[0], cpus[1], gpus[1])
+        return over_level(self, base, (("num_cpus", "cpus_key"), ("num_gpus", "gpus_key")))
+
+
+def over_level(mine, base, fields: Iterable[tuple[str, str]]):
+    """`mine` (a level's request) with each unset value, and the config key it came from, taken from
+    `base`: the key of a value is what an error about it names."""
+    taken = {}
+    for value, key in fields:
+        if getattr(mine, value) is None:
+            taken.update({value: getattr(base, value), key: getattr(base, key)})
+    return dataclasses.replace(mine, **taken)
 
 
 # --------------------------------------------------------------------------- devices grammar

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from pipeline.errors import ConfigError, HardwareError, ResourceError
 from pipeline.memory.estimates import GiB, MiB, Estimate
 from pipeline.memory.shape import DataShape
-from pipeline.resources import Allocation, fmt
+from pipeline.resources import Allocation, fmt, over_level
 
 DRIVER_BYTES = 450 * MiB  # the driver process: engine, MLflow client, progress display
 
@@ -51,9 +51,7 @@ class MemoryRequest:
 
     def over(self, base: "MemoryRequest") -> "MemoryRequest":
         """This request with its unset fields taken from `base` (a model's resources over parallelism.fit)."""
-        ram = (self.memory, self.memory_key) if self.memory is not None else (base.memory, base.memory_key)
-        gpu = (self.gpu_memory, self.gpu_key) if self.gpu_memory is not None else (base.gpu_memory, base.gpu_key)
-        return MemoryRequest(ram[0], gpu[0], ram[1], gpu[1])
+        return over_level(self, base, (("memory", "memory_key"), ("gpu_memory", "gpu_key")))
 
 
 @dataclass(frozen=True)
