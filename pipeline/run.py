@@ -105,8 +105,8 @@ class Components:
     def build_backend(self, settings: Settings, plan: Plan, runtime: Runtime):
         from pipeline.executors.backend import Backend
 
-        preload = tuple(dict.fromkeys(m for spec in settings.models for m in spec.cls.library_modules))
-        backend = self.executor(conf=settings.executor, plan=plan, run_dir=runtime.run_dir, preload=preload)
+        backend = self.executor(conf=settings.executor, plan=plan, run_dir=runtime.run_dir,
+                                preload=settings.library_modules)
         if not isinstance(backend, Backend):
             raise ConfigError(f"executor._target_={settings.executor._target_!r} built a {type(backend).__name__}, "
                               "not a pipeline.executors.backend.Backend")
@@ -253,7 +253,7 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
     try:
         tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
         # what logging the models will import, imported by the tracker's process while the run fits
-        tracker.warm_up(tuple(dict.fromkeys(m for spec in settings.models for m in spec.cls.library_modules)))
+        tracker.warm_up(settings.library_modules)
         write_state(runtime.run_dir, status="RUNNING", mlflow_run_id=tracker.run_id, started=time.time())
         tracker.log_artifact(runtime.run_dir / "plan.json")
         from pipeline.tracking_datasets import locations, summarize

@@ -67,6 +67,11 @@ class Settings:
     fit_memory: MemoryRequest = field(default_factory=MemoryRequest)
     allowed_targets: tuple[str, ...] = ALWAYS_ALLOWED  # module prefixes a _target_ may name
 
+    @property
+    def library_modules(self) -> tuple[str, ...]:
+        """The modules the run's models import to fit (each once, in model order)."""
+        return tuple(dict.fromkeys(m for spec in self.models for m in spec.cls.library_modules))
+
 
 def typed(cfg: DictConfig, schema: type):
     """The composed config as its schema's dataclasses (OmegaConf.to_object runs their checks)."""

@@ -18,7 +18,7 @@ class MemoryPlanner:
 
     def __init__(self, settings, hardware, machine, base_dir: Path, *, on_cluster: bool = False):
         self.settings = settings
-        self.libraries = tuple(dict.fromkeys(m for s in settings.models for m in s.cls.library_modules))
+        self.libraries = settings.library_modules
         self.shape = data_shape(settings.data, base_dir)
         self.capacity: Optional[Capacity] = None
         note = ""
