@@ -96,7 +96,9 @@ class Components:
 
     def build_tracker(self, settings: Settings, runtime: Runtime):
         tracker = self.tracker(conf=settings.tracking, launch_dir=runtime.launch_dir, sweep_dir=runtime.sweep_dir)
-        missing = [m for m in TRACKER_METHODS if not hasattr(tracker, m)]
+        from pipeline.tracking import NullTracker
+
+        missing = [m for m in vars(NullTracker) if not m.startswith("_") and not hasattr(tracker, m)]
         if missing:
             raise ConfigError(f"tracking._target_={settings.tracking._target_!r} built a {type(tracker).__name__}, "
                               f"which lacks {', '.join(missing)}; subclass pipeline.tracking.NullTracker")
@@ -112,10 +114,6 @@ class Components:
                               "not a pipeline.executors.backend.Backend")
         return backend
 
-
-TRACKER_METHODS = ("enabled", "run_id", "failure", "connect", "start", "end", "log_params", "log_metrics", "log_history",
-                   "set_tags", "log_artifact", "log_predictor", "register_model", "log_datasets", "log_trial",
-                   "warm_up")
 
 
 def check_params(settings: Settings, problem_type: Optional[str]) -> None:
@@ -143,16 +141,17 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
         log.warning(message)
     memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
     allocations = []
+    gpu_capacities = list(hardware.capacities().values())
     for spec in settings.models:
         _warn_overridden(settings, spec)
         needs = spec.cls.needs(spec.name, spec.params)
+        num_trials = settings.hpo.trials_for(spec.name, spec.search_space)
 
-        def allocate_for(fit_request, warn=log.warning):
+        def allocate_for(fit_request, warn=log.warning, needs=needs, num_trials=num_trials):
             return allocate(
                 hardware.total, settings.bag, fit_request, needs,
-                num_folds=settings.num_folds, num_trials=settings.hpo.trials_for(spec.name, spec.search_space),
-                sequential=settings.sequential,
-                gpu_capacities=list(hardware.capacities().values()), warn=warn,
+                num_folds=settings.num_folds, num_trials=num_trials, sequential=settings.sequential,
+                gpu_capacities=gpu_capacities, warn=warn,
             )
 
         fit_request = spec.resources.over(settings.fit)

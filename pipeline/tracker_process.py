@@ -103,10 +103,6 @@ class TrackerProcess:
 
     def start(self, run_name: str, params: dict, tags: dict) -> None:
         self._send("start", (run_name, params, tags), {})
-        if hasattr(self._tracker, "warm_up"):  # while the run fits: the libraries its models' checks imported here
-            from pipeline.tracking_models import LIBRARY_DISTRIBUTIONS
-
-            self._send("warm_up", (tuple(m for m in LIBRARY_DISTRIBUTIONS if m in sys.modules),), {})
         from pipeline import plots
 
         plots.preload()  # this process draws the run's plots for MLflow once the fit is done
@@ -248,7 +244,3 @@ def _call(tracker, name: str, args: tuple, kwargs: dict) -> tuple[Any, Optional[
         tracker.failure = tracker.failure or f"{name}: {type(exc).__name__}: {exc}"
     return None, None
 
-
-def make(tracker: Any, in_process: bool = False):
-    """The tracker to use: `tracker` itself, or a process-backed proxy of it."""
-    return tracker if in_process or not tracker.enabled else TrackerProcess(tracker)
