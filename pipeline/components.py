@@ -52,8 +52,7 @@ class SearchDimConf:
     choices: Optional[List[Any]] = None
 
     def check(self, key: str) -> None:
-        if self.type not in DIM_TYPES:
-            raise ConfigError(f"{key}.type={self.type!r} is not one of {', '.join(DIM_TYPES)}{closest(self.type, DIM_TYPES)}")
+        one_of(f"{key}.type", self.type, DIM_TYPES)
         if self.type == "categorical":
             if not self.choices:
                 raise ConfigError(f"{key}: a categorical dimension needs a non-empty choices list")

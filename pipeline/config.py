@@ -163,8 +163,6 @@ def whole_gpus(value: Any) -> Optional[int]:
         return None
     count = float(value)
     if count < 0 or count != int(count):
-        from pipeline.errors import ConfigError
-
         raise ConfigError(
             f"hardware.num_gpus={value}: hydra/launcher=slurm asks SLURM for whole GPUs; give a whole number "
             "(to run several jobs on one GPU, use hydra/launcher=gpu with hydra.launcher.gpus_per_job=0.5)"

@@ -77,9 +77,6 @@ class Plan:
                                  "a plan lists every task after the tasks it depends on")
             seen.add(task.id)
 
-    def task(self, task_id: str) -> Task:
-        return next(t for t in self.tasks if t.id == task_id)
-
     def with_task(self, task: Task, *, before: Optional[str] = None) -> "Plan":
         """This plan with `task` added (before the task `before`, which then also depends on it;
         else at the end): how a node of another kind joins the graph."""

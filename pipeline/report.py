@@ -71,9 +71,10 @@ def plan_tree(plan: Plan) -> Tree:
                 where = ",".join(f"GPU{d}" + (f"x{fmt(s)}" if s < 1 else "") for d, s in zip(t.device_ids, t.gpu_shares))
                 cells.append(f"t{t.trial}/f{t.fold}" + (f"@{where}" if where else ""))
             node.add(f"wave {wave}: " + "  ".join(cells))
+    kinds = by_kind(plan)
     graph = tree.add("[bold]graph[/bold]: " + " → ".join(
-        f"{kind} ×{len(tasks)}" if len(tasks) > 1 else kind for kind, tasks in by_kind(plan).items()))
-    for kind, tasks in by_kind(plan).items():
+        f"{kind} ×{len(tasks)}" if len(tasks) > 1 else kind for kind, tasks in kinds.items()))
+    for kind, tasks in kinds.items():
         graph.add(node_kind(kind).describe(tasks, plan))
     return tree
 

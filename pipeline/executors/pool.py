@@ -197,7 +197,6 @@ class WorkerPool:
         for w in workers:
             if w.process.is_alive():
                 w.signal(signal.SIGKILL)
-                w.process.kill()
             w.process.join(timeout=5)
             w.conn.close()
 

@@ -56,7 +56,7 @@ class Scheduler:
 
     def run(self) -> Outcome:
         """Run every task of the plan; the outcome holds each task's result under its id."""
-        ctx, done = self.ctx, self.ctx.outcome.results
+        ctx = self.ctx
         admission = Admission(self.plan.hardware, self.plan.allocations, self.plan.ram_for_fits)
         self.blocked: list[Task] = list(self.plan.tasks)  # waiting for their dependencies
         self.queued: list[Task] = []  # worker tasks waiting for admission, in plan order

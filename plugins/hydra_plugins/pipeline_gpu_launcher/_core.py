@@ -143,12 +143,9 @@ class _Sweep:
                 self.pool.shutdown(grace=STOP_GRACE_S,
                                    interrupted=INTERRUPT_GRACE_S if stop.signum == signal.SIGINT else 0.0)
                 raise SystemExit(stop.exit_code) from None  # the exit status a shell gives a signalled process
-            except BaseException:
+            finally:
                 stops.clean_up()
-                self.pool.shutdown(grace=STOP_GRACE_S)
-                raise
-            stops.clean_up()
-            self.pool.shutdown(grace=STOP_GRACE_S)
+                self.pool.shutdown(grace=STOP_GRACE_S)  # a no-op after the stop above
 
     def _start(self, job: _Job, slot: Slot) -> None:
         import cloudpickle
