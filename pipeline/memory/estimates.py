@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from pipeline.memory.shape import DataShape
+from pipeline.nn.options import DEFAULTS as NETWORK_DEFAULTS
+from pipeline.nn.options import EVAL_BATCH, embedding_dim
 
 MiB = 2**20
 GiB = 2**30
@@ -24,7 +26,6 @@ CORE_BYTES = 150 * MiB
 LIBRARY_BYTES = {"lightgbm": 25 * MiB, "xgboost": 35 * MiB, "torch": 170 * MiB}
 CUDA_CONTEXT_BYTES = 450 * MiB  # what a process's CUDA context takes on its device (NVML counts it)
 CUDA_HOST_BYTES = {"torch": 1024 * MiB, "xgboost": 512 * MiB, "lightgbm": 256 * MiB}  # host RAM of the GPU runtime
-EVAL_BATCH = 65_536  # the network's evaluation chunk (pipeline.nn.loop.EVAL_BATCH)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def common_parts(fit: FitShape, libraries: Iterable[str]) -> dict:
     }
 
 
-def generic(fit: FitShape) -> Estimate:
+def generic(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
     """A model that states nothing: three copies of its training rows as floats."""
     return Estimate(0, 0, {"model": 3 * fit.train * fit.features * 8})
 
@@ -149,19 +150,15 @@ def xgboost(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
 # --------------------------------------------------------------------------- the network
 
 
-def _embedding_dim(cardinality: int, cap: int) -> int:
-    """pipeline.nn.network.embedding_dim, restated here so planning does not import torch."""
-    return max(1, min(cap, round(1.6 * cardinality**0.56)))
-
-
 def network_size(params: dict, data: DataShape) -> tuple[int, int]:
     """(parameter count, input width) of the network (pipeline.nn.network.TabularMLP) for this data."""
+    params = {**NETWORK_DEFAULTS, **params}
     card = data.cardinality + 1
-    dim = _embedding_dim(card, int(params.get("max_embedding_dim", 16)))
+    dim = embedding_dim(card, int(params["max_embedding_dim"]))
     width = data.numeric + data.categorical * dim
     count = data.categorical * card * dim
     w = width
-    hidden = list(params.get("hidden_sizes", [256, 128]))
+    hidden = list(params["hidden_sizes"])
     for h in hidden:
         count += w * h + h + 2 * h
         w = h
@@ -177,17 +174,19 @@ def activation_bytes(width: int, hidden_sizes, categorical: int) -> int:
 
 
 def activation_bytes_per_row(params: dict, data: DataShape) -> int:
+    params = {**NETWORK_DEFAULTS, **params}
     _, width = network_size(params, data)
-    return activation_bytes(width, params.get("hidden_sizes", [256, 128]), data.categorical)
+    return activation_bytes(width, params["hidden_sizes"], data.categorical)
 
 
 def network(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
+    params = {**NETWORK_DEFAULTS, **params}
     data = fit.data
     count, width = network_size(params, data)
-    batch = params.get("batch_size", 512)
-    batch = int(params.get("max_batch_size", 16_384)) if batch == "auto" else int(batch)
+    batch = params["batch_size"]
+    batch = int(params["max_batch_size"]) if batch == "auto" else int(batch)
     tensor_row = data.numeric * 4 + data.categorical * 8 + 8  # float32 numbers, int64 codes, the label
-    widest = max(list(params.get("hidden_sizes", [256, 128])) + [width])
+    widest = max(list(params["hidden_sizes"]) + [width])
     eval_rows = min(max(fit.held_out, fit.test), EVAL_BATCH)
     device_parts = {
         "tensors": (fit.train + fit.held_out) * tensor_row + fit.train * 8,  # and the epoch's permutation

@@ -86,8 +86,6 @@ class TabularModel(ABC):
         float64 copies of the training rows."""
         from pipeline.memory import estimates
 
-        if cls.memory_estimator == "generic":
-            return estimates.generic(fit)
         return getattr(estimates, cls.memory_estimator)(params, fit, on_gpu)
 
     @classmethod
@@ -135,7 +133,7 @@ class TabularModel(ABC):
 
     def place(self, device: str, num_cpus: int) -> None:
         """Predict on `device` ('cpu', 'cuda:0') with `num_cpus` threads from now on."""
-        self.predict_device_, self.predict_threads_ = device, num_cpus
+        self.predict_threads_ = num_cpus
 
     def refit_params(self, fitted: list["TabularModel"]) -> dict:
         """Parameters that fit this model once more on all the data for the mean length (rounds,

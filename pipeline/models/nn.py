@@ -13,12 +13,7 @@ class TorchMLPModel(TabularModel):
     max_gpus_per_fit = None  # several whole GPUs train one network with DDP
 
     memory_hint = "a smaller model.{name}.params.batch_size or hidden_sizes"
-
-    @classmethod
-    def memory_estimate(cls, params, fit, on_gpu):
-        from pipeline.memory import estimates
-
-        return estimates.network({**DEFAULTS, **params}, fit, on_gpu)
+    memory_estimator = "network"
 
     @classmethod
     def gpu_request(cls, params):
@@ -108,7 +103,8 @@ class TorchMLPModel(TabularModel):
     def _predict(self, X):
         import torch
 
-        from pipeline.nn.loop import EVAL_BATCH, to_prediction
+        from pipeline.nn.loop import to_prediction
+        from pipeline.nn.options import EVAL_BATCH
 
         module = self._module()
         device = next(module.parameters()).device

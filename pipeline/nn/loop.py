@@ -26,11 +26,10 @@ from torch import nn
 from pipeline.errors import HardwareError
 from pipeline.metrics import Metric
 from pipeline.nn.network import NetSpec
-from pipeline.nn.options import PRECISIONS, LoopConfig, check_precision, scaled_lr
+from pipeline.nn.options import EVAL_BATCH, PRECISIONS, LoopConfig, check_precision, scaled_lr
 
 log = logging.getLogger(__name__)
 
-EVAL_BATCH = 65_536
 
 
 @dataclass

@@ -7,10 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-
-def embedding_dim(cardinality: int, cap: int) -> int:
-    """fast.ai's rule of thumb, capped: 1.6 * cardinality ** 0.56."""
-    return max(1, min(cap, round(1.6 * cardinality**0.56)))
+from pipeline.nn.options import embedding_dim
 
 
 class TabularMLP(nn.Module):

@@ -31,6 +31,7 @@ DEFAULTS = {
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = {"32": None, "16-mixed": "float16", "bf16-mixed": "bfloat16"}  # Lightning's names -> autocast dtype
 LR_SCALING = {"none": lambda n: 1.0, "linear": float, "sqrt": math.sqrt}  # learning-rate factor for n devices
+EVAL_BATCH = 65_536  # rows the network scores at a time (validation, test, prediction)
 _POSITIVE_INTS = ("max_epochs", "accumulate_grad_batches", "max_batch_size", "max_embedding_dim")
 
 
@@ -81,6 +82,11 @@ def scaled_lr(lr: float, world_size: int, rule: str) -> float:
     """The learning rate for `world_size` devices: linear (x N) or sqrt (x sqrt N) in the global batch."""
     _choice("params", "lr_scaling", rule, LR_SCALING)
     return lr * LR_SCALING[rule](world_size)
+
+
+def embedding_dim(cardinality: int, cap: int) -> int:
+    """fast.ai's rule of thumb, capped: 1.6 * cardinality ** 0.56."""
+    return max(1, min(cap, round(1.6 * cardinality**0.56)))
 
 
 @dataclass(frozen=True)
