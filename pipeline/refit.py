@@ -10,7 +10,6 @@ devices, as planned).
 
 from __future__ import annotations
 
-import json
 import time
 from fractions import Fraction
 
@@ -22,7 +21,7 @@ from pipeline.devices import local_ordinals
 from pipeline.executors.tasks import task_seed
 from pipeline.metrics import Metric
 from pipeline.models.base import FitContext, Placement
-from pipeline.nodes.context import TrialResult
+from pipeline.nodes.context import TrialResult, leaderboard_row
 from pipeline.plan import Plan
 
 SUFFIX = "_refit"
@@ -37,12 +36,12 @@ def placement_for(plan: Plan, model: str) -> Placement:
     return Placement(task.resources.num_cpus, task.device_ids, local, share)
 
 
-def refit_model(name: str, trial: TrialResult, data, metric: Metric, plan: Plan, seed: int):
-    """The best trial's model fitted on train + validation; returns (fitted model, test predictions)."""
+def refit_model(name: str, trial: TrialResult, data, metric: Metric, placement: Placement, seed: int):
+    """The best trial's model fitted on train + validation, where `placement` puts it."""
     fitted = [f.model for f in trial.folds]
     model = fitted[0].clone(fitted[0].refit_params(fitted))
     ctx = FitContext(
-        problem_type=data.problem_type, num_classes=data.num_classes, placement=placement_for(plan, name),
+        problem_type=data.problem_type, num_classes=data.num_classes, placement=placement,
         seed=task_seed(seed, name, trial.trial, -1), eval_metric=metric.name,
     )
     rows = data.fit_idx(True)
@@ -58,14 +57,15 @@ def refit_all(best: dict[str, TrialResult], predictors: dict, data, metric: Metr
     problem, y_test, X_test = data.problem_type, data.y[data.test_idx], data.X.iloc[data.test_idx]
     rows, test_preds = [], {}
     for name, trial in best.items():
-        model = refit_model(name, trial, data, metric, plan, seed)
+        placement = placement_for(plan, name)
+        model = refit_model(name, trial, data, metric, placement, seed)
         predictor = BaggedPredictor(name + SUFFIX, [model], problem, data.classes, schema)
         predictors[predictor.name] = predictor
         start = time.perf_counter()
         test_preds[name] = predictor.predict_typed(X_test)
         seconds = time.perf_counter() - start
         on_gpu = model.device_ != "cpu"  # cuda:N, or opencl:N (...) for LightGBM's OpenCL learner
-        device = "GPU " + plan.hardware.visible_devices(placement_for(plan, name).gpu_ids) if on_gpu else "cpu"
+        device = "GPU " + plan.hardware.visible_devices(placement.gpu_ids) if on_gpu else "cpu"
         rows.append(_row(predictor.name, metrics_module.score_all(problem, y_test, test_preds[name]),
                          model.fit_seconds_, seconds, device, trial.trial, {**model.params}))
     bagged = predictors.get("ensemble")
@@ -81,9 +81,6 @@ def refit_all(best: dict[str, TrialResult], predictors: dict, data, metric: Metr
 
 
 def _row(name: str, test: dict, fit_seconds: float, predict_seconds: float, device: str, trial, params: dict) -> dict:
-    row = {"model": name}
-    row.update({f"val_{k}": float("nan") for k in test})
-    row.update({f"test_{k}": v for k, v in test.items()})
-    row.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds, device=device, num_folds=1, best_trial=trial,
-               params=json.dumps(params, default=str))
-    return row
+    """A refit has no validation rows of its own: its validation scores are NaN."""
+    return leaderboard_row(name, {k: float("nan") for k in test}, test, fit_seconds=fit_seconds,
+                           predict_seconds=predict_seconds, device=device, num_folds=1, best_trial=trial, params=params)

@@ -97,3 +97,16 @@ class GraphContext:
             raise RuntimeError(f"task {task.id} ({task.kind}) needs the run's outputs (run directory, tracker); "
                                "the scheduler was given none")
         return self.outputs
+
+
+def leaderboard_row(name: str, val: dict, test: dict, *, fit_seconds: float, predict_seconds: float, device: str,
+                    num_folds: int, best_trial, params: dict) -> dict:
+    """One row of the leaderboard (a model, the ensemble or a refit), its columns in the leaderboard's order."""
+    import json
+
+    row = {"model": name}
+    row.update({f"val_{k}": v for k, v in val.items()})
+    row.update({f"test_{k}": v for k, v in test.items()})
+    row.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds, device=device, num_folds=num_folds,
+               best_trial=best_trial, params=json.dumps(params, default=str))
+    return row

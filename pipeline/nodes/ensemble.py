@@ -3,11 +3,11 @@ with two models or more, their weighted ensemble (Caruana selection on the out-o
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 
 from pipeline.nodes import NodeKind, register
+from pipeline.nodes.context import leaderboard_row
 
 
 @dataclass
@@ -55,14 +55,8 @@ class EnsembleNode(NodeKind):
 def _row(name: str, trial, val: dict, test: dict, plan) -> dict:
     devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device != "cpu"})
     device = "GPU " + plan.hardware.visible_devices(devices) if devices else "cpu"
-    row = {"model": name}
-    row.update({f"val_{k}": v for k, v in val.items()})
-    row.update({f"test_{k}": v for k, v in test.items()})
-    row.update(
-        fit_seconds=trial.fit_seconds, predict_seconds=trial.predict_seconds, device=device,
-        num_folds=len(trial.folds), best_trial=trial.trial, params=json.dumps(trial.params, default=str),
-    )
-    return row
+    return leaderboard_row(name, val, test, fit_seconds=trial.fit_seconds, predict_seconds=trial.predict_seconds,
+                           device=device, num_folds=len(trial.folds), best_trial=trial.trial, params=trial.params)
 
 
 def _ensemble(best: dict, data, metric, problem: str, predictors: dict, tracker) -> dict:
@@ -88,12 +82,8 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, tracker)
     tracker.log_metrics({f"ensemble/val_{k}": v for k, v in val_scores.items()}
                         | {f"ensemble/test_{k}": v for k, v in test_scores.items()}
                         | {f"ensemble/weight/{n}": float(w) for n, w in zip(names, weights)})
-    row = {"model": "ensemble"}
-    row.update({f"val_{k}": v for k, v in val_scores.items()})
-    row.update({f"test_{k}": v for k, v in test_scores.items()})
-    row.update(fit_seconds=seconds, predict_seconds=0.0, device="cpu", num_folds=len(trials[0].folds),
-               best_trial="-", params=json.dumps(dict(zip(names, map(float, weights)))))
-    return row
+    return leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=seconds, predict_seconds=0.0, device="cpu",
+                           num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))))
 
 
 def _log_model_metrics(tracker, name: str, val: dict, test: dict, trial) -> None:
