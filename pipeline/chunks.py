@@ -54,7 +54,6 @@ def _csv_batches(path: Path, columns: list[str], categorical: set[str], numeric:
     import pyarrow as pa
     from pyarrow import csv as pacsv
 
-    header = columns_of(path, "csv")
     types = {c: pa.string() for c in columns if c in categorical}
     types.update({c: pa.float64() for c in columns if c in numeric})
     options = pacsv.ConvertOptions(include_columns=columns, column_types=types, strings_can_be_null=True)
@@ -63,7 +62,7 @@ def _csv_batches(path: Path, columns: list[str], categorical: set[str], numeric:
         for batch in reader:
             yield batch
     except pa.ArrowInvalid as exc:
-        raise DataError(_conversion_message(str(exc), header, path, key)) from None
+        raise DataError(_conversion_message(str(exc), columns_of(path, "csv"), path, key)) from None
 
 
 def _conversion_message(text: str, header: list[str], path: Path, key: str) -> str:
