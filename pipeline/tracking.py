@@ -199,6 +199,7 @@ class MlflowTracker(NullTracker):
                  sweep_dir: Optional[str] = None):
         self.uri, self.experiment, self.artifact_root = uri, experiment, artifact_root
         self.sweep_dir = sweep_dir  # a job of a sweep: its run becomes a child of the sweep's parent run
+        self.server_checked = False  # a remote server's health, checked once per run
         self.timeout_s, self.system_metrics, self.log_models = timeout_s, system_metrics, log_models
         self.system_metrics_interval_s = system_metrics_interval_s
         self.run_id = None
@@ -212,7 +213,9 @@ class MlflowTracker(NullTracker):
         self.print_masked_link = hide_credential_links(self.uri)
         if is_remote(self.uri):
             configure_http(self.timeout_s)
-            check_server(self.uri, self.timeout_s)
+            if not self.server_checked:  # the driver checked it before handing this tracker to its process
+                check_server(self.uri, self.timeout_s)
+                self.server_checked = True
 
     def connect(self) -> None:
         """Reach the store before any work starts; errors here are TrackingErrors."""
