@@ -69,8 +69,15 @@ class Hardware:
 
     def visible_devices(self, ids) -> str:
         """The CUDA_VISIBLE_DEVICES value that shows a worker exactly these devices."""
+        return ",".join(self._tokens(ids))
+
+    def worker_env(self, ids) -> dict[str, str]:
+        """The environment of a worker process that sees exactly these devices (no ids: none)."""
+        return devices.child_env(self._tokens(ids))
+
+    def _tokens(self, ids) -> tuple[str, ...]:
         lookup = dict(zip(self.devices, self.tokens))
-        return ",".join(lookup.get(i, str(i)) for i in ids)
+        return tuple(lookup.get(i, str(i)) for i in ids)
 
     def to_json(self) -> dict:
         return {

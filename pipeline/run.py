@@ -177,10 +177,8 @@ def _warn_overridden(settings: Settings, spec) -> None:
 
 def first_fit_env(plan: Plan, model: str) -> dict[str, str]:
     """The environment a worker of the model's first fit gets: a library probe runs there, not in the driver."""
-    from pipeline.devices import child_env
-
     first = next(t for t in plan.fit_tasks if t.model == model)
-    return child_env(plan.hardware.visible_devices(first.device_ids).split(",") if first.device_ids else ())
+    return plan.hardware.worker_env(first.device_ids)
 
 
 def _on_cluster(settings: Settings) -> bool:

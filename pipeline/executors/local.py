@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from pipeline.devices import child_env, local_ordinals
+from pipeline.devices import local_ordinals
 from pipeline.executors.backend import Backend
 from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit, write_data_file
 from pipeline.executors.pool import Died, Unreadable, Worker, WorkerPool
@@ -99,10 +99,7 @@ class ProcessBackend(Backend):
         for wave in {t.wave for t in plan.fit_tasks}:
             wanted |= Counter(t.device_ids for t in plan.fit_tasks if t.wave == wave)  # | keeps the larger count
         for devices in wanted.elements():
-            self.pool.spawn(self._env(devices))
-
-    def _env(self, devices: tuple[int, ...]) -> dict[str, str]:
-        return child_env(self.hardware.visible_devices(devices).split(",") if devices else ())
+            self.pool.spawn(self.hardware.worker_env(devices))
 
     def prepare(self, plan: Plan, data) -> DataRef:
         self._ready()
@@ -112,7 +109,7 @@ class ProcessBackend(Backend):
 
     def submit(self, request: FitRequest):
         handle = next(self.counter)
-        self.handles[handle] = self.pool.submit(self._env(tuple(request.gpu_ids)), request)
+        self.handles[handle] = self.pool.submit(self.hardware.worker_env(request.gpu_ids), request)
         return handle
 
     def wait(self, handles, timeout: Optional[float] = None):
