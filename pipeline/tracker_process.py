@@ -28,6 +28,7 @@ from pipeline.errors import TrackingError
 
 ANSWERED = ("start", "end")
 RETURNING = ("register_model",)  # the run uses what these return (a registered version)
+REPLIED = ANSWERED + RETURNING  # the calls the process answers
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class TrackerProcess:
         except (BrokenPipeError, OSError):
             self.failure = self.failure or f"{name}: the tracker's process is gone"
             return
-        if name in ANSWERED or name in RETURNING:
+        if name in REPLIED:
             self._answers_due += 1
 
     def _collect(self) -> Any:
@@ -204,7 +205,7 @@ def serve_run(conn, tracker) -> bool:
             result, error = _call(tracker, name, args, kwargs)
             if name == "log_predictor":
                 model_uris[args[0]] = result
-        if name in ANSWERED or name in RETURNING:
+        if name in REPLIED:
             conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
         if name == "end":
             return True

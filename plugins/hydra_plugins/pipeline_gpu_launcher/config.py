@@ -25,7 +25,9 @@ class GpuLauncherConf:
     @property
     def gpus(self) -> Fraction:
         """`gpus_per_job` as an exact share, once `check()` has passed."""
-        return Fraction(self.gpus_per_job).limit_denominator(10_000)
+        from pipeline.resources import gpu_amount
+
+        return gpu_amount(self.gpus_per_job, "hydra.launcher.gpus_per_job")
 
     def check(self) -> "GpuLauncherConf":
         """Raise LauncherConfigError for an option that is invalid on any machine; returns self."""
