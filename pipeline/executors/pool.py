@@ -8,7 +8,6 @@ instead of hanging its caller. `stop` is the one stop escalation: ask, SIGTERM, 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import signal
@@ -16,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_ready
 from typing import Any, Callable, Optional
+
+from pipeline.executors.worker import environment
 
 _ids = itertools.count()
 
@@ -94,7 +95,7 @@ class WorkerPool:
         process = self.ctx.Process(target=worker_main, args=(child, env, self.serve, self.detach, self.preload),
                                    name=f"{self.name}-{len(self.idle) + len(self.busy)}")
         if self.ctx.get_start_method() == "spawn":
-            with _environment(env):  # a spawned interpreter has it from its first instruction
+            with environment(env):  # a spawned interpreter has it from its first instruction
                 process.start()
         else:  # forked from the server: the worker sets it before it imports anything else
             process.start()
@@ -216,18 +217,6 @@ def _drain_until(workers: list[Worker], deadline: float) -> None:
 
 def _key(env: dict[str, Optional[str]]) -> tuple:
     return tuple(sorted(env.items()))
-
-
-@contextlib.contextmanager
-def _environment(env: dict[str, Optional[str]]):
-    from pipeline.executors.worker import apply_env
-
-    saved = {key: os.environ.get(key) for key in env}
-    apply_env(env)
-    try:
-        yield
-    finally:
-        apply_env(saved)
 
 
 def signal_name(signum: int) -> str:

@@ -24,6 +24,7 @@ from pipeline import devices
 from pipeline.errors import ConfigError, HardwareError
 from pipeline.executors.backend import Backend
 from pipeline.executors.tasks import DataRef, FitRequest, FoldResult, TaskFailure, safe_run_fit
+from pipeline.executors.worker import environment
 from pipeline.hardware import Machine
 from pipeline.plan import Plan
 from pipeline.resources import fmt
@@ -32,7 +33,6 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = "executor=ray needs Ray: pip install '.[ray]' (or pip install 'tabular-pipeline[ray]')"
 AUTH_ENV = "RAY_AUTH_MODE"
-CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 WAIT_SLICE_S = 0.5  # a blocking ray.wait runs no signal handlers: wait in slices so SIGTERM/SIGINT stop a run
 
 
@@ -247,16 +247,9 @@ class RayBackend(Backend):
         }
         # The instance takes its GPU ids from CUDA_VISIBLE_DEVICES: show it the plan's devices only
         # (hardware.devices may pick, say, GPUs 2 and 3 of four).
-        saved = os.environ.get(CUDA_ENV)
-        if plan.hardware.devices:
-            os.environ[CUDA_ENV] = plan.hardware.visible_devices(plan.hardware.devices)
-        try:
+        shown = {devices.VISIBLE: plan.hardware.visible_devices(plan.hardware.devices)} if plan.hardware.devices else {}
+        with environment(shown):
             _init(ray, kwargs, user, joining=False)
-        finally:
-            if saved is None:
-                os.environ.pop(CUDA_ENV, None)
-            else:
-                os.environ[CUDA_ENV] = saved
         self.started = True
         self.plan_ids = {t: d for d, t in zip(plan.hardware.devices, plan.hardware.tokens)}
 

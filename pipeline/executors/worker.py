@@ -8,6 +8,7 @@ GPU launcher's sweep jobs; only the function that serves a message differs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable, Optional
 
@@ -19,6 +20,17 @@ def apply_env(env: dict[str, Optional[str]]) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, Optional[str]]):
+    """`env` set in this process for the block (apply_env), the previous values put back after it."""
+    saved = {key: os.environ.get(key) for key in env}
+    apply_env(env)
+    try:
+        yield
+    finally:
+        apply_env(saved)
 
 
 def worker_main(conn, env: dict[str, Optional[str]], serve: Callable[[Any], Any], detach: bool = True,
