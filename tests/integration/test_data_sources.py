@@ -1,7 +1,5 @@
 """Data sources chosen by name (data.source) or by class (data._target_), a user's own included."""
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAULT_ENV, small, user_config
+from tests.conftest import FAULT_ENV, user_config
 
 pytestmark = pytest.mark.slow
 NO_OPENCL = {"OCL_ICD_VENDORS": "/nonexistent/opencl-vendors"}  # the OpenCL loader finds no runtime

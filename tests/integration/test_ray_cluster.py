@@ -9,12 +9,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAULT_ENV, ROOT, free_port, user_config
+from tests.conftest import FAULT_ENV, free_port, user_config
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("ray", reason="the Ray tests need Ray: pip install '.[ray]'")

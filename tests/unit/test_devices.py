@@ -7,7 +7,7 @@ import pytest
 from pipeline import devices, hardware
 from pipeline.errors import HardwareError
 from pipeline.config import HardwareConf
-from pipeline.hardware import Machine, resolve
+from pipeline.hardware import resolve
 
 NVML = [("GPU-aaaa1111-0000", "A100", 80), ("GPU-bbbb2222-0000", "A100", 80),
         ("GPU-cccc3333-0000", "H100", 80), ("GPU-dddd4444-0000", "H100", 80)]

@@ -6,7 +6,6 @@ share is a whole device or 1/k of one.
 """
 
 from fractions import Fraction as F
-from typing import Optional
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
