@@ -53,8 +53,8 @@ def mlflow_settings(config):
 
     if "tracking" not in config:
         return None
-    conf = OmegaConf.to_object(config.tracking)
     try:
+        conf = OmegaConf.to_object(config.tracking)  # its checks run here
         return conf if tracker_target(conf.backend, conf._target_) == MLFLOW else None
     except ConfigError:
         return None

@@ -106,6 +106,13 @@ def test_a_sweep_whose_job_fails_leaves_no_run_running(cli, tmp_path):
     assert parent.info.status == "FAILED"
 
 
+def test_a_sweep_with_a_tracking_config_error_reports_it_once_from_the_job(cli):
+    proc = cli("-m", "model=lightgbm", "tracking.register_model=x", "tracking.log_models=false", "dry_run=true")
+    assert proc.returncode == 2
+    assert "tracking.register_model='x' registers a logged model" in proc.stderr
+    assert "Callback" not in proc.stderr and "Traceback" not in proc.stderr  # the sweep callback leaves it to the job
+
+
 def test_tracking_none_creates_no_store(cli, tmp_path):
     cli("model=lightgbm", "tracking=none", *small(("lightgbm",)), check=True)
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
