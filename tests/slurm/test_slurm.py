@@ -61,14 +61,18 @@ def test_a_job_signalled_mid_fit_is_requeued_and_resumes_with_its_finished_folds
         (job_id,) = slurm.run("squeue", "-h", "-o", "%i").split()
         # what SLURM sends before preempting a job (submitit asks for USR2): submitit requeues it
         slurm.run("scancel", "--signal=USR2", job_id)
-        # SLURM holds a requeued job back for a while (reason BeginTime); release it at once
-        while time.time() < deadline + 120 and proc.poll() is None:
+        # SLURM holds a requeued job back for a while (reason BeginTime); release it at once, each
+        # time it is held, until the sweep ends
+        finish_by = time.time() + 400
+        while time.time() < finish_by and proc.poll() is None:
             pending = slurm.run("squeue", "-h", "-t", "PENDING", "-o", "%i %r").split()
             if pending[1:2] == ["BeginTime"]:
                 slurm.run("scontrol", "update", f"JobId={pending[0]}", "StartTime=now")
-                break
             time.sleep(0.3)
-        out, _ = proc.communicate(timeout=400)
+        if proc.poll() is None:
+            pytest.fail("the requeued job did not finish in 400 s; queue: "
+                        f"{slurm.run('squeue', '-h', '-o', '%i %T %r')!r}\n{slurm.logs()}")
+        out, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 0, out + slurm.logs()
