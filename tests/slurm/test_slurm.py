@@ -61,13 +61,18 @@ def test_a_job_signalled_mid_fit_is_requeued_and_resumes_with_its_finished_folds
         (job_id,) = slurm.run("squeue", "-h", "-o", "%i").split()
         # what SLURM sends before preempting a job (submitit asks for USR2): submitit requeues it
         slurm.run("scancel", "--signal=USR2", job_id)
-        # SLURM holds a requeued job back for a while (reason BeginTime); release it at once, each
-        # time it is held, until the sweep ends
+        # SLURM holds a requeued job back for a while (reason BeginTime) because slurmd refuses a
+        # launch whose credential is dated the same second as the kill ("already killed, do not
+        # launch batch job"). Release it once it has been held two seconds, each time it is held.
+        held_since: dict[str, float] = {}
         finish_by = time.time() + 400
         while time.time() < finish_by and proc.poll() is None:
             pending = slurm.run("squeue", "-h", "-t", "PENDING", "-o", "%i %r").split()
             if pending[1:2] == ["BeginTime"]:
-                slurm.run("scontrol", "update", f"JobId={pending[0]}", "StartTime=now")
+                since = held_since.setdefault(pending[0], time.time())
+                if time.time() - since >= 2:
+                    slurm.run("scontrol", "update", f"JobId={pending[0]}", "StartTime=now")
+                    del held_since[pending[0]]
             time.sleep(0.3)
         if proc.poll() is None:
             pytest.fail("the requeued job did not finish in 400 s; queue: "
