@@ -248,16 +248,17 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
 
     status = "FAILED"
     try:
+        # not waited for: the tracker's process starts the MLflow run while this one fits
         tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
-        # what logging the models will import, imported by the tracker's process while the run fits
-        tracker.warm_up(settings.library_modules)
-        write_state(runtime.run_dir, status="RUNNING", mlflow_run_id=tracker.run_id, started=time.time())
+        write_state(runtime.run_dir, status="RUNNING", started=time.time())
         tracker.log_artifact(runtime.run_dir / "plan.json")
         from pipeline.tracking_datasets import locations, summarize
 
         tracker.log_datasets(summarize(data), locations(settings.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
         rows = run_graph(settings, plan, data, metric, runtime, tracker, backend)
+        if tracker.enabled:
+            write_state(runtime.run_dir, mlflow_run_id=tracker.run_id)  # waits for the start, if need be
         status = "FINISHED"
         from pipeline.objectives import job_return
 
@@ -286,7 +287,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
     from pipeline.nodes.context import RunOutputs
     from pipeline.nodes.hooks import RunHooks
     from pipeline.report import FitProgress
-    from pipeline.store import ResultStore, resume_sources
+    from pipeline.store import ResultStore, resume_sources, write_state
 
     sources = resume_sources(settings.resume, runtime.run_dir, runtime.launch_dir / "outputs")
     trials = TrialSource(
@@ -305,7 +306,8 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
             plan, backend, ResultStore(runtime.run_dir, sources), trials,
             {s.name: s.prototype() for s in settings.models}, data, metric,
             seed=settings.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
-            hooks=RunHooks(progress, tracker, metric, settings.hpo.searches),
+            hooks=RunHooks(progress, tracker, metric, settings.hpo.searches,
+                           on_run_id=lambda run_id: write_state(runtime.run_dir, mlflow_run_id=run_id)),
             pruning=settings.hpo.pruning, outputs=outputs,
         )
         return scheduler.run().results[EVALUATE]

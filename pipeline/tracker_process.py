@@ -1,17 +1,19 @@
 """An MLflow tracker that lives in a process of its own, beside the run.
 
-Importing MLflow and opening its store take seconds of one core, as do logging a pyfunc model and
-its dependency check; the run itself spends that time loading data, importing the model
-libraries and fitting. Here the tracker's process imports MLflow and opens the store while the
-run loads its data, and logs what the run sends it in order, while the run goes on. Every call
-is sent and not waited for, except where the run needs an answer: the run id (after `start`,
-whose errors surface there, before any fit), a registered model's version (RETURNING), and `end`,
-which waits until everything sent is logged. A logged model's URI is not waited for: the run gets
-a `PendingModelUri` that stands for it in later calls (the best model's tag, the registry), and
-this process puts the URI in its place. A driver that dies leaves a pipe at EOF: the tracker
-ends the run as FAILED. When its pipe closes (after the last run it serves) the process exits
-without tearing the interpreter down (MLflow's thousands of modules take seconds to free, and
-nothing is left to write).
+Importing MLflow and opening its store take seconds of one core, as does logging a pyfunc model;
+the run itself spends that time loading data, importing the model libraries and fitting. Here the
+tracker's process imports MLflow, opens the store and starts the MLflow run while the run loads
+its data and fits, and logs what the run sends it in order, while the run goes on. Every call is
+sent and not waited for, except where the run needs an answer: a registered model's version
+(RETURNING), and `end`, which waits until everything sent is logged. `start` is answered too, but
+the run reads that answer when it comes (`poll`, after each fit) or at the end: a store that
+cannot be opened fails the run then (what can be checked at once, a server's health, a SQLite
+store's folder, is checked before). A logged model's URI is not waited for: the run gets a
+`PendingModelUri` that stands for it in later calls (the best model's tag, the registry), and this
+process puts the URI in its place. A driver that dies leaves a pipe at EOF: the tracker ends the
+run as FAILED. When its pipe closes (after the last run it serves) the process exits without
+tearing the interpreter down (MLflow's thousands of modules take seconds to free, and nothing is
+left to write).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pipeline.errors import TrackingError
 ANSWERED = ("start", "end")
 RETURNING = ("register_model",)  # the run uses what these return (a registered version)
 REPLIED = ANSWERED + RETURNING  # the calls the process answers
+NICENESS = 10  # the tracker's process yields the CPU to the run's fits
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,18 @@ class TrackerProcess:
 
     @property
     def run_id(self) -> Optional[str]:
+        """The MLflow run's id, once the process has started it (waits for that); TrackingError if
+        it could not."""
         self._collect()
+        if self._error is not None:
+            raise TrackingError(self._error)
+        return self._run_id
+
+    def poll(self) -> Optional[str]:
+        """The run's id if the process has answered by now, else None, without waiting;
+        TrackingError if the run could not start."""
+        if self._conn is not None and self._answers_due and self._conn.poll(0):
+            self._collect(1)
         if self._error is not None:
             raise TrackingError(self._error)
         return self._run_id
@@ -109,10 +123,13 @@ class TrackerProcess:
         plots.preload()  # this process draws the run's plots for MLflow once the fit is done
 
     def log_predictor(self, name: str, predictor, example) -> Optional[PendingModelUri]:
-        """Send the model to be logged; what stands for its URI until the tracker's process has it."""
+        """Send the model to be logged, as its payload (pickled here: the tracker's process never
+        imports the model's library); what stands for its URI until that process has it."""
         if not self._tracker.log_models:
             return None
-        self._send("log_predictor", (name, predictor, example), {})
+        from pipeline.tracking_models import ModelPayload
+
+        self._send("log_predictor", (name, ModelPayload.of(predictor, example), example), {})
         return PendingModelUri(name)
 
     def end(self, status: str) -> None:
@@ -152,11 +169,12 @@ class TrackerProcess:
         if name in REPLIED:
             self._answers_due += 1
 
-    def _collect(self) -> Any:
-        """Read the answers owed so far (each carries the call's result, the run id, experiment id,
-        error and failure); returns the last result."""
+    def _collect(self, count: Optional[int] = None) -> Any:
+        """Read the answers owed so far, or the next `count` (each carries the call's result, the
+        run id, experiment id, error and failure); returns the last result."""
         result = None
-        while self._answers_due:
+        count = self._answers_due if count is None else min(count, self._answers_due)
+        for _ in range(count):
             self._answers_due -= 1
             try:
                 answer = self._conn.recv()
@@ -174,6 +192,10 @@ def serve(conn, tracker) -> None:
     """The tracker's process: serve a run, then the next tracker sent (a kept process), until end-of-file."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # the driver decides when the run ends, and says how
         signal.signal(sig, signal.SIG_IGN)
+    # Below the fits: a fit's threads stall when one of them loses its core, while logging can wait.
+    # Where the fits leave a core idle (data loading, scoring, a box with cores to spare) this
+    # process runs at full speed.
+    os.nice(NICENESS)
     while serve_run(conn, tracker):
         try:
             tracker = conn.recv()

@@ -79,6 +79,25 @@ def check_server(uri: str, timeout_s: float) -> None:
         ) from None
 
 
+def check_sqlite_path(uri: str) -> None:
+    """A SQLite store needs a file it can create or open: its folder exists or can be made, and
+    is writable. Raises TrackingError naming the path otherwise."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+    problem = None
+    if path.is_dir():
+        problem = "is a folder"
+    elif folder is not None and not folder.is_dir():
+        problem = f"cannot be created: {folder} is a file"
+    elif folder is not None and not os.access(folder, os.W_OK | os.X_OK):
+        problem = f"cannot be written: {folder} is not writable"
+    if problem is not None:
+        raise TrackingError(f"tracking.uri={uri}: cannot open the MLflow store: {path} {problem}; point "
+                            "tracking.uri at a writable path, or run with tracking=none")
+
+
 def redact_uri(uri: str) -> str:
     """Hide the password of user:password@host in a URI."""
     from pipeline.redact import redact_uri as _redact
@@ -168,6 +187,11 @@ class NullTracker:
 
     def start(self, run_name: str, params: dict, tags: dict) -> None: ...
 
+    def poll(self) -> Optional[str]:
+        """The run's id if it has started, without waiting (None if not yet); TrackingError if it
+        could not start."""
+        return self.run_id
+
     def log_params(self, params: dict) -> None: ...
 
     def log_metrics(self, metrics: dict, step: Optional[int] = None) -> None: ...
@@ -185,8 +209,6 @@ class NullTracker:
     def log_datasets(self, summary, locations: dict) -> None: ...
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
-
-    def warm_up(self, libraries: tuple[str, ...] = ()) -> None: ...
 
     def end(self, status: str) -> None: ...
 
@@ -207,10 +229,11 @@ class MlflowTracker(NullTracker):
         self.print_masked_link = False
 
     def prepare(self) -> None:
-        """What connecting needs before MLflow is imported: its environment, and a server's health
-        check, which fails in seconds (no mlflow import)."""
+        """What connecting needs before MLflow is imported: its environment, and the checks that
+        fail in milliseconds (no mlflow import): a server's health, a SQLite store's folder."""
         quiet_mlflow()
         self.print_masked_link = hide_credential_links(self.uri)
+        check_sqlite_path(self.uri)
         if is_remote(self.uri):
             configure_http(self.timeout_s)
             if not self.server_checked:  # the driver checked it before handing this tracker to its process
@@ -246,26 +269,6 @@ class MlflowTracker(NullTracker):
             raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot start an MLflow run: {exc}") from None
         self.run_id = run.info.run_id
         self.log_params(params)
-
-    def warm_up(self, libraries: tuple[str, ...] = ()) -> None:
-        """Import what logging the models will need (MLflow's pyfunc flavour, `libraries`: what
-        unpickling the run's predictors imports) and build MLflow's map of installed packages, which
-        its requirement check reads: in the tracker's process this runs while the run fits."""
-        if not self.log_models:
-            return
-        import importlib
-
-        try:
-            import mlflow.pyfunc  # noqa: F401
-            from mlflow.models import signature  # noqa: F401
-            from mlflow.utils import requirements_utils
-
-            for module in libraries:
-                importlib.import_module(module)
-            build_map = getattr(requirements_utils, "_init_modules_to_packages_map", None)
-            build_map() if build_map is not None else None
-        except Exception as exc:  # noqa: BLE001  (only a head start: logging the model reports real errors)
-            log.debug("warming up model logging failed: %s", exc)
 
     def _safely(self, what: str, fn, *args, **kwargs) -> Any:
         if self.failure is not None or self.run_id is None:
@@ -323,12 +326,14 @@ class MlflowTracker(NullTracker):
             self._safely("log_artifact", mlflow.log_artifact, str(path), folder)
 
     def log_predictor(self, name: str, predictor, example) -> Optional[str]:
-        """Log a predictor as a pyfunc model (pipeline.tracking_models); returns its model URI."""
+        """Log a predictor as a pyfunc model (pipeline.tracking_models); returns its model URI.
+        `predictor` may come as its ModelPayload already (made where the predictor lives)."""
         if not self.log_models:
             return None
-        from pipeline.tracking_models import log_pyfunc
+        from pipeline.tracking_models import ModelPayload, log_pyfunc
 
-        return self._safely("log_model", log_pyfunc, name, predictor, example)
+        payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example)
+        return self._safely("log_model", log_pyfunc, name, payload)
 
     def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]:
         from pipeline.tracking_models import register

@@ -3,6 +3,11 @@
 A logged model carries its signature (with the `predict_method` parameter), pinned public
 requirements and the engine's own code (MLflow's `code_paths`), so `mlflow models serve` can
 build its environment from PyPI alone. Used by pipeline.tracking, which owns the run.
+
+The model is logged from its pickle, with the signature inferred from a few rows and what the
+predictor returned for them (`ModelPayload`, made where the predictor lives): the process that logs
+it never imports the model's library. No input example goes with it: MLflow would load the model
+and predict once more to check that example, which is the work the payload saves.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ import pickle
 import shutil
 import tempfile
 import warnings
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pipeline
 
@@ -27,10 +34,26 @@ def pinned(distribution: str) -> str:
     return f"{distribution}=={metadata.version(distribution).split('+', 1)[0]}"
 
 
-def requirements(predictor) -> list[str]:
-    """Pinned requirements of a predictor: the base set and the libraries of its models only."""
-    libraries = sorted(LIBRARY_DISTRIBUTIONS[m] for m in predictor.libraries if m in LIBRARY_DISTRIBUTIONS)
-    return [pinned(d) for d in (*BASE_DISTRIBUTIONS, *libraries)]
+def requirements(libraries) -> list[str]:
+    """Pinned requirements of a predictor whose models use `libraries`: the base set and those only."""
+    chosen = sorted(LIBRARY_DISTRIBUTIONS[m] for m in libraries if m in LIBRARY_DISTRIBUTIONS)
+    return [pinned(d) for d in (*BASE_DISTRIBUTIONS, *chosen)]
+
+
+@dataclass(frozen=True)
+class ModelPayload:
+    """What logging a predictor takes: its pickle, its models' libraries, a few input rows and
+    what it predicts for them (the signature's output)."""
+
+    pickled: bytes
+    libraries: tuple[str, ...]
+    example: Any  # a DataFrame of raw input rows
+    prediction: Any
+
+    @classmethod
+    def of(cls, predictor, example) -> "ModelPayload":
+        return cls(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL), tuple(predictor.libraries),
+                   example, predictor.predict(example))
 
 
 def engine_code(folder: Path) -> Path:
@@ -41,25 +64,26 @@ def engine_code(folder: Path) -> Path:
     return target
 
 
-def log_pyfunc(name: str, predictor, example) -> str:
-    """Log `predictor` as the pyfunc model `name` of the active run; returns its model URI."""
+def log_pyfunc(name: str, payload: ModelPayload) -> str:
+    """Log the predictor of `payload` as the pyfunc model `name` of the active run; returns its model URI."""
     import mlflow
+    import mlflow.pyfunc
     from mlflow.models import infer_signature
 
     code = Path(pipeline.__file__).parent / "mlflow_model.py"
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Integer columns in Python cannot represent missing values.*")
+        warnings.filterwarnings("ignore", message=".*An input example was not provided.*")  # by design, above
         artifact = Path(tmp) / "predictor.pkl"
-        artifact.write_bytes(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL))
-        signature = infer_signature(example, predictor.predict(example), params={"predict_method": "predict"})
+        artifact.write_bytes(payload.pickled)
+        signature = infer_signature(payload.example, payload.prediction, params={"predict_method": "predict"})
         info = mlflow.pyfunc.log_model(
             name=name,
             python_model=str(code),
             artifacts={"predictor": str(artifact)},
             code_paths=[str(engine_code(Path(tmp) / "code"))],
             signature=signature,
-            input_example=example,
-            pip_requirements=requirements(predictor),
+            pip_requirements=requirements(payload.libraries),
         )
     return info.model_uri
 

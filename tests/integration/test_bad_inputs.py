@@ -107,6 +107,8 @@ CASES = [
     ("target that is not a model", ["model=lightgbm", "model.lightgbm._target_=pipeline.run.run"],
      ["is not a model class"]),
     ("executor misspelt", ["executor.name=rayy", "model=lightgbm"], ["executor.name='rayy'", "did you mean 'ray'"]),
+    ("SQLite store under a file", ["model=lightgbm", "tracking.uri=sqlite:///good.csv/mlflow.db"],
+     ["tracking.uri=sqlite:///good.csv/mlflow.db", "good.csv is a file", "tracking=none"]),
     ("tracking backend misspelt", ["tracking.backend=mlfow"], ["tracking.backend='mlfow'", "did you mean 'mlflow'"]),
     ("registry without tracking", ["model=lightgbm", "tracking=none", "tracking.register_model=clf"],
      ["tracking.register_model='clf' needs MLflow tracking"]),
@@ -199,7 +201,7 @@ def assert_refused(code, out, err, expected, workdir: Path):
 
 
 def test_the_corpus_has_at_least_forty_cases():
-    assert len(CASES) + len(ENV_CASES) + 2 >= 40  # + the two tracking-server cases below
+    assert len(CASES) + len(ENV_CASES) + 3 >= 40  # + the three tracking cases below
 
 
 @pytest.mark.parametrize("name, args, expected", CASES, ids=[c[0] for c in CASES])
@@ -210,6 +212,30 @@ def test_refused_with_one_clear_message(run_main, tmp_path, name, args, expected
 @pytest.mark.parametrize("name, args, env, expected", ENV_CASES, ids=[c[0] for c in ENV_CASES])
 def test_environment_refused(run_main, tmp_path, name, args, env, expected):
     assert_refused(*run_main(args, env), expected, tmp_path)
+
+
+@pytest.mark.parametrize("fit_seconds", [0, 4], ids=["fits before the answer", "answer during a fit"])
+def test_a_store_that_cannot_open_fails_the_run_with_its_error(run_main, tmp_path, fit_seconds):
+    """What only MLflow can find (a file that is no database) is known once the tracker's process
+    answers: the run stops at the first fit that ends after that (nothing evaluated), or, when
+    every fit ended before it, once the graph has run; either way it fails with the store's error."""
+    from tests.conftest import user_config
+
+    (tmp_path / "mlflow.db").write_bytes(b"not a database, " * 64)
+    args = ["model=lightgbm", "data.max_rows=600", "model.lightgbm.params.num_iterations=20",
+            "tracking.uri=sqlite:///mlflow.db"]
+    if fit_seconds:
+        searchpath = user_config(tmp_path, "model", "slow", "sleep:\n  _target_: tests.fault_models.SleepModel\n"
+                                 f"  params: {{seconds: {fit_seconds}}}\n")
+        args = ["model=slow", searchpath, "allowed_targets=[tests.]", "data.max_rows=600", args[-1]]
+    code, out, err = run_main(args)
+    assert code != 0
+    assert "cannot open the MLflow store" in err and "Traceback" not in out + err
+    (state,) = (tmp_path / "outputs" / "runs").glob("*/*/run_state.json")
+    import json
+
+    assert json.loads(state.read_text())["status"] == "FAILED"
+    assert (state.parent / "leaderboard.csv").exists() == (not fit_seconds)
 
 
 def test_tracking_server_that_refuses_connections_fails_in_seconds(run_main, tmp_path):

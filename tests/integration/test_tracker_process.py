@@ -1,4 +1,6 @@
-"""MLflow tracking in its own process: calls logged in order, errors before any fit, a dead driver's run closed."""
+"""MLflow tracking in its own process: calls logged in order, a store that cannot open reported (at
+once where the path says so, else when the process answers), a dead driver's run closed, models
+logged without their library, the process below the fits in priority."""
 
 import subprocess
 import sys
@@ -39,15 +41,104 @@ def test_calls_arrive_in_order_and_end_waits_for_them(tmp_path):
     assert [a.path for a in _client(uri).list_artifacts(run_id)] == ["note.txt"]
 
 
-def test_a_store_that_cannot_open_fails_at_the_run_id(tmp_path):
+def test_a_sqlite_store_under_a_file_is_refused_at_connect(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     tracker = TrackerProcess(MlflowTracker(f"sqlite:///{blocker / 'mlflow.db'}", "exp"))
+    with pytest.raises(TrackingError, match="cannot open the MLflow store: .* is a file"):
+        tracker.connect()  # in this process, before any process starts
+
+
+def test_a_store_that_cannot_open_fails_at_the_poll_after_it_answers(tmp_path):
+    garbage = tmp_path / "mlflow.db"
+    garbage.write_bytes(b"not a database, " * 64)
+    tracker = TrackerProcess(MlflowTracker(f"sqlite:///{garbage}", "exp"))
     tracker.connect()
-    tracker.start("a run", {}, {})
+    tracker.start("a run", {}, {})  # not waited for
+    deadline = time.time() + 120
+    with pytest.raises(TrackingError, match="cannot open the MLflow store"):
+        while time.time() < deadline:
+            assert tracker.poll() is None  # no run id while the process has not answered
+            time.sleep(0.1)
     with pytest.raises(TrackingError, match="cannot open the MLflow store"):
         tracker.run_id
     tracker.end("FAILED")  # returns: the process has nothing left to do
+
+
+def test_poll_gives_the_run_id_once_the_process_has_started_the_run(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = TrackerProcess(MlflowTracker(uri, "exp"))
+    tracker.connect()
+    tracker.start("a run", {}, {})
+    deadline = time.time() + 120
+    while tracker.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    run_id = tracker.poll()
+    assert run_id is not None and run_id == tracker.run_id
+    tracker.end("FINISHED")
+    assert _client(uri).get_run(run_id).info.status == "FINISHED"
+
+
+def test_the_process_runs_below_the_fits_in_priority(tmp_path):
+    import os
+
+    from pipeline.tracker_process import NICENESS
+
+    tracker = TrackerProcess(MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp"))
+    tracker.connect()
+    try:
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        deadline = time.time() + 60
+        while os.getpriority(os.PRIO_PROCESS, tracker._process.pid) == own and time.time() < deadline:
+            time.sleep(0.05)
+        assert os.getpriority(os.PRIO_PROCESS, tracker._process.pid) == min(own + NICENESS, 19)
+    finally:
+        tracker.end("FAILED")
+
+
+def test_a_model_is_logged_from_its_payload_without_its_library(tmp_path):
+    """The tracker's process logs a predictor it never unpickles: the model's library stays unimported
+    there, and the logged model loads and predicts as the predictor does."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    script = textwrap.dedent(f"""
+        import json, pickle, sys
+        import mlflow
+        from pipeline.tracking import MlflowTracker
+        from pipeline.tracking_models import ModelPayload
+        payload = pickle.loads(sys.stdin.buffer.read())
+        tracker = MlflowTracker({uri!r}, "exp", artifact_root=__import__("pathlib").Path({str(tmp_path / "art")!r}))
+        tracker.connect()
+        tracker.start("a run", {{}}, {{}})
+        uri = tracker.log_predictor("lightgbm", payload, payload.example)
+        tracker.end("FINISHED")
+        print(json.dumps({{"uri": uri, "failure": tracker.failure, "imported": "lightgbm" in sys.modules}}))
+    """)
+    import pandas as pd
+
+    from pipeline.tracking_models import ModelPayload
+    from tests.conftest import ROOT
+
+    run_dir = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "pipeline", "model=lightgbm", "tracking=none", "data.max_rows=600",
+                    "model.lightgbm.params.num_iterations=20", f"hydra.run.dir={run_dir}"],
+                   cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    predictor = __import__("pickle").loads((run_dir / "predictors" / "lightgbm.pkl").read_bytes())
+    example = pd.read_parquet(ROOT / "pipeline" / "datasets" / "adult.parquet").drop(columns="income").head(5)
+
+    payload = ModelPayload.of(predictor, example)
+    proc = subprocess.run([sys.executable, "-c", script], input=__import__("pickle").dumps(payload),
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    import json
+
+    out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert out["failure"] is None and out["imported"] is False
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    loaded = mlflow.pyfunc.load_model(out["uri"])
+    assert list(loaded.predict(example)) == list(predictor.predict(example))
+    assert loaded.metadata.signature is not None
 
 
 def test_a_driver_that_dies_leaves_its_run_failed(tmp_path):
