@@ -270,6 +270,21 @@ class MlflowTracker(NullTracker):
         self.run_id = run.info.run_id
         self.log_params(params)
 
+    def prepare_model_logging(self) -> None:
+        """Import MLflow's pyfunc flavour and build its map of installed packages (its requirement
+        check reads it, a third of a second) before the first model is logged."""
+        if not self.log_models:
+            return
+        try:
+            import mlflow.pyfunc  # noqa: F401
+            from mlflow.models import signature  # noqa: F401
+            from mlflow.utils import requirements_utils
+
+            build_map = getattr(requirements_utils, "_init_modules_to_packages_map", None)
+            build_map() if build_map is not None else None
+        except Exception as exc:  # noqa: BLE001  (only a head start: logging the model reports real errors)
+            log.debug("preparing model logging failed: %s", exc)
+
     def _safely(self, what: str, fn, *args, **kwargs) -> Any:
         if self.failure is not None or self.run_id is None:
             return None
