@@ -1,14 +1,20 @@
 """Hydra callbacks: a launcher check before any job starts, and one MLflow parent run per sweep.
 
-It creates the store and the experiment in the driver before any job starts (concurrent first
-writes to a SQLite store race) and opens the parent run, tagged with the sweep's directory; each
-job finds it there (`pipeline.tracking.sweep_parent`) and makes its own run a child of it.
+The parent run is tagged with the sweep's directory and opened in a thread while the launcher
+starts the jobs (importing MLflow and opening the store take seconds). Before any job starts, the
+callback writes `PARENT_FILE` in the sweep's directory saying the parent is on its way; the thread
+writes the parent's run id there, or why it has none. A job's tracker reads that file before it
+starts its run, waiting while the parent is on its way, and makes its run a child of the parent;
+without the file it looks for the parent in the store by the sweep's directory
+(`pipeline.tracking.sweep_parent`). Concurrent first writes to a SQLite store are serialised by
+`pipeline.tracking.store_lock`.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -64,12 +70,15 @@ class MlflowSweepCallback(Callback):
     def __init__(self) -> None:
         self.uri: Optional[str] = None
         self.parent_run_id: Optional[str] = None
+        self._opening: Optional[threading.Thread] = None
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
         conf = mlflow_settings(config)
         if conf is None:
             return
         from pipeline import tracking as tr
+        from pipeline.redact import redact_override
+        from pipeline.trackers import sweep_directory
 
         launch_dir = Path(config.hydra.runtime.cwd)
         self.uri = conf.uri or tr.default_uri(launch_dir)
@@ -78,24 +87,52 @@ class MlflowSweepCallback(Callback):
         if tr.is_remote(self.uri):
             tr.configure_http(conf.timeout_s)
             tr.check_server(self.uri, conf.timeout_s)
-        import mlflow
-
         artifact_root = None if tr.is_remote(self.uri) else launch_dir / "outputs" / "mlartifacts"
-        experiment_id = tr.ensure_experiment(self.uri, conf.experiment, artifact_root)
-        from pipeline.redact import redact_override
-        from pipeline.trackers import sweep_directory
-
+        sweep_dir = sweep_directory(launch_dir, config.hydra.sweep.dir)
         overrides = " ".join(redact_override(o) for o in config.hydra.overrides.task) or "default"
-        run = mlflow.MlflowClient(self.uri).create_run(
-            experiment_id, run_name=f"sweep {overrides}",
-            tags={tr.SWEEP_DIR_TAG: str(sweep_directory(launch_dir, config.hydra.sweep.dir)), tr.SWEEP_TAG: "parent",
-                  "pipeline.overrides": overrides},
+        tr.write_parent_file(sweep_dir, tr.PARENT_PENDING)  # before any job starts: the jobs wait for it
+        self._opening = threading.Thread(
+            target=self._open_parent, args=(conf.experiment, artifact_root, sweep_dir, overrides),
+            name="mlflow-sweep-parent", daemon=True,
         )
-        self.parent_run_id = run.info.run_id
+        self._opening.start()
         atexit.register(self._close_if_open)  # Hydra skips on_multirun_end when a sweep raises
+
+    def _open_parent(self, experiment: str, artifact_root: Optional[Path], sweep_dir: Path, overrides: str) -> None:
+        """Create the parent run and write its id to the sweep's PARENT_FILE (or why there is none)."""
+        from pipeline import tracking as tr
+
+        try:
+            import mlflow
+
+            experiment_id = tr.ensure_experiment(self.uri, experiment, artifact_root)
+            run = mlflow.MlflowClient(self.uri).create_run(
+                experiment_id, run_name=f"sweep {overrides}",
+                tags={tr.SWEEP_DIR_TAG: str(sweep_dir), tr.SWEEP_TAG: "parent", "pipeline.overrides": overrides},
+            )
+        except Exception as exc:  # noqa: BLE001  (each job reports the store's error from its own tracker)
+            message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            from pipeline.redact import redact_text
+
+            message = redact_text(message)
+            log.error("the sweep's MLflow parent run could not be created (%s); its jobs log without one", message)
+            tr.write_parent_file(sweep_dir, f"{tr.PARENT_FAILED} {message}")
+            return
+        self.parent_run_id = run.info.run_id
+        tr.write_parent_file(sweep_dir, self.parent_run_id)
         log.info("MLflow parent run %s for this sweep", self.parent_run_id)
 
+    def __getstate__(self) -> dict:
+        """Launchers send Hydra's context, callbacks included, to the jobs: without the thread."""
+        return {**self.__dict__, "_opening": None}
+
+    def _wait_for_parent(self) -> None:
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+
     def on_multirun_end(self, config, **kwargs: Any) -> None:
+        self._wait_for_parent()
         if self.parent_run_id is None:
             return
         import mlflow
@@ -110,6 +147,7 @@ class MlflowSweepCallback(Callback):
 
     def _close_if_open(self) -> None:
         """At exit after a sweep that raised: leave no parent or child run RUNNING."""
+        self._wait_for_parent()
         if self.parent_run_id is None:
             return
         try:

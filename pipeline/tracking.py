@@ -138,8 +138,36 @@ def store_lock(uri: str):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def sweep_parent(uri: str, experiment_id: str, sweep_dir: str) -> Optional[str]:
-    """The id of the newest parent run tagged with this sweep directory, or None."""
+PARENT_FILE = "mlflow_parent_run"  # in a sweep's directory: the parent run's id, or where it stands
+PARENT_PENDING = "pending"
+PARENT_FAILED = "failed:"
+PARENT_WAIT_S = 120.0  # how long a job waits for the sweep's parent run to be created
+
+
+def write_parent_file(sweep_dir: Path, text: str) -> None:
+    """Say where the sweep's parent run stands, for its jobs: PARENT_PENDING, its run id, or PARENT_FAILED
+    and why."""
+    from pipeline.store import atomic_write_bytes
+
+    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(Path(sweep_dir) / PARENT_FILE, text.encode())
+
+
+def sweep_parent(uri: str, experiment_id: str, sweep_dir: str, wait_s: float = PARENT_WAIT_S) -> Optional[str]:
+    """The id of the sweep's parent run: from the sweep's PARENT_FILE (waiting while it says the parent
+    is being created), else the newest parent run tagged with this sweep directory in the store, or None."""
+    path = Path(sweep_dir) / PARENT_FILE
+    deadline = time.monotonic() + wait_s
+    while path.exists():
+        text = path.read_text().strip()
+        if text.startswith(PARENT_FAILED):
+            return None
+        if text != PARENT_PENDING:
+            return text
+        if time.monotonic() > deadline:
+            raise TrackingError(f"the sweep's MLflow parent run was not created within {wait_s:g} s "
+                                f"({path} still says {PARENT_PENDING!r})")
+        time.sleep(0.05)
     import mlflow
 
     quote = '"' if "'" in sweep_dir else "'"

@@ -546,3 +546,56 @@ def test_a_stored_study_keeps_its_directions(tmp_path):
     with pytest.raises(ConfigError, match=r"direction=maximize but the stored study 's' .* is set to "
                                           r"\[maximize, minimize\]"):
         run_sweep(tmp_path, lambda p: 1.0, ["x=interval(0, 1)"], direction="maximize", **options)
+
+
+class _RecordingPool:
+    """A worker pool that runs no process: each submitted job returns at the next wait, in order."""
+
+    def __init__(self, events: list):
+        self.events, self.running, self.count = events, [], 0
+
+    def spawn(self, env) -> None:
+        pass
+
+    def submit(self, env, payload):
+        import cloudpickle
+
+        self.count += 1
+        worker = SimpleNamespace(id=self.count, idx=cloudpickle.loads(payload)[1])
+        self.events.append(("start", worker.idx))
+        self.running.append(worker)
+        return worker
+
+    def wait(self, workers):
+        import cloudpickle
+
+        worker = self.running.pop(0)
+        self.events.append(("return", worker.idx))
+        return [(worker, cloudpickle.dumps(JobReturn(overrides=[], status=JobStatus.COMPLETED)))]
+
+    def shutdown(self, grace, interrupted=0.0) -> None:
+        pass
+
+
+@pytest.mark.parametrize("ahead", [True, False], ids=["jobs known up front", "a stream"])
+def test_known_jobs_are_composed_while_the_slots_are_busy(ahead):
+    """A batch's next job is composed before a slot frees, so the slot starts it at once; a stream
+    (a sweeper that picks from the returns) is asked only when a slot is free."""
+    from hydra_plugins.pipeline_gpu_launcher._core import _Job, _Sweep
+    from hydra_plugins.pipeline_gpu_launcher._slots import Slot
+
+    events: list = []
+    jobs = iter(range(3))
+
+    def next_job():
+        idx = next(jobs, None)
+        events.append(("compose", idx))
+        return None if idx is None else _Job(idx, [f"seed={idx}"], {"seed": idx})
+
+    sweep = _Sweep([Slot(0, (), (), Fraction(0), 1)], b"")
+    sweep.pool = _RecordingPool(events)
+    returned = []
+    sweep.run(next_job, lambda job, ret: returned.append(job.idx), compose_ahead=ahead)
+    assert returned == [0, 1, 2]
+    composed_second, first_returned = events.index(("compose", 1)), events.index(("return", 0))
+    assert (composed_second < first_returned) == ahead, events

@@ -61,7 +61,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     def keep(idx: int, ret: JobReturn) -> None:
         results[idx] = ret
 
-    launch_stream(launcher, take, keep, max_jobs=len(job_overrides), total=len(job_overrides))
+    launch_stream(launcher, take, keep, max_jobs=len(job_overrides), total=len(job_overrides), compose_ahead=True)
     return [results[initial_job_idx + pos] for pos in range(len(job_overrides))]
 
 
@@ -72,10 +72,14 @@ def launch_stream(
     *,
     max_jobs: int,
     total: Optional[int] = None,
+    compose_ahead: bool = False,
 ) -> None:
     """Start jobs while slots are free: `next_job()` gives the next (job number, overrides), or None
     when there is none; each job's return goes to `on_return` as soon as it arrives, and its slot
-    takes the next job at once. Slots are planned for `max_jobs` jobs at a time."""
+    takes the next job at once. Slots are planned for `max_jobs` jobs at a time. With
+    `compose_ahead` (jobs known up front), the next job is composed while the slots are busy, so a
+    slot that frees starts it at once; a stream (a sweeper that picks the next job from the returns
+    so far) is asked only when a slot is free."""
     import cloudpickle
     from hydra.core.singleton import Singleton
     from hydra.core.utils import configure_log, setup_globals
@@ -106,7 +110,7 @@ def launch_stream(
         return _Job(idx, list(overrides), job_config)
 
     common = cloudpickle.dumps((launcher.hydra_context, launcher.task_function, Singleton.get_state()))
-    _Sweep(slots, common).run(compose, lambda job, ret: on_return(job.idx, ret))
+    _Sweep(slots, common).run(compose, lambda job, ret: on_return(job.idx, ret), compose_ahead=compose_ahead)
 
 
 class _Sweep:
@@ -119,22 +123,29 @@ class _Sweep:
         self.free = list(slots)
         self.running: dict[int, _Running] = {}  # by worker id
 
-    def run(self, next_job: Callable[[], Optional[_Job]], on_return: Callable[[_Job, JobReturn], None]) -> None:
-        """Fill free slots from `next_job` until it gives None; hand each return over as it arrives."""
+    def run(self, next_job: Callable[[], Optional[_Job]], on_return: Callable[[_Job, JobReturn], None],
+            compose_ahead: bool = False) -> None:
+        """Fill free slots from `next_job` until it gives None; hand each return over as it arrives.
+        With `compose_ahead`, one job is taken from `next_job` while every slot is busy."""
+        ahead: deque[_Job] = deque()
         with StopSignals() as stops:
             try:
                 for slot in self.free:  # every slot's worker imports while the first jobs are composed
                     self.pool.spawn(slot.env())
                 exhausted = False
                 while True:
-                    while not exhausted and self.free:
-                        job = next_job()
+                    while self.free and (ahead or not exhausted):
+                        job = ahead.popleft() if ahead else next_job()
                         if job is None:
                             exhausted = True
                         else:
                             self._start(job, self.free.pop(0))
                     if not self.running:
                         break
+                    if compose_ahead and not exhausted and not ahead:
+                        job = next_job()
+                        ahead.append(job) if job is not None else None
+                        exhausted = job is None
                     for job, ret in self._collect():
                         on_return(job, ret)
             except Interrupted as stop:
