@@ -143,7 +143,8 @@ def verdict(f: dict) -> str:
         t = f["target"]
         mark = "met" if f.get("meets_target") else "**missed**"
         op = {"<=": "≤", ">=": "≥"}.get(t["op"], t["op"])
-        return f"{fmt(f['median'], f['unit'])} vs target {op} {fmt(t['value'], f['unit'])}: {mark}"
+        text = f"{fmt(f['median'], f['unit'])} vs target {op} {fmt(t['value'], f['unit'])}: {mark}"
+        return text + (f" ({f['note']})" if f.get("note") else "")
     if "ideal" in f and f.get("median") is not None:
         return f"{f['median'] / f['ideal']:.0%} of the ideal {fmt(f['ideal'], f['unit'])}"
     if f.get("identical") is not None:
