@@ -231,8 +231,9 @@ def serve_run(conn, tracker) -> bool:
             conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
         if name == "end":
             return True
-        if name == "start" and error is None and not conn.poll(0):
-            tracker.prepare_model_logging()  # while the run fits, in the cycles its fits leave idle
+        prepare = getattr(tracker, "prepare_model_logging", None)
+        if name == "start" and error is None and prepare is not None and not conn.poll(0):
+            prepare()  # while the run fits, in the cycles its fits leave idle
 
 
 def _resolve(value, model_uris: dict[str, Optional[str]]):
