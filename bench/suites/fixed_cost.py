@@ -1,6 +1,7 @@
 """The fixed cost of a run, as whole processes side by side: the plain script, the engine untracked and
 tracked (SQLite store that exists, models logged), start-up, a 5-fold bag in parallel vs one fold at a
-time, and a 16-job `hydra/launcher=gpu` sweep. Each repeat runs every variant of a comparison in
+time, a 16-job `hydra/launcher=gpu` sweep, and tracked vs untracked for `model=gbm_gpu` and
+`model=nn_gpu` on one GPU (not measured without CUDA). Each repeat runs every variant of a comparison in
 turn, the order rotating, so ratios pair runs taken under the same load; scores are checked equal."""
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def run(opts: Options) -> dict:
     loads["after bag"] = os.getloadavg()
     figures += guarded("16-job sweep", ["seconds per job beyond its fit"],
                        lambda: _sweep(runner, rows, 4 if opts.quick else 16))
+    for name, args in GPU_RUNS.items():
+        figures += guarded(f"whole process · Adult · {name}", ["tracked / untracked"],
+                           lambda name=name, args=args: _gpu_overhead(runner, name, args, rows, n))
     loads["end"] = os.getloadavg()
     return {
         "settings": {
@@ -119,6 +123,52 @@ def _overhead(runner: Runner, rows: list[str], n: int) -> list[dict]:
         figure("test ROC AUC, plain script", auc["plain"], "roc_auc", group=group, kind="score",
                identical=close, compared_with="the untracked run's (to 1e-12)"),
     ]
+
+
+GPU_RUNS = {"model=gbm_gpu": ["+hardware=1gpu", "model=gbm_gpu"], "model=nn_gpu": ["+hardware=1gpu", "model=nn_gpu"]}
+
+
+def _gpu_overhead(runner: Runner, name: str, args: list[str], rows: list[str], n: int) -> list[dict]:
+    """The tracked/untracked comparison for a GPU model on one GPU (whole processes, alternating)."""
+    group = f"whole process · Adult · {name} · +hardware=1gpu"
+    names = ["tracked / untracked", "untracked seconds (tracking=none)", "tracked seconds (MLflow, SQLite, models logged)"]
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if not cuda:
+        from bench.common import no_cuda_reason, not_measured
+
+        return [not_measured(x, no_cuda_reason(), group=group) for x in names]
+    variants = {"untracked": args + rows + ["tracking=none"], "tracked": args + rows}
+    runner.engine(variants["tracked"])  # kernels compiled and caches filled; not timed
+    wall = {k: [] for k in variants}
+    auc = {k: [] for k in variants}
+    for r, order in _rotations(list(variants), n):
+        for variant in order:
+            log(f"fixed_cost: {name} {variant} {r + 1}/{n}")
+            sec, run_dir = runner.engine(variants[variant])
+            wall[variant].append(sec)
+            auc[variant].append(_best_auc(run_dir))
+    from bench.common import cuda_device_name
+
+    device = cuda_device_name()
+    return [
+        figure(names[0], ratios(wall["tracked"], wall["untracked"]), "ratio", group=group,
+               target=TARGETS["tracked"], device=device),
+        figure(names[1], wall["untracked"], "s", group=group, device=device),
+        figure(names[2], wall["tracked"], "s", group=group, device=device),
+        figure("best test ROC AUC, tracked", auc["tracked"], "roc_auc", group=group, kind="score", device=device,
+               identical=auc["tracked"] == auc["untracked"], compared_with="the untracked run's"),
+    ]
+
+
+def _best_auc(run_dir: Path) -> float:
+    import pandas as pd
+
+    return float(pd.read_csv(run_dir / "leaderboard.csv").test_roc_auc.iloc[0])  # best first
 
 
 # The library parameter checks a dry run makes (model=all's params from conf/model), timed inside a fresh process.
