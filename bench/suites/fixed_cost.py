@@ -144,14 +144,7 @@ def _gpu_overhead(runner: Runner, name: str, args: list[str], rows: list[str], n
         return [not_measured(x, no_cuda_reason(), group=group) for x in names]
     variants = {"untracked": args + rows + ["tracking=none"], "tracked": args + rows}
     runner.engine(variants["tracked"])  # kernels compiled and caches filled; not timed
-    wall = {k: [] for k in variants}
-    auc = {k: [] for k in variants}
-    for r, order in _rotations(list(variants), n):
-        for variant in order:
-            log(f"fixed_cost: {name} {variant} {r + 1}/{n}")
-            sec, run_dir = runner.engine(variants[variant])
-            wall[variant].append(sec)
-            auc[variant].append(_best_auc(run_dir))
+    wall, auc, _ = _alternate(runner, variants, n, name, _best_auc)
     from bench.common import cuda_device_name
 
     device = cuda_device_name()
@@ -163,6 +156,22 @@ def _gpu_overhead(runner: Runner, name: str, args: list[str], rows: list[str], n
         figure("best test ROC AUC, tracked", auc["tracked"], "roc_auc", group=group, kind="score", device=device,
                identical=auc["tracked"] == auc["untracked"], compared_with="the untracked run's"),
     ]
+
+
+def _alternate(runner: Runner, variants: dict[str, list[str]], n: int, label: str, score) -> tuple[dict, dict, dict]:
+    """Each variant's engine run n times, the order rotating: wall seconds and `score(run_dir)` per
+    variant, and each variant's first run directory."""
+    wall: dict[str, list[float]] = {k: [] for k in variants}
+    scores: dict[str, list[float]] = {k: [] for k in variants}
+    first: dict[str, Path] = {}
+    for r, order in _rotations(list(variants), n):
+        for name in order:
+            log(f"fixed_cost: {label} {name} {r + 1}/{n}")
+            sec, run_dir = runner.engine(variants[name])
+            wall[name].append(sec)
+            scores[name].append(score(run_dir))
+            first.setdefault(name, run_dir)
+    return wall, scores, first
 
 
 def _best_auc(run_dir: Path) -> float:
@@ -208,16 +217,8 @@ def _startup(runner: Runner, n: int) -> list[dict]:
 def _bag(runner: Runner, rows: list[str], n: int) -> list[dict]:
     base = ["model=lightgbm", "parallelism=bag5", "tracking=none"] + rows
     variants = {"parallel": base, "one at a time": base + ["parallelism.sequential=true"]}
-    wall = {k: [] for k in variants}
-    auc = {k: [] for k in variants}
-    plans: dict[str, dict] = {}
-    for r, order in _rotations(list(variants), n):
-        for name in order:
-            log(f"fixed_cost: bag5 {name} {r + 1}/{n}")
-            sec, run_dir = runner.engine(variants[name])
-            wall[name].append(sec)
-            auc[name].append(_test_auc(run_dir))
-            plans.setdefault(name, _fit_schedule(run_dir))
+    wall, auc, first = _alternate(runner, variants, n, "bag5", _test_auc)
+    plans = {name: _fit_schedule(run_dir) for name, run_dir in first.items()}
     group = "whole process · Adult · LightGBM · parallelism=bag5"
     plan = plans["parallel"]["models"][0]
     same = plans["parallel"] == plans["one at a time"]
