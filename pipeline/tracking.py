@@ -155,7 +155,8 @@ def write_parent_file(sweep_dir: Path, text: str) -> None:
 
 def sweep_parent(uri: str, experiment_id: str, sweep_dir: str, wait_s: float = PARENT_WAIT_S) -> Optional[str]:
     """The id of the sweep's parent run: from the sweep's PARENT_FILE (waiting while it says the parent
-    is being created), else the newest parent run tagged with this sweep directory in the store, or None."""
+    is being created, at most `wait_s`), else the newest parent run tagged with this sweep directory in
+    the store, or None."""
     path = Path(sweep_dir) / PARENT_FILE
     deadline = time.monotonic() + wait_s
     while path.exists():
@@ -164,9 +165,10 @@ def sweep_parent(uri: str, experiment_id: str, sweep_dir: str, wait_s: float = P
             return None
         if text != PARENT_PENDING:
             return text
-        if time.monotonic() > deadline:
-            raise TrackingError(f"the sweep's MLflow parent run was not created within {wait_s:g} s "
-                                f"({path} still says {PARENT_PENDING!r})")
+        if time.monotonic() > deadline:  # the sweep's driver died while creating it: log without a parent
+            log.warning("the sweep's MLflow parent run was not created within %g s (%s still says %r); "
+                        "this run has no parent", wait_s, path, PARENT_PENDING)
+            return None
         time.sleep(0.05)
     import mlflow
 
