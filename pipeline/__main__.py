@@ -57,18 +57,10 @@ def main(cfg: DictConfig):
         sys.exit(exc.exit_code)
 
 
-def exit_quickly() -> None:
-    """Collect what the run left behind (finalizers run now), then exempt every remaining object
-    from the garbage collector: at exit the interpreter would otherwise traverse all that the
-    libraries loaded (a third of a second of a short run) to free memory the OS takes back."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
 def entry() -> None:
     """The `tabular-pipeline` console script."""
+    from pipeline.exiting import exit_quickly
+
     try:
         main()
     finally:

@@ -66,6 +66,9 @@ def worker_main(conn, env: dict[str, Optional[str]], serve: Callable[[Any], Any]
         close = getattr(serve, "close", None)
         if close is not None:  # what the served work keeps between messages (a warm tracker process)
             close()
+        from pipeline.exiting import exit_quickly
+
+        exit_quickly()  # the pool waits for its workers to exit
 
 
 def _die_with_parent() -> None:
