@@ -65,9 +65,7 @@ class KillOnceModel(_Constant):
     """The first fit SIGKILLs its own process (a worker killed mid-fit); later fits succeed."""
 
     def _fit(self, X, y, X_val, y_val, ctx):
-        marker = Path(self.params["marker"])
-        if not marker.exists():
-            marker.write_text("killed")
+        if _first(self.params["marker"], "killed"):
             os.kill(os.getpid(), signal.SIGKILL)
         super()._fit(X, y, X_val, y_val, ctx)
 
@@ -83,8 +81,17 @@ class HangOnceModel(_Constant):
     """The first fit hangs (sleeps an hour, as a stuck collective would); later fits succeed."""
 
     def _fit(self, X, y, X_val, y_val, ctx):
-        marker = Path(self.params["marker"])
-        if not marker.exists():
-            marker.write_text("hung")
+        if _first(self.params["marker"], "hung"):
             time.sleep(3600)
         super()._fit(X, y, X_val, y_val, ctx)
+
+
+def _first(marker: str, text: str) -> bool:
+    """True for the one fit that creates `marker`: concurrent fits (two slots starting at once) race
+    for it, and exactly one wins."""
+    try:
+        with open(marker, "x") as fh:
+            fh.write(text)
+    except FileExistsError:
+        return False
+    return True

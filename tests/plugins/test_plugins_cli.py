@@ -173,6 +173,8 @@ def test_a_slot_keeps_its_worker_warm_for_its_next_jobs_and_replaces_a_dead_one(
     assert proc.returncode == 1  # the first fit killed its worker, which fails the sweep once every job has run
     (dead,) = re.findall(r"job #(\d) \(.*\) died \(killed by signal SIGKILL\)", proc.stderr)
     jobs = job_dirs(tmp_path)
+    missing = [n for n, job in jobs.items() if n != int(dead) and not (job / "timeline.json").exists()]
+    assert not missing, proc.stderr[-6000:]
     finished = {n: json.loads((job / "timeline.json").read_text()) for n, job in jobs.items() if n != int(dead)}
     assert len(finished) == 4
     device_of_pid = {}
