@@ -8,6 +8,7 @@ Nothing is re-read or re-hashed: the digest comes from the fingerprint the run a
 from __future__ import annotations
 
 import hashlib
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,4 +94,23 @@ def log_datasets(summary: DataSummary, locations: dict[str, str]) -> None:
                                     digest=digest(summary.fingerprint, context), schema=schema))
         contexts.append(context)
         tags.append({"pipeline.rows": str(count)})
-    mlflow.log_inputs(datasets=datasets, contexts=contexts, tags_list=tags)
+    for attempt in range(LOG_ATTEMPTS):
+        try:
+            mlflow.log_inputs(datasets=datasets, contexts=contexts, tags_list=tags)
+            return
+        except Exception as exc:
+            # Runs logging the same data at once (a sweep's jobs) each insert the dataset when the store
+            # lacks it; the loser of that race gets the store's unique-constraint error and its whole
+            # transaction is rolled back. Again, it finds the dataset and only links it to its run.
+            if attempt == LOG_ATTEMPTS - 1 or not _lost_insert_race(exc):
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+LOG_ATTEMPTS = 3
+
+
+def _lost_insert_race(exc: Exception) -> bool:
+    """The store refused a row another process inserted first (SQLite, PostgreSQL, MySQL wordings)."""
+    text = str(exc).lower()
+    return "integrityerror" in text or "unique constraint" in text or "duplicate" in text
