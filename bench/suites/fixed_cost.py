@@ -132,22 +132,14 @@ def _gpu_overhead(runner: Runner, name: str, args: list[str], rows: list[str], n
     """The tracked/untracked comparison for a GPU model on one GPU (whole processes, alternating)."""
     group = f"whole process · Adult · {name} · +hardware=1gpu"
     names = ["tracked / untracked", "untracked seconds (tracking=none)", "tracked seconds (MLflow, SQLite, models logged)"]
-    try:
-        import torch
+    from bench.common import cuda_device_name, no_cuda_reason, not_measured
 
-        cuda = torch.cuda.is_available()
-    except ImportError:
-        cuda = False
-    if not cuda:
-        from bench.common import no_cuda_reason, not_measured
-
+    device = cuda_device_name()
+    if device is None:
         return [not_measured(x, no_cuda_reason(), group=group) for x in names]
     variants = {"untracked": args + rows + ["tracking=none"], "tracked": args + rows}
     runner.engine(variants["tracked"])  # kernels compiled and caches filled; not timed
     wall, auc, _ = _alternate(runner, variants, n, name, _best_auc)
-    from bench.common import cuda_device_name
-
-    device = cuda_device_name()
     return [
         figure(names[0], ratios(wall["tracked"], wall["untracked"]), "ratio", group=group,
                target=TARGETS["tracked"], device=device),
