@@ -79,12 +79,17 @@ def check_server(uri: str, timeout_s: float) -> None:
         ) from None
 
 
+def sqlite_path(uri: str) -> Optional[Path]:
+    """The database file of a `sqlite:///` store, None for any other store."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 def check_sqlite_path(uri: str) -> None:
     """A SQLite store needs a file it can create or open: its folder exists or can be made, and
     is writable. Raises TrackingError naming the path otherwise."""
-    if not uri.startswith("sqlite:///"):
+    path = sqlite_path(uri)
+    if path is None:
         return
-    path = Path(uri.removeprefix("sqlite:///"))
     folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
     problem = None
     if path.is_dir():
@@ -118,12 +123,12 @@ def configure_http(timeout_s: float) -> None:
 def store_lock(uri: str):
     """Serialise the first use of a SQLite store across processes: MLflow creates and migrates its
     schema on first use, and concurrent first uses race ('duplicate column', 'database is locked')."""
-    if not uri.startswith("sqlite:///"):
+    path = sqlite_path(uri)
+    if path is None:
         yield
         return
     import fcntl
 
-    path = Path(uri.removeprefix("sqlite:///"))
     ready = path.with_name(path.name + ".ready")  # written once the schema exists: later opens need no lock
     if ready.exists():
         yield
