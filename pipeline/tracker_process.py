@@ -13,7 +13,8 @@ store's folder, is checked before). A logged model's URI is not waited for: the 
 process puts the URI in its place. A driver that dies leaves a pipe at EOF: the tracker ends the
 run as FAILED. When its pipe closes (after the last run it serves) the process exits without
 tearing the interpreter down (MLflow's thousands of modules take seconds to free, and nothing is
-left to write).
+left to write). A job of a sweep logs through the sweep's own tracker process instead, where it
+can (pipeline.tracker_server): the same calls, one connection per run.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import queue
 import signal
 import sys
+import threading
 from dataclasses import dataclass
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Optional
 
 from pipeline.errors import TrackingError
@@ -73,6 +77,9 @@ class TrackerProcess:
         self._tracker = tracker  # configured, not connected: it travels to the process
         self._conn = None
         self._process = None
+        self._shared = False  # served by the sweep's tracker process (pipeline.tracker_server)
+        self._outbox: Optional[queue.SimpleQueue] = None  # pickled calls for the sender thread
+        self._sender: Optional[threading.Thread] = None
         self._answers_due = 0
         self._run_id: Optional[str] = None
         self._error: Optional[str] = None
@@ -82,6 +89,13 @@ class TrackerProcess:
         """Check what can be checked here at once (a server's health), then start the process,
         which imports MLflow and opens the store while this one goes on."""
         self._tracker.prepare()
+        from pipeline import tracker_server
+
+        conn = tracker_server.connect(getattr(self._tracker, "sweep_dir", None), self._tracker.uri)
+        if conn is not None:  # the sweep's own tracker process serves this run
+            self._conn, self._shared = conn, True
+            self._conn.send(self._tracker)
+            return
         server, _warm["server"] = _warm["server"], None
         if server is not None and server[0].is_alive():
             self._process, self._conn = server
@@ -134,10 +148,18 @@ class TrackerProcess:
 
     def end(self, status: str) -> None:
         """Wait until the tracker has logged everything it was sent and ended the run."""
+        if self._shared:
+            self._send("end", (status,), {})
+            self._collect()
+            self._stop_sender()
+            self._conn.close()  # the sweep's process goes on serving other runs
+            self._shared = False
+            return
         if self._process is None:
             return
         self._send("end", (status,), {})
         self._collect()
+        self._stop_sender()
         if _warm["keep"] and self.failure is None and self._process.is_alive():
             _warm["server"], self._process = (self._process, self._conn), None
             return
@@ -159,15 +181,35 @@ class TrackerProcess:
         return call
 
     def _send(self, name: str, args: tuple, kwargs: dict) -> None:
+        """Pickle the call here (what the run changes later is not what was sent), and leave the
+        writing to the sender thread: a model's payload outgrows the pipe's buffer, and the run
+        must not wait while the tracker's process is still busy with the calls before it."""
         if self._conn is None:
             raise RuntimeError("the tracker is not connected")
-        try:
-            self._conn.send((name, args, kwargs))
-        except (BrokenPipeError, OSError):
-            self.failure = self.failure or f"{name}: the tracker's process is gone"
-            return
+        if self._outbox is None:
+            self._outbox = queue.SimpleQueue()
+            self._sender = threading.Thread(target=self._write, args=(self._conn, self._outbox),
+                                            name="tracker-sender", daemon=True)
+            self._sender.start()
+        self._outbox.put((name, ForkingPickler.dumps((name, args, kwargs))))
         if name in REPLIED:
             self._answers_due += 1
+
+    def _write(self, conn, outbox) -> None:
+        """The sender thread: write each pickled call in order, until None."""
+        while (item := outbox.get()) is not None:
+            name, data = item
+            try:
+                conn.send_bytes(data)
+            except (BrokenPipeError, OSError):
+                self.failure = self.failure or f"{name}: the tracker's process is gone"
+
+    def _stop_sender(self) -> None:
+        """Let the sender thread write what it holds, then end."""
+        if self._outbox is not None:
+            self._outbox.put(None)
+            self._sender.join()
+            self._outbox = self._sender = None
 
     def _collect(self, count: Optional[int] = None) -> Any:
         """Read the answers owed so far, or the next `count` (each carries the call's result, the
