@@ -84,18 +84,25 @@ def _log_models(out, predictors: dict, best: str, example, tracker) -> None:
                                  f"(version {version})")
 
 
+THROUGHPUT_PASSES = 3  # at most, over the whole test split
+THROUGHPUT_AGREE = 0.05  # two passes this close in time end the measurement
+THROUGHPUT_BUDGET_S = 0.5  # no pass starts after this long
+
+
 def _measure_throughput(rows: list[dict], predictors: dict, X_test, tracker) -> None:
     """Rows per second each predictor scores the (typed) test rows at: the best of a few passes, after
-    a warm-up that builds lazily created state (a network moved to its device)."""
+    a warm-up that builds lazily created state (a network moved to its device). Two passes that
+    agree end it: a third would only repeat them."""
     for row in rows:
         predictor = predictors[row["model"]]
         predictor.predict_typed(X_test.iloc[:8])
-        seconds, passes, start = [], 0, time.perf_counter()
-        while passes < 3 and (passes == 0 or time.perf_counter() - start < 0.5):
+        seconds, start = [], time.perf_counter()
+        while len(seconds) < THROUGHPUT_PASSES and (not seconds or time.perf_counter() - start < THROUGHPUT_BUDGET_S):
             t0 = time.perf_counter()
             predictor.predict_typed(X_test)
             seconds.append(time.perf_counter() - t0)
-            passes += 1
+            if len(seconds) == 2 and abs(seconds[1] - seconds[0]) <= THROUGHPUT_AGREE * min(seconds):
+                break
         row["predict_rows_per_s"] = len(X_test) / max(min(seconds), 1e-9)
     tracker.log_metrics({f"{r['model']}/predict_rows_per_s": r["predict_rows_per_s"] for r in rows})
 
