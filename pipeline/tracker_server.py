@@ -30,7 +30,8 @@ from typing import Optional
 SERVER_FILE = "mlflow_tracker"  # in a sweep's directory: where the sweep's tracker process listens
 MAX_RUNS = 4  # runs served at once; the job that would be one more starts its own tracker process
 START_TIMEOUT_S = 60.0
-FINISH_TIMEOUT_S = 600.0
+FINISH_TIMEOUT_S = 600.0  # how long the end of a sweep waits for the runs still being logged
+ABORT_WAIT_S = 20.0  # the same after a sweep that raised: its jobs were stopped
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,10 @@ class SweepTracker:
             return None
         control, self._control = self._control, None
         answer = None
+        wait_s = (FINISH_TIMEOUT_S if sweep_dir is not None else ABORT_WAIT_S) + 60  # + closing the parent
         try:
             control.send(("finish", sweep_dir))
-            if control.poll(FINISH_TIMEOUT_S):
+            if control.poll(wait_s):
                 answer = control.recv()
         except (EOFError, OSError):
             pass
@@ -125,7 +127,11 @@ def serve_sweep(control, spec: SweepSpec) -> None:
         message = ("finish", None)
     _, sweep_dir = message
     (Path(spec.sweep_dir) / SERVER_FILE).unlink(missing_ok=True)
-    server.stop()
+    server.stop(FINISH_TIMEOUT_S if sweep_dir is not None else ABORT_WAIT_S)
+    try:
+        os.rmdir(folder)  # the listener removed its socket
+    except OSError:
+        pass
     opening.join()
     run_id = parent.get("id")
     if run_id is not None:
@@ -186,8 +192,8 @@ class _Server:
             with self._lock:
                 self._serving.discard(threading.current_thread())
 
-    def stop(self) -> None:
-        """Take no more jobs, and wait for the runs being served to end."""
+    def stop(self, wait_s: float) -> None:
+        """Take no more jobs, and wait for the runs being served to end (at most `wait_s` each)."""
         with self._lock:
             self._stopped = True
             serving = list(self._serving)
@@ -196,7 +202,7 @@ class _Server:
         except OSError:
             pass
         for thread in serving:
-            thread.join(FINISH_TIMEOUT_S)
+            thread.join(wait_s)
 
 
 def _write_server_file(spec: SweepSpec, address: str, authkey: bytes) -> None:

@@ -2,10 +2,12 @@
 the parent run it opened), a full or foreign server is not used, and a driver that dies leaves the
 parent run FAILED and no server behind."""
 
+import json
 import os
 import stat
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +48,8 @@ def _job(uri, sweep_dir, seed, results):
 def test_jobs_log_through_the_sweeps_process_as_children_of_its_parent(tmp_path):
     uri, sweep_dir, server = _start(tmp_path)
     assert stat.S_IMODE(os.stat(sweep_dir / ts.SERVER_FILE).st_mode) == 0o600  # it holds the key
+    socket_dir = Path(json.loads((sweep_dir / ts.SERVER_FILE).read_text())["address"]).parent
+    assert stat.S_IMODE(os.stat(socket_dir).st_mode) == 0o700  # no other user reaches the socket
     results: dict = {}
     jobs = [threading.Thread(target=_job, args=(uri, sweep_dir, seed, results)) for seed in (0, 1)]
     for job in jobs:
@@ -54,7 +58,7 @@ def test_jobs_log_through_the_sweeps_process_as_children_of_its_parent(tmp_path)
         job.join(120)
     parent_id = server.finish(sweep_dir)
     assert parent_id is not None and (sweep_dir / tr.PARENT_FILE).read_text() == parent_id
-    assert not (sweep_dir / ts.SERVER_FILE).exists()
+    assert not (sweep_dir / ts.SERVER_FILE).exists() and not socket_dir.exists()
     for seed in (0, 1):
         assert results[seed]["shared"] and not results[seed]["own_process"]
         assert results[seed]["failure"] is None
