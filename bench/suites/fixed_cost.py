@@ -35,7 +35,7 @@ def run(opts: Options) -> dict:
     figures += guarded("5-fold bag", ["parallel / one at a time"], lambda: _bag(runner, rows, n))
     loads["after bag"] = os.getloadavg()
     figures += guarded("16-job sweep", ["seconds per job beyond its fit"],
-                       lambda: _sweep(runner, rows, 4 if opts.quick else 16))
+                       lambda: _sweep(runner, rows, 4 if opts.quick else 16, opts.n(3, 1)))
     for name, args in GPU_RUNS.items():
         figures += guarded(f"whole process · Adult · {name}", ["tracked / untracked"],
                            lambda name=name, args=args: _gpu_overhead(runner, name, args, rows, n))
@@ -237,24 +237,29 @@ def _fit_schedule(run_dir: Path) -> dict:
     return {"models": models, "tasks": plan.get("tasks")}
 
 
-def _sweep(runner: Runner, rows: list[str], jobs: int) -> list[dict]:
-    """Seconds each job spends beyond its own fit: (wall x jobs at once - sum of fit seconds) / jobs."""
+def _sweep(runner: Runner, rows: list[str], jobs: int, repeats: int) -> list[dict]:
+    """Seconds each job spends beyond its own fit: (wall x jobs at once - sum of fit seconds) / jobs,
+    for each of `repeats` sweeps."""
     import pandas as pd
 
     slots = min(jobs, cpu_cores())
-    sweep_dir = runner.cwd / "sweep"
-    args = ["-m", "hydra/launcher=gpu", "hydra.launcher.gpus_per_job=0", "model=lightgbm",
-            f"seed=range(0,{jobs})", f"hydra.sweep.dir={sweep_dir}"] + rows
-    log(f"fixed_cost: {jobs}-job sweep")
-    wall, _ = runner.call(ENGINE + args)
-    fits = [float(pd.read_csv(p).fit_seconds.iloc[0]) for p in sorted(sweep_dir.glob("*/leaderboard.csv"))]
-    if len(fits) != jobs:
-        raise RuntimeError(f"the sweep left {len(fits)} leaderboards for {jobs} jobs")
-    per_job = (wall * slots - sum(fits)) / jobs
+    per_job, walls, fits = [], [], []
+    for r in range(repeats):
+        sweep_dir = runner.cwd / f"sweep-{r}"
+        args = ["-m", "hydra/launcher=gpu", "hydra.launcher.gpus_per_job=0", "model=lightgbm",
+                f"seed=range(0,{jobs})", f"hydra.sweep.dir={sweep_dir}"] + rows
+        log(f"fixed_cost: {jobs}-job sweep {r + 1}/{repeats}")
+        wall, _ = runner.call(ENGINE + args)
+        sweep_fits = [float(pd.read_csv(p).fit_seconds.iloc[0]) for p in sorted(sweep_dir.glob("*/leaderboard.csv"))]
+        if len(sweep_fits) != jobs:
+            raise RuntimeError(f"the sweep left {len(sweep_fits)} leaderboards for {jobs} jobs")
+        per_job.append((wall * slots - sum(sweep_fits)) / jobs)
+        walls.append(wall)
+        fits += sweep_fits
     group = f"{jobs}-job sweep · hydra/launcher=gpu (CPU slots) · LightGBM · tracked"
     return [
-        figure("seconds per job beyond its fit", [per_job], "s", group=group, target=TARGETS["sweep"],
+        figure("seconds per job beyond its fit", per_job, "s", group=group, target=TARGETS["sweep"],
                jobs_at_once=slots),
-        figure("sweep wall seconds", [wall], "s", group=group),
+        figure("sweep wall seconds", walls, "s", group=group),
         figure("fit seconds per job", fits, "s", group=group),
     ]
