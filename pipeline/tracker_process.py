@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing
+import multiprocessing.util  # registers its exit handler before _end_at_exit is registered
 import os
 import queue
 import signal
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Optional
@@ -46,6 +48,16 @@ class PendingModelUri:
 
 
 _warm: dict = {"keep": False, "server": None}  # the process kept for this process's next run, see keep_warm()
+_open: "weakref.WeakSet[TrackerProcess]" = weakref.WeakSet()  # connected and not ended, see _end_at_exit()
+
+
+def _end_at_exit() -> None:
+    """At interpreter exit, close the connection of every run that was never ended (a caller that
+    raised past `end`): its tracker ends the run FAILED and its process exits. Registered after
+    multiprocessing's own exit handler, so it runs first: that handler joins the daemonic tracker
+    processes, which ignore SIGTERM and would wait forever for a connection this process still holds."""
+    for tracker in list(_open):
+        tracker._abandon()
 
 
 def keep_warm() -> None:
@@ -89,6 +101,10 @@ class TrackerProcess:
         """Check what can be checked here at once (a server's health), then start the process,
         which imports MLflow and opens the store while this one goes on."""
         self._tracker.prepare()
+        if not _warm.get("exit_hook"):
+            _warm["exit_hook"] = True
+            atexit.register(_end_at_exit)
+        _open.add(self)
         from pipeline import tracker_server
 
         conn = tracker_server.connect(getattr(self._tracker, "sweep_dir", None), self._tracker.uri)
@@ -148,6 +164,7 @@ class TrackerProcess:
 
     def end(self, status: str) -> None:
         """Wait until the tracker has logged everything it was sent and ended the run."""
+        _open.discard(self)
         if self._shared:
             self._send("end", (status,), {})
             self._collect()
@@ -166,8 +183,15 @@ class TrackerProcess:
         self._conn.close()  # end-of-file: the process returns
         self._process.join(timeout=30)
         if self._process.is_alive():
-            self._process.terminate()
+            self._process.kill()  # it ignores SIGTERM: the driver decides when it ends
         self._process = None
+
+    def _abandon(self) -> None:
+        """Close the connection of a run that was not ended: its tracker ends it FAILED."""
+        _open.discard(self)
+        self._stop_sender()
+        if self._conn is not None:
+            self._conn.close()
 
     def __getattr__(self, name: str):
         if name.startswith("_"):

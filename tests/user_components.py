@@ -60,3 +60,30 @@ class RecordingTracker(NullTracker):
 
     def end(self, status) -> None:
         self._note("end", status=status)
+
+
+class SlowStartTracker(NullTracker):
+    """A tracker for TrackerProcess that takes `delay_s` to connect, then notes the size of each
+    params blob it logs in `path` (its process is busy for that long before it reads a call)."""
+
+    enabled = True
+    uri = "sqlite:///never-opened.db"
+    sweep_dir = None
+    log_models = False
+
+    def __init__(self, delay_s: float, path: Path):
+        self.delay_s, self.path = delay_s, Path(path)
+
+    def prepare(self) -> None: ...
+
+    def connect(self) -> None:
+        import time
+
+        time.sleep(self.delay_s)
+
+    def start(self, run_name, params, tags) -> None:
+        self.run_id = "slow-run"
+
+    def log_params(self, params) -> None:
+        with self.path.open("a") as fh:
+            fh.write(f"{len(params['blob'])}\n")

@@ -160,3 +160,45 @@ def test_a_driver_that_dies_leaves_its_run_failed(tmp_path):
     while time.time() < deadline and _client(uri).get_run(run_id).info.status == "RUNNING":
         time.sleep(0.5)
     assert _client(uri).get_run(run_id).info.status == "FAILED"
+
+
+def test_a_driver_that_raises_past_end_exits_and_leaves_its_run_failed(tmp_path):
+    """The tracker's process ignores SIGTERM, and multiprocessing joins it at exit: the driver's
+    exit closes the run's connection first, so the run ends FAILED and the driver does not hang."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    script = textwrap.dedent(f"""
+        from pipeline.tracker_process import TrackerProcess
+        from pipeline.tracking import MlflowTracker
+        if __name__ == "__main__":
+            t = TrackerProcess(MlflowTracker({uri!r}, "exp"))
+            t.connect()
+            t.start("raised", {{}}, {{}})
+            t.log_metrics({{"loss": 0.5}})
+            print(t.run_id, flush=True)
+            raise SystemExit(3)
+    """)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert time.monotonic() - started < 60
+    run = _client(uri).get_run(proc.stdout.strip().splitlines()[-1])
+    assert run.info.status == "FAILED" and run.data.metrics == {"loss": 0.5}
+
+
+def test_a_call_is_not_waited_for_while_the_process_is_busy(tmp_path):
+    """A call larger than the pipe's buffer (a model's payload) returns at once, though the tracker's
+    process reads it only once it has connected; what the run changes afterwards is not what is logged."""
+    from tests.user_components import SlowStartTracker
+
+    tracker = TrackerProcess(SlowStartTracker(3.0, tmp_path / "logged.txt"))
+    tracker.connect()
+    tracker.start("a run", {}, {})
+    params = {"blob": "x" * 8_000_000}
+    started = time.monotonic()
+    tracker.log_params(params)
+    assert time.monotonic() - started < 1.5  # the process sleeps 3 s before it reads anything
+    params["blob"] = "changed"
+    tracker.end("FINISHED")
+    assert tracker.failure is None and tracker.run_id == "slow-run"
+    assert (tmp_path / "logged.txt").read_text() == "8000000\n"
+
