@@ -141,47 +141,35 @@ def test_a_model_is_logged_from_its_payload_without_its_library(tmp_path):
     assert loaded.metadata.signature is not None
 
 
-def test_a_driver_that_dies_leaves_its_run_failed(tmp_path):
+@pytest.mark.parametrize("leaving, code", [("time.sleep(1); os._exit(9)", 9), ("raise SystemExit(3)", 3)], ids=["dies", "raises"])
+def test_a_driver_that_leaves_without_ending_its_run_leaves_it_failed(tmp_path, leaving, code):
+    """Killed, or raising past `end`: the tracker's process ends the run FAILED. It ignores SIGTERM, and
+    multiprocessing joins it at exit, so a driver that raises closes the run's connection first (after
+    the calls it made are written) and does not hang. (A killed driver loses the calls its sender
+    thread had not written yet: the killed one here waits a second for them.)"""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     script = textwrap.dedent(f"""
         import os
+        import time
         from pipeline.tracker_process import TrackerProcess
         from pipeline.tracking import MlflowTracker
         if __name__ == "__main__":
             t = TrackerProcess(MlflowTracker({uri!r}, "exp"))
             t.connect()
             t.start("doomed", {{}}, {{}})
+            t.log_metrics({{"loss": 0.5}})
             print(t.run_id, flush=True)
-            os._exit(9)
+            {leaving}
     """)
+    started = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code, proc.stderr
+    assert time.monotonic() - started < 60
     run_id = proc.stdout.strip().splitlines()[-1]
     deadline = time.time() + 60
     while time.time() < deadline and _client(uri).get_run(run_id).info.status == "RUNNING":
         time.sleep(0.5)
-    assert _client(uri).get_run(run_id).info.status == "FAILED"
-
-
-def test_a_driver_that_raises_past_end_exits_and_leaves_its_run_failed(tmp_path):
-    """The tracker's process ignores SIGTERM, and multiprocessing joins it at exit: the driver's
-    exit closes the run's connection first, so the run ends FAILED and the driver does not hang."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    script = textwrap.dedent(f"""
-        from pipeline.tracker_process import TrackerProcess
-        from pipeline.tracking import MlflowTracker
-        if __name__ == "__main__":
-            t = TrackerProcess(MlflowTracker({uri!r}, "exp"))
-            t.connect()
-            t.start("raised", {{}}, {{}})
-            t.log_metrics({{"loss": 0.5}})
-            print(t.run_id, flush=True)
-            raise SystemExit(3)
-    """)
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 3, proc.stderr
-    assert time.monotonic() - started < 60
-    run = _client(uri).get_run(proc.stdout.strip().splitlines()[-1])
+    run = _client(uri).get_run(run_id)
     assert run.info.status == "FAILED" and run.data.metrics == {"loss": 0.5}
 
 
