@@ -16,7 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from hydra.experimental.callback import Callback
 
@@ -71,9 +71,7 @@ class MlflowSweepCallback(Callback):
     the launcher starts the jobs, logs the jobs of this host, and closes the parent at the end."""
 
     def __init__(self) -> None:
-        self.uri: Optional[str] = None
         self._tracker = None
-        self._sweep_dir: Optional[Path] = None
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
         conf = mlflow_settings(config)
@@ -85,21 +83,20 @@ class MlflowSweepCallback(Callback):
         from pipeline.tracker_server import SweepSpec, SweepTracker
 
         launch_dir = Path(config.hydra.runtime.cwd)
-        self.uri = conf.uri or tr.default_uri(launch_dir)
-        tr.hide_credential_links(self.uri)
-        if tr.is_remote(self.uri):
+        uri = conf.uri or tr.default_uri(launch_dir)
+        tr.hide_credential_links(uri)
+        if tr.is_remote(uri):
             tr.configure_http(conf.timeout_s)
-            tr.check_server(self.uri, conf.timeout_s)
-        artifact_root = None if tr.is_remote(self.uri) else launch_dir / "outputs" / "mlartifacts"
-        self._sweep_dir = sweep_directory(launch_dir, config.hydra.sweep.dir)
+            tr.check_server(uri, conf.timeout_s)
+        artifact_root = None if tr.is_remote(uri) else launch_dir / "outputs" / "mlartifacts"
+        sweep_dir = sweep_directory(launch_dir, config.hydra.sweep.dir)
         overrides = " ".join(redact_override(o) for o in config.hydra.overrides.task) or "default"
-        tr.write_parent_file(self._sweep_dir, tr.PARENT_PENDING)  # before any job starts: the jobs wait for it
+        tr.write_parent_file(sweep_dir, tr.PARENT_PENDING)  # before any job starts: the jobs wait for it
         try:
-            self._tracker = SweepTracker.start(SweepSpec(self.uri, conf.experiment, artifact_root, self._sweep_dir,
-                                                         overrides))
+            self._tracker = SweepTracker.start(SweepSpec(uri, conf.experiment, artifact_root, sweep_dir, overrides))
         except (OSError, RuntimeError) as exc:
             log.error("the sweep's MLflow tracker process could not start (%s); its jobs log without a parent run", exc)
-            tr.write_parent_file(self._sweep_dir, f"{tr.PARENT_FAILED} {exc}")
+            tr.write_parent_file(sweep_dir, f"{tr.PARENT_FAILED} {exc}")
             return
         atexit.register(self._close_if_open)  # Hydra skips on_multirun_end when a sweep raises
 

@@ -31,10 +31,12 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:
+    """Write to a temporary name beside `path`, then rename: a reader never sees half a file. `mode`
+    (less the umask) is the file's permissions from its creation on."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
-    with open(tmp, "wb") as fh:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

@@ -60,6 +60,9 @@ def _end_at_exit() -> None:
         tracker._abandon()
 
 
+atexit.register(_end_at_exit)
+
+
 def keep_warm() -> None:
     """Keep the tracker's process between the runs of this process (the warm worker of a sweep's slot):
     the next run reuses it, with MLflow imported and its store open. It exits with this process."""
@@ -101,9 +104,6 @@ class TrackerProcess:
         """Check what can be checked here at once (a server's health), then start the process,
         which imports MLflow and opens the store while this one goes on."""
         self._tracker.prepare()
-        if not _warm.get("exit_hook"):
-            _warm["exit_hook"] = True
-            atexit.register(_end_at_exit)
         _open.add(self)
         from pipeline import tracker_server
 
@@ -165,18 +165,15 @@ class TrackerProcess:
     def end(self, status: str) -> None:
         """Wait until the tracker has logged everything it was sent and ended the run."""
         _open.discard(self)
-        if self._shared:
-            self._send("end", (status,), {})
-            self._collect()
-            self._stop_sender()
-            self._conn.close()  # the sweep's process goes on serving other runs
-            self._shared = False
-            return
-        if self._process is None:
+        if self._process is None and not self._shared:
             return
         self._send("end", (status,), {})
         self._collect()
         self._stop_sender()
+        if self._shared:
+            self._conn.close()  # the sweep's process goes on serving other runs
+            self._shared = False
+            return
         if _warm["keep"] and self.failure is None and self._process.is_alive():
             _warm["server"], self._process = (self._process, self._conn), None
             return

@@ -46,7 +46,8 @@ class SweepSpec:
 
 
 class SweepTracker:
-    """The sweep driver's handle on the process: start it, then `finish` or `abort` it once."""
+    """The sweep driver's handle on the process: start it, then `finish` it once (with no sweep
+    directory after a sweep that raised)."""
 
     def __init__(self, process, control):
         self._process, self._control = process, control
@@ -207,15 +208,11 @@ class _Server:
 
 def _write_server_file(spec: SweepSpec, address: str, authkey: bytes) -> None:
     """SERVER_FILE, readable by this user only (it holds the key), written whole or not at all."""
-    path = Path(spec.sweep_dir) / SERVER_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from pipeline.store import atomic_write_bytes
+
     text = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "uri": spec.uri,
                        "address": address, "authkey": authkey.hex()})
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    atomic_write_bytes(Path(spec.sweep_dir) / SERVER_FILE, text.encode(), mode=0o600)
 
 
 def connect(sweep_dir: Optional[str], uri: str):
