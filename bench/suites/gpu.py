@@ -93,6 +93,8 @@ def run(opts: Options) -> dict:
     device = torch.cuda.get_device_name(0)
     engine = Engine(opts.scratch)
     figures, notes = [], []
+    # the tests first: what the GPU paths do matters more than how fast they are, should the run be cut short
+    pytest_result = _pytest_gpu(device, opts.scratch / "pytest-gpu.log")
     n = opts.n(3, 2)
     datasets = _datasets(opts, s)
     loaded = {}
@@ -146,7 +148,6 @@ def run(opts: Options) -> dict:
 
     figures += guarded("network on CUDA", [f"{g.split(' · ')[1]} · {name}" for g, name, _ in NN_FIGURES], network)
     figures += guarded(PACK_GROUP, PACK_FIGURES, lambda: _packing(engine, opts, s, n, device))
-    pytest_result = _pytest_gpu(device)
     figures.append(pytest_result)
     if pytest_result["outcome"] != "passed":
         notes.append(f"pytest -m gpu: {pytest_result.get('summary')}")
@@ -229,10 +230,11 @@ def _packing(engine: Engine, opts: Options, s: dict, n: int, device: str) -> lis
     ]
 
 
-def _pytest_gpu(device: str) -> dict:
+def _pytest_gpu(device: str, log_path) -> dict:
+    """`pytest -m gpu` as a subprocess; its whole output goes to log_path (kept with --keep-scratch)."""
     log("gpu: pytest -m gpu")
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "--durations=0"]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
@@ -241,6 +243,7 @@ def _pytest_gpu(device: str) -> dict:
                 "returncode": None, "summary": f"still running after {PYTEST_TIMEOUT_S} s", "seconds": PYTEST_TIMEOUT_S,
                 "device": device, "tail": out[-3000:]}
     seconds = time.perf_counter() - t0
+    log_path.write_text(proc.stdout + proc.stderr)
     lines = [l for l in proc.stdout.strip().splitlines() if l.strip()]
     counts = re.compile(r"\d+ (passed|failed|error|skipped|deselected)")
     summary = next((line.strip("= ").strip() for line in reversed(lines) if counts.search(line)),
