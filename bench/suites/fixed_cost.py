@@ -6,6 +6,7 @@ turn, the order rotating, so ratios pair runs taken under the same load; scores 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -88,8 +89,6 @@ def _rotations(names: list[str], n: int):
 
 
 def _overhead(runner: Runner, rows: list[str], n: int) -> list[dict]:
-    import json
-
     base = ["model=lightgbm"] + rows
     variants = {"untracked": base + ["tracking=none"], "tracked": base}
     plain_cmd = PLAIN + ([f"--max-rows={rows[0].split('=')[1]}"] if rows else [])
@@ -213,11 +212,12 @@ def _bag(runner: Runner, rows: list[str], n: int) -> list[dict]:
     plans = {name: _fit_schedule(run_dir) for name, run_dir in first.items()}
     group = "whole process · Adult · LightGBM · parallelism=bag5"
     plan = plans["parallel"]["models"][0]
+    reason = json.loads((first["parallel"] / "plan.json").read_text())["models"][0].get("folds_parallel_reason", "")
     same = plans["parallel"] == plans["one at a time"]
     return [
         figure("parallel / one at a time", ratios(wall["parallel"], wall["one at a time"]), "ratio", group=group,
                target=TARGETS["bag"], folds_parallel=plan["folds_parallel"],
-               reason=plan.get("folds_parallel_reason", ""), same_plan=same,
+               reason=reason, same_plan=same,
                note=("the planner ran the folds one at a time here: both variants ran the same plan, so the "
                      "ratio is run-to-run noise" if same else "")),
         figure("parallel seconds", wall["parallel"], "s", group=group),
@@ -230,8 +230,6 @@ def _bag(runner: Runner, rows: list[str], n: int) -> list[dict]:
 def _fit_schedule(run_dir: Path) -> dict:
     """What decides how a run's fits run: its plan's models (folds and trials at once, threads) and
     fit tasks (waves, shares), without the planner's wording and the memory it saw free."""
-    import json
-
     plan = json.loads((run_dir / "plan.json").read_text())
     models = [{k: v for k, v in m.items() if k != "folds_parallel_reason" and "ram" not in k} for m in plan["models"]]
     return {"models": models, "tasks": plan.get("tasks")}
