@@ -116,6 +116,30 @@ def test_lightgbm_trains_on_the_opencl_device(cli, tmp_path, opencl_device):
     assert abs(gpu_row["val_roc_auc"] - cpu_row["val_roc_auc"]) < 0.01
 
 
+def test_gbm_gpu_lightgbm_fits_are_repeatable(compose, opencl_device):
+    """The OpenCL learner with model=gbm_gpu's params, fitted three times with one seed: the same model each time.
+    (LightGBM's default, single precision, let the float atomics' order change the predictions, by up to 0.01 on
+    Adult here; so gbm_gpu sets gpu_use_dp.)"""
+    import numpy as np
+    from omegaconf import OmegaConf
+
+    from pipeline.config import DataConf
+    from pipeline.data import load
+    from pipeline.models import FitContext, LightGBMModel, Placement
+
+    params = OmegaConf.to_container(compose(["model=gbm_gpu"]).model.lightgbm.params)
+    assert params["gpu_use_dp"] is True
+    params.update(num_iterations=100, early_stopping_round=0)
+    data = load(DataConf(max_rows=20_000), Path(__file__).resolve().parents[2])
+    ctx = FitContext(data.problem_type, data.num_classes, Placement(2, gpu_ids=(0,), local_gpus=(0,)), seed=0,
+                     eval_metric="roc_auc")
+    tr, va, te = data.train_idx, data.val_idx, data.test_idx
+    predictions = [LightGBMModel(params, "lightgbm").fit(data.X.iloc[tr], data.y[tr], data.X.iloc[va], data.y[va], ctx)
+                   .predict_proba(data.X.iloc[te]) for _ in range(3)]
+    assert all(np.array_equal(predictions[0], p) for p in predictions[1:]), \
+        max(float(np.abs(predictions[0] - p).max()) for p in predictions[1:])
+
+
 def test_lightgbm_without_an_opencl_runtime_is_refused_before_fitting(cli, tmp_path):
     proc = cli("model=gbm_gpu", "~model.xgboost", "+hardware=1gpu", *GBM_SMALL,
                env={"PIPELINE_SIMULATE_GPUS": "1", **NO_OPENCL})
