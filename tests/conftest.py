@@ -41,6 +41,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def library_answers_cache(tmp_path_factory):
+    """The engine's cache of library answers (pipeline.models.native.cache_dir) in the session's scratch,
+    not the user's home; runs started by the tests inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIPELINE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.fixture
 def compose():
     """compose(overrides) -> the composed DictConfig, with Hydra's global state cleaned up."""

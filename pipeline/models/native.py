@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import importlib.util
 import json
 import logging
+import os
 import re
 import sys
 import warnings
@@ -115,7 +117,51 @@ def _xgboost() -> ctypes.CDLL:
 
 def xgboost_configure(params: list[tuple[str, str]], num_feature: int = 2) -> tuple[dict, list[str]]:
     """Configure a booster with no data as `xgb.train` would (validate_parameters on), and return its
-    configuration and the warnings XGBoost gave; XGBoostRejected for a value it refuses."""
+    configuration and the warnings XGBoost gave; XGBoostRejected for a value it refuses.
+
+    Creating a booster starts XGBoost's CUDA runtime, which on a machine with an NVIDIA driver
+    initialises the devices (seconds, even for a CPU booster). The answer depends only on the library
+    build and the parameters, so an accepted configuration is kept in the user's cache, keyed by both."""
+    entry = _cache_entry(params, num_feature)
+    if entry is not None:
+        try:
+            kept = json.loads(entry.read_text())
+            return kept["config"], kept["said"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # absent or unreadable: ask the library
+    config, said = _xgboost_configure(params, num_feature)
+    if entry is not None:
+        from pipeline.store import atomic_write_bytes
+
+        try:
+            atomic_write_bytes(entry, json.dumps({"config": config, "said": said}).encode())
+        except OSError as exc:
+            log.debug("could not keep XGBoost's answer in %s (%s)", entry, exc)
+    return config, said
+
+
+def cache_dir() -> Path:
+    """The engine's cache of library answers: $PIPELINE_CACHE_DIR, else $XDG_CACHE_HOME (or ~/.cache)
+    /tabular-pipeline."""
+    if os.environ.get("PIPELINE_CACHE_DIR"):
+        return Path(os.environ["PIPELINE_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tabular-pipeline"
+
+
+def _cache_entry(params: list[tuple[str, str]], num_feature: int) -> Optional[Path]:
+    """Where the answer for these parameters from this XGBoost build is kept; None when the build's
+    file is not known (the package found its library itself)."""
+    try:
+        library = Path(_libpath("xgboost").find_lib_path()[0])
+        stat = library.stat()
+    except Exception:  # noqa: BLE001 - an unknown layout: no key, so no cache
+        return None
+    key = json.dumps([str(library), stat.st_size, stat.st_mtime_ns, num_feature, params])
+    return cache_dir() / "xgboost-params" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+
+
+def _xgboost_configure(params: list[tuple[str, str]], num_feature: int) -> tuple[dict, list[str]]:
     lib = _xgboost()
     handle = ctypes.c_void_p()
 

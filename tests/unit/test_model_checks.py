@@ -97,6 +97,42 @@ def test_xgboost_passes_what_its_python_package_accepts():
     )
 
 
+def test_xgboost_asks_the_library_once_per_build_and_parameters(tmp_path, monkeypatch):
+    """Creating a booster starts CUDA where a driver exists (seconds): an accepted answer is kept in the
+    cache, keyed by the library file and the parameters; a new build of the library asks again, and a
+    value the library refuses is asked every time (nothing kept)."""
+    monkeypatch.setenv("PIPELINE_CACHE_DIR", str(tmp_path / "cache"))
+    library = tmp_path / "libxgboost.so"
+    library.write_bytes(b"build 1")
+    monkeypatch.setattr(native, "_libpath", lambda package: type("libpath", (), {
+        "find_lib_path": staticmethod(lambda: [str(library)])}))
+    asked = []
+    real = native._xgboost_configure
+
+    def counting(params, num_feature):
+        asked.append(dict(params))
+        return real(params, num_feature)
+
+    monkeypatch.setattr(native, "_xgboost_configure", counting)
+    for _ in range(2):
+        XGBoostModel.check_params("xgboost", {"max_depth": 3}, "binary")
+        with pytest.raises(ConfigError, match=r"params\.scale_pos_weight is not an XGBoost parameter"):
+            XGBoostModel.check_params("xgboost", {"scale_pos_weight": 2.0}, "multiclass")  # from the cache too
+    assert len(asked) == 2
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="XGBoost rejects them"):
+            XGBoostModel.check_params("xgboost", {"max_depth": "deep"}, "binary")
+    assert len(asked) == 4
+    library.write_bytes(b"build 2, another size")
+    XGBoostModel.check_params("xgboost", {"max_depth": 3}, "binary")
+    assert len(asked) == 5 and asked[-1]["max_depth"] == "3"
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setenv("PIPELINE_CACHE_DIR", str(tmp_path / "a file"))  # no cache to be had: asked, no error
+    for _ in range(2):
+        XGBoostModel.check_params("xgboost", {"max_depth": 3}, "binary")
+    assert len(asked) == 7
+
+
 def test_network_loop_does_not_import_the_model_and_options_import_no_torch():
     out = _fresh_python(
         "import json, sys\n"
