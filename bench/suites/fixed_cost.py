@@ -59,10 +59,12 @@ def run(opts: Options) -> dict:
 class Runner:
     def __init__(self, cwd: Path, env: dict):
         self.cwd, self.env, self.count = cwd, env, 0
+        self.launched: dict[Path, float] = {}
 
     def engine(self, args: list[str]) -> tuple[float, Path]:
         self.count += 1
         run_dir = self.cwd / "runs" / f"{self.count:04d}"
+        self.launched[run_dir] = time.time()  # the timeline's clock: when the process was started
         seconds, _ = self.call(ENGINE + args + [f"hydra.run.dir={run_dir}"])
         return seconds, run_dir
 
@@ -149,9 +151,10 @@ def _gpu_overhead(runner: Runner, name: str, args: list[str], rows: list[str], n
     ]
 
 
-def _alternate(runner: Runner, variants: dict[str, list[str]], n: int, label: str, score) -> tuple[dict, dict, dict]:
+def _alternate(runner: Runner, variants: dict[str, list[str]], n: int, label: str, score,
+               each=None) -> tuple[dict, dict, dict]:
     """Each variant's engine run n times, the order rotating: wall seconds and `score(run_dir)` per
-    variant, and each variant's first run directory."""
+    variant, and each variant's first run directory; `each(variant, run_dir)` after every run."""
     wall: dict[str, list[float]] = {k: [] for k in variants}
     scores: dict[str, list[float]] = {k: [] for k in variants}
     first: dict[str, Path] = {}
@@ -162,6 +165,8 @@ def _alternate(runner: Runner, variants: dict[str, list[str]], n: int, label: st
             wall[name].append(sec)
             scores[name].append(score(run_dir))
             first.setdefault(name, run_dir)
+            if each is not None:
+                each(name, run_dir)
     return wall, scores, first
 
 
@@ -208,7 +213,15 @@ def _startup(runner: Runner, n: int) -> list[dict]:
 def _bag(runner: Runner, rows: list[str], n: int) -> list[dict]:
     base = ["model=lightgbm", "parallelism=bag5", "tracking=none"] + rows
     variants = {"parallel": base, "one at a time": base + ["parallelism.sequential=true"]}
-    wall, auc, first = _alternate(runner, variants, n, "bag5", _test_auc)
+    phases = {name: {"start": [], "fits": []} for name in variants}
+
+    def split(name: str, run_dir: Path) -> None:
+        """Where a run's time went: process start to its first fit, and the fits (first start to last end)."""
+        timeline = json.loads((run_dir / "timeline.json").read_text())
+        phases[name]["start"].append(min(e["start"] for e in timeline) - runner.launched[run_dir])
+        phases[name]["fits"].append(max(e["end"] for e in timeline) - min(e["start"] for e in timeline))
+
+    wall, auc, first = _alternate(runner, variants, n, "bag5", _test_auc, each=split)
     plans = {name: _fit_schedule(run_dir) for name, run_dir in first.items()}
     group = "whole process · Adult · LightGBM · parallelism=bag5"
     plan = plans["parallel"]["models"][0]
@@ -222,6 +235,10 @@ def _bag(runner: Runner, rows: list[str], n: int) -> list[dict]:
                      "ratio is run-to-run noise" if same else "")),
         figure("parallel seconds", wall["parallel"], "s", group=group),
         figure("one at a time seconds (parallelism.sequential=true)", wall["one at a time"], "s", group=group),
+        *[figure(f"{name}: {what}", phases[name][key], "s", group=group)
+          for name in variants
+          for key, what in (("start", "process start to first fit seconds"),
+                            ("fits", "fit phase seconds (first fit start to last fit end)"))],
         figure("test ROC AUC, parallel", auc["parallel"], "roc_auc", group=group, kind="score",
                identical=auc["parallel"] == auc["one at a time"], compared_with="the one-at-a-time run's"),
     ]
