@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import Options, cpu_cores, figure, guarded, log, ratios
+from bench.common import Options, cpu_cores, figure, fit_makespan, guarded, log, ratios
 
 ENGINE = [sys.executable, "-m", "pipeline"]
 PLAIN = [sys.executable, "-m", "bench.plain"]
@@ -219,13 +219,14 @@ def _bag(runner: Runner, rows: list[str], n: int) -> list[dict]:
         """Where a run's time went: process start to its first fit, and the fits (first start to last end)."""
         timeline = json.loads((run_dir / "timeline.json").read_text())
         phases[name]["start"].append(min(e["start"] for e in timeline) - runner.launched[run_dir])
-        phases[name]["fits"].append(max(e["end"] for e in timeline) - min(e["start"] for e in timeline))
+        phases[name]["fits"].append(fit_makespan(timeline))
 
     wall, auc, first = _alternate(runner, variants, n, "bag5", _test_auc, each=split)
-    plans = {name: _fit_schedule(run_dir) for name, run_dir in first.items()}
+    written = {name: json.loads((run_dir / "plan.json").read_text()) for name, run_dir in first.items()}
+    plans = {name: _fit_schedule(plan) for name, plan in written.items()}
     group = "whole process · Adult · LightGBM · parallelism=bag5"
     plan = plans["parallel"]["models"][0]
-    reason = json.loads((first["parallel"] / "plan.json").read_text())["models"][0].get("folds_parallel_reason", "")
+    reason = written["parallel"]["models"][0].get("folds_parallel_reason", "")
     same = plans["parallel"] == plans["one at a time"]
     return [
         figure("parallel / one at a time", ratios(wall["parallel"], wall["one at a time"]), "ratio", group=group,
@@ -244,10 +245,9 @@ def _bag(runner: Runner, rows: list[str], n: int) -> list[dict]:
     ]
 
 
-def _fit_schedule(run_dir: Path) -> dict:
+def _fit_schedule(plan: dict) -> dict:
     """What decides how a run's fits run: its plan's models (folds and trials at once, threads) and
     fit tasks (waves, shares), without the planner's wording and the memory it saw free."""
-    plan = json.loads((run_dir / "plan.json").read_text())
     models = [{k: v for k, v in m.items() if k != "folds_parallel_reason" and "ram" not in k} for m in plan["models"]]
     return {"models": models, "tasks": plan.get("tasks")}
 
