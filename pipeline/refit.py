@@ -21,7 +21,7 @@ from pipeline.devices import local_ordinals
 from pipeline.executors.tasks import task_seed
 from pipeline.metrics import Metric
 from pipeline.models.base import FitContext, Placement
-from pipeline.nodes.context import TrialResult, leaderboard_row
+from pipeline.nodes.context import TrialResult, leaderboard_row, rows_per_second
 from pipeline.plan import Plan
 
 SUFFIX = "_refit"
@@ -55,7 +55,7 @@ def refit_all(best: dict[str, TrialResult], predictors: dict, data, metric: Metr
     """Refit every model (and the ensemble over the refits, with the bagged ensemble's weights);
     adds their predictors to `predictors` and returns their leaderboard rows."""
     problem, y_test, X_test = data.problem_type, data.y[data.test_idx], data.X.iloc[data.test_idx]
-    rows, test_preds = [], {}
+    rows, test_preds, test_seconds = [], {}, {}
     for name, trial in best.items():
         placement = placement_for(plan, name)
         model = refit_model(name, trial, data, metric, placement, seed)
@@ -63,11 +63,12 @@ def refit_all(best: dict[str, TrialResult], predictors: dict, data, metric: Metr
         predictors[predictor.name] = predictor
         start = time.perf_counter()
         test_preds[name] = predictor.predict_typed(X_test)
-        seconds = time.perf_counter() - start
+        seconds = test_seconds[name] = time.perf_counter() - start
         on_gpu = model.device_ != "cpu"  # cuda:N, or opencl:N (...) for LightGBM's OpenCL learner
         device = "GPU " + plan.hardware.visible_devices(placement.gpu_ids) if on_gpu else "cpu"
         rows.append(_row(predictor.name, metrics_module.score_all(problem, y_test, test_preds[name]),
-                         model.fit_seconds_, seconds, device, trial.trial, {**model.params}))
+                         model.fit_seconds_, seconds, rows_per_second(len(X_test), seconds), device, trial.trial,
+                         {**model.params}))
     bagged = predictors.get("ensemble")
     if isinstance(bagged, EnsemblePredictor):
         members = [predictors[m.name + SUFFIX] for m in bagged.members]
@@ -75,12 +76,15 @@ def refit_all(best: dict[str, TrialResult], predictors: dict, data, metric: Metr
                                                             data.classes)
         pred = blend([test_preds[m.name] for m in bagged.members], np.asarray(bagged.weights))
         weights = dict(zip((m.name for m in members), bagged.weights))
-        rows.append(_row("ensemble" + SUFFIX, metrics_module.score_all(problem, y_test, pred), 0.0, 0.0, "cpu", "-",
-                         weights))
+        seconds = sum(test_seconds[m.name] for m in bagged.members)
+        rows.append(_row("ensemble" + SUFFIX, metrics_module.score_all(problem, y_test, pred), 0.0, 0.0,
+                         rows_per_second(len(X_test), seconds), "cpu", "-", weights))
     return rows
 
 
-def _row(name: str, test: dict, fit_seconds: float, predict_seconds: float, device: str, trial, params: dict) -> dict:
+def _row(name: str, test: dict, fit_seconds: float, predict_seconds: float, rows_per_s, device: str, trial,
+         params: dict) -> dict:
     """A refit has no validation rows of its own: its validation scores are NaN."""
     return leaderboard_row(name, {k: float("nan") for k in test}, test, fit_seconds=fit_seconds,
-                           predict_seconds=predict_seconds, device=device, num_folds=1, best_trial=trial, params=params)
+                           predict_seconds=predict_seconds, test_rows_per_s=rows_per_s, device=device, num_folds=1,
+                           best_trial=trial, params=params)

@@ -70,7 +70,7 @@ class FoldResult:
     val_pred: np.ndarray
     test_pred: np.ndarray
     fit_seconds: float
-    predict_seconds: float
+    predict_seconds: float  # the held-out and test rows
     device: str
     start: float
     end: float
@@ -78,6 +78,7 @@ class FoldResult:
     host: str
     gpu_ids: tuple[int, ...] = ()
     node: str = ""  # the Ray node id, where a cluster may run several nodes on one host
+    test_predict_seconds: Optional[float] = None  # the test rows alone (None: a result cached before it was kept)
     cuda_visible_devices: Optional[str] = None
     num_cpus: int = 1
     pruned: bool = False
@@ -259,8 +260,9 @@ def run_fit(request: FitRequest) -> FoldResult:
         model.fit(X.iloc[train_rows], y[train_rows], X.iloc[held_out], y[held_out], ctx)
         t0 = time.perf_counter()
         val_pred = model.predict_proba(X.iloc[held_out])
+        t1 = time.perf_counter()
         test_pred = model.predict_proba(X.iloc[data.test_idx])
-        predict_seconds = time.perf_counter() - t0
+        t2 = time.perf_counter()
     if ctx.checkpoint_dir is not None and ctx.checkpoint_dir.exists():
         import shutil
 
@@ -268,7 +270,7 @@ def run_fit(request: FitRequest) -> FoldResult:
     return FoldResult(
         task_id=request.task_id, key=request.key, model=model, held_out=held_out,
         val_pred=val_pred, test_pred=test_pred, fit_seconds=model.fit_seconds_,
-        predict_seconds=predict_seconds, device=model.device_, start=start, end=time.time(),
+        predict_seconds=t2 - t0, test_predict_seconds=t2 - t1, device=model.device_, start=start, end=time.time(),
         pid=os.getpid(), host=socket.gethostname(), gpu_ids=request.gpu_ids,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), num_cpus=request.num_cpus,
         pruned=bool(report and report.pruned), curve=dict(report.values) if report else {},

@@ -35,6 +35,13 @@ class TrialResult:
     def predict_seconds(self) -> float:
         return sum(f.predict_seconds for f in self.folds)
 
+    @property
+    def test_predict_seconds(self) -> Optional[float]:
+        """What its bagged predictor took to score the test rows: its fold models, one after the
+        other, as the fits timed them; None if a fold's time is unknown."""
+        seconds = [getattr(f, "test_predict_seconds", None) for f in self.folds]
+        return None if any(s is None for s in seconds) else sum(seconds)
+
 
 @dataclass
 class Outcome:
@@ -99,14 +106,20 @@ class GraphContext:
         return self.outputs
 
 
-def leaderboard_row(name: str, val: dict, test: dict, *, fit_seconds: float, predict_seconds: float, device: str,
-                    num_folds: int, best_trial, params: dict) -> dict:
+def leaderboard_row(name: str, val: dict, test: dict, *, fit_seconds: float, predict_seconds: float,
+                    test_rows_per_s: Optional[float], device: str, num_folds: int, best_trial, params: dict) -> dict:
     """One row of the leaderboard (a model, the ensemble or a refit), its columns in the leaderboard's order."""
     import json
 
     row = {"model": name}
     row.update({f"val_{k}": v for k, v in val.items()})
     row.update({f"test_{k}": v for k, v in test.items()})
-    row.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds, device=device, num_folds=num_folds,
-               best_trial=best_trial, params=json.dumps(params, default=str))
+    row.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds, predict_rows_per_s=test_rows_per_s,
+               device=device, num_folds=num_folds, best_trial=best_trial, params=json.dumps(params, default=str))
     return row
+
+
+def rows_per_second(rows: int, seconds: Optional[float]) -> Optional[float]:
+    """Throughput of a predictor that scored `rows` in `seconds` (AutoGluon's pred_time_test, as a
+    rate); None when the time is unknown or too short to read."""
+    return rows / seconds if seconds else None

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from pipeline.nodes import NodeKind, register
-from pipeline.nodes.context import leaderboard_row
+from pipeline.nodes.context import leaderboard_row, rows_per_second
 
 
 @dataclass
@@ -37,7 +37,7 @@ class EnsembleNode(NodeKind):
         for name, trial in best.items():
             val_scores = metrics_module.score_all(problem, data.y[trial.held_out], trial.val_pred)
             test_scores = metrics_module.score_all(problem, data.y[data.test_idx], trial.test_pred)
-            rows.append(_row(name, trial, val_scores, test_scores, ctx.plan))
+            rows.append(_row(name, trial, val_scores, test_scores, ctx.plan, len(data.test_idx)))
             predictors[name] = BaggedPredictor(name, [f.model for f in trial.folds], problem, data.classes, schema)
             _log_model_metrics(tracker, name, val_scores, test_scores, trial)
         if len(best) >= 2:
@@ -52,10 +52,11 @@ class EnsembleNode(NodeKind):
         return f"ensemble: the best trial of {names[0]}" if names else "ensemble: no model"
 
 
-def _row(name: str, trial, val: dict, test: dict, plan) -> dict:
+def _row(name: str, trial, val: dict, test: dict, plan, test_rows: int) -> dict:
     devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device != "cpu"})
     device = "GPU " + plan.hardware.visible_devices(devices) if devices else "cpu"
     return leaderboard_row(name, val, test, fit_seconds=trial.fit_seconds, predict_seconds=trial.predict_seconds,
+                           test_rows_per_s=rows_per_second(test_rows, trial.test_predict_seconds),
                            device=device, num_folds=len(trial.folds), best_trial=trial.trial, params=trial.params)
 
 
@@ -82,7 +83,10 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, tracker)
     tracker.log_metrics({f"ensemble/val_{k}": v for k, v in val_scores.items()}
                         | {f"ensemble/test_{k}": v for k, v in test_scores.items()}
                         | {f"ensemble/weight/{n}": float(w) for n, w in zip(names, weights)})
-    return leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=seconds, predict_seconds=0.0, device="cpu",
+    member_seconds = [t.test_predict_seconds for t in trials]  # it predicts with every member, then blends
+    test_seconds = None if None in member_seconds else sum(member_seconds)
+    return leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=seconds, predict_seconds=0.0,
+                           test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
                            num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))))
 
 

@@ -126,6 +126,15 @@ def test_bad_inputs_exit_with_one_clear_message(bagged, tmp_path, case):
     assert not (tmp_path / "out.csv").exists()
 
 
+def test_the_ensembles_rows_per_second_are_its_members_test_predictions_in_turn(registered):
+    # Each rate is the test rows over the seconds the run took to score them; the ensemble scores with
+    # both members, so its seconds are theirs added up (no separate timing passes to disagree).
+    _, run_dir, _ = registered
+    rate = pd.read_csv(run_dir / "leaderboard.csv").set_index("model")["predict_rows_per_s"]
+    assert (rate > 0).all()
+    assert 1 / rate["ensemble"] == pytest.approx(1 / rate["lightgbm"] + 1 / rate["xgboost"], rel=1e-9)
+
+
 def test_the_registered_best_model_predicts_from_the_cli(registered, tmp_path):
     root, run_dir, proc = registered
     assert "registered ensemble as models:/adult_clf@champion (version 1)" in proc.stdout

@@ -1,57 +1,59 @@
-"""The leaderboard's rows per second: the best of up to three passes over the test rows, after a
-warm-up, ending early when two passes agree."""
+"""The leaderboard's rows per second: the test rows over the seconds the run took to score them,
+each fold model's test prediction timed where it was fitted (AutoGluon's pred_time_test, as a rate);
+evaluation predicts nothing again to measure it."""
 
-import types
+from fractions import Fraction
+from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 
+from pipeline.executors.tasks import DataRef, FitRequest, run_fit
 from pipeline.nodes import evaluate
+from pipeline.nodes.context import TrialResult, leaderboard_row, rows_per_second
+from tests.fault_models import SlowPredictModel
+
+PER_1000 = 0.05  # seconds of sleep per 1,000 predicted rows
 
 
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self):
-        return self.now
-
-
-class _Predictor:
-    """Each call on the full rows takes the next of `seconds` on the clock; the warm-up takes none."""
-
-    def __init__(self, clock, seconds):
-        self.clock, self.seconds, self.full_passes = clock, list(seconds), 0
-
-    def predict_typed(self, X):
-        if len(X) > 8:
-            self.clock.now += self.seconds[self.full_passes]
-            self.full_passes += 1
-        return [0.0] * len(X)
+def fold(adult, k: int, num_folds: int = 2):
+    request = FitRequest(
+        task_id=f"fit/slow/t0/f{k}", key=f"k{k}", model=SlowPredictModel({"seconds_per_1000_rows": PER_1000}),
+        params={}, model_name="slow", trial=0, fold=k, num_folds=num_folds, fold_seed=0, seed=0,
+        eval_metric="roc_auc", num_cpus=1, gpu_ids=(), gpu_shares=(Fraction(0),), data=DataRef(obj=adult),
+    )
+    return run_fit(request)
 
 
-class _Tracker:
-    def __init__(self):
-        self.logged = {}
+def test_a_fit_times_its_test_rows_apart_from_its_held_out_rows(adult):
+    result = fold(adult, 0)
+    test_rows, held_rows = len(adult.test_idx), len(result.held_out)
+    assert result.test_predict_seconds == pytest.approx(PER_1000 * test_rows / 1000, rel=0.5, abs=0.02)
+    assert result.predict_seconds == pytest.approx(PER_1000 * (test_rows + held_rows) / 1000, rel=0.5, abs=0.02)
+    assert result.test_predict_seconds < result.predict_seconds
 
-    def log_metrics(self, metrics):
-        self.logged.update(metrics)
+
+def test_a_bag_scores_at_the_test_rows_over_its_folds_test_seconds(adult):
+    folds = [fold(adult, k) for k in range(2)]
+    trial = TrialResult("slow", 0, {}, folds, None, None, None, 0.5)
+    assert trial.test_predict_seconds == pytest.approx(sum(f.test_predict_seconds for f in folds))
+    rate = rows_per_second(len(adult.test_idx), trial.test_predict_seconds)
+    # two fold models, each sleeping PER_1000 per 1,000 rows: half the rate of one
+    assert rate == pytest.approx(1000 / (2 * PER_1000), rel=0.5)
 
 
-@pytest.mark.parametrize(
-    ("seconds", "passes", "best"),
-    [
-        ([0.100, 0.103, 0.050], 2, 0.100),  # the first two agree within 5%: no third pass
-        ([0.100, 0.120, 0.090], 3, 0.090),  # they do not: the third is taken, and the best of all
-        ([0.600, 0.100, 0.100], 1, 0.600),  # one pass outran the budget
-    ],
-)
-def test_passes_end_when_two_agree_or_the_budget_is_spent(monkeypatch, seconds, passes, best):
-    clock = _Clock()
-    monkeypatch.setattr(evaluate, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
-    predictor, tracker = _Predictor(clock, seconds), _Tracker()
-    rows = [{"model": "m"}]
-    evaluate._measure_throughput(rows, {"m": predictor}, pd.DataFrame({"x": range(1000)}), tracker)
-    assert predictor.full_passes == passes
-    assert rows[0]["predict_rows_per_s"] == pytest.approx(1000 / best)
-    assert tracker.logged == {"m/predict_rows_per_s": rows[0]["predict_rows_per_s"]}
+def test_a_fold_cached_before_test_seconds_were_kept_leaves_the_rate_unknown():
+    old = SimpleNamespace(predict_seconds=0.3)  # a FoldResult unpickled from an older cache has no such field
+    new = SimpleNamespace(predict_seconds=0.3, test_predict_seconds=0.1)
+    assert TrialResult("m", 0, {}, [new, old], None, None, None, 0.5).test_predict_seconds is None
+    assert rows_per_second(1000, None) is None
+
+
+def test_evaluation_logs_the_rows_rates_without_predicting(adult):
+    logged = {}
+    tracker = SimpleNamespace(log_metrics=logged.update)
+    rows = [leaderboard_row("a", {}, {}, fit_seconds=1.0, predict_seconds=0.2, test_rows_per_s=5000.0, device="cpu",
+                            num_folds=1, best_trial=0, params={}),
+            leaderboard_row("b", {}, {}, fit_seconds=1.0, predict_seconds=0.2, test_rows_per_s=None, device="cpu",
+                            num_folds=1, best_trial=0, params={})]
+    evaluate._log_throughput(rows, tracker)
+    assert logged == {"a/predict_rows_per_s": 5000.0}
