@@ -18,6 +18,7 @@ import pandas as pd
 from pipeline.config import DataConf
 from pipeline.data_sources import read_file, resolve
 from pipeline.errors import DataError, closest
+from pipeline.schema import category_text, encode
 
 log = logging.getLogger(__name__)
 
@@ -210,10 +211,11 @@ def _type_columns(X, categorical, numeric, fit_rows, test_rows, spec: DataConf) 
     for column in numeric:
         out[column] = X[column].astype(np.float32)
     for column in categorical:
-        values = X[column].astype("string") if not pd.api.types.is_bool_dtype(X[column]) else X[column].astype(str)
-        seen = pd.unique(values.iloc[fit_rows].dropna())
-        categories = sorted(str(v) for v in seen)
-        typed = pd.Categorical(values, categories=categories)
+        values = category_text(X[column])
+        codes, uniques = pd.factorize(values)
+        seen = np.unique(codes[fit_rows])
+        categories = sorted(str(v) for v in uniques[seen[seen >= 0]])
+        typed = encode(values, categories, (codes, uniques))
         unseen_mask = np.zeros(len(values), dtype=bool)
         unseen_mask[test_rows] = True
         unseen_mask &= np.asarray(values.notna()) & (typed.codes == -1)

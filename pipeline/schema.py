@@ -19,6 +19,26 @@ from pipeline.errors import DataError
 log = logging.getLogger(__name__)
 
 
+def category_text(values: pd.Series) -> pd.Series:
+    """A column's values as the text its categories are named by (booleans as 'True'/'False')."""
+    return values.astype(str) if pd.api.types.is_bool_dtype(values) else values.astype("string")
+
+
+def encode(text: pd.Series, categories: list[str], factorized: Optional[tuple] = None) -> pd.Categorical:
+    """`text` as a Categorical of `categories`; a value outside them becomes missing (code -1).
+
+    Each distinct value is looked up once (factorize, then the few uniques), which is several
+    times faster than pandas' value-by-value path and keeps the result the same. `factorized`:
+    `pd.factorize(text)`, when the caller has it already.
+    """
+    codes, uniques = factorized if factorized is not None else pd.factorize(text)
+    where = pd.Index(categories, dtype=object).get_indexer(np.asarray(uniques, dtype=object))
+    mapped = np.full(len(codes), -1, dtype=np.int64)
+    present = codes >= 0
+    mapped[present] = where[codes[present]]
+    return pd.Categorical.from_codes(mapped, categories=categories)
+
+
 @dataclass
 class FeatureSchema:
     """The columns a predictor expects, their categories, and the training rule for unseen ones."""
@@ -69,8 +89,8 @@ class FeatureSchema:
         categories = self.categories[column]
         if isinstance(values.dtype, pd.CategoricalDtype) and list(values.cat.categories) == categories:
             return values
-        text = values.astype(str) if pd.api.types.is_bool_dtype(values) else values.astype("string")
-        typed = pd.Categorical(text, categories=categories)
+        text = category_text(values)
+        typed = encode(text, categories)
         new = np.asarray(text.notna()) & (typed.codes == -1)
         if new.any():
             examples = sorted(set(text[new].astype(str)))[:3]

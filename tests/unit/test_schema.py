@@ -1,11 +1,13 @@
 """The training schema applied to new data: typed errors naming the column, the unseen-category rule."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from pipeline.errors import DataError
-from pipeline.schema import FeatureSchema
+from pipeline.schema import FeatureSchema, category_text, encode
 
 
 def schema(unseen="missing") -> FeatureSchema:
@@ -44,3 +46,26 @@ def test_unseen_categories_are_missing_values_and_counted():
 def test_unseen_categories_are_an_error_when_training_said_so():
     with pytest.raises(DataError, match=r"column 'city' .*'Paris'.*data.unseen_categories=error"):
         schema("error").apply(pd.DataFrame({"age": [1], "city": ["Paris"], "member": [True]}))
+
+
+COLUMNS = {
+    "text with missing values": ["b", None, "a", "c", "a", None, "d"],
+    "mixed objects": [1, "x", 2, None, "x", 1, 3],
+    "booleans": [True, False, True, True, False, False, True],
+    "categorical": pd.Categorical(["u", "w", "v", "u", "w", "v", "z"]),
+    "accents and spaces": ["é", "e", " e", "É", "e", "é", "ê"],
+}
+
+
+@pytest.mark.parametrize("name", list(COLUMNS))
+def test_encoding_keeps_pandas_codes_and_turns_unseen_values_missing_without_a_deprecation(name):
+    # The first five rows name the categories, the last two may hold values outside them. pandas
+    # warns that building a Categorical from such values will raise in a later version: encode must not.
+    text = category_text(pd.Series(COLUMNS[name]))
+    categories = sorted({str(v) for v in text.iloc[:5].dropna()})
+    expected = [categories.index(str(v)) if v is not pd.NA and str(v) in categories else -1 for v in text]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        typed = encode(text, categories)
+    assert list(typed.codes) == expected
+    assert list(typed.categories) == categories
