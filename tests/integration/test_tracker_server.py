@@ -71,6 +71,17 @@ def test_jobs_log_through_the_sweeps_process_as_children_of_its_parent(tmp_path)
     assert parent.data.tags["best/job"] == "job 1" and parent.data.metrics["best/val_roc_auc"] == pytest.approx(0.81)
 
 
+def test_the_sweeps_process_runs_at_the_jobs_priority(tmp_path):
+    # Every job waits at its end for its run to be logged: this process's work is on the jobs' path,
+    # so it is not niced below them as a single run's own tracker process is.
+    uri, sweep_dir, server = _start(tmp_path)
+    try:
+        pid = json.loads((sweep_dir / ts.SERVER_FILE).read_text())["pid"]
+        assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        server.finish(sweep_dir)
+
+
 def test_a_full_server_or_another_store_sends_the_job_to_its_own_process(tmp_path):
     uri, sweep_dir, server = _start(tmp_path)
     try:
