@@ -11,6 +11,7 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 IMG_PREFIX = "bench-"
@@ -405,9 +406,32 @@ def _suite_body(suite: str, run: dict, title: str, img_dir, rel_img, written: se
     settings = settings_lines(out.get("settings", {}))
     if settings:
         lines += ["<details><summary>Settings of this run</summary>", ""] + settings + ["", "</details>", ""]
+    lines += profile_lines(out.get("profile"))
     lines.append(f"Suite time: {out.get('seconds', '?')} s.")
     lines.append("")
     return lines
+
+
+def profile_lines(profile: Optional[dict], top: int = 25) -> list[str]:
+    """A profiled run's processes (bench/profile_hook): CPU and wall seconds, then the functions with the
+    most cumulative time in each, in a collapsed block."""
+    if not profile:
+        return []
+    if profile.get("status") == "failed":
+        return [f"Profiled run: failed ({profile.get('reason', '?')}).", ""]
+    lines = ["<details><summary>Where one profiled run spent its time (cProfile, main thread of each "
+             "process; slower than unprofiled)</summary>", "", f"`{profile['command']}`: "
+             f"{profile['wall_s_under_profiler']:.2f} s under the profiler.", ""]
+    for p in profile["processes"]:
+        if p["cpu_user_s"] + p["cpu_system_s"] < 0.1:  # multiprocessing's resource tracker and the like
+            continue
+        role = "the tracker's process" if p.get("mlflow_imported") else "the run's process"
+        lines += [f"- pid {p['pid']} ({role}): {p['cpu_user_s'] + p['cpu_system_s']:.2f} s CPU over "
+                  f"{p['wall_s']:.2f} s", ""]
+        lines += ["  | cumulative s | calls | function |", "  |---:|---:|---|"]
+        lines += [f"  | {r['cumulative_s']:.3f} | {r['calls']} | `{r['function']}` |" for r in p["top"][:top]]
+        lines.append("")
+    return lines + ["</details>", ""]
 
 
 def newest_per_suite(mruns: list[dict]) -> list[tuple[str, dict]]:

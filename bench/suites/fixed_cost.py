@@ -32,6 +32,7 @@ def run(opts: Options) -> dict:
     figures += guarded("run: plain / untracked / tracked", ["tracked / untracked"],
                        lambda: _overhead(runner, rows, n))
     loads["after overhead"] = os.getloadavg()
+    profile = _profile(runner, ["model=lightgbm"] + rows)
     figures += guarded("start-up", ["--help"], lambda: _startup(runner, opts.n(10, 3)))
     figures += guarded("5-fold bag", ["parallel / one at a time"], lambda: _bag(runner, rows, n))
     loads["after bag"] = os.getloadavg()
@@ -51,9 +52,34 @@ def run(opts: Options) -> dict:
                      "parameters, seed and threads, early stopping on validation, test ROC AUC",
         },
         "figures": figures,
+        "profile": profile,
         "notes": ["Timings on a shared machine are noisy: compare the ratios (paired per repeat) and read "
                   "the load averages in the settings."],
     }
+
+
+PROFILE_HOOK = Path(__file__).resolve().parents[1] / "profile_hook"
+
+
+def _profile(runner: "Runner", args: list[str]) -> dict:
+    """One tracked run with every process profiling itself (bench/profile_hook): where the driver and
+    the tracker's process spent their time, for a box whose tracked overhead needs explaining. Not
+    timed against anything: cProfile slows Python code down."""
+    folder = runner.cwd / "profile"
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("*.json"):
+        old.unlink()
+    path = os.pathsep.join(filter(None, [str(PROFILE_HOOK), runner.env.get("PYTHONPATH")]))
+    env = {**runner.env, "PYTHONPATH": path, "PIPELINE_BENCH_PROFILE": str(folder)}
+    log("fixed_cost: one tracked run under cProfile")
+    try:
+        seconds, _ = runner.engine(args, env=env)
+    except Exception as exc:  # noqa: BLE001  (the profile is an aid: its failure loses no figure)
+        return {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    processes = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    processes.sort(key=lambda p: -(p["cpu_user_s"] + p["cpu_system_s"]))
+    return {"command": "python -m pipeline " + " ".join(args), "wall_s_under_profiler": round(seconds, 3),
+            "processes": processes}
 
 
 class Runner:
@@ -61,16 +87,16 @@ class Runner:
         self.cwd, self.env, self.count = cwd, env, 0
         self.launched: dict[Path, float] = {}
 
-    def engine(self, args: list[str]) -> tuple[float, Path]:
+    def engine(self, args: list[str], env: dict | None = None) -> tuple[float, Path]:
         self.count += 1
         run_dir = self.cwd / "runs" / f"{self.count:04d}"
         self.launched[run_dir] = time.time()  # the timeline's clock: when the process was started
-        seconds, _ = self.call(ENGINE + args + [f"hydra.run.dir={run_dir}"])
+        seconds, _ = self.call(ENGINE + args + [f"hydra.run.dir={run_dir}"], env)
         return seconds, run_dir
 
-    def call(self, cmd: list[str]) -> tuple[float, str]:
+    def call(self, cmd: list[str], env: dict | None = None) -> tuple[float, str]:
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(cmd, cwd=self.cwd, env=env or self.env, capture_output=True, text=True, timeout=1800)
         seconds = time.perf_counter() - t0
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd[1:])} exited {proc.returncode}: {proc.stderr[-2000:]}")
