@@ -406,7 +406,8 @@ def _suite_body(suite: str, run: dict, title: str, img_dir, rel_img, written: se
     settings = settings_lines(out.get("settings", {}))
     if settings:
         lines += ["<details><summary>Settings of this run</summary>", ""] + settings + ["", "</details>", ""]
-    lines += profile_lines(out.get("profile"))
+    for profile in out.get("profiles") or ([out["profile"]] if out.get("profile") else []):
+        lines += profile_lines(profile)
     lines.append(f"Suite time: {out.get('seconds', '?')} s.")
     lines.append("")
     return lines

@@ -32,7 +32,8 @@ def run(opts: Options) -> dict:
     figures += guarded("run: plain / untracked / tracked", ["tracked / untracked"],
                        lambda: _overhead(runner, rows, n))
     loads["after overhead"] = os.getloadavg()
-    profile = _profile(runner, ["model=lightgbm"] + rows)
+    profiles = [_profile(runner, ["model=lightgbm"] + rows),
+                _profile(runner, ["dry_run=true", "+hardware=4gpu", "model=all", "tracking=none"])]
     figures += guarded("start-up", ["--help"], lambda: _startup(runner, opts.n(10, 3)))
     figures += guarded("5-fold bag", ["parallel / one at a time"], lambda: _bag(runner, rows, n))
     loads["after bag"] = os.getloadavg()
@@ -52,7 +53,7 @@ def run(opts: Options) -> dict:
                      "parameters, seed and threads, early stopping on validation, test ROC AUC",
         },
         "figures": figures,
-        "profile": profile,
+        "profiles": profiles,
         "notes": ["Timings on a shared machine are noisy: compare the ratios (paired per repeat) and read "
                   "the load averages in the settings."],
     }
@@ -62,8 +63,8 @@ PROFILE_HOOK = Path(__file__).resolve().parents[1] / "profile_hook"
 
 
 def _profile(runner: "Runner", args: list[str]) -> dict:
-    """One tracked run with every process profiling itself (bench/profile_hook): where the driver and
-    the tracker's process spent their time, for a box whose tracked overhead needs explaining. Not
+    """One run with every process profiling itself (bench/profile_hook): where the run's process and
+    the tracker's spent their time, for a box whose tracked overhead or dry run needs explaining. Not
     timed against anything: cProfile slows Python code down."""
     folder = runner.cwd / "profile"
     folder.mkdir(exist_ok=True)
@@ -71,7 +72,7 @@ def _profile(runner: "Runner", args: list[str]) -> dict:
         old.unlink()
     path = os.pathsep.join(filter(None, [str(PROFILE_HOOK), runner.env.get("PYTHONPATH")]))
     env = {**runner.env, "PYTHONPATH": path, "PIPELINE_BENCH_PROFILE": str(folder)}
-    log("fixed_cost: one tracked run under cProfile")
+    log(f"fixed_cost: {' '.join(args)} under cProfile")
     try:
         seconds, _ = runner.engine(args, env=env)
     except Exception as exc:  # noqa: BLE001  (the profile is an aid: its failure loses no figure)
