@@ -47,6 +47,7 @@ def run(opts: Options) -> dict:
         "settings": {
             "repeats": n, "cores": cpu_cores(), "data": "Adult" + (" (5,000 rows)" if rows else ""),
             "load_average_1_5_15_min": {k: [round(x, 2) for x in v] for k, v in loads.items()},
+            "fsync_ms_in_scratch": _fsync_ms(cwd),
             "timer": "subprocess wall time, start to exit; the variants of a comparison alternate within each "
                      "repeat (order rotating); one untimed run of each first (file cache, SQLite store created)",
             "plain": "python -m bench.plain: the engine's loader and split, lgb.train with the engine's "
@@ -57,6 +58,24 @@ def run(opts: Options) -> dict:
         "notes": ["Timings on a shared machine are noisy: compare the ratios (paired per repeat) and read "
                   "the load averages in the settings."],
     }
+
+
+def _fsync_ms(folder: Path, n: int = 50) -> dict:
+    """Milliseconds a 4 KiB write and fsync take in `folder`, where the runs' SQLite store lives: a
+    tracked run commits to it some 30 times, each commit several syncs (87 syncs in all for one
+    model=lightgbm run, counted with strace on the 2-core box), so a slow disk shows in the overhead."""
+    import statistics
+
+    path, times = folder / "fsync-probe", []
+    with open(path, "wb") as fh:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fh.write(os.urandom(4096))
+            fh.flush()
+            os.fsync(fh.fileno())
+            times.append((time.perf_counter() - t0) * 1000)
+    path.unlink()
+    return {"median": round(statistics.median(times), 3), "max": round(max(times), 3), "n": n}
 
 
 PROFILE_HOOK = Path(__file__).resolve().parents[1] / "profile_hook"
