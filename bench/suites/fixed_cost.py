@@ -31,6 +31,7 @@ def run(opts: Options) -> dict:
     figures, loads = [], {"start": os.getloadavg()}
     figures += guarded("run: plain / untracked / tracked", ["tracked / untracked"],
                        lambda: _overhead(runner, rows, n))
+    figures += guarded("MLflow alone", ["MLflow's work alone seconds"], lambda: _mlflow_alone(runner, n))
     loads["after overhead"] = os.getloadavg()
     profiles = [_profile(runner, ["model=lightgbm"] + rows),
                 _profile(runner, ["dry_run=true", "+hardware=4gpu", "model=all", "tracking=none"])]
@@ -170,6 +171,31 @@ def _overhead(runner: Runner, rows: list[str], n: int) -> list[dict]:
         figure("test ROC AUC, plain script", auc["plain"], "roc_auc", group=group, kind="score",
                identical=close, compared_with="the untracked run's (to 1e-12)"),
     ]
+
+
+def _mlflow_alone(runner: Runner, n: int) -> list[dict]:
+    """The MLflow work of one tracked run as a process of its own, with no fit (bench.mlflow_alone on a
+    tracked run's directory): a tracked run's tracker process does this work beside the run, so a
+    tracked run cannot end sooner than this process takes, after the moment it starts its tracker."""
+    from bench.mlflow_alone import write_example
+
+    run_dir = max((p.parent for p in runner.cwd.glob("runs/*/timeline.png")), key=lambda p: p.name)
+    example = runner.cwd / "example.pkl"
+    write_example(example)
+    cmd = [sys.executable, "-m", "bench.mlflow_alone", str(run_dir), str(example)]
+    runner.call(cmd)  # the experiment is created; not timed
+    wall, cpu = [], []
+    for r in range(n):
+        log(f"fixed_cost: MLflow alone {r + 1}/{n}")
+        seconds, out = runner.call(cmd)
+        result = json.loads(out.strip().splitlines()[-1])
+        if result["failure"]:
+            raise RuntimeError(f"MLflow alone: {result['failure']}")
+        wall.append(seconds)
+        cpu.append(result["cpu_s"])
+    group = "whole process · MLflow's work of one tracked model=lightgbm run, no fit"
+    return [figure("MLflow's work alone seconds", wall, "s", group=group),
+            figure("MLflow's work alone CPU seconds", cpu, "s", group=group)]
 
 
 GPU_RUNS = {"model=gbm_gpu": ["+hardware=1gpu", "model=gbm_gpu"], "model=nn_gpu": ["+hardware=1gpu", "model=nn_gpu"]}
