@@ -277,6 +277,7 @@ def serve_run(conn, tracker) -> bool:
     except Exception as exc:  # noqa: BLE001  (reported to the driver as the run's tracking error)
         error = f"cannot connect to MLflow: {type(exc).__name__}: {exc}"
     model_uris: dict[str, Optional[str]] = {}
+    prepared = False  # model logging's one-time work, done once the run has started and no call waits
     while True:
         try:
             name, args, kwargs = conn.recv()
@@ -294,9 +295,11 @@ def serve_run(conn, tracker) -> bool:
             conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
         if name == "end":
             return True
-        prepare = getattr(tracker, "prepare_model_logging", None)
-        if name == "start" and error is None and prepare is not None and not conn.poll(0):
-            prepare()  # while the run fits, in the cycles its fits leave idle
+        if not prepared and error is None and tracker.run_id is not None and not conn.poll(0):
+            prepared = True
+            prepare = getattr(tracker, "prepare_model_logging", None)
+            if prepare is not None:  # while the run fits, in the cycles its fits leave idle
+                prepare()
 
 
 def _resolve(value, model_uris: dict[str, Optional[str]]):
