@@ -131,9 +131,11 @@ def test_optuna_sweep_samples_inside_the_ranges_and_reports_the_best(cli, tmp_pa
         scores[n] = pd.read_csv(job / "leaderboard.csv")["val_roc_auc"].max()
     assert len({tuple(s.values()) for s in sampled.values()}) == 4
     results = yaml.safe_load((sweep_dir(tmp_path) / "optimization_results.yaml").read_text())
-    best = max(scores, key=scores.get)
-    assert results["best_value"] == pytest.approx(scores[best])
-    assert results["best_params"] == pytest.approx(sampled[best])
+    best_score = max(scores.values())
+    assert results["best_value"] == pytest.approx(best_score)
+    # jobs that tie on the best score (a small validation split makes that possible) are all the best
+    tied = [sampled[n] for n in scores if scores[n] == best_score]
+    assert any(results["best_params"] == pytest.approx(params) for params in tied), (results["best_params"], tied)
     assert results["n_trials"] == 4 and results["n_failed"] == 0
     assert "Best parameters:" in proc.stdout + proc.stderr
 
