@@ -35,7 +35,7 @@ if _OUT:
         stats = pstats.Stats(_PROFILE).stats
         rows = []
         for (path, line, name), (_, calls, _, cumulative, _) in stats.items():
-            if path.startswith(SKIP) or any(s in path for s in SKIP):
+            if any(s in path for s in SKIP):
                 continue
             rows.append({"function": f"{_short(path)}:{line}({name})", "calls": calls, "cumulative_s": round(cumulative, 4)})
         rows.sort(key=lambda r: -r["cumulative_s"])
