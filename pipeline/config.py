@@ -98,6 +98,7 @@ class TrackingConf:
     system_metrics: bool = False  # CPU, memory and GPU use (MLflow's system metrics: psutil, nvidia-ml-py)
     system_metrics_interval_s: float = 10.0
     timeout_s: float = 10.0  # how long an MLflow server may take to answer
+    keep_alive_s: float = 600.0  # a tracker service kept this long after its last run (0: one process per run)
     tags: Dict[str, str] = field(default_factory=dict)
     register_model: Optional[str] = None  # a name: the run's best model is registered under it
     register_alias: str = "champion"  # the alias that points at the newly registered version
@@ -113,6 +114,9 @@ class TrackingConf:
                               "tracking.log_models=false logs none; set tracking.log_models=true")
         if self.timeout_s <= 0:
             raise ConfigError(f"tracking.timeout_s={self.timeout_s} must be > 0")
+        if self.keep_alive_s < 0:
+            raise ConfigError(f"tracking.keep_alive_s={self.keep_alive_s} must be >= 0 seconds (0: no tracker "
+                              "service, every run imports MLflow in a process of its own)")
 
 
 @dataclass

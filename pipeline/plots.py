@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 
+@dataclass(frozen=True)
+class RunPlots:
+    """What a run's plots are drawn from: small and picklable, so the tracker's process draws them."""
+
+    timeline: list[dict]  # the run's timeline entries (fits and predictions)
+    histories: dict[str, dict[str, list[float]]]  # per model: each learning curve
+    importances: dict[str, Optional[dict[str, float]]]  # per model: mean gain per feature
+
+
+def draw(data: RunPlots, run_dir: Path) -> list[Path]:
+    """The run's plots, drawn into run_dir: timeline, learning curves and feature importance (each
+    that has something to show)."""
+    paths = (
+        timeline(data.timeline, run_dir / "timeline.png"),
+        learning_curves(data.histories, run_dir / "learning_curves.png"),
+        feature_importance(data.importances, run_dir / "feature_importance.png"),
+    )
+    return [p for p in paths if p is not None]
+
+
 def preload() -> threading.Thread:
-    """Import matplotlib's figure and Agg canvas in a thread: a tracked run draws its plots after the
-    fit, and the import (most of their cost) can run while the fit does."""
+    """Import matplotlib's figure and Agg canvas in a thread: the tracker's process draws a run's
+    plots after the fit, and the import (most of their cost) can run while the fit does."""
 
     def load() -> None:
         try:

@@ -33,6 +33,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any, Optional
 
 from pipeline.errors import TrackingError
+from pipeline.tracking import NullTracker
 
 ANSWERED = ("start", "end")
 RETURNING = ("register_model",)  # the run uses what these return (a registered version)
@@ -88,11 +89,13 @@ class TrackerProcess:
 
     enabled = True
 
-    def __init__(self, tracker):
+    def __init__(self, tracker, keep_alive_s: float = 0.0):
         self._tracker = tracker  # configured, not connected: it travels to the process
+        self._keep_alive_s = keep_alive_s  # > 0: log through a kept service (pipeline.tracker_service)
         self._conn = None
         self._process = None
-        self._shared = False  # served by the sweep's tracker process (pipeline.tracker_server)
+        self._shared = False  # served by a process serving many runs: a sweep's, or a kept service
+        self._fresh = False  # a process started for this run: matplotlib is not loaded there
         self._outbox: Optional[queue.SimpleQueue] = None  # pickled calls for the sender thread
         self._sender: Optional[threading.Thread] = None
         self._answers_due = 0
@@ -117,6 +120,15 @@ class TrackerProcess:
             self._process, self._conn = server
             self._conn.send(self._tracker)  # the kept process serves this run next
             return
+        if self._keep_alive_s > 0:
+            from pipeline import tracker_service
+
+            conn, started = tracker_service.connect(self._tracker.uri, self._keep_alive_s)
+            if conn is not None:  # a new service is as cold as a process of this run's own
+                self._conn, self._shared, self._fresh = conn, True, started
+                self._conn.send(self._tracker)
+                return
+        self._fresh = True
         ctx = multiprocessing.get_context("spawn")  # no fork of a driver that may hold threads
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=serve, args=(child, self._tracker), name="mlflow-tracker", daemon=True)
@@ -148,9 +160,18 @@ class TrackerProcess:
 
     def start(self, run_name: str, params: dict, tags: dict) -> None:
         self._send("start", (run_name, params, tags), {})
-        from pipeline import plots
+        if self._fresh:
+            from pipeline import plots
 
-        plots.preload()  # this process draws the run's plots for MLflow once the fit is done
+            plots.preload()  # this process draws the plots, see log_plots
+
+    def log_plots(self, run_dir, data) -> None:
+        """Drawn where matplotlib is loaded: by a process that serves many runs, else here, while a
+        process started for this run logs the models (drawing there would come after them)."""
+        if self._fresh:
+            NullTracker.log_plots(self, run_dir, data)  # draws, and sends each file to log_artifact
+        else:
+            self._send("log_plots", (run_dir, data), {})
 
     def log_predictor(self, name: str, predictor, example) -> Optional[PendingModelUri]:
         """Send the model to be logged, as its payload (pickled here: the tracker's process never

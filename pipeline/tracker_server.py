@@ -22,6 +22,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Optional
 
 SERVER_FILE = "mlflow_tracker"  # in a sweep's directory: where the sweep's tracker process listens
 MAX_RUNS = 4  # runs served at once; the job that would be one more starts its own tracker process
+RETIRE = "retire"  # sent in place of a run's tracker: stop taking runs (pipeline.tracker_service)
 START_TIMEOUT_S = 60.0
 FINISH_TIMEOUT_S = 600.0  # how long the end of a sweep waits for the runs still being logged
 ABORT_WAIT_S = 20.0  # the same after a sweep that raised: its jobs were stopped
@@ -118,6 +120,9 @@ def serve_sweep(control, spec: SweepSpec) -> None:
     from pipeline import sweep_runs, tracking
 
     tracking.quiet_mlflow()
+    from pipeline import plots
+
+    plots.preload()  # the jobs' plots are drawn here
     server = _Server(listener)
     parent: dict = {}
     opening = threading.Thread(target=lambda: parent.setdefault("id", sweep_runs.open_parent(
@@ -159,6 +164,13 @@ class _Server:
         self._lock = threading.Lock()
         self._serving: set[threading.Thread] = set()
         self._stopped = False
+        self._idle_since: Optional[float] = time.monotonic()  # None while a run is served
+        self.retired = threading.Event()  # a peer sent RETIRE (pipeline.tracker_service)
+
+    def idle_s(self) -> float:
+        """Seconds since the last run ended (or since the start), 0 while one is served."""
+        with self._lock:
+            return 0.0 if self._idle_since is None else time.monotonic() - self._idle_since
 
     def accept_all(self) -> None:
         while True:
@@ -173,6 +185,7 @@ class _Server:
                 if not full:
                     thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
                     self._serving.add(thread)
+                    self._idle_since = None
             try:
                 conn.send("busy" if full else "ok")
             except OSError:
@@ -187,13 +200,18 @@ class _Server:
 
         try:
             tracker = conn.recv()
-            serve_run(conn, tracker)
+            if tracker == RETIRE:
+                self.retired.set()
+            else:
+                serve_run(conn, tracker)
         except (EOFError, OSError):
             pass
         finally:
             conn.close()
             with self._lock:
                 self._serving.discard(threading.current_thread())
+                if not self._serving:
+                    self._idle_since = time.monotonic()
 
     def stop(self, wait_s: float) -> None:
         """Take no more jobs, and wait for the runs being served to end (at most `wait_s` each)."""

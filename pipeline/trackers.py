@@ -35,7 +35,8 @@ def no_tracker(conf, launch_dir: Path, sweep_dir: Optional[Path] = None):
 
 
 def mlflow_tracker(conf, launch_dir: Path, sweep_dir: Optional[Path] = None):
-    """One MLflow run, logged from a process of its own; in a sweep, a child of the sweep's parent run."""
+    """One MLflow run, logged from a process of its own or a kept service (tracking.keep_alive_s); in a
+    sweep, a child of the sweep's parent run, logged through the sweep's tracker process."""
     from pipeline import tracking
     from pipeline.tracker_process import TrackerProcess
 
@@ -46,4 +47,4 @@ def mlflow_tracker(conf, launch_dir: Path, sweep_dir: Optional[Path] = None):
         system_metrics=conf.system_metrics, log_models=conf.log_models,
         system_metrics_interval_s=conf.system_metrics_interval_s,
         sweep_dir=None if sweep_dir is None else str(sweep_dir),
-    ))
+    ), keep_alive_s=conf.keep_alive_s if sweep_dir is None else 0.0)  # a sweep's jobs: its own tracker process

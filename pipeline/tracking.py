@@ -210,6 +210,20 @@ def _ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> st
         return found.experiment_id
 
 
+def warm_model_logging() -> None:
+    """Import MLflow's pyfunc flavour and build its map of installed packages (its requirement check
+    reads it, a third of a second) before the first model is logged."""
+    try:
+        import mlflow.pyfunc  # noqa: F401
+        from mlflow.models import signature  # noqa: F401
+        from mlflow.utils import requirements_utils
+
+        build_map = getattr(requirements_utils, "_init_modules_to_packages_map", None)
+        build_map() if build_map is not None else None
+    except Exception as exc:  # noqa: BLE001  (only a head start: logging the model reports real errors)
+        log.debug("preparing model logging failed: %s", exc)
+
+
 class NullTracker:
     """tracking=none: every call does nothing."""
 
@@ -238,6 +252,16 @@ class NullTracker:
     def log_artifact(self, path: Path, folder: Optional[str] = None) -> None: ...
 
     def log_predictor(self, name: str, predictor, example) -> Optional[str]: ...
+
+    def log_plots(self, run_dir: Path, data) -> None:
+        """Draw the run's plots (`data`: pipeline.plots.RunPlots) into run_dir and log each as an
+        artifact; nothing when not `enabled`. A tracker in a process of its own draws them there."""
+        if not self.enabled:
+            return
+        from pipeline import plots
+
+        for path in plots.draw(data, Path(run_dir)):
+            self.log_artifact(path)
 
     def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]: ...
 
@@ -306,19 +330,9 @@ class MlflowTracker(NullTracker):
         self.log_params(params)
 
     def prepare_model_logging(self) -> None:
-        """Import MLflow's pyfunc flavour and build its map of installed packages (its requirement
-        check reads it, a third of a second) before the first model is logged."""
-        if not self.log_models:
-            return
-        try:
-            import mlflow.pyfunc  # noqa: F401
-            from mlflow.models import signature  # noqa: F401
-            from mlflow.utils import requirements_utils
-
-            build_map = getattr(requirements_utils, "_init_modules_to_packages_map", None)
-            build_map() if build_map is not None else None
-        except Exception as exc:  # noqa: BLE001  (only a head start: logging the model reports real errors)
-            log.debug("preparing model logging failed: %s", exc)
+        """warm_model_logging(), where this run logs models."""
+        if self.log_models:
+            warm_model_logging()
 
     def _safely(self, what: str, fn, *args, **kwargs) -> Any:
         if self.failure is not None or self.run_id is None:
@@ -384,6 +398,9 @@ class MlflowTracker(NullTracker):
 
         payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example)
         return self._safely("log_model", log_pyfunc, name, payload)
+
+    def log_plots(self, run_dir: Path, data) -> None:
+        self._safely("log_plots", super().log_plots, run_dir, data)
 
     def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]:
         from pipeline.tracking_models import register

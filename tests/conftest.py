@@ -50,6 +50,44 @@ def library_answers_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def tracker_services(tmp_path_factory):
+    """Tracker services (pipeline.tracker_service) started by the tests keep their files in the
+    session's scratch, and are stopped when the session ends instead of waiting out keep_alive_s."""
+    folder = tmp_path_factory.mktemp("xdg_runtime")
+    folder.chmod(0o700)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_RUNTIME_DIR", str(folder))
+        yield folder
+    stop_services(folder / "pipeline")
+
+
+def stop_services(folder: Path) -> None:
+    """Retire every service with a file in `folder`, and kill what has not exited 30 s later."""
+    import json
+
+    import psutil
+
+    from pipeline import tracker_service
+
+    pids = []
+    for path in folder.glob("*.json"):
+        try:
+            pids.append(json.loads(path.read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            continue
+    tracker_service.stop_all(folder)
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    for proc in alive:
+        proc.kill()
+
+
 @pytest.fixture
 def compose():
     """compose(overrides) -> the composed DictConfig, with Hydra's global state cleaned up."""

@@ -18,7 +18,7 @@ class EvaluateNode(NodeKind):
     def run(self, task, inputs, ctx) -> list[dict]:
         import pandas as pd
 
-        from pipeline import plots, report
+        from pipeline import report
         from pipeline.devices import devices_used
 
         out = ctx.require_outputs(task)
@@ -45,7 +45,7 @@ class EvaluateNode(NodeKind):
         })
         tracker.log_artifact(leaderboard_path)
         _log_memory(plan, outcome, out.run_dir, tracker, report)
-        _log_artifacts(outcome, best, out.run_dir, tracker, plots)
+        _log_artifacts(outcome, best, out.run_dir, tracker)
         report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
                              f"run directory {out.run_dir}")
         return rows
@@ -105,21 +105,20 @@ def _log_memory(plan, outcome, run_dir: Path, tracker, report) -> None:
                          ("peak_ram_mb", "peak_gpu_mb", "estimate_ram_mb", "estimate_gpu_mb") if r.get(key) is not None})
 
 
-def _log_artifacts(outcome, best: dict, run_dir: Path, tracker, plots) -> None:
+def _log_artifacts(outcome, best: dict, run_dir: Path, tracker) -> None:
     timeline_json = run_dir / "timeline.json"
     atomic_write_bytes(timeline_json, json.dumps(outcome.timeline, indent=1).encode())
     tracker.log_artifact(timeline_json)
     if not tracker.enabled:  # the plots are for MLflow's UI; the run directory keeps their data as JSON/CSV
         return
-    for path in (
-        plots.timeline(outcome.timeline, run_dir / "timeline.png"),
-        plots.learning_curves({n: t.folds[0].model.history_ for n, t in best.items()}, run_dir / "learning_curves.png"),
-        plots.feature_importance(
-            {n: _mean_importance(t) for n, t in best.items()}, run_dir / "feature_importance.png"
-        ),
-    ):
-        if path is not None:
-            tracker.log_artifact(path)
+    from pipeline.plots import RunPlots
+
+    # drawn by the tracker (in its own process): matplotlib stays out of this one
+    tracker.log_plots(run_dir, RunPlots(
+        timeline=outcome.timeline,
+        histories={n: t.folds[0].model.history_ for n, t in best.items()},
+        importances={n: _mean_importance(t) for n, t in best.items()},
+    ))
 
 
 def _mean_importance(trial):

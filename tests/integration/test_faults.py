@@ -134,6 +134,7 @@ def test_a_fit_that_always_hangs_fails_the_run_and_keeps_the_finished_folds(cli,
     (["executor.task_timeout_s=0"], "executor.task_timeout_s=0.0 must be > 0 seconds"),
     (["executor.task_timeout_s=5", "executor.in_process=always"],
      "executor.task_timeout_s=5.0 needs fits in worker processes"),
+    (["tracking.keep_alive_s=-1"], r"tracking.keep_alive_s=-1.0 must be >= 0 seconds \(0: no tracker service"),
 ])
 def test_bad_time_limits_are_refused(compose, overrides, message):
     from pipeline.errors import ConfigError

@@ -1,0 +1,291 @@
+"""A tracker process kept between runs (`tracking.keep_alive_s`): MLflow imported, stores open.
+
+A run's own tracker process spends about three seconds of a core importing MLflow, opening the store
+and preparing model logging before it logs anything; that is most of what tracking costs a short
+run. The first tracked run started in a directory (with this engine, this interpreter and this
+environment) starts a service instead, in a session of its own so that it outlives the run: it
+listens on a Unix socket in a private runtime folder, and speaks the protocol a run's own process
+speaks (pipeline.tracker_process.serve_run), one run per connection, each in a thread
+(pipeline.tracker_server). The next runs connect to it and find MLflow warm. It exits after
+`keep_alive_s` seconds without a run, when the next service would make more than MAX_SERVICES, or
+when told to (`python -m pipeline.tracker_service --stop`).
+
+Whatever a run could see differently is part of the service's key, and a run whose key differs
+starts a service of its own: the store, the launch directory (relative store paths), the interpreter, the
+environment (credentials, MLflow's settings) and the engine's and MLflow's installed files. A run
+that cannot reach a service (no private folder, a service busy with MAX_RUNS runs, one that does not
+start) logs through a process of its own, as with `keep_alive_s=0`; so do the jobs of a sweep (the
+sweep's tracker process serves them) and of a cluster scheduler (CLUSTER_JOB_ENV).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Iterator, Optional
+
+from pipeline.tracker_server import RETIRE
+
+MAX_SERVICES = 2  # per user: each holds MLflow's interpreter (about 250 MB) while it waits
+START_TIMEOUT_S = 30.0  # until a new service listens (it has not imported MLflow yet)
+# Shell bookkeeping that differs between terminals and changes nothing a tracker does.
+# Set in a job of a cluster scheduler: the next job runs in another allocation, with another
+# environment, and a service would only outlive the job's work inside its allocation.
+CLUSTER_JOB_ENV = ("SLURM_JOB_ID", "SUBMITIT_EXECUTOR")
+_started: list = []  # the services this process started (see _start)
+VOLATILE_ENV = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "COLUMNS", "LINES", "PS1", "PS2", "TERM_SESSION_ID",
+                          "WINDOWID", "SSH_TTY", "SSH_CONNECTION", "SSH_CLIENT", "TMUX_PANE", "STY", "WINDOW"})
+
+
+def runtime_dir() -> Optional[Path]:
+    """This user's private folder for services (0700, owned by this user), or None if there is none
+    to be had: a folder others can write to could hand a run someone else's socket."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join("/tmp", f"pipeline-{os.getuid()}")
+    folder = Path(base) / "pipeline" if os.environ.get("XDG_RUNTIME_DIR") else Path(base)
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = folder.stat()
+    except OSError:
+        return None
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return folder
+
+
+def service_key(uri: str, cwd: Optional[Path] = None, environ: Optional[dict] = None) -> str:
+    """What a run shares with the service that may serve it, as a short hash: the store's URI (MLflow
+    keeps one per process), the launch directory, the interpreter, the environment (less
+    VOLATILE_ENV) and the installed files of the engine and MLflow (their sizes and modification
+    times: an upgrade or an edit starts a new service)."""
+    import importlib.util
+
+    environ = os.environ if environ is None else environ
+    digest = hashlib.sha256()
+    for part in (uri, str(cwd or Path.cwd()), sys.executable, sys.version, repr(sys.path)):
+        digest.update(part.encode() + b"\0")
+    for name in sorted(set(environ) - VOLATILE_ENV):
+        digest.update(f"{name}={environ[name]}".encode() + b"\0")
+    engine = Path(__file__).resolve().parent
+    spec = importlib.util.find_spec("mlflow")
+    files = sorted(engine.rglob("*.py")) + ([Path(spec.origin)] if spec and spec.origin else [])
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        digest.update(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def connect(uri: str, keep_alive_s: float) -> tuple[Optional[object], bool]:
+    """(a connection to the service for this run's store `uri` that will serve one run, whether this call started the
+    service: it warms up only after this run); (None, False) where the run must log through a
+    process of its own."""
+    if any(os.environ.get(name) for name in CLUSTER_JOB_ENV):
+        return None, False
+    folder = runtime_dir()
+    if folder is None:
+        return None, False
+    key = service_key(uri)
+    started = False
+    try:
+        with _locked(folder / f"{key}.lock"):
+            conn = _connect(folder / f"{key}.json")
+            if conn is None and not _find(folder, key):
+                _retire_oldest(folder, keep=MAX_SERVICES - 1)
+                started = _start(folder, key, keep_alive_s)
+                conn = _connect(folder / f"{key}.json") if started else None
+    except OSError:
+        return None, False
+    return conn, started and conn is not None
+
+
+def stop_all(folder: Optional[Path] = None) -> int:
+    """Ask every service of this user to exit once its runs end; returns how many were asked."""
+    folder = folder or runtime_dir()
+    if folder is None:
+        return 0
+    return sum(_retire(path) for path in folder.glob("*.json"))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One run at a time finds or starts a service for a key (two would start two)."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _connect(path: Path):
+    """A connection the service at `path` accepted (it answered "ok"), or None: no service, a file
+    left by one that died (removed), or a service serving MAX_RUNS runs."""
+    from multiprocessing.connection import Client
+
+    found = _read(path)
+    if found is None:
+        return None
+    try:
+        conn = Client(found["address"], family="AF_UNIX", authkey=bytes.fromhex(found["authkey"]))
+    except Exception:  # noqa: BLE001  (the service has exited: its file is stale)
+        if _read(path) == found:
+            path.unlink(missing_ok=True)
+        return None
+    try:
+        answer = conn.recv()
+    except (EOFError, OSError):
+        answer = None
+    if answer != "ok":
+        conn.close()
+        return None
+    return conn
+
+
+def _find(folder: Path, key: str) -> bool:
+    """Whether a service of this key is alive (a busy one counts: the run logs on its own)."""
+    found = _read(folder / f"{key}.json")
+    return found is not None and _alive(found.get("pid"))
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _retire_oldest(folder: Path, keep: int) -> None:
+    """Retire the services least recently started until `keep` are left."""
+    services = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime if p.exists() else 0)
+    for path in services[: max(0, len(services) - keep)]:
+        _retire(path)
+
+
+def _retire(path: Path) -> bool:
+    """Ask the service at `path` to exit once its runs end (its file goes at once)."""
+    from multiprocessing.connection import Client
+
+    found = _read(path)
+    if found is None:
+        return False
+    path.unlink(missing_ok=True)  # no run connects to it from now on
+    try:
+        conn = Client(found["address"], family="AF_UNIX", authkey=bytes.fromhex(found["authkey"]))
+        conn.recv()
+        conn.send(RETIRE)
+        conn.close()
+    except Exception:  # noqa: BLE001  (it has exited already, or it is full: it will idle out)
+        return False
+    return True
+
+
+def _start(folder: Path, key: str, keep_alive_s: float) -> bool:
+    """Start a service in a session of its own (a Ctrl-C of the run does not reach it) and wait until
+    it listens; False if it did not."""
+    import select
+
+    log = os.fdopen(os.open(folder / f"{key}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.tracker_service", "--serve", str(folder), key, repr(float(keep_alive_s))],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True, close_fds=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        )
+    finally:
+        log.close()
+    _started.append(proc)  # it outlives this process: never garbage here (Popen warns of a live child)
+    ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_S)
+    line = proc.stdout.readline() if ready else b""
+    proc.stdout.close()
+    if line.strip() != b"ready":
+        if proc.poll() is None:
+            proc.kill()
+        return False
+    return True
+
+
+def serve(folder: Path, key: str, keep_alive_s: float) -> None:
+    """The service: listen, say "ready" on stdout, serve runs (warming MLflow and matplotlib up once
+    the first has ended) until `keep_alive_s` pass without one or it is retired, then exit."""
+    import secrets
+    from multiprocessing.connection import Listener
+
+    from pipeline import tracker_process, tracker_server
+    from pipeline.store import atomic_write_bytes
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(tracker_process.NICENESS)  # below the fits of the runs it serves, as a run's own process
+    socket_path = folder / f"{key}.sock"
+    socket_path.unlink(missing_ok=True)  # left by a service that was killed (the caller holds the lock)
+    authkey = secrets.token_bytes(32)
+    listener = Listener(str(socket_path), family="AF_UNIX", authkey=authkey)
+    info = {"pid": os.getpid(), "address": str(socket_path), "authkey": authkey.hex(),
+            "cwd": os.getcwd(), "keep_alive_s": keep_alive_s}
+    server_file = folder / f"{key}.json"
+    atomic_write_bytes(server_file, json.dumps(info).encode(), mode=0o600)
+    print("ready", flush=True)
+    os.dup2(2, 1)  # the caller has stopped reading: MLflow's prints go to the service's log
+    server = tracker_server._Server(listener)
+    threading.Thread(target=server.accept_all, name="accept", daemon=True).start()
+    warm = False
+    while not server.retired.wait(1.0):
+        idle_s = server.idle_s()
+        if idle_s >= keep_alive_s:
+            break
+        if not warm and idle_s > 0:  # after the first run, which the run that started this paces
+            warm_up()
+            warm = True
+    if _read(server_file) == info:
+        server_file.unlink(missing_ok=True)
+    server.stop(tracker_server.FINISH_TIMEOUT_S)
+    tracker_process._exit()
+
+
+def warm_up() -> None:
+    """What every run's logging needs once: MLflow and its store classes, pyfunc and its package map
+    (model logging), matplotlib (the run's plots)."""
+    from pipeline import plots, tracking
+
+    tracking.quiet_mlflow()
+    loading = plots.preload()
+    try:
+        import mlflow  # noqa: F401
+        from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
+    except Exception:  # noqa: BLE001  (a run's connect reports what fails)
+        return
+    tracking.warm_model_logging()
+    loading.join()
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--serve"] and len(argv) == 4:
+        serve(Path(argv[1]), argv[2], float(argv[3]))
+        return 0
+    if argv == ["--stop"]:
+        print(f"asked {stop_all()} tracker service(s) to exit once their runs end")
+        return 0
+    print("usage: python -m pipeline.tracker_service --stop", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,186 @@
+"""The tracker service (tracking.keep_alive_s): the first tracked run starts it, the next ones log
+through it with MLflow warm; it exits when idle, is replaced when killed, is never shared across
+launch directories or environments, and no more than MAX_SERVICES wait at once."""
+
+import json
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pipeline import tracker_service
+from pipeline.tracker_process import TrackerProcess
+from pipeline.tracking import MlflowTracker
+from tests.conftest import run_cli, small, stop_services
+from tests.integration.mlflow_helpers import job_runs
+
+
+@pytest.fixture
+def runtime(tmp_path, monkeypatch):
+    """A runtime folder of this test's own: the services it starts, and only those."""
+    base = tmp_path / "xdg"
+    base.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    monkeypatch.chdir(tmp_path)
+    yield base / "pipeline"
+    stop_services(base / "pipeline")
+
+
+def services(folder: Path) -> dict[str, int]:
+    """key -> pid of each service with a file in `folder`."""
+    return {p.stem: json.loads(p.read_text())["pid"] for p in folder.glob("*.json")}
+
+
+def one_run(uri: str, keep_alive_s: float, name: str = "a run") -> TrackerProcess:
+    tracker = TrackerProcess(MlflowTracker(uri, "exp"), keep_alive_s=keep_alive_s)
+    tracker.connect()
+    tracker.start(name, {"alpha": 1}, {})
+    tracker.log_metrics({"loss": 0.5})
+    run_id = tracker.run_id
+    tracker.end("FINISHED")
+    assert tracker.failure is None
+    tracker.logged_run_id = run_id
+    return tracker
+
+
+def finished(uri: str, run_id: str) -> bool:
+    import mlflow
+
+    run = mlflow.MlflowClient(uri).get_run(run_id)
+    return run.info.status == "FINISHED" and run.data.metrics == {"loss": 0.5}
+
+
+def wait_gone(pid: int, timeout_s: float = 30) -> bool:
+    try:
+        psutil.Process(pid).wait(timeout_s)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        return False
+    return True
+
+
+def test_the_run_that_starts_the_service_and_the_next_log_through_it(tmp_path, runtime):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = one_run(uri, keep_alive_s=60)
+    assert first._process is None and first._fresh  # no process of its own; it started the service
+    (key, pid), = services(runtime).items()
+    assert psutil.Process(pid).is_running()  # the service outlives the run
+    second = one_run(uri, keep_alive_s=60, name="second")
+    assert second._process is None and not second._fresh  # served, warm
+    assert services(runtime) == {key: pid}
+    assert finished(uri, first.logged_run_id) and finished(uri, second.logged_run_id)
+    assert os.stat(runtime).st_mode & 0o777 == 0o700 and os.stat(runtime / f"{key}.json").st_mode & 0o777 == 0o600
+
+
+def test_keep_alive_0_starts_no_service(tmp_path, runtime):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = TrackerProcess(MlflowTracker(uri, "exp"), keep_alive_s=0)
+    tracker.connect()
+    try:
+        assert tracker._process is not None
+    finally:
+        tracker.end("FAILED")
+    assert not runtime.exists() or services(runtime) == {}
+
+
+def test_the_service_exits_once_keep_alive_passes_without_a_run(tmp_path, runtime):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    one_run(uri, keep_alive_s=2)
+    (key, pid), = services(runtime).items()
+    assert wait_gone(pid)
+    assert services(runtime) == {} and not (runtime / f"{key}.sock").exists()
+
+
+def test_a_killed_service_is_replaced_by_the_next_run(tmp_path, runtime):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    one_run(uri, keep_alive_s=60)
+    (key, pid), = services(runtime).items()
+    psutil.Process(pid).kill()
+    assert wait_gone(pid)
+    assert services(runtime) == {key: pid}  # its file and socket are left behind
+    again = one_run(uri, keep_alive_s=60)
+    assert again._process is None and again._fresh and finished(uri, again.logged_run_id)
+    (new_key, new_pid), = services(runtime).items()
+    assert new_key == key and new_pid != pid
+
+
+def test_other_directories_and_environments_get_services_of_their_own_and_at_most_two_wait(
+        tmp_path, runtime, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    one_run(uri, keep_alive_s=60)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "7")  # MLflow would behave differently
+    one_run(uri, keep_alive_s=60)
+    first_two = services(runtime)
+    assert len(first_two) == 2
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.chdir(other)  # a relative store path would name another file
+    one_run(uri, keep_alive_s=60)
+    now = services(runtime)
+    assert len(now) == tracker_service.MAX_SERVICES == 2 and len(set(now) - set(first_two)) == 1
+    retired = [pid for key, pid in first_two.items() if key not in now]
+    assert len(retired) == 1 and wait_gone(retired[0])
+
+
+def test_the_key_ignores_shell_bookkeeping_and_not_what_mlflow_reads(tmp_path):
+    env = {"HOME": "/home/u", "MLFLOW_TRACKING_TOKEN": "a", "PWD": "/x", "SHLVL": "1"}
+    key = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    assert tracker_service.service_key("sqlite:///a.db", tmp_path, {**env, "PWD": "/y", "SHLVL": "3", "_": "/bin/env"}) == key
+    assert tracker_service.service_key("sqlite:///a.db", tmp_path, {**env, "MLFLOW_TRACKING_TOKEN": "b"}) != key
+    assert tracker_service.service_key("sqlite:///a.db", tmp_path / "sub", env) != key
+    assert tracker_service.service_key("sqlite:///b.db", tmp_path, env) != key  # MLflow has one URI per process
+
+
+def test_the_key_changes_when_the_engines_code_changes(tmp_path):
+    module = Path(tracker_service.__file__)
+    key = tracker_service.service_key("sqlite:///a.db", tmp_path, {})
+    st = module.stat()
+    try:
+        os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        assert tracker_service.service_key("sqlite:///a.db", tmp_path, {}) != key
+    finally:
+        os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert tracker_service.service_key("sqlite:///a.db", tmp_path, {}) == key
+
+
+def test_a_runtime_folder_others_can_write_is_not_used(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    (shared / "pipeline").mkdir(parents=True)
+    (shared / "pipeline").chmod(0o777)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(shared))
+    assert tracker_service.runtime_dir() is None
+    assert tracker_service.connect("sqlite:///a.db", 60) == (None, False)
+
+
+def test_cluster_jobs_and_sweep_jobs_log_through_processes_of_their_own(tmp_path, runtime, monkeypatch, compose):
+    from pipeline import trackers
+    from pipeline.settings import read_settings
+
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    tracker = TrackerProcess(MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp"), keep_alive_s=60)
+    tracker.connect()
+    try:
+        assert tracker._process is not None and not runtime.exists()
+    finally:
+        tracker.end("FAILED")
+    conf = read_settings(compose([])).tracking
+    assert trackers.mlflow_tracker(conf, tmp_path)._keep_alive_s == conf.keep_alive_s == 600
+    assert trackers.mlflow_tracker(conf, tmp_path, sweep_dir=tmp_path / "multirun")._keep_alive_s == 0
+
+
+@pytest.mark.slow
+def test_a_second_cli_run_is_served_and_its_plots_are_drawn_by_the_service(tmp_path, runtime):
+    args = ["model=lightgbm", *small(("lightgbm",))]
+    env = {"XDG_RUNTIME_DIR": os.environ["XDG_RUNTIME_DIR"]}
+    run_cli(args, tmp_path, env=env, check=True)
+    (key, pid), = services(runtime).items()  # started by the first run, which has exited
+    run_cli(args, tmp_path, env=env, check=True)
+    assert services(runtime) == {key: pid}
+    assert psutil.Process(pid).is_running()
+    client, runs = job_runs(tmp_path)
+    assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
+    for run in runs:
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"timeline.png", "learning_curves.png", "feature_importance.png", "leaderboard.csv"} <= artifacts
