@@ -95,7 +95,7 @@ class TrackerProcess:
         self._conn = None
         self._process = None
         self._shared = False  # served by a process serving many runs: a sweep's, or a kept service
-        self._fresh = False  # a process started for this run: matplotlib is not loaded there
+        self._plots_here = True  # False: served by a warm tracker service, which draws the plots
         self._outbox: Optional[queue.SimpleQueue] = None  # pickled calls for the sender thread
         self._sender: Optional[threading.Thread] = None
         self._answers_due = 0
@@ -125,10 +125,9 @@ class TrackerProcess:
 
             conn, started = tracker_service.connect(self._tracker.uri, self._keep_alive_s)
             if conn is not None:  # a new service is as cold as a process of this run's own
-                self._conn, self._shared, self._fresh = conn, True, started
+                self._conn, self._shared, self._plots_here = conn, True, started
                 self._conn.send(self._tracker)
                 return
-        self._fresh = True
         ctx = multiprocessing.get_context("spawn")  # no fork of a driver that may hold threads
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=serve, args=(child, self._tracker), name="mlflow-tracker", daemon=True)
@@ -160,15 +159,17 @@ class TrackerProcess:
 
     def start(self, run_name: str, params: dict, tags: dict) -> None:
         self._send("start", (run_name, params, tags), {})
-        if self._fresh:
+        if self._plots_here:
             from pipeline import plots
 
             plots.preload()  # this process draws the plots, see log_plots
 
     def log_plots(self, run_dir, data) -> None:
-        """Drawn where matplotlib is loaded: by a process that serves many runs, else here, while a
-        process started for this run logs the models (drawing there would come after them)."""
-        if self._fresh:
+        """Drawn by a warm tracker service, where matplotlib is loaded and nothing else waits; else
+        here, while the tracker's process logs the models (drawing there would come after them, and
+        a sweep's one process would draw its jobs' plots one after another: 1.9-2.1 s per job
+        beyond the fit for a 16-job sweep on 2 cores, against 1.5-1.8 with each job drawing its own)."""
+        if self._plots_here:
             NullTracker.log_plots(self, run_dir, data)  # draws, and sends each file to log_artifact
         else:
             self._send("log_plots", (run_dir, data), {})

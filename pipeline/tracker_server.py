@@ -120,9 +120,6 @@ def serve_sweep(control, spec: SweepSpec) -> None:
     from pipeline import sweep_runs, tracking
 
     tracking.quiet_mlflow()
-    from pipeline import plots
-
-    plots.preload()  # the jobs' plots are drawn here
     server = _Server(listener)
     parent: dict = {}
     opening = threading.Thread(target=lambda: parent.setdefault("id", sweep_runs.open_parent(

@@ -247,7 +247,7 @@ def serve(folder: Path, key: str, keep_alive_s: float) -> None:
     server = tracker_server._Server(listener)
     threading.Thread(target=server.accept_all, name="accept", daemon=True).start()
     warm = False
-    while not server.retired.wait(1.0):
+    while not server.retired.wait(1.0 if warm else 0.1):
         idle_s = server.idle_s()
         if idle_s >= keep_alive_s:
             break

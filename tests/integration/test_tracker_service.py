@@ -4,6 +4,7 @@ launch directories or environments, and no more than MAX_SERVICES wait at once."
 
 import json
 import os
+import time
 from pathlib import Path
 
 import psutil
@@ -64,11 +65,11 @@ def wait_gone(pid: int, timeout_s: float = 30) -> bool:
 def test_the_run_that_starts_the_service_and_the_next_log_through_it(tmp_path, runtime):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     first = one_run(uri, keep_alive_s=60)
-    assert first._process is None and first._fresh  # no process of its own; it started the service
+    assert first._process is None and first._plots_here  # no process of its own; it started the service
     (key, pid), = services(runtime).items()
     assert psutil.Process(pid).is_running()  # the service outlives the run
     second = one_run(uri, keep_alive_s=60, name="second")
-    assert second._process is None and not second._fresh  # served, warm
+    assert second._process is None and not second._plots_here  # served, warm
     assert services(runtime) == {key: pid}
     assert finished(uri, first.logged_run_id) and finished(uri, second.logged_run_id)
     assert os.stat(runtime).st_mode & 0o777 == 0o700 and os.stat(runtime / f"{key}.json").st_mode & 0o777 == 0o600
@@ -101,7 +102,7 @@ def test_a_killed_service_is_replaced_by_the_next_run(tmp_path, runtime):
     assert wait_gone(pid)
     assert services(runtime) == {key: pid}  # its file and socket are left behind
     again = one_run(uri, keep_alive_s=60)
-    assert again._process is None and again._fresh and finished(uri, again.logged_run_id)
+    assert again._process is None and again._plots_here and finished(uri, again.logged_run_id)
     (new_key, new_pid), = services(runtime).items()
     assert new_key == key and new_pid != pid
 
@@ -184,3 +185,45 @@ def test_a_second_cli_run_is_served_and_its_plots_are_drawn_by_the_service(tmp_p
     for run in runs:
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"timeline.png", "learning_curves.png", "feature_importance.png", "leaderboard.csv"} <= artifacts
+
+
+@pytest.mark.parametrize("leaving, code", [("time.sleep(1); os._exit(9)", 9), ("raise SystemExit(3)", 3)],
+                         ids=["dies", "raises"])
+def test_a_driver_that_leaves_without_ending_its_run_leaves_it_failed_and_the_service_serving(
+        tmp_path, runtime, leaving, code):
+    import subprocess
+    import sys
+    import textwrap
+
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    one_run(uri, keep_alive_s=60)  # the service is up and warm
+    (key, pid), = services(runtime).items()
+    script = textwrap.dedent(f"""
+        import os
+        import sys
+        import time
+        sys.path[:] = {sys.path!r}  # the service's key holds it: this test's, so that it is served
+        from pipeline.tracker_process import TrackerProcess
+        from pipeline.tracking import MlflowTracker
+        if __name__ == "__main__":
+            t = TrackerProcess(MlflowTracker({uri!r}, "exp"), keep_alive_s=60)
+            t.connect()
+            assert t._process is None and not t._plots_here
+            t.start("doomed", {{}}, {{}})
+            t.log_metrics({{"loss": 0.5}})
+            print(t.run_id, flush=True)
+            {leaving}
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code, proc.stderr
+    run_id = proc.stdout.strip().splitlines()[-1]
+    client = mlflow.MlflowClient(uri)
+    deadline = time.time() + 60
+    while time.time() < deadline and client.get_run(run_id).info.status == "RUNNING":
+        time.sleep(0.2)
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED" and run.data.metrics == {"loss": 0.5}
+    after = one_run(uri, keep_alive_s=60)
+    assert after._process is None and not after._plots_here and services(runtime) == {key: pid}
