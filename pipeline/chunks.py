@@ -19,15 +19,6 @@ from pipeline.errors import DataError
 BLOCK_BYTES = 1 << 22  # pyarrow CSV block: rows are regrouped into chunk_rows afterwards
 
 
-def check_file(path: Path, key: str = "data.path") -> None:
-    if not path.exists():
-        raise DataError(f"{key}={str(path)!r}: no such file")
-    if path.is_dir():
-        raise DataError(f"{key}={str(path)!r} is a directory, not a data file")
-    if path.stat().st_size == 0:
-        raise DataError(f"{key}={str(path)!r} is empty")
-
-
 def columns_of(path: Path, kind: str) -> list[str]:
     if kind == "parquet":
         import pyarrow.parquet as pq

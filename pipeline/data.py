@@ -122,9 +122,14 @@ def _check_columns(frame: pd.DataFrame, spec: DataConf, label: str, key: str) ->
         frame = frame[y.notna()].reset_index(drop=True)
     if frame[label].nunique() < 2:
         raise DataError(
-            f"data.label={label!r} is constant (every row is {frame[label].iloc[0]!r}); there is nothing to learn"
+            f"data.label={label!r} is constant (every row is {_plain(frame[label].iloc[0])!r}); there is nothing to learn"
         )
     return frame
+
+
+def _plain(value):
+    """A numpy scalar as the Python value it holds (numpy 2 shows np.int64(2) where a user wrote 2)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _problem_type(y: pd.Series, declared: str, label: str) -> str:

@@ -167,13 +167,34 @@ def where(path: str, base_dir: Path) -> str:
     return str(resolved) if isinstance(resolved, Path) else redact_uri(resolved)
 
 
+def check_file(path: Path, key: str = "data.path") -> None:
+    """DataError unless `path` is a file with something in it."""
+    if not path.exists():
+        raise DataError(f"{key}={str(path)!r}: no such file")
+    if path.is_dir():
+        raise DataError(f"{key}={str(path)!r} is a directory, not a data file")
+    if path.stat().st_size == 0:
+        raise DataError(f"{key}={str(path)!r} is empty")
+
+
+def check_before_reading(spec: "DataConf", base_dir: Path) -> None:
+    """What can be checked of the data without reading it, before the plan: the source's config
+    (DataSource.check) and its local files (data.path, data.test_path) exist and are not empty."""
+    source = spec.make_source()
+    source.check()
+    path = source.local_path(base_dir)
+    if path is not None:
+        check_file(path, "data.path")
+    test = resolve(spec.test_path, base_dir) if spec.test_path else None
+    if isinstance(test, Path):
+        check_file(test, "data.test_path")
+
+
 def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None) -> pd.DataFrame:
     """A CSV or Parquet table (kind, else by suffix); every failure is a DataError naming `key`."""
     if not isinstance(path, Path):
         return _read_remote(path, key, kind, storage_options)
     import pandas as pd
-
-    from pipeline.chunks import check_file
 
     check_file(path, key)
     kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")

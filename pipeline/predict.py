@@ -51,9 +51,9 @@ def run(cfg: DictConfig) -> int:
 
 def predict(settings, base_dir: Path) -> int:
     """Score settings.data with the model settings.source names into settings.output; returns the number of rows."""
-    from pipeline import chunks as io
     from pipeline.chunks import ChunkWriter
     from pipeline.data import local_path
+    from pipeline.data_sources import check_file
     from pipeline.devices import local_ordinals, torch_device
     from pipeline.predictor_source import load_predictor
     from pipeline.report import console
@@ -63,7 +63,7 @@ def predict(settings, base_dir: Path) -> int:
     device = torch_device(local_ordinals(hardware.devices[:1], sees_only_its_devices=False)) if on_gpu else "cpu"
     path = local_path(settings.data, base_dir)
     if path is not None:
-        io.check_file(path)  # a missing or empty file fails before the model is loaded
+        check_file(path)  # a missing or empty file fails before the model is loaded
     predictor = load_predictor(settings.source, settings.predictor, settings.tracking_uri, base_dir)
     chunks = input_chunks(settings, base_dir, predictor.schema, path)
     predictor.place(device, hardware.num_cpus)

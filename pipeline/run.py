@@ -63,6 +63,9 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime = runtime or Runtime.from_hydra()
     components = Components.resolve(settings)
     check_params(settings, _problem_hint(settings))
+    from pipeline.data_sources import check_before_reading
+
+    check_before_reading(settings.data, runtime.launch_dir)  # a missing file, before the plan is shown
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
     plan = make_plan(settings, runtime.launch_dir)
     check_environment(settings, plan)

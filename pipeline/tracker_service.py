@@ -68,7 +68,7 @@ def service_key(uri: str, cwd: Optional[Path] = None, environ: Optional[dict] = 
 
     environ = os.environ if environ is None else environ
     digest = hashlib.sha256()
-    for part in (uri, str(cwd or Path.cwd()), sys.executable, sys.version, repr(sys.path)):
+    for part in (uri, str(cwd or Path.cwd()), sys.executable, sys.version):
         digest.update(part.encode() + b"\0")
     for name in sorted(set(environ) - VOLATILE_ENV):
         digest.update(f"{name}={environ[name]}".encode() + b"\0")

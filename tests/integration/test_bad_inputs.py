@@ -31,6 +31,8 @@ def write_tables(folder: Path) -> None:
     constant = base.copy()
     constant["income"] = "<=50K"
     constant.to_csv(folder / "constant.csv", index=False)
+    constant["income"] = 2
+    constant.to_csv(folder / "constant_number.csv", index=False)
     nan_label = base.copy()
     nan_label["income"] = np.nan
     nan_label.to_csv(folder / "nan_label.csv", index=False)
@@ -125,6 +127,8 @@ CASES = [
      ["data.label='incme' is not a column", "did you mean 'income'", "columns: age"]),
     ("label not given", ["data=csv", "data.path=good.csv"], ["data.label is required"]),
     ("label constant", [*CSV, "data.path=constant.csv"], ["data.label='income' is constant"]),
+    ("label constant number", [*CSV, "data.path=constant_number.csv"],
+     ["data.label='income' is constant (every row is 2)"]),
     ("label all NaN", [*CSV, "data.path=nan_label.csv"], ["data.label='income': every value of the label column is missing"]),
     ("text in a numeric column", [*CSV, "data.path=text_in_numbers.csv"], ["column 'age' is numeric but 1 row(s) hold text ('forty')"]),
     ("duplicate column names", [*CSV, "data.path=duplicate_columns.csv"], ["duplicate column names ['age']"]),
@@ -209,6 +213,20 @@ def test_refused_with_one_clear_message(run_main, tmp_path, name, args, expected
     assert_refused(*run_main(args), expected, tmp_path)
 
 
+@pytest.mark.parametrize("args, expected", [
+    ([*CSV, "data.path=missing.csv"], "no such file"),
+    ([*CSV, "data.path=empty.csv"], "is empty"),
+    ([*CSV, "data.path=good.csv", "data.test_path=missing_test.csv"], "data.test_path="),
+    (["data=csv", "data.path=good.csv"], "data.label is required"),
+    ([*CSV, "data.path=missing.csv", "dry_run=true"], "no such file"),
+], ids=["missing", "empty", "test file missing", "no label", "dry run"])
+def test_what_is_wrong_with_the_data_files_is_said_before_the_plan(run_main, tmp_path, args, expected):
+    code, out, err = run_main([*args, "tracking=none"])
+    assert code != 0 and expected in out + err
+    assert "Plan" not in out + err
+    assert not list(tmp_path.glob("outputs/**/plan.json"))
+
+
 @pytest.mark.parametrize("name, args, env, expected", ENV_CASES, ids=[c[0] for c in ENV_CASES])
 def test_environment_refused(run_main, tmp_path, name, args, env, expected):
     assert_refused(*run_main(args, env), expected, tmp_path)
@@ -222,8 +240,10 @@ def test_a_store_that_cannot_open_fails_the_run_with_its_error(run_main, tmp_pat
     from tests.conftest import user_config
 
     (tmp_path / "mlflow.db").write_bytes(b"not a database, " * 64)
+    # a tracker process of the run's own answers only once it has imported MLflow; a tracker service
+    # that was started already answers before any fit ends
     args = ["model=lightgbm", "data.max_rows=600", "model.lightgbm.params.num_iterations=20",
-            "tracking.uri=sqlite:///mlflow.db"]
+            "tracking.keep_alive_s=0", "tracking.uri=sqlite:///mlflow.db"]
     if fit_seconds:
         searchpath = user_config(tmp_path, "model", "slow", "sleep:\n  _target_: tests.fault_models.SleepModel\n"
                                  f"  params: {{seconds: {fit_seconds}}}\n")

@@ -204,13 +204,13 @@ def test_a_driver_that_leaves_without_ending_its_run_leaves_it_failed_and_the_se
         import os
         import sys
         import time
-        sys.path[:] = {sys.path!r}  # the service's key holds it: this test's, so that it is served
+        sys.path[:] = {sys.path!r}  # this test's: the same engine and MLflow
         from pipeline.tracker_process import TrackerProcess
         from pipeline.tracking import MlflowTracker
         if __name__ == "__main__":
             t = TrackerProcess(MlflowTracker({uri!r}, "exp"), keep_alive_s=60)
             t.connect()
-            assert t._process is None and not t._plots_here
+            assert t._process is None and not t._plots_here, (t._process, t._plots_here)
             t.start("doomed", {{}}, {{}})
             t.log_metrics({{"loss": 0.5}})
             print(t.run_id, flush=True)
