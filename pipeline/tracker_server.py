@@ -243,15 +243,21 @@ def connect(sweep_dir: Optional[str], uri: str):
         return None
     if found.get("host") != socket.gethostname() or found.get("uri") != uri:
         return None
+    return dial(found)[0]  # None: a server that has exited, a stale file, a full one: the job logs on its own
+
+
+def dial(found: dict) -> tuple:
+    """Connect to the server a server file describes (`address`, `authkey`): (the connection, if the
+    server will serve one run on it, else None; whether the server was reached at all)."""
     try:
         conn = Client(found["address"], family="AF_UNIX", authkey=bytes.fromhex(found["authkey"]))
-    except Exception:  # noqa: BLE001  (a server that has exited, a stale file: the job logs on its own)
-        return None
+    except Exception:  # noqa: BLE001  (it has exited: the file is stale)
+        return None, False
     try:
         answer = conn.recv()
     except (EOFError, OSError):
         answer = None
-    if answer != "ok":
+    if answer != "ok":  # "busy": it serves MAX_RUNS runs
         conn.close()
-        return None
-    return conn
+        return None, True
+    return conn, True

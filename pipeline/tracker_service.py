@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 from typing import Iterator, Optional
 
+from pipeline import tracker_server
 from pipeline.tracker_server import RETIRE
 
 MAX_SERVICES = 2  # per user: each holds MLflow's interpreter (about 250 MB) while it waits
@@ -138,24 +139,12 @@ def _read(path: Path) -> Optional[dict]:
 def _connect(path: Path):
     """A connection the service at `path` accepted (it answered "ok"), or None: no service, a file
     left by one that died (removed), or a service serving MAX_RUNS runs."""
-    from multiprocessing.connection import Client
-
     found = _read(path)
     if found is None:
         return None
-    try:
-        conn = Client(found["address"], family="AF_UNIX", authkey=bytes.fromhex(found["authkey"]))
-    except Exception:  # noqa: BLE001  (the service has exited: its file is stale)
-        if _read(path) == found:
-            path.unlink(missing_ok=True)
-        return None
-    try:
-        answer = conn.recv()
-    except (EOFError, OSError):
-        answer = None
-    if answer != "ok":
-        conn.close()
-        return None
+    conn, reached = tracker_server.dial(found)
+    if not reached and _read(path) == found:  # the service has exited: its file is stale
+        path.unlink(missing_ok=True)
     return conn
 
 
@@ -182,19 +171,19 @@ def _retire_oldest(folder: Path, keep: int) -> None:
 
 def _retire(path: Path) -> bool:
     """Ask the service at `path` to exit once its runs end (its file goes at once)."""
-    from multiprocessing.connection import Client
-
     found = _read(path)
     if found is None:
         return False
     path.unlink(missing_ok=True)  # no run connects to it from now on
-    try:
-        conn = Client(found["address"], family="AF_UNIX", authkey=bytes.fromhex(found["authkey"]))
-        conn.recv()
-        conn.send(RETIRE)
-        conn.close()
-    except Exception:  # noqa: BLE001  (it has exited already, or it is full: it will idle out)
+    conn, _ = tracker_server.dial(found)
+    if conn is None:  # it has exited already, or it serves MAX_RUNS runs: it will idle out
         return False
+    try:
+        conn.send(RETIRE)
+    except OSError:
+        return False
+    finally:
+        conn.close()
     return True
 
 
@@ -229,7 +218,7 @@ def serve(folder: Path, key: str, keep_alive_s: float) -> None:
     import secrets
     from multiprocessing.connection import Listener
 
-    from pipeline import tracker_process, tracker_server
+    from pipeline import tracker_process
     from pipeline.store import atomic_write_bytes
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
