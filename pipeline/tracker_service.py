@@ -34,6 +34,8 @@ from typing import Iterator, Optional
 from pipeline import tracker_server
 from pipeline.tracker_server import RETIRE
 
+# A Unix socket's path holds at most 107 bytes on Linux: the folder, a slash, the key (20) and ".sock".
+MAX_FOLDER_BYTES = 80
 MAX_SERVICES = 2  # per user: each holds MLflow's interpreter (about 250 MB) while it waits
 START_TIMEOUT_S = 30.0  # until a new service listens (it has not imported MLflow yet)
 # Shell bookkeeping that differs between terminals and changes nothing a tracker does.
@@ -47,9 +49,12 @@ VOLATILE_ENV = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "COLUMNS", "LINES", "PS
 
 def runtime_dir() -> Optional[Path]:
     """This user's private folder for services (0700, owned by this user), or None if there is none
-    to be had: a folder others can write to could hand a run someone else's socket."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join("/tmp", f"pipeline-{os.getuid()}")
-    folder = Path(base) / "pipeline" if os.environ.get("XDG_RUNTIME_DIR") else Path(base)
+    to be had: a folder others can write to could hand a run someone else's socket.
+    $XDG_RUNTIME_DIR/pipeline, else (unset, or too long for a socket's path) /tmp/pipeline-<uid>."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    folder = Path(xdg) / "pipeline" if xdg else None
+    if folder is None or len(os.fsencode(folder)) > MAX_FOLDER_BYTES:
+        folder = Path("/tmp") / f"pipeline-{os.getuid()}"
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = folder.stat()

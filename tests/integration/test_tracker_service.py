@@ -19,13 +19,17 @@ from tests.integration.mlflow_helpers import job_runs
 
 @pytest.fixture
 def runtime(tmp_path, monkeypatch):
-    """A runtime folder of this test's own: the services it starts, and only those."""
-    base = tmp_path / "xdg"
-    base.mkdir(mode=0o700)
+    """A runtime folder of this test's own (short: a socket's path has at most 107 bytes): the
+    services it starts, and only those."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="xdg-"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
     monkeypatch.chdir(tmp_path)
     yield base / "pipeline"
     stop_services(base / "pipeline")
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def services(folder: Path) -> dict[str, int]:
@@ -146,11 +150,19 @@ def test_the_key_changes_when_the_engines_code_changes(tmp_path):
     assert tracker_service.service_key("sqlite:///a.db", tmp_path, {}) == key
 
 
+def test_a_runtime_folder_too_long_for_a_socket_gives_way_to_tmp(tmp_path, monkeypatch):
+    deep = tmp_path / ("x" * 90)
+    deep.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
+    assert tracker_service.runtime_dir() == Path("/tmp") / f"pipeline-{os.getuid()}"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert tracker_service.runtime_dir() == tmp_path / "pipeline"
+
+
 def test_a_runtime_folder_others_can_write_is_not_used(tmp_path, monkeypatch):
-    shared = tmp_path / "shared"
-    (shared / "pipeline").mkdir(parents=True)
-    (shared / "pipeline").chmod(0o777)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(shared))
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline").chmod(0o777)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     assert tracker_service.runtime_dir() is None
     assert tracker_service.connect("sqlite:///a.db", 60) == (None, False)
 
