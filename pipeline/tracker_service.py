@@ -100,14 +100,15 @@ def connect(uri: str, keep_alive_s: float) -> tuple[Optional[object], bool]:
     if folder is None:
         return None, False
     key = service_key(uri)
+    store = _store_file(uri)
     started = False
     try:
         with _locked(folder / f"{key}.lock"):
-            conn = _connect(folder / f"{key}.json")
+            conn = _connect(folder / f"{key}.json", _identity(store))
             if conn is None and not _find(folder, key):
                 _retire_oldest(folder, keep=MAX_SERVICES - 1)
-                started = _start(folder, key, keep_alive_s)
-                conn = _connect(folder / f"{key}.json") if started else None
+                started = _start(folder, key, keep_alive_s, store)
+                conn = _connect(folder / f"{key}.json", _identity(store)) if started else None
     except OSError:
         return None, False
     return conn, started and conn is not None
@@ -141,11 +142,34 @@ def _read(path: Path) -> Optional[dict]:
         return None
 
 
-def _connect(path: Path):
+def _store_file(uri: str) -> Optional[Path]:
+    """A SQLite store's database file, absolute; None for other stores."""
+    from pipeline.tracking import sqlite_path
+
+    path = sqlite_path(uri)
+    return None if path is None else Path.cwd() / path
+
+
+def _identity(path: Optional[Path]) -> Optional[list]:
+    """Which file `path` is now (device and inode), None if there is none: a store deleted (or
+    replaced) since a service opened it is another file, which that service's pooled connections
+    do not reach (they write to the deleted one)."""
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else [st.st_dev, st.st_ino]
+
+
+def _connect(path: Path, store: Optional[list]):
     """A connection the service at `path` accepted (it answered "ok"), or None: no service, a file
-    left by one that died (removed), or a service serving MAX_RUNS runs."""
+    left by one that died (removed), a service that opened another store file than `store` (the
+    one the run will use; retired), or a service serving MAX_RUNS runs."""
     found = _read(path)
     if found is None:
+        return None
+    if found.get("store") is not None and found["store"] != store:
+        _retire(path)
         return None
     conn, reached = tracker_server.dial(found)
     if not reached and _read(path) == found:  # the service has exited: its file is stale
@@ -192,7 +216,7 @@ def _retire(path: Path) -> bool:
     return True
 
 
-def _start(folder: Path, key: str, keep_alive_s: float) -> bool:
+def _start(folder: Path, key: str, keep_alive_s: float, store: Optional[Path]) -> bool:
     """Start a service in a session of its own (a Ctrl-C of the run does not reach it) and wait until
     it listens; False if it did not."""
     import select
@@ -200,7 +224,8 @@ def _start(folder: Path, key: str, keep_alive_s: float) -> bool:
     log = os.fdopen(os.open(folder / f"{key}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.tracker_service", "--serve", str(folder), key, repr(float(keep_alive_s))],
+            [sys.executable, "-m", "pipeline.tracker_service", "--serve", str(folder), key, repr(float(keep_alive_s)),
+             str(store or "")],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True, close_fds=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )
@@ -217,9 +242,10 @@ def _start(folder: Path, key: str, keep_alive_s: float) -> bool:
     return True
 
 
-def serve(folder: Path, key: str, keep_alive_s: float) -> None:
+def serve(folder: Path, key: str, keep_alive_s: float, store: Optional[Path] = None) -> None:
     """The service: listen, say "ready" on stdout, serve runs (warming MLflow and matplotlib up once
-    the first has ended) until `keep_alive_s` pass without one or it is retired, then exit."""
+    the first has ended) until `keep_alive_s` pass without one or it is retired, then exit. Once
+    the first run has opened the SQLite `store`, its key file says which file that is."""
     import secrets
     from multiprocessing.connection import Listener
 
@@ -246,6 +272,9 @@ def serve(folder: Path, key: str, keep_alive_s: float) -> None:
         if idle_s >= keep_alive_s:
             break
         if not warm and idle_s > 0:  # after the first run, which the run that started this paces
+            if store is not None and _read(server_file) == info:
+                info = {**info, "store": _identity(store)}
+                atomic_write_bytes(server_file, json.dumps(info).encode(), mode=0o600)
             warm_up()
             warm = True
     if _read(server_file) == info:
@@ -271,8 +300,8 @@ def warm_up() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--serve"] and len(argv) == 4:
-        serve(Path(argv[1]), argv[2], float(argv[3]))
+    if argv[:1] == ["--serve"] and len(argv) == 5:
+        serve(Path(argv[1]), argv[2], float(argv[3]), Path(argv[4]) if argv[4] else None)
         return 0
     if argv == ["--stop"]:
         print(f"asked {stop_all()} tracker service(s) to exit once their runs end")

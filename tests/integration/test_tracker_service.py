@@ -111,6 +111,27 @@ def test_a_killed_service_is_replaced_by_the_next_run(tmp_path, runtime):
     assert new_key == key and new_pid != pid
 
 
+def test_a_store_deleted_between_runs_is_never_written_through_the_old_service(tmp_path, runtime):
+    """The service's pooled connections reach the file it opened: once that is deleted (rm -rf
+    outputs), the next run retires it and logs to the new store through a new service."""
+    db = tmp_path / "outputs" / "mlflow.db"
+    db.parent.mkdir()
+    uri = f"sqlite:///{db}"
+    one_run(uri, keep_alive_s=60)
+    (key, pid), = services(runtime).items()
+    deadline = time.time() + 60
+    while json.loads((runtime / f"{key}.json").read_text()).get("store") is None and time.time() < deadline:
+        time.sleep(0.1)  # the service notes the file once its first run has ended
+    import shutil
+
+    shutil.rmtree(db.parent)
+    db.parent.mkdir()
+    again = one_run(uri, keep_alive_s=60)
+    assert finished(uri, again.logged_run_id)
+    (new_key, new_pid), = services(runtime).items()
+    assert new_key == key and new_pid != pid and wait_gone(pid)
+
+
 def test_other_directories_and_environments_get_services_of_their_own_and_at_most_two_wait(
         tmp_path, runtime, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
