@@ -38,13 +38,24 @@ from pipeline.tracker_server import RETIRE
 MAX_FOLDER_BYTES = 80
 MAX_SERVICES = 2  # per user: each holds MLflow's interpreter (about 250 MB) while it waits
 START_TIMEOUT_S = 30.0  # until a new service listens (it has not imported MLflow yet)
-# Shell bookkeeping that differs between terminals and changes nothing a tracker does.
 # Set in a job of a cluster scheduler: the next job runs in another allocation, with another
 # environment, and a service would only outlive the job's work inside its allocation.
 CLUSTER_JOB_ENV = ("SLURM_JOB_ID", "SUBMITIT_EXECUTOR")
 _started: list = []  # the services this process started (see _start)
-VOLATILE_ENV = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "COLUMNS", "LINES", "PS1", "PS2", "TERM_SESSION_ID",
-                          "WINDOWID", "SSH_TTY", "SSH_CONNECTION", "SSH_CLIENT", "TMUX_PANE", "STY", "WINDOW"})
+# The environment a tracker's work depends on: MLflow's settings, the artifact stores' credentials
+# and endpoints, git (MLflow tags the commit), proxies and certificates, where Python imports from.
+# The rest (terminals, shells, what libraries set for themselves on import) is not part of the key.
+KEY_ENV_PREFIXES = ("MLFLOW_", "AWS_", "AZURE_", "GOOGLE_", "GCS_", "CLOUDSDK_", "DATABRICKS_", "HADOOP_",
+                    "ARROW_", "GIT_", "OTEL_")
+KEY_ENV_NAMES = frozenset({"HOME", "USER", "PATH", "TMPDIR", "TZ", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH",
+                           "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                           "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                           "ALL_PROXY"})
+
+
+def _keyed(name: str) -> bool:
+    upper = name.upper()  # proxies are often set in lower case
+    return upper in KEY_ENV_NAMES or upper.startswith(KEY_ENV_PREFIXES)
 
 
 def runtime_dir() -> Optional[Path]:
@@ -67,16 +78,16 @@ def runtime_dir() -> Optional[Path]:
 
 def service_key(uri: str, cwd: Optional[Path] = None, environ: Optional[dict] = None) -> str:
     """What a run shares with the service that may serve it, as a short hash: the store's URI (MLflow
-    keeps one per process), the launch directory, the interpreter, the environment (less
-    VOLATILE_ENV) and the installed files of the engine and MLflow (their sizes and modification
-    times: an upgrade or an edit starts a new service)."""
+    keeps one per process), the launch directory, the interpreter, the environment a tracker depends
+    on (KEY_ENV_PREFIXES, KEY_ENV_NAMES) and the installed files of the engine and MLflow (their sizes
+    and modification times: an upgrade or an edit starts a new service)."""
     import importlib.util
 
     environ = os.environ if environ is None else environ
     digest = hashlib.sha256()
     for part in (uri, str(cwd or Path.cwd()), sys.executable, sys.version):
         digest.update(part.encode() + b"\0")
-    for name in sorted(set(environ) - VOLATILE_ENV):
+    for name in sorted(filter(_keyed, environ)):
         digest.update(f"{name}={environ[name]}".encode() + b"\0")
     engine = Path(__file__).resolve().parent
     spec = importlib.util.find_spec("mlflow")

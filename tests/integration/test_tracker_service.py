@@ -150,11 +150,15 @@ def test_other_directories_and_environments_get_services_of_their_own_and_at_mos
     assert len(retired) == 1 and wait_gone(retired[0])
 
 
-def test_the_key_ignores_shell_bookkeeping_and_not_what_mlflow_reads(tmp_path):
+def test_the_key_holds_what_a_tracker_depends_on_and_not_the_rest_of_the_environment(tmp_path):
     env = {"HOME": "/home/u", "MLFLOW_TRACKING_TOKEN": "a", "PWD": "/x", "SHLVL": "1"}
     key = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
-    assert tracker_service.service_key("sqlite:///a.db", tmp_path, {**env, "PWD": "/y", "SHLVL": "3", "_": "/bin/env"}) == key
-    assert tracker_service.service_key("sqlite:///a.db", tmp_path, {**env, "MLFLOW_TRACKING_TOKEN": "b"}) != key
+    # a terminal's bookkeeping, and what a library sets for itself on import (hwloc's, through torch)
+    same = {**env, "PWD": "/y", "SHLVL": "3", "_": "/bin/env", "TERM": "xterm", "HWLOC_PLUGINS_PATH": "/dev/null"}
+    assert tracker_service.service_key("sqlite:///a.db", tmp_path, same) == key
+    for changed in ({"MLFLOW_TRACKING_TOKEN": "b"}, {"AWS_ACCESS_KEY_ID": "k"}, {"https_proxy": "http://p:3128"},
+                    {"PYTHONPATH": "/elsewhere"}):
+        assert tracker_service.service_key("sqlite:///a.db", tmp_path, {**env, **changed}) != key, changed
     assert tracker_service.service_key("sqlite:///a.db", tmp_path / "sub", env) != key
     assert tracker_service.service_key("sqlite:///b.db", tmp_path, env) != key  # MLflow has one URI per process
 
