@@ -241,7 +241,6 @@ def test_a_driver_that_leaves_without_ending_its_run_leaves_it_failed_and_the_se
         import os
         import sys
         import time
-        sys.path[:] = {sys.path!r}  # this test's: the same engine and MLflow
         from pipeline.tracker_process import TrackerProcess
         from pipeline.tracking import MlflowTracker
         if __name__ == "__main__":
