@@ -29,8 +29,8 @@ def draw(data: RunPlots, run_dir: Path) -> list[Path]:
 
 
 def preload() -> threading.Thread:
-    """Import matplotlib's figure and Agg canvas in a thread: the tracker's process draws a run's
-    plots after the fit, and the import (most of their cost) can run while the fit does."""
+    """Import matplotlib's figure and Agg canvas in a thread: a tracked run's plots are drawn after
+    the fit, and the import (most of their cost) can run while the fit does."""
 
     def load() -> None:
         try:

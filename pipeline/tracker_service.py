@@ -119,18 +119,32 @@ def connect(uri: str, keep_alive_s: float) -> tuple[Optional[object], bool]:
             if conn is None and not _find(folder, key):
                 _retire_oldest(folder, keep=MAX_SERVICES - 1)
                 started = _start(folder, key, keep_alive_s, store)
-                conn = _connect(folder / f"{key}.json", _identity(store)) if started else None
+                conn = _connect(folder / f"{key}.json", None) if started else None  # it has opened no store yet
     except OSError:
         return None, False
     return conn, started and conn is not None
 
 
-def stop_all(folder: Optional[Path] = None) -> int:
-    """Ask every service of this user to exit once its runs end; returns how many were asked."""
+def service_pids(folder: Path) -> list[int]:
+    """The process ids of the services with a key file in `folder`."""
+    pids = []
+    for path in folder.glob("*.json"):
+        found = _read(path)
+        if found is not None and isinstance(found.get("pid"), int):
+            pids.append(found["pid"])
+    return pids
+
+
+def stop_all(folder: Optional[Path] = None) -> list[int]:
+    """Ask every service of this user to exit once its runs end (one serving MAX_RUNS runs loses its
+    key file and idles out); returns their process ids."""
     folder = folder or runtime_dir()
     if folder is None:
-        return 0
-    return sum(_retire(path) for path in folder.glob("*.json"))
+        return []
+    pids = service_pids(folder)
+    for path in folder.glob("*.json"):
+        _retire(path)
+    return pids
 
 
 @contextlib.contextmanager
@@ -315,7 +329,7 @@ def main(argv: list[str]) -> int:
         serve(Path(argv[1]), argv[2], float(argv[3]), Path(argv[4]) if argv[4] else None)
         return 0
     if argv == ["--stop"]:
-        print(f"asked {stop_all()} tracker service(s) to exit once their runs end")
+        print(f"asked {len(stop_all())} tracker service(s) to exit once their runs end")
         return 0
     print("usage: python -m pipeline.tracker_service --stop", file=sys.stderr)
     return 2

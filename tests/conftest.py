@@ -64,21 +64,12 @@ def tracker_services(tmp_path_factory):
 
 def stop_services(folder: Path) -> None:
     """Retire every service with a file in `folder`, and kill what has not exited 30 s later."""
-    import json
-
     import psutil
 
     from pipeline import tracker_service
 
-    pids = []
-    for path in folder.glob("*.json"):
-        try:
-            pids.append(json.loads(path.read_text())["pid"])
-        except (OSError, ValueError, KeyError):
-            continue
-    tracker_service.stop_all(folder)
     procs = []
-    for pid in pids:
+    for pid in tracker_service.stop_all(folder):
         try:
             procs.append(psutil.Process(pid))
         except psutil.NoSuchProcess:

@@ -138,11 +138,13 @@ def _services(runner: Runner) -> list:
     """The tracker services the benchmark's runs started (pipeline.tracker_service), as psutil processes."""
     import psutil
 
+    from pipeline.tracker_service import service_pids
+
     procs = []
-    for path in (Path(runner.env["XDG_RUNTIME_DIR"]) / "pipeline").glob("*.json"):
+    for pid in service_pids(Path(runner.env["XDG_RUNTIME_DIR"]) / "pipeline"):
         try:
-            procs.append(psutil.Process(json.loads(path.read_text())["pid"]))
-        except (OSError, ValueError, KeyError, psutil.NoSuchProcess):
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
             continue
     return procs
 

@@ -113,7 +113,7 @@ def _log_artifacts(outcome, best: dict, run_dir: Path, tracker) -> None:
         return
     from pipeline.plots import RunPlots
 
-    # drawn by the tracker (in its own process): matplotlib stays out of this one
+    # where they are drawn is the tracker's to say (a warm tracker service draws them for this process)
     tracker.log_plots(run_dir, RunPlots(
         timeline=outcome.timeline,
         histories={n: t.folds[0].model.history_ for n, t in best.items()},
