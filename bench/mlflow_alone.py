@@ -22,11 +22,12 @@ def main(run_dir: Path, example_path: Path) -> dict:
     import numpy as np
     import pandas as pd  # MLflow imports it too
 
-    from pipeline.tracking import MlflowTracker, default_uri
-    from pipeline.tracking_models import ModelPayload
+    from pipeline.tracking.mlflow_run import MlflowTracker
+    from pipeline.tracking.models import ModelPayload
+    from pipeline.tracking.store import Store
 
     scores = pd.read_csv(run_dir / "leaderboard.csv").select_dtypes("number").iloc[0]
-    tracker = MlflowTracker(default_uri(Path.cwd()), "mlflow-alone")
+    tracker = MlflowTracker(Store.of(None, Path.cwd()), "mlflow-alone")
     tracker.connect()
     params = {f"param_{i}": i for i in range(100)}  # a model=lightgbm run logs about a hundred
     tracker.start("mlflow alone", params, {"pipeline.source": "bench.mlflow_alone"})

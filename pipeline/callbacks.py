@@ -1,14 +1,13 @@
 """Hydra callbacks: a launcher check before any job starts, and one MLflow parent run per sweep.
 
-Before any job starts, the MLflow callback writes `PARENT_FILE` in the sweep's directory saying
-the parent run is on its way, and starts the sweep's tracker process (pipeline.tracker_server),
-which creates the parent (tagged with the sweep's directory) and writes its id there, or why there
-is none, while the launcher starts the jobs. A job's tracker reads that file before it starts its
-run, waiting while the parent is on its way, and makes its run a child of the parent; without the
-file it looks for the parent in the store by the sweep's directory
-(`pipeline.tracking.sweep_parent`). The jobs of this host log through that process. At the end
-the process closes the parent (pipeline.sweep_runs). Concurrent first writes to a SQLite store are
-serialised by `pipeline.tracking.store_lock`.
+Before any job starts, the MLflow callback writes the sweep's parent file saying the parent run is
+on its way, and starts the sweep's tracker host (pipeline.tracking.sweep_host), which creates the
+parent (tagged with the sweep's directory) and writes its id there, or why there is none, while the
+launcher starts the jobs. A job's tracker reads that file before it starts its run, waiting while
+the parent is on its way, and makes its run a child of the parent; without the file it looks for
+the parent in the store by the sweep's directory (pipeline.tracking.sweep). The jobs of this host
+log through that host, which closes the parent at the end. The callback takes the store from the
+same code as each job (pipeline.tracking.factory.mlflow_store).
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ def mlflow_settings(config):
     from omegaconf import OmegaConf
 
     from pipeline.errors import ConfigError
-    from pipeline.trackers import MLFLOW, tracker_target
+    from pipeline.tracking.factory import MLFLOW, tracker_target
 
     if "tracking" not in config:
         return None
@@ -67,7 +66,7 @@ def mlflow_settings(config):
 
 
 class MlflowSweepCallback(Callback):
-    """The sweep's MLflow tracker process (pipeline.tracker_server): it opens the parent run while
+    """The sweep's MLflow tracker host (pipeline.tracking.sweep_host): it opens the parent run while
     the launcher starts the jobs, logs the jobs of this host, and closes the parent at the end."""
 
     def __init__(self) -> None:
@@ -77,26 +76,23 @@ class MlflowSweepCallback(Callback):
         conf = mlflow_settings(config)
         if conf is None:
             return
-        from pipeline import tracking as tr
+        from pipeline.errors import TrackingError
         from pipeline.redact import redact_override
-        from pipeline.trackers import sweep_directory
-        from pipeline.tracker_server import SweepSpec, SweepTracker
+        from pipeline.tracking import sweep
+        from pipeline.tracking.factory import mlflow_store
+        from pipeline.tracking.sweep_host import SweepHost, SweepSpec
 
         launch_dir = Path(config.hydra.runtime.cwd)
-        uri = conf.uri or tr.default_uri(launch_dir)
-        tr.hide_credential_links(uri)
-        if tr.is_remote(uri):
-            tr.configure_http(conf.timeout_s)
-            tr.check_server(uri, conf.timeout_s)
-        artifact_root = None if tr.is_remote(uri) else launch_dir / "outputs" / "mlartifacts"
-        sweep_dir = sweep_directory(launch_dir, config.hydra.sweep.dir)
-        overrides = " ".join(redact_override(o) for o in config.hydra.overrides.task) or "default"
-        tr.write_parent_file(sweep_dir, tr.PARENT_PENDING)  # before any job starts: the jobs wait for it
+        store = mlflow_store(conf, launch_dir)
+        sweep_dir = sweep.sweep_directory(launch_dir, config.hydra.sweep.dir)
+        name = " ".join(redact_override(o) for o in config.hydra.overrides.task) or "default"
+        sweep.write_parent_file(sweep_dir, sweep.PARENT_PENDING)  # before any job starts: the jobs wait for it
         try:
-            self._tracker = SweepTracker.start(SweepSpec(uri, conf.experiment, artifact_root, sweep_dir, overrides))
-        except (OSError, RuntimeError) as exc:
+            store.check()  # a store that cannot be reached: each job says so, and no host is started
+            self._tracker = SweepHost.start(SweepSpec(store, conf.experiment, sweep_dir, name))
+        except (OSError, RuntimeError, TrackingError) as exc:
             log.error("the sweep's MLflow tracker process could not start (%s); its jobs log without a parent run", exc)
-            tr.write_parent_file(sweep_dir, f"{tr.PARENT_FAILED} {exc}")
+            sweep.write_parent_file(sweep_dir, f"{sweep.PARENT_FAILED} {exc}")
             return
         atexit.register(self._close_if_open)  # Hydra skips on_multirun_end when a sweep raises
 

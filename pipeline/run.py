@@ -47,7 +47,7 @@ class Runtime:
         from pipeline.redact import redact_override
 
         shown = [redact_override(o) for o in h.overrides.task if not o.lstrip("+~").startswith(("tracking.", "hydra."))]
-        from pipeline.trackers import sweep_directory
+        from pipeline.tracking.sweep import sweep_directory
 
         sweep = sweep_directory(Path(h.runtime.cwd), h.sweep.dir) if multirun else None
         return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), ",".join(sorted(shown)), num, sweep)
@@ -91,7 +91,7 @@ class Components:
     def resolve(cls, settings: Settings) -> "Components":
         from pipeline.executors import executor_target
         from pipeline.targets import resolve
-        from pipeline.trackers import tracker_target
+        from pipeline.tracking.factory import tracker_target
 
         ex, tr = settings.executor, settings.tracking
         return cls(resolve("executor._target_", executor_target(ex.name, ex._target_), settings.allowed_targets),
@@ -255,7 +255,7 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
         write_state(runtime.run_dir, status="RUNNING", started=time.time())
         tracker.log_artifact(runtime.run_dir / "plan.json")
-        from pipeline.tracking_datasets import locations, summarize
+        from pipeline.tracking.datasets import locations, summarize
 
         tracker.log_datasets(summarize(data), locations(settings.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)

@@ -52,12 +52,17 @@ def library_answers_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def tracker_services(tmp_path_factory):
-    """Tracker services (pipeline.tracker_service) started by the tests keep their files in the
-    session's scratch, and are stopped when the session ends instead of waiting out keep_alive_s."""
+    """Tracker services (pipeline.tracking.service) started by the tests keep their files in the
+    session's scratch, never in the user's runtime folder or the real /tmp/pipeline-<uid>, and are
+    stopped when the session ends instead of waiting out keep_alive_s."""
+    from pipeline.tracking.service import runtime_path
+
     folder = tmp_path_factory.mktemp("xdg_runtime")
     folder.chmod(0o700)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_RUNTIME_DIR", str(folder))
+        if runtime_path() != folder / "pipeline":  # too long for a socket's path: the fallback, kept in scratch too
+            mp.setenv("TMPDIR", str(folder))
         yield folder
     stop_services(folder / "pipeline")
 
@@ -66,10 +71,10 @@ def stop_services(folder: Path) -> None:
     """Retire every service with a file in `folder`, and kill what has not exited 30 s later."""
     import psutil
 
-    from pipeline import tracker_service
+    from pipeline.tracking import service
 
     procs = []
-    for pid in tracker_service.stop_all(folder):
+    for pid in service.stop_all(folder):
         try:
             procs.append(psutil.Process(pid))
         except psutil.NoSuchProcess:

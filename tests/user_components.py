@@ -62,27 +62,29 @@ class RecordingTracker(NullTracker):
         self._note("end", status=status)
 
 
-class SlowStartTracker(NullTracker):
-    """A tracker for TrackerProcess that takes `delay_s` to connect, then notes the size of each
-    params blob it logs in `path` (its process is busy for that long before it reads a call)."""
+class GatedTracker(NullTracker):
+    """A tracker for TrackerClient that connects only once the file `gate` exists, then notes the size
+    of each params blob it logs in `path` (its process reads no call before the gate opens)."""
 
     enabled = True
     uri = "sqlite:///never-opened.db"
     sweep_dir = None
     log_models = False
 
-    def __init__(self, delay_s: float, path: Path):
-        self.delay_s, self.path = delay_s, Path(path)
+    def __init__(self, gate: Path, path: Path):
+        self.gate, self.path = Path(gate), Path(path)
 
     def prepare(self) -> None: ...
 
     def connect(self) -> None:
         import time
 
-        time.sleep(self.delay_s)
+        deadline = time.monotonic() + 300
+        while not self.gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def start(self, run_name, params, tags) -> None:
-        self.run_id = "slow-run"
+        self.run_id = "gated-run"
 
     def log_params(self, params) -> None:
         with self.path.open("a") as fh:

@@ -135,10 +135,10 @@ class Runner:
 
 
 def _services(runner: Runner) -> list:
-    """The tracker services the benchmark's runs started (pipeline.tracker_service), as psutil processes."""
+    """The tracker services the benchmark's runs started (pipeline.tracking.service), as psutil processes."""
     import psutil
 
-    from pipeline.tracker_service import service_pids
+    from pipeline.tracking.service import service_pids
 
     procs = []
     for pid in service_pids(Path(runner.env["XDG_RUNTIME_DIR"]) / "pipeline"):
@@ -154,7 +154,7 @@ def _stop_services(runner: Runner) -> None:
     import psutil
 
     procs = _services(runner)
-    runner.call([sys.executable, "-m", "pipeline.tracker_service", "--stop"])
+    runner.call([sys.executable, "-m", "pipeline.tracking.service", "--stop"])
     _, alive = psutil.wait_procs(procs, timeout=60)
     for proc in alive:
         proc.kill()

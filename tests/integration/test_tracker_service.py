@@ -10,9 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pipeline import tracker_service
-from pipeline.tracker_process import TrackerProcess
-from pipeline.tracking import MlflowTracker
+from pipeline.tracking import service as tracker_service
+from pipeline.tracking.client import TrackerClient
+from pipeline.tracking.mlflow_run import MlflowTracker
+from pipeline.tracking.store import Store
 from tests.conftest import run_cli, small, stop_services
 from tests.integration.mlflow_helpers import job_runs
 
@@ -37,8 +38,8 @@ def services(folder: Path) -> dict[str, int]:
     return {p.stem: json.loads(p.read_text())["pid"] for p in folder.glob("*.json")}
 
 
-def one_run(uri: str, keep_alive_s: float, name: str = "a run") -> TrackerProcess:
-    tracker = TrackerProcess(MlflowTracker(uri, "exp"), keep_alive_s=keep_alive_s)
+def one_run(uri: str, keep_alive_s: float, name: str = "a run") -> TrackerClient:
+    tracker = TrackerClient(MlflowTracker(Store(uri), "exp"), keep_alive_s=keep_alive_s)
     tracker.connect()
     tracker.start(name, {"alpha": 1}, {})
     tracker.log_metrics({"loss": 0.5})
@@ -81,7 +82,7 @@ def test_the_run_that_starts_the_service_and_the_next_log_through_it(tmp_path, r
 
 def test_keep_alive_0_starts_no_service(tmp_path, runtime):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = TrackerProcess(MlflowTracker(uri, "exp"), keep_alive_s=0)
+    tracker = TrackerClient(MlflowTracker(Store(uri), "exp"), keep_alive_s=0)
     tracker.connect()
     try:
         assert tracker._process is not None
@@ -157,10 +158,36 @@ def test_the_key_holds_what_a_tracker_depends_on_and_not_the_rest_of_the_environ
     same = {**env, "PWD": "/y", "SHLVL": "3", "_": "/bin/env", "TERM": "xterm", "HWLOC_PLUGINS_PATH": "/dev/null"}
     assert tracker_service.service_key("sqlite:///a.db", tmp_path, same) == key
     for changed in ({"MLFLOW_TRACKING_TOKEN": "b"}, {"AWS_ACCESS_KEY_ID": "k"}, {"https_proxy": "http://p:3128"},
-                    {"PYTHONPATH": "/elsewhere"}):
+                    {"PYTHONPATH": "/elsewhere"}, {"KRB5CCNAME": "FILE:/tmp/krb5cc_1"}, {"NETRC": "/etc/netrc"},
+                    {"REQUESTS_CA_BUNDLE": "/etc/ca.pem"}):
         assert tracker_service.service_key("sqlite:///a.db", tmp_path, {**env, **changed}) != key, changed
     assert tracker_service.service_key("sqlite:///a.db", tmp_path / "sub", env) != key
     assert tracker_service.service_key("sqlite:///b.db", tmp_path, env) != key  # MLflow has one URI per process
+
+
+def test_the_key_changes_with_the_credential_files_and_the_installed_packages(tmp_path, monkeypatch):
+    """MLflow's HTTP auth reads ~/.netrc (or $NETRC) and a Kerberos cache; an upgrade of one of MLflow's
+    dependencies changes what it does: a service started before either would log differently."""
+    home = tmp_path / "home"
+    home.mkdir()
+    cache = tmp_path / "krb5cc"
+    cache.write_text("ticket 1")
+    env = {"HOME": str(home), "KRB5CCNAME": f"FILE:{cache}"}
+    key = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    (home / ".netrc").write_text("machine mlflow.example login u password p\n")
+    with_netrc = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    assert with_netrc != key
+    cache.write_text("ticket 2, renewed")
+    assert tracker_service.service_key("sqlite:///a.db", tmp_path, env) != with_netrc
+    renewed = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    packages = tmp_path / "lib" / "site-packages"
+    packages.mkdir(parents=True)
+    monkeypatch.setattr("sys.path", [*__import__("sys").path, str(packages)])
+    before = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    assert before != renewed
+    st = packages.stat()
+    os.utime(packages, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # pip installed or removed one
+    assert tracker_service.service_key("sqlite:///a.db", tmp_path, env) != before
 
 
 def test_the_key_changes_when_the_engines_code_changes(tmp_path):
@@ -175,29 +202,35 @@ def test_the_key_changes_when_the_engines_code_changes(tmp_path):
     assert tracker_service.service_key("sqlite:///a.db", tmp_path, {}) == key
 
 
-def test_a_runtime_folder_too_long_for_a_socket_gives_way_to_tmp(tmp_path, monkeypatch):
+def test_a_runtime_folder_too_long_for_a_socket_gives_way_to_the_temporary_folder(tmp_path, monkeypatch):
+    import tempfile
+
     deep = tmp_path / ("x" * 90)
     deep.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
-    assert tracker_service.runtime_dir() == Path("/tmp") / f"pipeline-{os.getuid()}"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # $TMPDIR, never the real /tmp
+    assert tracker_service.runtime_path() == tmp_path / f"pipeline-{os.getuid()}"
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert tracker_service.runtime_dir() == tmp_path / "pipeline"
+    assert tracker_service.runtime_path() == tmp_path / "pipeline"
 
 
-def test_a_runtime_folder_others_can_write_is_not_used(tmp_path, monkeypatch):
+def test_a_runtime_folder_others_can_write_is_refused_with_a_warning(tmp_path, monkeypatch, caplog):
     (tmp_path / "pipeline").mkdir()
     (tmp_path / "pipeline").chmod(0o777)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert tracker_service.runtime_dir() is None
-    assert tracker_service.connect("sqlite:///a.db", 60) == (None, False)
+    with caplog.at_level("WARNING", logger="pipeline.tracking.service"):
+        assert tracker_service.runtime_folder() is None
+        assert tracker_service.connect("sqlite:///a.db", 60) == (None, False)
+    assert "open to other users" in caplog.text and f"Remove {tmp_path / 'pipeline'}" in caplog.text
+    assert os.listdir(tmp_path / "pipeline") == []
 
 
 def test_cluster_jobs_and_sweep_jobs_log_through_processes_of_their_own(tmp_path, runtime, monkeypatch, compose):
-    from pipeline import trackers
     from pipeline.settings import read_settings
+    from pipeline.tracking import factory as trackers
 
     monkeypatch.setenv("SLURM_JOB_ID", "42")
-    tracker = TrackerProcess(MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp"), keep_alive_s=60)
+    tracker = TrackerClient(MlflowTracker(Store(f"sqlite:///{tmp_path / 'mlflow.db'}"), "exp"), keep_alive_s=60)
     tracker.connect()
     try:
         assert tracker._process is not None and not runtime.exists()
@@ -241,10 +274,11 @@ def test_a_driver_that_leaves_without_ending_its_run_leaves_it_failed_and_the_se
         import os
         import sys
         import time
-        from pipeline.tracker_process import TrackerProcess
-        from pipeline.tracking import MlflowTracker
+        from pipeline.tracking.client import TrackerClient
+        from pipeline.tracking.mlflow_run import MlflowTracker
+        from pipeline.tracking.store import Store
         if __name__ == "__main__":
-            t = TrackerProcess(MlflowTracker({uri!r}, "exp"), keep_alive_s=60)
+            t = TrackerClient(MlflowTracker(Store({uri!r}), "exp"), keep_alive_s=60)
             t.connect()
             assert t._process is None and not t._plots_here, (t._process, t._plots_here)
             t.start("doomed", {{}}, {{}})

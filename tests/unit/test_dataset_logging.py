@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline import tracking_datasets as td
+from pipeline.tracking import datasets as td
 
 SUMMARY = td.DataSummary(name="adult", fingerprint="f" * 16, label="income", label_kind="string",
                          columns=(("age", "long"),), rows=(("train", 10), ("validation", 5), ("test", 5)))

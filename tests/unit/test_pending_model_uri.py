@@ -1,7 +1,7 @@
 """A logged model's URI is not waited for: later calls carry a PendingModelUri that the tracker's
 process replaces with the URI it logged."""
 
-from pipeline.tracker_process import PendingModelUri, _resolve
+from pipeline.tracking.protocol import PendingModelUri, resolve_pending as _resolve
 
 
 def test_a_pending_uri_becomes_the_logged_one_wherever_a_call_carries_it():

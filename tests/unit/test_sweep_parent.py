@@ -4,7 +4,7 @@ import logging
 import threading
 import time
 
-from pipeline import tracking as tr
+from pipeline.tracking import sweep as tr
 
 
 def test_a_job_waits_for_the_parent_run_its_sweep_is_creating(tmp_path, caplog):
@@ -19,7 +19,7 @@ def test_a_job_waits_for_the_parent_run_its_sweep_is_creating(tmp_path, caplog):
     tr.write_parent_file(tmp_path, f"{tr.PARENT_FAILED} the store was locked")
     assert tr.sweep_parent(uri, "1", str(tmp_path)) is None
     tr.write_parent_file(tmp_path, tr.PARENT_PENDING)  # left by a sweep driver that died creating it
-    with caplog.at_level(logging.WARNING, logger="pipeline.tracking"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.tracking.sweep"):
         assert tr.sweep_parent(uri, "1", str(tmp_path), wait_s=0.3) is None
     assert "was not created within 0.3 s" in caplog.text
     assert not (tmp_path / "never_opened.db").exists()  # the file answered: the store was not searched

@@ -6,7 +6,7 @@ import threading
 import time
 from multiprocessing import Pipe
 
-from pipeline.tracker_process import serve_run
+from pipeline.tracking.protocol import serve_run
 
 
 class _Tracker:

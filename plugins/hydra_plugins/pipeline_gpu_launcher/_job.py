@@ -87,21 +87,12 @@ class JobServer:
         sys.stderr.flush()
         return ret
 
-    def close(self) -> None:
-        """Before the worker exits: let the tracker process the jobs shared exit."""
-        from pipeline.tracker_process import close_warm
-
-        close_warm()
-
     def _load(self) -> tuple:
         if self._loaded is None:
             import cloudpickle
             from hydra.core.singleton import Singleton
             from hydra.core.utils import setup_globals
 
-            from pipeline.tracker_process import keep_warm
-
-            keep_warm()  # the next job's run reuses this job's tracker process: MLflow imported, store open
             hydra_context, task_function, singleton_state = cloudpickle.loads(self.common)
             setup_globals()
             Singleton.set_state(singleton_state)

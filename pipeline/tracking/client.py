@@ -1,20 +1,14 @@
-"""An MLflow tracker that lives in a process of its own, beside the run.
+"""The run's side of its tracker: every call forwarded to a tracker host, which logs to MLflow.
 
 Importing MLflow and opening its store take seconds of one core, as does logging a pyfunc model;
-the run itself spends that time loading data, importing the model libraries and fitting. Here the
-tracker's process imports MLflow, opens the store and starts the MLflow run while the run loads
-its data and fits, and logs what the run sends it in order, while the run goes on. Every call is
-sent and not waited for, except where the run needs an answer: a registered model's version
-(RETURNING), and `end`, which waits until everything sent is logged. `start` is answered too, but
-the run reads that answer when it comes (`poll`, after each fit) or at the end: a store that
-cannot be opened fails the run then (what can be checked at once, a server's health, a SQLite
-store's folder, is checked before). A logged model's URI is not waited for: the run gets a
-`PendingModelUri` that stands for it in later calls (the best model's tag, the registry), and this
-process puts the URI in its place. A driver that dies leaves a pipe at EOF: the tracker ends the
-run as FAILED. When its pipe closes (after the last run it serves) the process exits without
-tearing the interpreter down (MLflow's thousands of modules take seconds to free, and nothing is
-left to write). A job of a sweep logs through the sweep's own tracker process instead, where it
-can (pipeline.tracker_server): the same calls, one connection per run.
+the run itself spends that time loading data, importing the model libraries and fitting. So the
+tracker never lives in the run's process. Its host is one of two: a shared host that already has
+MLflow imported and the store open (the sweep's, for a job of a sweep on this host; else the service
+kept between runs, `tracking.keep_alive_s`), reached the same way (pipeline.tracking.host); or,
+where none will serve the run, a process of the run's own, started at `connect` so that it imports
+MLflow and opens the store while the run loads its data. The calls travel by
+pipeline.tracking.protocol. A driver that dies leaves its connection at end-of-file: the host ends
+the run FAILED.
 """
 
 from __future__ import annotations
@@ -25,36 +19,22 @@ import multiprocessing.util  # registers its exit handler before _end_at_exit is
 import os
 import queue
 import signal
-import sys
 import threading
 import weakref
-from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Optional
 
 from pipeline.errors import TrackingError
-from pipeline.tracking import NullTracker
+from pipeline.tracking import host, protocol, service, sweep_host
+from pipeline.tracking.base import NullTracker
+from pipeline.tracking.protocol import REPLIED, RETURNING, PendingModelUri
 
-ANSWERED = ("start", "end")
-RETURNING = ("register_model",)  # the run uses what these return (a registered version)
-REPLIED = ANSWERED + RETURNING  # the calls the process answers
-NICENESS = 10  # the tracker's process yields the CPU to the run's fits
-
-
-@dataclass(frozen=True)
-class PendingModelUri:
-    """The URI of the model `name`, logged by the tracker's process after the run asked for it."""
-
-    name: str
-
-
-_warm: dict = {"keep": False, "server": None}  # the process kept for this process's next run, see keep_warm()
-_open: "weakref.WeakSet[TrackerProcess]" = weakref.WeakSet()  # connected and not ended, see _end_at_exit()
+_open: "weakref.WeakSet[TrackerClient]" = weakref.WeakSet()  # connected and not ended, see _end_at_exit()
 
 
 def _end_at_exit() -> None:
     """At interpreter exit, close the connection of every run that was never ended (a caller that
-    raised past `end`): its tracker ends the run FAILED and its process exits. Registered after
+    raised past `end`): its host ends the run FAILED, and a process of its own exits. Registered after
     multiprocessing's own exit handler, so it runs first: that handler joins the daemonic tracker
     processes, which ignore SIGTERM and would wait forever for a connection this process still holds."""
     for tracker in list(_open):
@@ -64,34 +44,14 @@ def _end_at_exit() -> None:
 atexit.register(_end_at_exit)
 
 
-def keep_warm() -> None:
-    """Keep the tracker's process between the runs of this process (the warm worker of a sweep's slot):
-    the next run reuses it, with MLflow imported and its store open. It exits with this process."""
-    if not _warm["keep"]:
-        _warm["keep"] = True
-        atexit.register(close_warm)
-
-
-def close_warm() -> None:
-    """Let the kept tracker process exit; call it before this process exits (a worker process's
-    multiprocessing exit handler joins its children before any atexit handler runs)."""
-    server, _warm["server"] = _warm["server"], None
-    if server is not None:
-        process, conn = server
-        conn.close()  # end-of-file: the process returns
-        process.join(timeout=10)
-        if process.is_alive():
-            process.kill()
-
-
-class TrackerProcess:
-    """Forwards every tracker call to an MlflowTracker in a spawned process."""
+class TrackerClient:
+    """Forwards every tracker call to a tracker (an MlflowTracker) served by a tracker host."""
 
     enabled = True
 
     def __init__(self, tracker, keep_alive_s: float = 0.0):
         self._tracker = tracker  # configured, not connected: it travels to the process
-        self._keep_alive_s = keep_alive_s  # > 0: log through a kept service (pipeline.tracker_service)
+        self._keep_alive_s = keep_alive_s  # > 0: log through the service kept between runs
         self._conn = None
         self._process = None
         self._shared = False  # served by a process serving many runs: a sweep's, or a kept service
@@ -104,35 +64,38 @@ class TrackerProcess:
         self.failure: Optional[str] = None
 
     def connect(self) -> None:
-        """Check what can be checked here at once (a server's health), then start the process,
-        which imports MLflow and opens the store while this one goes on."""
+        """Check what can be checked here at once (a server's health), then hand the tracker to a
+        shared host, or start a process of its own, which imports MLflow and opens the store while
+        this one goes on."""
         self._tracker.prepare()
         _open.add(self)
-        from pipeline import tracker_server
-
-        conn = tracker_server.connect(getattr(self._tracker, "sweep_dir", None), self._tracker.uri)
-        if conn is not None:  # the sweep's own tracker process serves this run
+        conn, self._plots_here = self._shared_host()
+        if conn is not None:
             self._conn, self._shared = conn, True
             self._conn.send(self._tracker)
             return
-        server, _warm["server"] = _warm["server"], None
-        if server is not None and server[0].is_alive():
-            self._process, self._conn = server
-            self._conn.send(self._tracker)  # the kept process serves this run next
-            return
-        if self._keep_alive_s > 0:
-            from pipeline import tracker_service
-
-            conn, started = tracker_service.connect(self._tracker.uri, self._keep_alive_s)
-            if conn is not None:  # a new service is as cold as a process of this run's own
-                self._conn, self._shared, self._plots_here = conn, True, started
-                self._conn.send(self._tracker)
-                return
         ctx = multiprocessing.get_context("spawn")  # no fork of a driver that may hold threads
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=serve, args=(child, self._tracker), name="mlflow-tracker", daemon=True)
+        self._process = ctx.Process(target=serve_own, args=(child, self._tracker), name="mlflow-tracker",
+                                    daemon=True)
         self._process.start()
         child.close()
+
+    def _shared_host(self) -> tuple[Optional[Any], bool]:
+        """(a connection to a shared host that will serve this run, or None; whether this process
+        draws the run's plots: all but a warm service do). The sweep's host serves its jobs; else
+        the service kept between runs, when keep_alive_s > 0 (a service started just now is as
+        cold as a process of the run's own, and it warms up only after this run)."""
+        found = sweep_host.find(getattr(self._tracker, "sweep_dir", None), self._tracker.uri)
+        if found is not None:
+            conn, _ = host.dial_file(found)
+            if conn is not None:
+                return conn, True
+        if self._keep_alive_s > 0:
+            conn, started = service.connect(self._tracker.uri, self._keep_alive_s)
+            if conn is not None:
+                return conn, started
+        return None, True
 
     @property
     def run_id(self) -> Optional[str]:
@@ -179,7 +142,7 @@ class TrackerProcess:
         imports the model's library); what stands for its URI until that process has it."""
         if not self._tracker.log_models:
             return None
-        from pipeline.tracking_models import ModelPayload
+        from pipeline.tracking.models import ModelPayload
 
         self._send("log_predictor", (name, ModelPayload.of(predictor, example), example), {})
         return PendingModelUri(name)
@@ -195,9 +158,6 @@ class TrackerProcess:
         if self._shared:
             self._conn.close()  # the sweep's process goes on serving other runs
             self._shared = False
-            return
-        if _warm["keep"] and self.failure is None and self._process.is_alive():
-            _warm["server"], self._process = (self._process, self._conn), None
             return
         self._conn.close()  # end-of-file: the process returns
         self._process.join(timeout=30)
@@ -273,88 +233,13 @@ class TrackerProcess:
     _experiment_id: Optional[str] = None
 
 
-def serve(conn, tracker) -> None:
-    """The tracker's process: serve a run, then the next tracker sent (a kept process), until end-of-file."""
+def serve_own(conn, tracker) -> None:
+    """A run's own tracker process: serve the run, then exit."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # the driver decides when the run ends, and says how
         signal.signal(sig, signal.SIG_IGN)
     # Below the fits: a fit's threads stall when one of them loses its core, while logging can wait.
     # Where the fits leave a core idle (data loading, scoring, a box with cores to spare) this
     # process runs at full speed.
-    os.nice(NICENESS)
-    while serve_run(conn, tracker):
-        try:
-            tracker = conn.recv()
-        except (EOFError, OSError):
-            break
-    _exit()
-
-
-def serve_run(conn, tracker) -> bool:
-    """Connect, then run each call as it arrives, answering `start` and `end`; True after `end`."""
-    error: Optional[str] = None
-    try:
-        tracker.connect()
-    except TrackingError as exc:
-        error = str(exc)
-    except Exception as exc:  # noqa: BLE001  (reported to the driver as the run's tracking error)
-        error = f"cannot connect to MLflow: {type(exc).__name__}: {exc}"
-    model_uris: dict[str, Optional[str]] = {}
-    prepared = False  # model logging's one-time work, done once the run has started and no call waits
-    while True:
-        try:
-            name, args, kwargs = conn.recv()
-        except (EOFError, OSError):  # the driver died without ending the run
-            if error is None and tracker.run_id is not None:
-                tracker.end("FAILED")
-            return False
-        result = None
-        if error is None:
-            args, kwargs = _resolve(args, model_uris), _resolve(kwargs, model_uris)
-            result, error = _call(tracker, name, args, kwargs)
-            if name == "log_predictor":
-                model_uris[args[0]] = result
-        if name in REPLIED:
-            conn.send((result, tracker.run_id, getattr(tracker, "experiment_id", None), error, tracker.failure))
-        if name == "end":
-            return True
-        if not prepared and error is None and tracker.run_id is not None and not conn.poll(0):
-            prepared = True
-            prepare = getattr(tracker, "prepare_model_logging", None)
-            if prepare is not None:  # while the run fits, in the cycles its fits leave idle
-                prepare()
-
-
-def _resolve(value, model_uris: dict[str, Optional[str]]):
-    """`value` with each PendingModelUri (in a tuple, a dict's values) replaced by the logged URI;
-    a tag whose model was not logged is left out."""
-    if isinstance(value, PendingModelUri):
-        return model_uris.get(value.name)
-    if isinstance(value, tuple):
-        return tuple(_resolve(v, model_uris) for v in value)
-    if isinstance(value, dict):
-        resolved = {k: _resolve(v, model_uris) for k, v in value.items()}
-        return {k: v for k, v in resolved.items() if v is not None or not isinstance(value[k], PendingModelUri)}
-    return value
-
-
-def _exit() -> None:
-    """Leave without freeing the interpreter: everything was logged and the run has ended."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001  (a closed stream has nothing to flush)
-            pass
-    os._exit(0)
-
-
-def _call(tracker, name: str, args: tuple, kwargs: dict) -> tuple[Any, Optional[str]]:
-    """Run one call: (its result, None), or (None, the message of a TrackingError: the run could not
-    start); any other exception is the run's tracking failure."""
-    try:
-        return getattr(tracker, name)(*args, **kwargs), None
-    except TrackingError as exc:
-        return None, str(exc)
-    except Exception as exc:  # noqa: BLE001  (a call outside the tracker's own guard: the run goes on)
-        tracker.failure = tracker.failure or f"{name}: {type(exc).__name__}: {exc}"
-    return None, None
-
+    os.nice(protocol.NICENESS)
+    protocol.serve_run(conn, tracker)
+    protocol.exit_now()

@@ -1,43 +1,105 @@
-"""A sweep's MLflow parent run: opened before its jobs log, closed with the sweep's summary.
+"""A sweep in MLflow: its parent run, opened before its jobs log and closed with the sweep's summary.
 
 The parent is tagged with the sweep's directory. Opening it writes the sweep's PARENT_FILE (its
 run id, or why there is none), which each job's tracker reads to make its run a child of it
-(`pipeline.tracking.sweep_parent`). Closing it marks any job run a dead job left RUNNING as FAILED,
-puts the sweep's best job on the parent and tags a multi-objective search's Pareto front. The
-sweep's tracker process (pipeline.tracker_server) does both, so the sweep's driver never imports
-MLflow.
+(`sweep_parent`). Closing it marks any job run a dead job left RUNNING as FAILED, puts the sweep's
+best job on the parent and tags a multi-objective search's Pareto front. The sweep's tracker host
+(pipeline.tracking.sweep_host) does both, so the sweep's driver never imports MLflow.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 from typing import Optional
+
+from pipeline.tracking import secure
+from pipeline.tracking.store import SWEEP_DIR_TAG, SWEEP_TAG, Store, ensure_experiment, mark_orphans
 
 log = logging.getLogger(__name__)
 
 
-def open_parent(uri: str, experiment: str, artifact_root: Optional[Path], sweep_dir: Path, overrides: str) -> Optional[str]:
+def sweep_directory(launch_dir: Path, sweep_dir) -> Path:
+    """A sweep's directory as its parent run is tagged with and its jobs look it up: absolute."""
+    return (Path(launch_dir) / str(sweep_dir)).resolve()
+
+
+PARENT_FILE = "mlflow_parent_run"  # in a sweep's directory: the parent run's id, or where it stands
+PARENT_PENDING = "pending"
+PARENT_FAILED = "failed:"
+PARENT_WAIT_S = 120.0  # how long a job waits for the sweep's parent run to be created
+
+
+def write_parent_file(sweep_dir: Path, text: str) -> None:
+    """Say where the sweep's parent run stands, for its jobs: PARENT_PENDING, its run id, or PARENT_FAILED
+    and why."""
+    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+    dir_fd = os.open(sweep_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        secure.write_private(PARENT_FILE, text.encode(), dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_parent_file(sweep_dir) -> Optional[str]:
+    """What the sweep's PARENT_FILE says, or None: there is none, or another user could have written
+    it (a warning says so, and the parent is looked up in the store instead)."""
+    try:
+        return secure.read_private(Path(sweep_dir) / PARENT_FILE).decode().strip()
+    except secure.UnsafeFile as exc:
+        log.warning("ignoring %s: %s", PARENT_FILE, exc)
+    except (OSError, UnicodeDecodeError):
+        pass
+    return None
+
+
+def sweep_parent(uri: str, experiment_id: str, sweep_dir: str, wait_s: float = PARENT_WAIT_S) -> Optional[str]:
+    """The id of the sweep's parent run: from the sweep's PARENT_FILE (waiting while it says the parent
+    is being created, at most `wait_s`), else the newest parent run tagged with this sweep directory in
+    the store, or None."""
+    path = Path(sweep_dir) / PARENT_FILE
+    deadline = time.monotonic() + wait_s
+    while (text := read_parent_file(sweep_dir)) is not None:
+        if text.startswith(PARENT_FAILED):
+            return None
+        if text != PARENT_PENDING:
+            return text
+        if time.monotonic() > deadline:  # the sweep's driver died while creating it: log without a parent
+            log.warning("the sweep's MLflow parent run was not created within %g s (%s still says %r); "
+                        "this run has no parent", wait_s, path, PARENT_PENDING)
+            return None
+        time.sleep(0.05)
+    import mlflow
+
+    quote = '"' if "'" in sweep_dir else "'"
+    found = mlflow.MlflowClient(uri).search_runs(
+        [experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+        filter_string=f"tags.`{SWEEP_TAG}` = 'parent' AND tags.`{SWEEP_DIR_TAG}` = {quote}{sweep_dir}{quote}",
+    )
+    return found[0].info.run_id if found else None
+
+
+def open_parent(store: Store, experiment: str, sweep_dir: Path, name: str) -> Optional[str]:
     """Create the parent run and write its id to the sweep's PARENT_FILE; on failure write why
     there is none there and return None (each job then logs without a parent)."""
-    from pipeline import tracking as tr
-
     try:
         import mlflow
 
-        experiment_id = tr.ensure_experiment(uri, experiment, artifact_root)
-        run = mlflow.MlflowClient(uri).create_run(
-            experiment_id, run_name=f"sweep {overrides}",
-            tags={tr.SWEEP_DIR_TAG: str(sweep_dir), tr.SWEEP_TAG: "parent", "pipeline.overrides": overrides},
+        experiment_id = ensure_experiment(store.uri, experiment, store.artifact_root)
+        run = mlflow.MlflowClient(store.uri).create_run(
+            experiment_id, run_name=f"sweep {name}",
+            tags={SWEEP_DIR_TAG: str(sweep_dir), SWEEP_TAG: "parent", "pipeline.overrides": name},
         )
     except Exception as exc:  # noqa: BLE001  (each job reports the store's error from its own tracker)
         from pipeline.redact import redact_text
 
         message = redact_text(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         log.error("the sweep's MLflow parent run could not be created (%s); its jobs log without one", message)
-        tr.write_parent_file(sweep_dir, f"{tr.PARENT_FAILED} {message}")
+        write_parent_file(sweep_dir, f"{PARENT_FAILED} {message}")
         return None
-    tr.write_parent_file(sweep_dir, run.info.run_id)
+    write_parent_file(sweep_dir, run.info.run_id)
     log.info("MLflow parent run %s for this sweep", run.info.run_id)
     return run.info.run_id
 
@@ -60,13 +122,11 @@ def close_parent(uri: str, parent_run_id: str, sweep_dir: Optional[Path]) -> Non
 
 def _close_children(uri: str, client, parent_run_id: str) -> list:
     """The sweep's job runs, with any a dead job left RUNNING marked FAILED."""
-    from pipeline import tracking as tr
-
     children = client.search_runs(
         [client.get_run(parent_run_id).info.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
     )
-    tr.mark_orphans(uri, [c.info.run_id for c in children])
+    mark_orphans(uri, [c.info.run_id for c in children])
     return children
 
 

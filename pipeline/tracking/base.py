@@ -1,0 +1,57 @@
+"""What a tracker is: the calls a run makes, each doing nothing here (tracking=none).
+
+A tracker of your own (`tracking._target_`) subclasses NullTracker and sets `enabled = True`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+
+class NullTracker:
+    """tracking=none: every call does nothing."""
+
+    enabled = False
+    run_id: Optional[str] = None
+    failure: Optional[str] = None
+
+    def connect(self) -> None:
+        """Reach the store before the run starts (called when `enabled`); raise TrackingError if it cannot."""
+
+    def start(self, run_name: str, params: dict, tags: dict) -> None: ...
+
+    def poll(self) -> Optional[str]:
+        """The run's id if it has started, without waiting (None if not yet); TrackingError if it
+        could not start."""
+        return self.run_id
+
+    def log_params(self, params: dict) -> None: ...
+
+    def log_metrics(self, metrics: dict, step: Optional[int] = None) -> None: ...
+
+    def log_history(self, prefix: str, history: dict[str, list[float]]) -> None: ...
+
+    def set_tags(self, tags: dict) -> None: ...
+
+    def log_artifact(self, path: Path, folder: Optional[str] = None) -> None: ...
+
+    def log_predictor(self, name: str, predictor, example) -> Optional[str]: ...
+
+    def log_plots(self, run_dir: Path, data) -> None:
+        """Draw the run's plots (`data`: pipeline.plots.RunPlots) into run_dir and log each as an
+        artifact; nothing when not `enabled`. A tracker in a process of its own draws them there."""
+        if not self.enabled:
+            return
+        from pipeline import plots
+
+        for path in plots.draw(data, Path(run_dir)):
+            self.log_artifact(path)
+
+    def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]: ...
+
+    def log_datasets(self, summary, locations: dict) -> None: ...
+
+    def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
+
+    def end(self, status: str) -> None: ...

@@ -1,0 +1,52 @@
+"""Which tracker a run logs to, built from `tracking._target_` (or the engine's own `tracking.backend`).
+
+The composition root calls the target with keyword arguments `conf` (the typed `tracking` settings),
+`launch_dir` (where the run was started) and `sweep_dir` (the sweep's directory when the run is a job
+of a multirun, else None). It returns a tracker: an object with the methods of
+`pipeline.tracking.NullTracker` (subclass it and set `enabled = True`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+TRACKERS = {"mlflow": "pipeline.tracking.factory.mlflow_tracker", "none": "pipeline.tracking.factory.no_tracker"}
+MLFLOW = TRACKERS["mlflow"]
+
+
+def tracker_target(backend: str, target: Optional[str]) -> str:
+    """What `tracking._target_` names, or the engine's tracker `tracking.backend`."""
+    from pipeline.targets import target_or_builtin
+
+    return target_or_builtin("tracking.backend", backend, target, TRACKERS)
+
+
+def mlflow_store(conf, launch_dir: Path):
+    """The store of the engine's MLflow tracker for the typed `tracking` settings `conf`, as the run
+    and its sweep's parent both use it."""
+    from pipeline.tracking.store import Store
+
+    return Store.of(conf.uri, launch_dir, conf.timeout_s)
+
+
+def no_tracker(conf, launch_dir: Path, sweep_dir: Optional[Path] = None):
+    """tracking=none: every call does nothing."""
+    from pipeline.tracking.base import NullTracker
+
+    return NullTracker()
+
+
+def mlflow_tracker(conf, launch_dir: Path, sweep_dir: Optional[Path] = None):
+    """One MLflow run, logged through a shared host or a process of its own (pipeline.tracking.client):
+    in a sweep, a child of the sweep's parent run, served by the sweep's host where it can be; else
+    through the service kept between runs (tracking.keep_alive_s)."""
+    from pipeline.tracking.client import TrackerClient
+    from pipeline.tracking.mlflow_run import MlflowTracker
+
+    tracker = MlflowTracker(
+        mlflow_store(conf, launch_dir), conf.experiment, system_metrics=conf.system_metrics,
+        log_models=conf.log_models, system_metrics_interval_s=conf.system_metrics_interval_s,
+        sweep_dir=None if sweep_dir is None else str(sweep_dir),
+    )
+    return TrackerClient(tracker, keep_alive_s=conf.keep_alive_s if sweep_dir is None else 0.0)

@@ -1,0 +1,204 @@
+"""One MLflow run: the tracker that talks to MLflow (imported lazily, so start-up stays fast).
+
+One run per Hydra job, a child of the sweep's parent run in a multirun (pipeline.tracking.sweep); a
+nested child run per HPO trial. A tracking failure in the middle of a run (a server that dies) does
+not stop the fits: later calls are skipped, results stay in the run directory and the failure is
+reported when the run ends. A tracker host (pipeline.tracking.client) serves it, outside the
+run's own process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from pipeline.errors import TrackingError
+from pipeline.redact import redact_uri
+from pipeline.tracking.base import NullTracker
+from pipeline.tracking.store import Store, ensure_experiment, warm_model_logging
+from pipeline.tracking.sweep import sweep_parent
+
+log = logging.getLogger(__name__)
+
+MAX_PARAM_LENGTH = 6000
+
+
+class MlflowTracker(NullTracker):
+    enabled = True
+
+    def __init__(self, store: Store, experiment: str, *, system_metrics: bool = False, log_models: bool = True,
+                 system_metrics_interval_s: float = 10.0, sweep_dir: Optional[str] = None):
+        self.store, self.experiment = store, experiment
+        self.sweep_dir = sweep_dir  # a job of a sweep: its run becomes a child of the sweep's parent run
+        self.server_checked = False  # a remote server's health, checked once per run
+        self.system_metrics, self.log_models = system_metrics, log_models
+        self.system_metrics_interval_s = system_metrics_interval_s
+        self.run_id = None
+        self.failure = None
+        self.print_masked_link = False
+
+    def prepare(self) -> None:
+        """What connecting needs before MLflow is imported: its environment, and the checks that
+        fail in milliseconds (no mlflow import): a server's health, a SQLite store's folder."""
+        # the driver checks a server before handing this tracker to its host, which need not again
+        self.print_masked_link = self.store.check(server=not self.server_checked)
+        self.server_checked = True
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    def connect(self) -> None:
+        """Reach the store before any work starts; errors here are TrackingErrors."""
+        self.prepare()
+        try:
+            import mlflow
+
+            mlflow.set_tracking_uri(self.uri)
+            self.experiment_id = ensure_experiment(self.uri, self.experiment, self.store.artifact_root)
+        except TrackingError:
+            raise
+        except Exception as exc:
+            raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot open the MLflow store: {exc}") from None
+
+    def start(self, run_name: str, params: dict, tags: dict) -> None:
+        import mlflow
+
+        if self.system_metrics:
+            mlflow.set_system_metrics_sampling_interval(self.system_metrics_interval_s)
+            mlflow.set_system_metrics_samples_before_logging(1)
+        try:
+            parent = sweep_parent(self.uri, self.experiment_id, self.sweep_dir) if self.sweep_dir else None
+            run = mlflow.start_run(
+                experiment_id=self.experiment_id, run_name=run_name, tags=tags,
+                parent_run_id=parent or None, log_system_metrics=self.system_metrics,
+            )
+        except Exception as exc:
+            raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot start an MLflow run: {exc}") from None
+        self.run_id = run.info.run_id
+        self.log_params(params)
+
+    def prepare_model_logging(self) -> None:
+        """warm_model_logging(), where this run logs models."""
+        if self.log_models:
+            warm_model_logging()
+
+    def _safely(self, what: str, fn, *args, **kwargs) -> Any:
+        if self.failure is not None or self.run_id is None:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # a dead server must not stop the fits
+            self.failure = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            log.error("MLflow tracking failed (%s); the run goes on and keeps its results on disk", self.failure)
+            return None
+
+    def log_params(self, params: dict) -> None:
+        import mlflow
+
+        clean = {}
+        for key, value in params.items():
+            text = str(value)
+            if len(text) > MAX_PARAM_LENGTH:
+                log.warning("param %s is %d characters long; logged truncated to %d", key, len(text), MAX_PARAM_LENGTH)
+                text = text[: MAX_PARAM_LENGTH - 3] + "..."
+            clean[key] = text
+        self._safely("log_params", mlflow.log_params, clean)
+
+    def log_metrics(self, metrics: dict, step: Optional[int] = None) -> None:
+        import mlflow
+
+        finite = {k: float(v) for k, v in metrics.items() if v is not None and v == v}
+        self._safely("log_metrics", mlflow.log_metrics, finite, step=step)
+
+    def log_history(self, prefix: str, history: dict[str, list[float]]) -> None:
+        """Per-epoch (or per-round) curves, step = epoch, in one batch."""
+        import mlflow
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        entries = [
+            Metric(f"{prefix}/{name}", float(v), now, step)
+            for name, values in history.items()
+            for step, v in enumerate(values)
+            if v == v
+        ]
+        client = mlflow.MlflowClient(self.uri)
+        for start in range(0, len(entries), 1000):
+            self._safely("log_batch", client.log_batch, self.run_id, metrics=entries[start : start + 1000])
+
+    def set_tags(self, tags: dict) -> None:
+        import mlflow
+
+        self._safely("set_tags", mlflow.set_tags, {k: str(v) for k, v in tags.items()})
+
+    def log_artifact(self, path: Path, folder: Optional[str] = None) -> None:
+        import mlflow
+
+        if Path(path).exists():
+            self._safely("log_artifact", mlflow.log_artifact, str(path), folder)
+
+    def log_predictor(self, name: str, predictor, example) -> Optional[str]:
+        """Log a predictor as a pyfunc model (pipeline.tracking.models); returns its model URI.
+        `predictor` may come as its ModelPayload already (made where the predictor lives)."""
+        if not self.log_models:
+            return None
+        from pipeline.tracking.models import ModelPayload, log_pyfunc
+
+        payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example)
+        return self._safely("log_model", log_pyfunc, name, payload)
+
+    def log_plots(self, run_dir: Path, data) -> None:
+        self._safely("log_plots", super().log_plots, run_dir, data)
+
+    def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]:
+        from pipeline.tracking.models import register
+
+        if model_uri is None:  # the model could not be logged (the failure says why)
+            return None
+        return self._safely("register_model", register, model_uri, name, alias)
+
+    def log_datasets(self, summary, locations: dict) -> None:
+        """`summary`: pipeline.tracking.datasets.DataSummary, the data's shape without its rows."""
+        from pipeline.tracking.datasets import log_datasets
+
+        self._safely("log_inputs", log_datasets, summary, locations)
+
+    def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None:
+        import mlflow
+
+        def child():
+            client = mlflow.MlflowClient(self.uri)
+            run = client.create_run(
+                self.experiment_id, run_name=name,
+                tags={"mlflow.parentRunId": self.run_id, **{k: str(v) for k, v in tags.items()}},
+            )
+            from mlflow.entities import Metric, Param
+
+            now = int(time.time() * 1000)
+            client.log_batch(
+                run.info.run_id,
+                metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if v == v],
+                params=[Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params.items()],
+            )
+            client.set_terminated(run.info.run_id, "FINISHED")
+
+        self._safely("log_trial", child)
+
+    def end(self, status: str) -> None:
+        import mlflow
+
+        if self.run_id is None:
+            return
+        try:
+            mlflow.end_run(status=status)
+            if self.print_masked_link:  # in place of MLflow's own link, which would show the credentials
+                print(f"View run at: {redact_uri(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
+        except Exception as exc:
+            self.failure = self.failure or f"end_run: {type(exc).__name__}: {exc}"
+            try:  # leave no active run behind in this process, whatever the server did
+                mlflow.end_run(status=status) if mlflow.active_run() else None
+            except Exception:
+                pass
