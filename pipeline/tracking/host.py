@@ -36,14 +36,14 @@ def listen(address: str) -> tuple[Listener, bytes]:
     return Listener(address, family="AF_UNIX", authkey=authkey), authkey
 
 
-def read_host_file(name, dir_fd: Optional[int] = None) -> Optional[dict]:
-    """The host file `name` (in the folder `dir_fd`, if given), or None: missing, unreadable, not a
-    host file, or not written by this user alone (a warning says so: someone tried to hand this
-    run a socket of theirs)."""
+def read_host_file(name, dir_fd: Optional[int] = None, shown: Optional[str] = None) -> Optional[dict]:
+    """The host file `name` (in the folder `dir_fd`, if given; `shown` is its path for messages), or
+    None: missing, unreadable, not a host file, or not written by this user alone (a warning says so:
+    someone may have tried to hand this run a socket of theirs)."""
     try:
         found = json.loads(secure.read_private(name, dir_fd=dir_fd))
     except secure.UnsafeFile as exc:
-        log.warning("ignoring the tracker host file %s: %s", name, exc)
+        log.warning("ignoring the tracker host file %s: %s", shown or name, exc)
         return None
     except (OSError, ValueError):
         return None

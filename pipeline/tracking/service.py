@@ -98,7 +98,7 @@ class RuntimeFolder:
         return secure.dir_path(self.fd, name) if secure.has_fd_paths() else str(self.path / name)
 
     def read(self, name: str) -> Optional[dict]:
-        return host.read_host_file(name, dir_fd=self.fd)
+        return host.read_host_file(name, dir_fd=self.fd, shown=str(self.path / name))
 
     def write(self, name: str, info: dict) -> None:
         host.write_host_file(name, info, self.fd)

@@ -104,7 +104,7 @@ def find(sweep_dir: Optional[str], uri: str) -> Optional[dict]:
     except OSError:
         return None
     try:
-        found = host.read_host_file(HOST_FILE, dir_fd=dir_fd)
+        found = host.read_host_file(HOST_FILE, dir_fd=dir_fd, shown=os.path.join(sweep_dir, HOST_FILE))
     finally:
         os.close(dir_fd)
     if found is None or found.get("host") != socket.gethostname() or found.get("uri") != uri:
