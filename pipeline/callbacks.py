@@ -85,11 +85,19 @@ class MlflowSweepCallback(Callback):
         launch_dir = Path(config.hydra.runtime.cwd)
         store = mlflow_store(conf, launch_dir)
         sweep_dir = sweep.sweep_directory(launch_dir, config.hydra.sweep.dir)
-        name = " ".join(redact_override(o) for o in config.hydra.overrides.task) or "default"
+        from omegaconf import OmegaConf
+
+        from pipeline.tracking import naming
+
+        task = list(config.hydra.overrides.task)
+        sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=False)
+        objectives = list(config.get("objectives") or ["val_score"])
+        name = naming.sweep_name(task, sweeper, objectives)
+        overrides = " ".join(redact_override(o) for o in task) or "default"
         sweep.write_parent_file(sweep_dir, sweep.PARENT_PENDING)  # before any job starts: the jobs wait for it
         try:
             store.check()  # a store that cannot be reached: each job says so, and no host is started
-            self._tracker = SweepHost.start(SweepSpec(store, conf.experiment, sweep_dir, name))
+            self._tracker = SweepHost.start(SweepSpec(store, conf.experiment, sweep_dir, name, overrides))
         except (OSError, RuntimeError, TrackingError) as exc:
             log.error("the sweep's MLflow tracker process could not start (%s); its jobs log without a parent run", exc)
             sweep.write_parent_file(sweep_dir, f"{sweep.PARENT_FAILED} {exc}")

@@ -98,18 +98,11 @@ def _seed(spec: DataConf) -> int:
 
 
 def _check_columns(frame: pd.DataFrame, spec: DataConf, label: str, key: str) -> pd.DataFrame:
+    from pipeline.data_sources import check_column_names
+
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
-    if label not in columns:
-        raise DataError(
-            f"data.label={label!r} is not a column of {key}{closest(label, columns)}; columns: {', '.join(columns)}"
-        )
-    missing = [c for c in spec.drop_columns if c not in columns]
-    if missing:
-        raise DataError(f"data.drop_columns names {missing}, which are not columns; columns: {', '.join(columns)}")
-    unknown = [c for c in spec.categorical_columns if c not in columns]
-    if unknown:
-        raise DataError(f"data.categorical_columns names {unknown}, which are not columns; columns: {', '.join(columns)}")
+    check_column_names(columns, spec, label, key)
     frame = frame.drop(columns=list(spec.drop_columns))
     if frame.shape[1] < 2:
         raise DataError(f"{key}: no feature column is left besides the label {label!r}")

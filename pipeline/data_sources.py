@@ -48,6 +48,11 @@ class DataSource:
         """Where the rows come from, for the tracker (a path, a URL or 'generator:…')."""
         return f"source:{type(self).__module__}.{type(self).__qualname__}"
 
+    def columns(self, base_dir: Path) -> Optional[list[str]]:
+        """The table's column names if they can be had without reading its rows (a file's header or
+        schema), else None: they are checked when the table is read."""
+        return None
+
 
 class BundledSource(DataSource):
     """A data set shipped with the engine (data.path: adult | california_housing)."""
@@ -71,6 +76,12 @@ class BundledSource(DataSource):
     def location(self, base_dir: Path) -> str:
         return str(self._file())
 
+    def columns(self, base_dir: Path) -> Optional[list[str]]:
+        from importlib import resources
+
+        with resources.as_file(self._file()) as p:
+            return header(p, "parquet")
+
 
 class FileSource(DataSource):
     """A CSV or Parquet file (data.source), local or remote (s3://, gs://, https:// through fsspec)."""
@@ -92,6 +103,10 @@ class FileSource(DataSource):
 
     def location(self, base_dir: Path) -> str:
         return where(self.spec.path, base_dir)
+
+    def columns(self, base_dir: Path) -> Optional[list[str]]:
+        path = self.local_path(base_dir)
+        return None if path is None else header(path, self.spec.source if self.spec.source in ("csv", "parquet") else None)
 
 
 class SyntheticSource(DataSource):
@@ -179,15 +194,53 @@ def check_file(path: Path, key: str = "data.path") -> None:
 
 def check_before_reading(spec: "DataConf", base_dir: Path) -> None:
     """What can be checked of the data without reading it, before the plan: the source's config
-    (DataSource.check) and its local files (data.path, data.test_path) exist and are not empty."""
+    (DataSource.check), its local files (data.path, data.test_path) exist and are not empty, and the
+    columns the config names (label, drop_columns, categorical_columns) are in the file's header or
+    schema."""
     source = spec.make_source()
     source.check()
     path = source.local_path(base_dir)
     if path is not None:
         check_file(path, "data.path")
+    columns = source.columns(base_dir)
+    if columns is not None and source.label:
+        check_column_names(columns, spec, source.label, "data.path")
     test = resolve(spec.test_path, base_dir) if spec.test_path else None
     if isinstance(test, Path):
         check_file(test, "data.test_path")
+        if source.label:
+            check_column_names(header(test, None), spec, source.label, "data.test_path")
+
+
+def header(path: Path, kind: Optional[str]) -> list[str]:
+    """A local CSV's header row or a Parquet file's schema names, without reading the rows."""
+    kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return [str(name) for name in pq.read_schema(path).names if not str(name).startswith("__index_level_")]
+        with path.open(newline="") as fh:
+            return next(csv.reader(fh), [])
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"data.path={str(path)!r} cannot be read: {type(exc).__name__}: {exc}") from None
+
+
+def check_column_names(columns: list[str], spec: "DataConf", label: str, key: str) -> None:
+    """The columns the config names are columns of the table: DataError naming the key and the closest."""
+    from pipeline.errors import closest
+
+    columns = [str(c) for c in columns]
+    if label not in columns:
+        raise DataError(
+            f"data.label={label!r} is not a column of {key}{closest(label, columns)}; columns: {', '.join(columns)}"
+        )
+    missing = [c for c in spec.drop_columns if c not in columns]
+    if missing:
+        raise DataError(f"data.drop_columns names {missing}, which are not columns; columns: {', '.join(columns)}")
+    unknown = [c for c in spec.categorical_columns if c not in columns]
+    if unknown:
+        raise DataError(f"data.categorical_columns names {unknown}, which are not columns; columns: {', '.join(columns)}")
 
 
 def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None) -> pd.DataFrame:

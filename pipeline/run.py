@@ -28,29 +28,31 @@ log = logging.getLogger("pipeline")
 
 @dataclass(frozen=True)
 class Runtime:
-    """Where a job runs: its Hydra output directory, the launch directory, its overrides."""
+    """Where a job runs: its Hydra output directory, the launch directory, its overrides (as its name
+    shows them: secrets masked, tracking.* and hydra.* left out) and, in a sweep, the keys it varies."""
 
     run_dir: Path
     launch_dir: Path
-    overrides: str = ""
+    overrides: tuple[str, ...] = ()
     job_num: Optional[int] = None
     sweep_dir: Optional[Path] = None  # a job of a multirun: the sweep's directory (absolute)
+    swept: tuple[str, ...] = ()  # the keys the sweep varies, in its order
 
     @classmethod
     def from_hydra(cls) -> "Runtime":
         from hydra.core.hydra_config import HydraConfig
 
+        from pipeline.tracking import naming
+        from pipeline.tracking.sweep import sweep_directory, sweep_overrides
+
         h = HydraConfig.get()
-        multirun = h.mode.name == "MULTIRUN"
-        num = h.job.get("num") if multirun else None
-        # The run's name: what was overridden, not where it is logged.
-        from pipeline.redact import redact_override
-
-        shown = [redact_override(o) for o in h.overrides.task if not o.lstrip("+~").startswith(("tracking.", "hydra."))]
-        from pipeline.tracking.sweep import sweep_directory
-
-        sweep = sweep_directory(Path(h.runtime.cwd), h.sweep.dir) if multirun else None
-        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), ",".join(sorted(shown)), num, sweep)
+        shown = tuple(naming.shown_overrides(h.overrides.task))
+        if h.mode.name != "MULTIRUN":
+            return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), shown)
+        sweep = sweep_directory(Path(h.runtime.cwd), h.sweep.dir)
+        params = h.sweeper.get("params") if "sweeper" in h else None
+        swept = naming.swept_keys(sweep_overrides(sweep), params)
+        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), shown, h.job.get("num"), sweep, tuple(swept))
 
 
 def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float, list[float]]:
@@ -142,6 +144,7 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
     hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
     for message in ineffective_bag(settings.bag.num_cpus, settings.bag.num_gpus, settings.num_folds):
         log.warning(message)
+    check_gpu_models(settings, hardware)
     memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
     allocations = []
     gpu_capacities = list(hardware.capacities().values())
@@ -167,6 +170,26 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
             dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
         allocations.append(memory.plan(spec, allocation, raised))
     return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=settings.refit)
+
+
+def check_gpu_models(settings: Settings, hardware) -> None:
+    """Where the total has no GPU, one error naming every model configured for one, and the overrides
+    that would put them on the CPU."""
+    if hardware.total.num_gpus:
+        return
+    asking = [(spec.name, needs.gpu_param) for spec in settings.models
+              if (needs := spec.cls.needs(spec.name, spec.params)).requires_gpu]
+    if not asking:
+        return
+    from pipeline.errors import ResourceError
+
+    named = ", ".join(f"{name} ({param})" for name, param in asking)
+    fixes = " ".join(f"model.{name}.{param.partition('=')[0]}=cpu" for name, param in asking)
+    raise ResourceError(
+        f"{'model' if len(asking) == 1 else 'models'} {named} {'asks' if len(asking) == 1 else 'ask'} for a GPU, "
+        f"but this run has none (hardware.num_gpus=0); on a box with GPUs add +hardware=1gpu, or run "
+        f"{'it' if len(asking) == 1 else 'them'} on the CPU: {fixes}"
+    )
 
 
 def _warn_overridden(settings: Settings, spec) -> None:
@@ -218,13 +241,14 @@ def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Compon
 
 
 def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components, signals):
-    """The tracker's process opens its store while the data loads and is checked; the executor starts
-    (workers spawn, Ray connects) only then, while the tracker starts its run."""
+    """The data loads and is checked; only then does the tracker connect (a tracker service may be
+    started, which outlives the run) and the executor start (workers spawn, Ray connects), while the
+    tracker's host opens the store and starts the MLflow run."""
     tracker = components.build_tracker(settings, runtime)
+    data, metric = load_data(settings, runtime)  # its checks fail before anything starts in the background
     tracker.connect() if tracker.enabled else None  # a tracking server's health is checked here, at once
     with contextlib.ExitStack() as stack:
         try:
-            data, metric = load_data(settings, runtime)
             backend = stack.enter_context(components.build_backend(settings, plan, runtime))
             backend.start(plan)
         except BaseException:
@@ -252,7 +276,10 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
     status = "FAILED"
     try:
         # not waited for: the tracker's process starts the MLflow run while this one fits
-        tracker.start(run_name(settings, runtime), settings.params, run_tags(settings, plan, runtime))
+        from pipeline.tracking.naming import comparable_params
+
+        params = comparable_params(settings.params, [s.name for s in settings.models], settings.data.source)
+        tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
         write_state(runtime.run_dir, status="RUNNING", started=time.time())
         tracker.log_artifact(runtime.run_dir / "plan.json")
         from pipeline.tracking.datasets import locations, summarize
@@ -273,6 +300,11 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         signals.clean_up()
         write_state(runtime.run_dir, status=status, ended=time.time())
         tracker.end(status)
+        if status == "FINISHED":
+            from pipeline import report
+
+            for line in tracker.closing_lines():
+                report.console.print(line, soft_wrap=True, highlight=False)
         if tracker.failure is not None and status == "FINISHED":
             from pipeline.errors import TrackingError
 
@@ -328,9 +360,14 @@ def _prior_trials(directories: list[Path]) -> dict:
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:
+    """tracking.run_name, else what varies: a sweep job's swept overrides first, a single run's models."""
+    from pipeline.tracking import naming
+
     if settings.tracking.run_name:
         return settings.tracking.run_name
-    return runtime.overrides or "default"
+    if runtime.sweep_dir is not None:
+        return naming.job_name(runtime.overrides, runtime.swept)
+    return naming.single_name([s.name for s in settings.models], runtime.overrides)
 
 
 def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
@@ -343,7 +380,7 @@ def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
         "pipeline.hardware": str(plan.hardware),
         "pipeline.gpu_ids": physical or "none",
         "pipeline.models": ",".join(a.model for a in plan.allocations),
-        "pipeline.overrides": runtime.overrides,
+        "pipeline.overrides": " ".join(runtime.overrides),
         **redact(settings.tracking.tags),
     }
     if runtime.job_num is not None:

@@ -55,3 +55,7 @@ class NullTracker:
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
 
     def end(self, status: str) -> None: ...
+
+    def closing_lines(self) -> list[str]:
+        """What the console's last lines say of the run once it has ended: where to see it, the best model."""
+        return []

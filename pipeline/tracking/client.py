@@ -61,6 +61,7 @@ class TrackerClient:
         self._answers_due = 0
         self._run_id: Optional[str] = None
         self._error: Optional[str] = None
+        self._closing: list[str] = []
         self.failure: Optional[str] = None
 
     def connect(self) -> None:
@@ -153,7 +154,7 @@ class TrackerClient:
         if self._process is None and not self._shared:
             return
         self._send("end", (status,), {})
-        self._collect()
+        self._closing = self._collect() or []
         self._stop_sender()
         if self._shared:
             self._conn.close()  # the sweep's process goes on serving other runs
@@ -164,6 +165,10 @@ class TrackerClient:
         if self._process.is_alive():
             self._process.kill()  # it ignores SIGTERM: the driver decides when it ends
         self._process = None
+
+    def closing_lines(self) -> list[str]:
+        """What the tracker's host said of the ended run (pipeline.tracking.mlflow_run.closing_lines)."""
+        return list(self._closing)
 
     def _abandon(self) -> None:
         """Close the connection of a run that was not ended: its tracker ends it FAILED."""

@@ -37,13 +37,13 @@ class MlflowTracker(NullTracker):
         self.system_metrics_interval_s = system_metrics_interval_s
         self.run_id = None
         self.failure = None
-        self.print_masked_link = False
+        self.best_model_uri: Optional[str] = None
 
     def prepare(self) -> None:
         """What connecting needs before MLflow is imported: its environment, and the checks that
         fail in milliseconds (no mlflow import): a server's health, a SQLite store's folder."""
         # the driver checks a server before handing this tracker to its host, which need not again
-        self.print_masked_link = self.store.check(server=not self.server_checked)
+        self.store.check(server=not self.server_checked)
         self.server_checked = True
 
     @property
@@ -129,11 +129,6 @@ class MlflowTracker(NullTracker):
         for start in range(0, len(entries), 1000):
             self._safely("log_batch", client.log_batch, self.run_id, metrics=entries[start : start + 1000])
 
-    def set_tags(self, tags: dict) -> None:
-        import mlflow
-
-        self._safely("set_tags", mlflow.set_tags, {k: str(v) for k, v in tags.items()})
-
     def log_artifact(self, path: Path, folder: Optional[str] = None) -> None:
         import mlflow
 
@@ -187,18 +182,41 @@ class MlflowTracker(NullTracker):
 
         self._safely("log_trial", child)
 
-    def end(self, status: str) -> None:
+    def set_tags(self, tags: dict) -> None:
+        import mlflow
+
+        if "best/model_uri" in tags:
+            self.best_model_uri = tags["best/model_uri"]
+        self._safely("set_tags", mlflow.set_tags, {k: str(v) for k, v in tags.items()})
+
+    def end(self, status: str) -> list[str]:
+        """End the run; returns closing_lines() for the run's console (this may be another process)."""
         import mlflow
 
         if self.run_id is None:
-            return
+            return []
         try:
             mlflow.end_run(status=status)
-            if self.print_masked_link:  # in place of MLflow's own link, which would show the credentials
-                print(f"View run at: {redact_uri(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
         except Exception as exc:
             self.failure = self.failure or f"end_run: {type(exc).__name__}: {exc}"
             try:  # leave no active run behind in this process, whatever the server did
                 mlflow.end_run(status=status) if mlflow.active_run() else None
             except Exception:
                 pass
+        return self.closing_lines()
+
+    def closing_lines(self) -> list[str]:
+        """The run's id and its link in MLflow's UI (for a local store, the `mlflow ui` command that
+        serves it first), and the best model's URI with the command that serves it."""
+        if self.run_id is None:
+            return []
+        if self.store.remote:
+            lines = [f"MLflow run {self.run_id}: {redact_uri(self.uri).rstrip('/')}/#/experiments/"
+                     f"{self.experiment_id}/runs/{self.run_id}"]
+        else:
+            lines = [f"MLflow run {self.run_id}: see it with `mlflow ui --backend-store-uri {self.uri}`, then "
+                     f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}"]
+        if self.best_model_uri:
+            lines.append(f"best model {self.best_model_uri}: serve it with `MLFLOW_TRACKING_URI={redact_uri(self.uri)} "
+                         f"mlflow models serve -m {self.best_model_uri} -p 5001 --env-manager local`")
+        return lines

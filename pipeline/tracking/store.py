@@ -48,18 +48,16 @@ class Store:
     def quiet(self) -> None:
         quiet_mlflow()
 
-    def check(self, server: bool = True) -> bool:
+    def check(self, server: bool = True) -> None:
         """What fails in milliseconds, without importing MLflow: a SQLite store's folder, a server's
         health (unless `server` is False: checked already), with MLflow's HTTP retries bounded and its
-        environment set. True when MLflow's own links would show credentials and are switched off."""
+        environment set."""
         quiet_mlflow()
-        masked = hide_credential_links(self.uri)
         check_sqlite_path(self.uri)
         if self.remote:
             configure_http(self.timeout_s)
             if server:
                 check_server(self.uri, self.timeout_s)
-        return masked
 
 
 def default_uri(base_dir: Path) -> str:
@@ -78,16 +76,10 @@ def quiet_mlflow() -> None:
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
-
-
-def hide_credential_links(uri: str) -> bool:
-    """MLflow prints 'View run at <tracking uri>' after each run; with user:password@ in the URI it must
-    not. True when its links are switched off."""
-    if redact_uri(uri) == uri:
-        return False
+    # MLflow's own "View run at <uri>" would show a URI's credentials, and only for servers: the run's
+    # closing lines give the link, masked, for every store (MlflowTracker.closing_lines)
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
-    return True
+    logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
 
 
 def check_server(uri: str, timeout_s: float) -> None:
@@ -178,23 +170,27 @@ def ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> str
         return _ensure_experiment(uri, name, artifact_root)
 
 
+EXPERIMENT_KIND = "mlflow.experimentKind"  # MLflow's UI opens an experiment on the page its kind says
+TRAINING = "custom_model_development"  # the training runs, not the GenAI overview
+
+
 def _ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> str:
     import mlflow
     from mlflow.exceptions import MlflowException
 
     client = mlflow.MlflowClient(uri)
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    location = artifact_root.resolve().as_uri() if artifact_root is not None else None
-    try:  # the kind tag makes the MLflow UI open the experiment on its training runs, not GenAI traces
-        return client.create_experiment(name, artifact_location=location,
-                                        tags={"mlflow.experimentKind": "custom_model_development"})
-    except MlflowException:
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+    if found is None:
+        location = artifact_root.resolve().as_uri() if artifact_root is not None else None
+        try:
+            return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND: TRAINING})
+        except MlflowException:
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    if EXPERIMENT_KIND not in found.tags:  # made before the engine tagged its experiments, or by hand
+        client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, TRAINING)
+    return found.experiment_id
 
 
 def warm_model_logging() -> None:

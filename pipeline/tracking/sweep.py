@@ -43,6 +43,17 @@ def write_parent_file(sweep_dir: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+def sweep_overrides(sweep_dir: Path) -> list[str]:
+    """The overrides the sweep was started with (`a=1,2`), from the multirun.yaml its sweeper wrote
+    before launching the jobs; none where there is no such file."""
+    from omegaconf import OmegaConf
+
+    try:
+        return list(OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra.overrides.task)
+    except Exception:  # noqa: BLE001  (a launcher that writes none: the job's own order stands)
+        return []
+
+
 def read_parent_file(sweep_dir) -> Optional[str]:
     """What the sweep's PARENT_FILE says, or None: there is none, or another user could have written
     it (a warning says so, and the parent is looked up in the store instead)."""
@@ -81,7 +92,7 @@ def sweep_parent(uri: str, experiment_id: str, sweep_dir: str, wait_s: float = P
     return found[0].info.run_id if found else None
 
 
-def open_parent(store: Store, experiment: str, sweep_dir: Path, name: str) -> Optional[str]:
+def open_parent(store: Store, experiment: str, sweep_dir: Path, name: str, overrides: str = "") -> Optional[str]:
     """Create the parent run and write its id to the sweep's PARENT_FILE; on failure write why
     there is none there and return None (each job then logs without a parent)."""
     try:
@@ -89,8 +100,8 @@ def open_parent(store: Store, experiment: str, sweep_dir: Path, name: str) -> Op
 
         experiment_id = ensure_experiment(store.uri, experiment, store.artifact_root)
         run = mlflow.MlflowClient(store.uri).create_run(
-            experiment_id, run_name=f"sweep {name}",
-            tags={SWEEP_DIR_TAG: str(sweep_dir), SWEEP_TAG: "parent", "pipeline.overrides": name},
+            experiment_id, run_name=name,
+            tags={SWEEP_DIR_TAG: str(sweep_dir), SWEEP_TAG: "parent", "pipeline.overrides": overrides or name},
         )
     except Exception as exc:  # noqa: BLE001  (each job reports the store's error from its own tracker)
         from pipeline.redact import redact_text
@@ -131,7 +142,8 @@ def _close_children(uri: str, client, parent_run_id: str) -> list:
 
 
 def _summarise(client, parent_run_id: str, children) -> None:
-    """The sweep's best job on the parent run: best/val_<metric>, best/model, best/job."""
+    """The sweep's best job on the parent run: val_<metric> and test_<metric> at the top level (as
+    each job has them) and under best/, best/model, best/job."""
     scored = []
     for child in children:
         metric = child.data.tags.get("pipeline.eval_metric")
@@ -145,7 +157,12 @@ def _summarise(client, parent_run_id: str, children) -> None:
     metric = scored[0][0]
     sign = 1 if METRICS[metric].greater_is_better else -1
     _, value, child = max(scored, key=lambda s: sign * s[1])
-    client.log_metric(parent_run_id, f"best/val_{metric}", value)
+    scores = {f"val_{metric}": value}
+    if f"best/test_{metric}" in child.data.metrics:
+        scores[f"test_{metric}"] = child.data.metrics[f"best/test_{metric}"]
+    for key, score in scores.items():
+        client.log_metric(parent_run_id, key, score)
+        client.log_metric(parent_run_id, f"best/{key}", score)
     client.set_tag(parent_run_id, "best/job", child.info.run_name)
     client.set_tag(parent_run_id, "best/model", child.data.tags.get("best/model", ""))
 

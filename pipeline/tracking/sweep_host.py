@@ -42,6 +42,7 @@ class SweepSpec:
     experiment: str
     sweep_dir: Path  # absolute: where HOST_FILE and the parent file go, and the parent's tag
     name: str  # the parent run's name
+    overrides: str = ""  # the sweep's overrides, secrets masked: the parent's pipeline.overrides tag
 
 
 class SweepHost:
@@ -136,7 +137,7 @@ def serve_sweep(control, spec: SweepSpec) -> None:
     server = host.Host(listener)
     parent: dict = {}
     opening = threading.Thread(target=lambda: parent.setdefault("id", sweep.open_parent(
-        spec.store, spec.experiment, spec.sweep_dir, spec.name)), daemon=True)
+        spec.store, spec.experiment, spec.sweep_dir, spec.name, spec.overrides)), daemon=True)
     opening.start()
     server.start()
     try:

@@ -25,10 +25,21 @@ def test_default_job(cli, tmp_path):
     assert "Leaderboard (roc_auc)" in proc.stdout
     client, (run,) = job_runs(tmp_path)
     assert run.info.status == "FINISHED"
-    assert run.info.run_name == "default"
+    assert run.info.run_name == "lightgbm+xgboost+nn"  # a single run's name says its models
     params, metrics = run.data.params, run.data.metrics
-    assert params["data.name"] == "adult" and params["model.lightgbm.params.learning_rate"] == "0.05"
+    assert params["data.name"] == "adult" and params["lightgbm.learning_rate"] == "0.05"  # one prefix per model
+    assert params["model"] == "lightgbm,xgboost,nn"  # the kind, to plot a score against
+    # nothing that does not apply: no _target_ plumbing, no empty lists, no synthetic settings for Adult
+    assert not [k for k in params if k.endswith("_target_") or k.startswith(("model.", "tracking."))], params
+    assert not {"allowed_targets", "data.features", "data.categorical_features", "data.drop_columns"} & set(params)
+    assert not [k for k in metrics if "_gpu_mb" in k]  # no GPU figures on a CPU run
+    assert {"val_roc_auc", "test_roc_auc"} <= set(metrics)  # the main metric at the top level
     assert "INFO mlflow" not in proc.stdout + proc.stderr and "View run" not in proc.stdout  # MLflow kept quiet
+    # the console's last lines: the run id, how to see it, the best model and how to serve it
+    last = proc.stdout.strip().splitlines()[-2:]
+    assert last[0].startswith(f"MLflow run {run.info.run_id}: see it with `mlflow ui --backend-store-uri sqlite:///")
+    assert f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}" in last[0]
+    assert last[1].startswith(f"best model {run.data.tags['best/model_uri']}: serve it with `mlflow models serve")
     for model in ("lightgbm", "xgboost", "nn", "ensemble"):
         assert 0.85 < metrics[f"{model}/val_roc_auc"] <= 1.0
         assert f"{model}/test_accuracy" in metrics
@@ -73,13 +84,16 @@ def test_two_job_multirun(cli, tmp_path):
     parents = [r for r in all_runs if r.data.tags.get("pipeline.sweep") == "parent"]
     jobs = [r for r in all_runs if "pipeline.run_dir" in r.data.tags]
     assert len(parents) == 1 and len(jobs) == 2
-    assert {r.info.run_name for r in jobs} == {"data.max_rows=3000,model=lightgbm", "data.max_rows=3000,model=xgboost"}
+    # named by what varies first, then their other overrides; the parent by its sweep
+    assert {r.info.run_name for r in jobs} == {"model=lightgbm data.max_rows=3000", "model=xgboost data.max_rows=3000"}
+    assert parents[0].info.run_name == "sweep: model=lightgbm,xgboost"
     assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in jobs)
     assert all(r.info.status == "FINISHED" for r in all_runs)
     assert len({r.info.experiment_id for r in all_runs}) == 1
     # every job logs the same metric names under its own model, and the same best/ keys
     assert all("best/val_roc_auc" in r.data.metrics and "best/model" in r.data.tags for r in jobs)
     assert "best/val_roc_auc" in parents[0].data.metrics
+    assert parents[0].data.metrics["val_roc_auc"] == max(r.data.metrics["val_roc_auc"] for r in jobs)
 
 
 def test_failing_job_leaves_its_run_failed(cli, tmp_path):

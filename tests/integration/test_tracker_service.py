@@ -242,6 +242,17 @@ def test_cluster_jobs_and_sweep_jobs_log_through_processes_of_their_own(tmp_path
 
 
 @pytest.mark.slow
+def test_a_run_that_fails_its_data_checks_starts_no_service(tmp_path, runtime):
+    """The data is checked before the tracker connects: a constant label (found only once the rows are
+    read) fails the run, and no tracker service is left behind."""
+    (tmp_path / "constant.csv").write_text("x,y\n" + "".join(f"{i},1\n" for i in range(50)))
+    env = {"XDG_RUNTIME_DIR": os.environ["XDG_RUNTIME_DIR"]}
+    proc = run_cli(["data=csv", "data.path=constant.csv", "data.label=y", "model=lightgbm"], tmp_path, env=env)
+    assert proc.returncode != 0 and "data.label='y' is constant" in proc.stderr
+    assert not runtime.exists() or services(runtime) == {}
+
+
+@pytest.mark.slow
 def test_a_second_cli_run_is_served_and_its_plots_are_drawn_by_the_service(tmp_path, runtime):
     args = ["model=lightgbm", *small(("lightgbm",))]
     env = {"XDG_RUNTIME_DIR": os.environ["XDG_RUNTIME_DIR"]}

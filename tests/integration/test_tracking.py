@@ -16,7 +16,8 @@ def test_sweep_of_four_jobs_logs_to_a_real_server(cli, tmp_path, mlflow_server):
     assert len(children) == 4
     assert parent.info.status == "FINISHED" and all(c.info.status == "FINISHED" for c in children)
     names = sorted(c.info.run_name for c in children)
-    assert names == sorted(f"data.max_rows=1500,model={m},seed={s}" for m in ("lightgbm", "xgboost") for s in (0, 1))
+    assert names == sorted(f"model={m} seed={s} data.max_rows=1500" for m in ("lightgbm", "xgboost") for s in (0, 1))
+    assert parent.info.run_name == "sweep: model=lightgbm,xgboost × seed=0,1"
     for child in children:
         assert child.data.params["seed"] in ("0", "1")
         assert child.data.params["data.max_rows"] == "1500"
@@ -25,7 +26,7 @@ def test_sweep_of_four_jobs_logs_to_a_real_server(cli, tmp_path, mlflow_server):
         assert child.data.tags["pipeline.gpu_ids"] == "none"
         assert any(a.path == "leaderboard.csv" for a in client.list_artifacts(child.info.run_id))
     best = max(c.data.metrics["best/val_roc_auc"] for c in children)
-    assert parent.data.metrics["best/val_roc_auc"] == pytest.approx(best)
+    assert parent.data.metrics["best/val_roc_auc"] == pytest.approx(best) == parent.data.metrics["val_roc_auc"]
 
 
 def test_system_metrics_are_logged(cli, tmp_path):
