@@ -39,7 +39,9 @@ def test_default_job(cli, tmp_path):
     last = proc.stdout.strip().splitlines()[-2:]
     assert last[0].startswith(f"MLflow run {run.info.run_id}: see it with `mlflow ui --backend-store-uri sqlite:///")
     assert f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}" in last[0]
-    assert last[1].startswith(f"best model {run.data.tags['best/model_uri']}: serve it with `mlflow models serve")
+    uri = run.data.tags["best/model_uri"]
+    assert last[1].startswith(f"best model {uri}: serve it with `MLFLOW_TRACKING_URI=sqlite:///")
+    assert last[1].endswith(f"mlflow models serve -m {uri} -p 5001 --env-manager local`")
     for model in ("lightgbm", "xgboost", "nn", "ensemble"):
         assert 0.85 < metrics[f"{model}/val_roc_auc"] <= 1.0
         assert f"{model}/test_accuracy" in metrics
