@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -11,7 +12,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import MISSING
 
 from pipeline.errors import ConfigError, closest
-from pipeline.targets import target_or_builtin
+from pipeline.targets import imported, target_or_builtin
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +125,10 @@ class HpoConf:
         return self.make_searcher().searches
 
     def make_searcher(self):
-        """The searcher object (hydra.utils.instantiate of the target), made once."""
+        """The searcher object (the target's class, given `options` as keywords), made once."""
         if getattr(self, "_searcher", None) is None:
-            from hydra.utils import instantiate
-
-            # not recursive: a _target_ inside options is a value, not a class to build (allowed_targets)
-            self._searcher = instantiate({"_target_": self.target, **self.options}, _convert_="all", _recursive_=False)
+            # the target was checked by settings.read_settings; options are values, never built into objects
+            self._searcher = imported(self.target)(**copy.deepcopy(self.options))
         return self._searcher
 
     def check(self, spaces: dict[str, dict[str, SearchDimConf]]) -> None:
@@ -192,9 +191,6 @@ class DataConf:
             self.label = self.label or BUNDLED[self.path]
 
     def make_source(self):
-        """The data source object (hydra.utils.instantiate of the target, given this config)."""
-        from hydra.utils import instantiate
-
-        factory = instantiate({"_target_": self.target, "_partial_": True, **self.options}, _convert_="all",
-                              _recursive_=False)  # a _target_ inside options is a value (allowed_targets)
-        return factory(self)
+        """The data source object: the target's class, given this config and `options` as keywords."""
+        # the target was checked by settings; options are values, never built into objects
+        return imported(self.target)(self, **copy.deepcopy(self.options))

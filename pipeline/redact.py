@@ -1,10 +1,16 @@
-"""Keep credentials out of logged params, the logged config and console output."""
+"""Keep credentials out of logged params, the logged config, run names and console output.
+
+The same rules hold for config values, command-line overrides and free text: values of secret-looking
+keys (also inside inline `{k: v}` overrides), every string under a `storage_options` mapping, a URI's
+password and secret query parameters (`sig`, `token`...), and secret parts of `k=v;k=v` connection
+strings (`AccountKey=`, `SharedAccessSignature=`, `Password=`) become `***`; other text is left as it was.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 MASK = "***"
 # A key is secret when one of its words is, or two adjacent words make a secret name (api_key):
@@ -14,9 +20,17 @@ SECRET_WORDS = frozenset({
     "apikey", "auth", "authorization", "bearer", "cookie", "signature",
 })
 SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"),
-                          ("client", "secret"), ("session", "key"), ("sas", "key")})
+                          ("client", "secret"), ("session", "key"), ("sas", "key"), ("account", "key")})
+# Query parameters that carry a credential although their name alone says little elsewhere:
+# Azure SAS `sig`, Google `key`, Azure Functions `code`.
+QUERY_SECRETS = frozenset({"sig", "key", "code", "jwt"})
+STORAGE_OPTIONS = "storage_options"  # fsspec/pandas credentials: every string under it is masked
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 URI_WITH_USER = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s:@]+):([^/\s@]+)@")
+_URI_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'\"<>;]+")
+_QUERY_PAIR = re.compile(r"(^|[&;])([^&;=]+)=([^&;]*)")
+# k=v outside URIs: connection strings (a=1;AccountKey=x), `token=x` in a message, a query without a scheme
+_TEXT_PAIR = re.compile(r"(^|[^\w.\-])([A-Za-z][\w.\-]*)=([^;&'\"\n]*)")  # a value may hold spaces
 
 
 def key_words(key: str) -> list[str]:
@@ -27,6 +41,10 @@ def key_words(key: str) -> list[str]:
 def is_secret_key(key: str) -> bool:
     words = key_words(key)
     return any(w in SECRET_WORDS for w in words) or any(pair in SECRET_PAIRS for pair in zip(words, words[1:]))
+
+
+def _secret_query_key(key: str) -> bool:
+    return is_secret_key(key) or key.strip().lower() in QUERY_SECRETS
 
 
 def redact_uri(uri: str) -> str:
@@ -48,29 +66,54 @@ def redact_uri(uri: str) -> str:
         masked = f"{user}:{MASK}@{host}" if ":" in userinfo else f"{MASK}@{host}"
         out = out.replace(parts.netloc, masked, 1)
     if parts.query:
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-        if any(is_secret_key(k) for k, _ in pairs):
-            query = urlencode([(k, MASK if is_secret_key(k) else v) for k, v in pairs], safe="*")
-            head, _, tail = out.partition("?" + parts.query)
-            out = f"{head}?{query}{tail}"
+        def mask(m: re.Match) -> str:
+            return f"{m[1]}{m[2]}={MASK}" if m[3] and _secret_query_key(unquote_plus(m[2])) else m[0]
+
+        query = _QUERY_PAIR.sub(mask, parts.query)
+        head, _, tail = out.partition("?" + parts.query)
+        out = f"{head}?{query}{tail}"
     return out
 
 
+def _mask_pairs(text: str) -> str:
+    def mask(m: re.Match) -> str:
+        lead, key, value = m.groups()
+        secret = is_secret_key(key) or (lead in ("?", "&") and key.lower() in QUERY_SECRETS)
+        return f"{lead}{key}={MASK}" if secret and value else m[0]
+
+    return _TEXT_PAIR.sub(mask, text)
+
+
 def redact_text(text: str) -> str:
-    """Credentials inside URIs anywhere in a line of text."""
-    return URI_WITH_USER.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
+    """Credentials in a line of text: inside URIs, and `k=v` pairs with a secret key (connection strings)."""
+    if not isinstance(text, str):
+        return text
+    out, last = [], 0
+    for m in _URI_IN_TEXT.finditer(text):
+        out += [_mask_pairs(text[last:m.start()]), redact_uri(m.group())]
+        last = m.end()
+    out.append(_mask_pairs(text[last:]))
+    return "".join(out)
 
 
-def redact(value: Any, key: str = "") -> Any:
+def _hidden(value: Any) -> bool:
+    """Whether a value under storage_options is masked: everything but flags, null and empty strings."""
+    return value not in (None, "") and not isinstance(value, bool)
+
+
+def redact(value: Any, key: str = "", under_storage: bool = False) -> Any:
     """A copy of a (nested) config value with secrets masked."""
     if key and is_secret_key(key) and value not in (None, ""):
         return MASK
+    under = under_storage or str(key).rsplit(".", 1)[-1] == STORAGE_OPTIONS
     if isinstance(value, dict):
-        return {k: redact(v, str(k)) for k, v in value.items()}
+        return {k: redact(v, str(k), under) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(redact(v) for v in value)
+        return type(value)(redact(v, "", under) for v in value)
+    if under and _hidden(value):
+        return MASK
     if isinstance(value, str):
-        return redact_uri(value) if "://" in value else value
+        return redact_text(value)
     return value
 
 
@@ -90,10 +133,109 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def redact_override(override: str) -> str:
-    """key=value from the command line, with a secret value or a URI's password masked."""
+    """key=value from the command line, with secrets masked as in the config: a secret key's value, the
+    values inside `{k: v}` under a secret key or storage_options, URIs' and connection strings' secrets."""
     key, sep, value = override.partition("=")
     if not sep:
         return override
-    if is_secret_key(key.lstrip("+~")):
+    path = tuple(key.lstrip("+~").split("."))
+    if is_secret_key(path[-1]):
         return f"{key}={MASK}"
-    return f"{key}={redact_text(value)}"
+    out, last = [], 0
+    for start, end, keys in leaves(value):
+        out += [value[last:start], _redact_leaf(value[start:end], path + keys)]
+        last = end
+    return f"{key}={''.join(out)}{value[last:]}"
+
+
+def _redact_leaf(leaf: str, path: tuple[str, ...]) -> str:
+    if leaf in ("", "null"):
+        return leaf
+    if any(is_secret_key(k) for k in path):
+        return MASK
+    if STORAGE_OPTIONS in path and leaf.lower() not in ("true", "false"):
+        return MASK
+    return redact_text(leaf)
+
+
+def leaves(text: str) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(start, end, dict keys above it) of each plain value of an override's value in Hydra's syntax:
+    `a`, `a,b` (a sweep), `{k: v}`, `[a, b]`, `choice(a, b)`; quoted strings without their quotes.
+    Lenient: text it cannot read ends a value rather than raising."""
+    spans: list[tuple[int, int, tuple[str, ...]]] = []
+    n = len(text)
+
+    def skip_space(i: int) -> int:
+        while i < n and text[i].isspace():
+            i += 1
+        return i
+
+    def sequence(i: int, keys: tuple, close: str, is_dict: bool = False) -> int:
+        """Values separated by commas up to `close` (or the end); in a dict each behind `key:`."""
+        stops = "," + close
+        while True:
+            i = skip_space(i)
+            if i >= n:
+                return n
+            if close and text[i] == close:
+                return i + 1
+            inner = keys
+            if is_dict:
+                j = i
+                while j < n and text[j] not in ":" + stops:
+                    j += 1
+                if j >= n or text[j] != ":":  # not `key: value`; read it as a value
+                    i = value(i, keys, stops)
+                else:
+                    inner = (*keys, text[i:j].strip())
+                    i = value(j + 1, inner, stops)
+            else:
+                i = value(i, keys, stops)
+            i = skip_space(i)
+            if i < n and text[i] == ",":
+                i += 1
+            elif i < n and close and text[i] == close:
+                return i + 1
+            elif i < n:
+                i += 1  # unreadable: step over it
+
+    def value(i: int, keys: tuple, stops: str) -> int:
+        i = skip_space(i)
+        if i < n and text[i] == "{":
+            return sequence(i + 1, keys, "}", is_dict=True)
+        if i < n and text[i] == "[":
+            return sequence(i + 1, keys, "]")
+        if i < n and text[i] in "'\"":
+            j = i + 1
+            while j < n and text[j] != text[i]:
+                j += 2 if text[j] == "\\" else 1
+            spans.append((i + 1, min(j, n), keys))
+            return min(j + 1, n)
+        j, depth = i, 0
+        while j < n:
+            c = text[j]
+            if c == "\\":
+                j += 2
+                continue
+            if text.startswith("${", j):  # an interpolation is one piece of text
+                depth += 1
+                j += 2
+                continue
+            if c == "(" and depth == 0 and re.fullmatch(r"[A-Za-z_]\w*", text[i:j]):
+                return sequence(j + 1, keys, ")")  # choice(a, b), range(1, 3)
+            if c in "({":
+                depth += 1
+            elif c in ")}" and depth:
+                depth -= 1
+            elif c in stops and depth == 0:
+                break
+            j += 1
+        end = min(j, n)
+        while end > i and text[end - 1].isspace():
+            end -= 1
+        if end > i:
+            spans.append((i, end, keys))
+        return min(j, n)
+
+    sequence(0, (), "")
+    return spans

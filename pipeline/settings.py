@@ -21,7 +21,7 @@ from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
-from pipeline.targets import ALWAYS_ALLOWED, check_allowed
+from pipeline.targets import ALWAYS_ALLOWED, Kind, check_allowed_targets, check_no_targets, resolve
 
 if TYPE_CHECKING:
     from pipeline.models.base import TabularModel
@@ -38,9 +38,10 @@ class ModelSpec:
     memory: MemoryRequest = field(default_factory=MemoryRequest)  # the model's own memory_gb / gpu_memory_gb
 
     def prototype(self) -> TabularModel:
-        from hydra.utils import instantiate
+        """A fresh model object; its params are values, never objects to build (see check_no_targets)."""
+        import copy
 
-        return instantiate({"_target_": self.target, "params": self.params, "name": self.name}, _convert_="all")
+        return self.cls(params=copy.deepcopy(self.params), name=self.name)
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,19 @@ def typed(cfg: DictConfig, schema: type):
     return OmegaConf.to_object(cfg)
 
 
+def values(cfg: DictConfig) -> dict:
+    """The resolved config as plain containers, without `hydra`, checked to hold no `_target_` in a value."""
+    tree = OmegaConf.to_container(cfg, resolve=True)
+    tree.pop("hydra", None)
+    check_no_targets(tree)
+    return tree
+
+
 def read_settings(cfg: DictConfig) -> Settings:
     """The one place that reads the config tree."""
     conf: Config = typed(cfg, Config)
-    allowed = ALWAYS_ALLOWED + tuple(conf.allowed_targets)
+    tree = values(cfg)
+    allowed = ALWAYS_ALLOWED + check_allowed_targets(conf.allowed_targets)
     if not conf.model:
         raise ConfigError("model: no model is configured; pick one with model=lightgbm (or xgboost, nn, all)")
     models = tuple(_model_spec(name, spec, allowed) for name, spec in conf.model.items())
@@ -97,8 +107,6 @@ def read_settings(cfg: DictConfig) -> Settings:
     conf.hpo.check({m.name: m.search_space for m in models})
     check_data(conf.data, allowed, conf.seed)
     par = conf.parallelism
-    tree = OmegaConf.to_container(cfg, resolve=True)
-    tree.pop("hydra", None)
     redacted = redact(tree)
     return Settings(
         data=conf.data,
@@ -135,18 +143,7 @@ def check_data(data: DataConf, allowed: tuple[str, ...], seed: int) -> None:
 
 def check_component(key: str, target: str, allowed: tuple[str, ...], base: str, what: str = "") -> type:
     """The class `key._target_` names: inside allowed_targets, importable, a subclass of `base`."""
-    import importlib
-
-    check_allowed(f"{key}._target_", target, allowed)
-    module_name, _, attr = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"{key}._target_={target!r} cannot be imported: {exc}") from None
-    base_module, _, base_name = base.rpartition(".")
-    if not (isinstance(cls, type) and issubclass(cls, getattr(importlib.import_module(base_module), base_name))):
-        raise ConfigError(f"{key}._target_={target!r} is not {what or 'a class'} (a {base})")
-    return cls
+    return resolve(f"{key}._target_", target, allowed, Kind(base, what or "a class"))
 
 
 @dataclass(frozen=True)
@@ -170,7 +167,8 @@ def read_predict_settings(cfg: DictConfig) -> PredictSettings:
         raise ConfigError(f"chunk_rows={conf.chunk_rows} must be at least 1")
     if not conf.output.endswith((".csv", ".parquet", ".pq")):
         raise ConfigError(f"output={conf.output!r} must name a .csv or .parquet file")
-    check_data(conf.data, ALWAYS_ALLOWED + tuple(conf.allowed_targets), 0)
+    values(cfg)
+    check_data(conf.data, ALWAYS_ALLOWED + check_allowed_targets(conf.allowed_targets), 0)
     return PredictSettings(
         source=conf.source, predictor=conf.predictor, data=conf.data, output=conf.output,
         chunk_rows=conf.chunk_rows, id_column=conf.id_column, tracking_uri=conf.tracking.uri,

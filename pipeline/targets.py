@@ -1,38 +1,140 @@
-"""Components named by `_target_`: checked against `allowed_targets`, then resolved by Hydra's instantiate.
+"""Components named by `_target_`: checked against `allowed_targets`, imported, and checked to be of the
+kind the key takes, all before anything calls them.
 
-Resolving imports the target and nothing more: the composition root calls what it returns once every
-check has passed, with the typed values the component needs.
+A target is a module and one attribute of it (`pkg.mod.Name`): the module is imported, the attribute
+read, nothing walked further, so `pipeline.store.shutil.copyfile` names no component. The allowed
+modules are whole module names, and the object must be defined inside them, not merely re-exported there.
+The composition root calls what `resolve` returns once every check has passed. Anywhere else in the
+config a `_target_` is refused (`check_no_targets`): the engine never builds objects from values.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from pipeline.errors import ConfigError, closest
+from pipeline.redact import MASK, STORAGE_OPTIONS, is_secret_key, redact
 
 ALWAYS_ALLOWED = ("pipeline.",)
 
 
+@dataclass(frozen=True)
+class Kind:
+    """What a `_target_` must name: a subclass of `base` (a dotted name) or, where `functions`, a function."""
+
+    base: str
+    what: str  # how a message names it: "a model class"
+    functions: bool = False
+
+
+# The kinds of the keys the composition root resolves without saying which kind it wants.
+KINDS = {
+    "executor._target_": Kind("pipeline.executors.backend.Backend", "an executor", functions=True),
+    "tracking._target_": Kind("pipeline.tracking.NullTracker", "a tracker", functions=True),
+}
+
+
+def module_names(allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """`allowed_targets` entries as module names: `my_pkg` and `my_pkg.` are both the module `my_pkg`."""
+    return tuple(a.rstrip(".") for a in allowed)
+
+
+def inside(module: str, allowed: tuple[str, ...]) -> bool:
+    """Whether `module` is one of the allowed modules or below one (`my_pkg.sub`, never `my_pkgevil`)."""
+    return any(module == name or module.startswith(name + ".") for name in module_names(allowed) if name)
+
+
 def check_allowed(key: str, target: str, allowed: tuple[str, ...]) -> None:
-    """A `_target_` must start with one of the allowed module prefixes (pipeline.* always is)."""
-    if not any(target.startswith(prefix) for prefix in allowed):
+    """A `_target_` must name something in one of the allowed modules (pipeline.* always is)."""
+    module = str(target).rpartition(".")[0]
+    if not inside(module, allowed):
         raise ConfigError(
             f"{key}={target!r} is outside the allowed modules ({', '.join(allowed)}); "
-            "add its module prefix to allowed_targets if you trust it"
+            "add its module to allowed_targets if you trust it"
         )
 
 
-def resolve(key: str, target: str, allowed: tuple[str, ...]) -> Callable:
-    """The callable `target` names, imported through hydra.utils.instantiate (`_partial_`), not yet called."""
+def load(key: str, target: str, allowed: tuple[str, ...]) -> object:
+    """The object `target` names: inside the allowed modules, imported as a module plus one attribute."""
     check_allowed(key, target, allowed)
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
-
+    module_name, _, attr = target.rpartition(".")
+    if not attr.isidentifier():
+        raise ConfigError(f"{key}={target!r} must name a class or function as module.Name")
     try:
-        return instantiate({"_target_": target, "_partial_": True})
-    except InstantiationException as exc:
-        reason = (str(exc).strip().splitlines() or [""])[-1]
-        raise ConfigError(f"{key}={target!r} cannot be imported: {reason}") from None
+        obj = imported(target)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"{key}={target!r} cannot be imported: {exc}; name a class or function as "
+                          "module.Name, in the module that defines it") from None
+    home = getattr(obj, "__module__", None) if inspect.isclass(obj) or inspect.isfunction(obj) else None
+    if not isinstance(home, str):
+        raise ConfigError(f"{key}={target!r} is a {type(obj).__name__}, not a class or function")
+    if not inside(home, allowed):
+        raise ConfigError(f"{key}={target!r} is defined in {home}, outside the allowed modules "
+                          f"({', '.join(allowed)}); name it where it is defined, in a module you allow")
+    return obj
+
+
+def imported(target: str) -> object:
+    """The attribute `Name` of the module `pkg.mod` that `pkg.mod.Name` names (no attribute walking)."""
+    module_name, _, attr = target.rpartition(".")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def check_kind(key: str, target: str, obj: object, kind: Kind) -> None:
+    """A ConfigError unless `obj` is a subclass of kind.base (or, where allowed, a function)."""
+    if kind.functions and inspect.isfunction(obj):
+        return
+    base_module, _, base_name = kind.base.rpartition(".")
+    if inspect.isclass(obj) and issubclass(obj, getattr(importlib.import_module(base_module), base_name)):
+        return
+    valid = f"a subclass of {kind.base}" + (" or a function returning one" if kind.functions else "")
+    raise ConfigError(f"{key}={target!r} is not {kind.what} ({valid})")
+
+
+def resolve(key: str, target: str, allowed: tuple[str, ...], kind: Optional[Kind] = None) -> Callable:
+    """The class or function `target` names, of `kind` (by default the key's), not yet called."""
+    obj = load(key, target, allowed)
+    kind = kind or KINDS.get(key)
+    if kind is not None:
+        check_kind(key, target, obj, kind)
+    return obj
+
+
+# Where a `_target_` names a component; anywhere else in the config it would only be a value.
+COMPONENT_GROUPS = ("data", "hpo", "executor", "tracking")
+
+
+def check_no_targets(tree, path: tuple = ()) -> None:
+    """A mapping with a `_target_` is refused anywhere but a component's own group (model.<name>, data,
+    hpo, executor, tracking): the engine never builds objects from values (model params, options)."""
+    if isinstance(tree, dict):
+        own = path in {(g,) for g in COMPONENT_GROUPS} or (len(path) == 2 and path[0] == "model")
+        if "_target_" in tree and not own:
+            key = ".".join(str(p) for p in path)
+            secret = any(is_secret_key(str(p)) for p in path)
+            shown = MASK if secret else redact(tree, "", STORAGE_OPTIONS in path)
+            raise ConfigError(
+                f"{key}={shown} holds a _target_: a value is never built into an object; give {key} a "
+                "plain value (only model.<name>._target_, data._target_, hpo._target_, executor._target_ and "
+                "tracking._target_ name components)"
+            )
+        for k, v in tree.items():
+            check_no_targets(v, (*path, k))
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree):
+            check_no_targets(v, (*path[:-1], f"{path[-1]}[{i}]") if path else (f"[{i}]",))
+
+
+def check_allowed_targets(entries) -> tuple[str, ...]:
+    """allowed_targets as given, each a dotted module name (`my_pkg` or `my_pkg.`)."""
+    for entry in entries:
+        if not (isinstance(entry, str) and all(part.isidentifier() for part in entry.rstrip(".").split("."))):
+            raise ConfigError(f"allowed_targets: {entry!r} is not a module name; give whole module names "
+                              "such as my_pkg or my_pkg.models")
+    return tuple(entries)
 
 
 def target_or_builtin(key: str, name: str, target: Optional[str], builtins: dict[str, str]) -> str:

@@ -96,11 +96,3 @@ def _first(marker: str, text: str) -> bool:
         return False
     return True
 
-
-class SlowPredictModel(_Constant):
-    """Takes `seconds_per_1000_rows` of sleep per 1,000 rows it predicts, and counts its predictions."""
-
-    def _predict(self, X):
-        time.sleep(float(self.params["seconds_per_1000_rows"]) * len(X) / 1000)
-        self.predictions_ = getattr(self, "predictions_", 0) + 1
-        return super()._predict(X)

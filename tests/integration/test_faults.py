@@ -103,10 +103,9 @@ def test_a_fit_that_hangs_once_is_stopped_and_retried(cli, tmp_path):
     marker = tmp_path / "hung-once"
     searchpath = user_config(tmp_path, "model", "hang",
                              f"hang:\n  _target_: tests.fault_models.HangOnceModel\n  params: {{marker: '{marker}'}}\n")
-    start = time.monotonic()
     proc = cli("model=hang", searchpath, "allowed_targets=[tests.]", "executor.task_timeout_s=3",
                "executor.max_retries=1", "data.max_rows=500", "tracking=none", env=FAULT_ENV, timeout=120, check=True)
-    assert time.monotonic() - start < 60 and marker.exists()
+    assert marker.exists()  # the first attempt hung (an hour's sleep): the run finished only by stopping it
     assert "ran longer than executor.task_timeout_s=3 s and was stopped; retrying" in proc.stdout + proc.stderr
     (run_dir,) = run_dirs(tmp_path)
     (entry,) = json.loads((run_dir / "timeline.json").read_text())

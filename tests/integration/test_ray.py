@@ -2,7 +2,6 @@
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -110,10 +109,10 @@ def test_a_gpu_fit_on_a_gpu_less_cluster_is_a_hardware_error_not_a_hang(ray_inst
     from pipeline.executors.ray import RayBackend
 
     backend = RayBackend()
-    start = time.monotonic()
     with pytest.raises(HardwareError) as err:
         backend.prepare(plan_for(2, 1, 1, 1, model="xgboost"), adult)
-    assert time.monotonic() - start < 10
+    # refused before the data went to the object store, and before any task could sit pending
+    assert backend.data_ref is None and backend._remote is None and backend.running == {}
     message = str(err.value)
     assert "task fit/xgboost/t0/f0 asks for 1 CPU / 1 GPU" in message
     assert "2 CPU / 0 GPU" in message
@@ -143,6 +142,26 @@ def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adul
     assert ("killer", 0) in outcome.trials
 
 
+def _recording_submits(backend) -> list:
+    """The object refs of the fits `backend` submits, in order."""
+    submitted, submit = [], backend.submit
+
+    def recording(request):
+        ref = submit(request)
+        submitted.append(ref)
+        return ref
+
+    backend.submit = recording
+    return submitted
+
+
+def _assert_cancelled(ray, refs) -> None:
+    """Each task was cancelled: a fit left running would instead return its result once its sleep ends."""
+    for ref in refs:
+        with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)):
+            ray.get(ref)
+
+
 def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adult, tmp_path):
     import signal
     import threading
@@ -157,20 +176,32 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
     from pipeline.store import ResultStore
     from tests.fault_models import SleepModel
 
+    records = tmp_path / "fits"  # a fit that finishes its 60 s sleep writes a record here
     plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep")
     backend = RayBackend()
+    submitted = _recording_submits(backend)
+    timer = threading.Timer(1, os.kill, (os.getpid(), signal.SIGTERM))
+    recording_submit = backend.submit
+
+    def submit_then_signal(request):  # SIGTERM a second after both fits are submitted
+        ref = recording_submit(request)
+        if len(submitted) == 2:
+            timer.start()
+        return ref
+
+    backend.submit = submit_then_signal
     scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
-                          {"sleep": SleepModel({"seconds": 60}, "sleep")}, adult, METRICS["roc_auc"], seed=0)
-    timer = threading.Timer(3, os.kill, (os.getpid(), signal.SIGTERM))
-    start = time.monotonic()
-    timer.start()
+                          {"sleep": SleepModel({"seconds": 60, "record_dir": str(records)}, "sleep")}, adult,
+                          METRICS["roc_auc"], seed=0)
     try:
         with StopSignals(), pytest.raises(Interrupted), backend:
             scheduler.run()
     finally:
         timer.cancel()
-    assert time.monotonic() - start < 15  # not the 60 s the fits would sleep
+    assert len(submitted) == 2
+    assert not records.exists()  # the run stopped before either fit ended: it did not wait for them
     assert backend.running == {}
+    _assert_cancelled(ray_instance, submitted)
     assert ray_instance.is_initialized()
 
 
@@ -202,16 +233,19 @@ def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adul
     from pipeline.store import ResultStore
     from tests.fault_models import SleepModel
 
+    records = tmp_path / "fits"  # a fit that finishes its 60 s sleep writes a record here
     plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep")
     backend = RayBackend()
+    submitted = _recording_submits(backend)
     scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
-                          {"sleep": SleepModel({"seconds": 60}, "sleep")}, adult, METRICS["roc_auc"], seed=0,
-                          max_retries=0, task_timeout_s=2)
-    start = time.monotonic()
+                          {"sleep": SleepModel({"seconds": 60, "record_dir": str(records)}, "sleep")}, adult,
+                          METRICS["roc_auc"], seed=0, max_retries=0, task_timeout_s=2)
     with pytest.raises(TaskFailedError, match=r"ran longer than executor.task_timeout_s=2 s and was stopped"), backend:
         scheduler.run()
-    assert time.monotonic() - start < 20  # not the 60 s the fits would sleep
+    assert len(submitted) == 2
+    assert not records.exists()  # the run failed before either fit ended: it did not wait for them
     assert backend.running == {}
+    _assert_cancelled(ray_instance, submitted)
 
 
 def test_the_ray_executor_runs_the_same_graph_with_a_node_kind_registered_outside_the_engine(ray_instance, adult,

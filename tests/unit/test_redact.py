@@ -59,3 +59,66 @@ def test_ordinary_keys_are_not_masked(key):
 def test_override_names_are_checked_by_whole_words():
     assert redact_override("+tracking.tags.author=alice") == "+tracking.tags.author=alice"
     assert redact_override("+tracking.tags.api_token=abc") == "+tracking.tags.api_token=***"
+
+
+SAS = "https://acct.blob.core.windows.net/c/f.csv?sv=2022-11-02&se=2030-01-01T00%3A00%3A00Z&sp=r&sig=SECRETSIG"
+CONNECTION = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=SECRETKEY==;EndpointSuffix=core.windows.net"
+
+
+@pytest.mark.parametrize("uri, expected", [
+    (SAS, SAS.replace("SECRETSIG", "***")),
+    ("https://maps.example.com/api?key=SECRET&q=x", "https://maps.example.com/api?key=***&q=x"),
+    ("https://fn.azurewebsites.net/api/f?code=SECRET", "https://fn.azurewebsites.net/api/f?code=***"),
+    ("https://h/x?password=SECRET&secret=SECRET", "https://h/x?password=***&secret=***"),
+])
+def test_secret_query_parameters_are_masked_and_the_rest_kept_byte_for_byte(uri, expected):
+    assert redact_uri(uri) == expected
+
+
+@pytest.mark.parametrize("override, expected", [
+    (f"tracking.tags.x={SAS}", f"tracking.tags.x={SAS.replace('SECRETSIG', '***')}"),
+    (f"data.path={SAS}", f"data.path={SAS.replace('SECRETSIG', '***')}"),
+    ("+data.storage_options={token:SECRET}", "+data.storage_options={token:***}"),
+    ("+data.storage_options={account_name: acct, anon: false}", "+data.storage_options={account_name: ***, anon: false}"),
+    ("+data.storage_options.client_id=SECRET", "+data.storage_options.client_id=***"),
+    ("+data.account_key=SECRET", "+data.account_key=***"),
+    ("+data.options={account_key:SECRET,rows:10}", "+data.options={account_key:***,rows:10}"),
+    ("+data.options={nested:{api_key:'SECRET, quoted'}}", "+data.options={nested:{api_key:'***'}}"),
+    ("+data.options={conn:[a, {password: SECRET}]}", "+data.options={conn:[a, {password: ***}]}"),
+    (f"+data.options.connection_string={CONNECTION}",
+     f"+data.options.connection_string={CONNECTION.replace('SECRETKEY==', '***')}"),
+    (f"+data.options={{conn:'{CONNECTION}'}}", f"+data.options={{conn:'{CONNECTION.replace('SECRETKEY==', '***')}'}}"),
+    ("+db=Server=tcp:h,1433;User ID=u;Pwd=SECRET;", "+db=Server=tcp:h,1433;User ID=u;Pwd=***;"),
+    ("+x=BlobEndpoint=https://a.blob.core.windows.net/;SharedAccessSignature=sv=2020&sig=SECRET",
+     "+x=BlobEndpoint=https://a.blob.core.windows.net/;SharedAccessSignature=***&sig=***"),
+    ("+tracking.tags.src=choice({token:SECRET},{b:c})", "+tracking.tags.src=choice({token:***},{b:c})"),
+])
+def test_secrets_in_override_values_are_masked(override, expected):
+    assert redact_override(override) == expected
+    assert "SECRET" not in redact_override(override)
+
+
+@pytest.mark.parametrize("override", [
+    "model=lightgbm,xgboost", "seed=range(1,3)", "+x='a, b'", "+x=${oc.env:HOME}", "tracking.uri=sqlite:////tmp/a b/m.db",
+    "+data.options={rows:10, cols:[a,b], name:'x=1;y=2'}", "+model.lightgbm.params.key_words=[a,b]", "+x={", "+x=a\\,b",
+    "+x={a:'unterminated", "data.storage_options.anon=false",
+])
+def test_overrides_without_secrets_come_back_byte_for_byte(override):
+    assert redact_override(override) == override
+
+
+def test_config_values_are_masked_by_the_same_rules():
+    config = {"data": {"path": SAS, "storage_options": {"account_name": "acct", "anon": False, "retries": None},
+                       "options": {"connection_string": CONNECTION, "account_key": "k"}},
+              "tracking": {"tags": {"src": SAS, "team": "x"}}}
+    assert redact(config) == {
+        "data": {"path": SAS.replace("SECRETSIG", "***"),
+                 "storage_options": {"account_name": "***", "anon": False, "retries": None},
+                 "options": {"connection_string": CONNECTION.replace("SECRETKEY==", "***"), "account_key": "***"}},
+        "tracking": {"tags": {"src": SAS.replace("SECRETSIG", "***"), "team": "x"}}}
+
+
+def test_connection_strings_and_uris_inside_text_are_masked():
+    text = f"cannot read {SAS} (conn {CONNECTION}) with lr=0.1"
+    assert redact_text(text) == (f"cannot read {SAS.replace('SECRETSIG', '***')} "
+                                 f"(conn {CONNECTION.replace('SECRETKEY==', '***')}) with lr=0.1")
