@@ -87,7 +87,7 @@ def test_secrets_in_override_values_are_masked_in_mlflow(cli, tmp_path):
     assert store and not [p for p in store if SECRET.encode() in p.read_bytes()]  # the database, artifacts
 
 
-# ---- door 7: Hydra's own target policy refuses dangerous callbacks (hydra-core >= 1.3.6)
+# ---- door 7: Hydra's own target policy refuses dangerous callbacks (hydra-core >= 1.3.6; the engine asks for 1.3.7)
 
 
 @pytest.mark.parametrize("target, option", [

@@ -68,16 +68,13 @@ def ui(tmp_path_factory):
         stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
-        deadline = time.time() + 120
-        while True:
+        while True:  # until it answers, or exits (pytest-timeout bounds a server that hangs)
             if server.poll() is not None:
                 raise RuntimeError((work / "ui.log").read_text()[-3000:])
             try:
                 with urllib.request.urlopen(base + "/health", timeout=2):
                     break
             except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError("mlflow ui did not answer /health: " + (work / "ui.log").read_text()[-3000:])
                 time.sleep(0.3)
         yield base
     finally:
@@ -197,8 +194,10 @@ def test_the_jobs_are_named_by_their_swept_values_in_the_runs_list(page):
         name, seen = names[i], visible_prefix(links.nth(i))
         if name == PARENT:
             continue
-        first = name.split(" ")[0]
-        assert seen.startswith(first) or first.startswith(seen.rstrip()) and len(seen) >= len("model=xgb"), (
+        first = name.split(" ")[0]  # model=xgboost
+        # At MLflow's default column width the cell clips the name after about 11 characters
+        # ('model=xgboo…'): the key and the start of the value it swept must be what shows.
+        assert seen.startswith(first) or (first.startswith(seen) and len(seen) > first.index("=") + 1), (
             f"the runs list shows {seen!r}… of {name!r}; the swept value {first!r} should lead"
         )
 
@@ -258,5 +257,5 @@ def test_a_job_page_lists_its_artifacts_and_logged_models(page, shots):
                      "learning_curves.png", "feature_importance.png"]:
         expect(page.get_by_text(artifact, exact=True)).to_be_visible()
     page.get_by_text("timeline.png", exact=True).click()
-    expect(page.locator("img[src*='timeline.png']")).to_be_visible()
+    expect(page.get_by_role("img", name="timeline.png")).to_be_visible()
     page.screenshot(path=str(shots / "mlflow_ui_run.png"))

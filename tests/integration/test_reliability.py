@@ -64,7 +64,7 @@ def test_tracking_server_dying_mid_run(tmp_path):
 def test_a_tracked_run_bounds_the_http_retries_of_each_mlflow_call(monkeypatch):
     """What keeps a dead server from costing minutes per call: MLflow's default is 7 retries with
     backoff factor 2 (minutes); a run asks for 3 with factor 1, unless the user set them."""
-    from pipeline.tracking import configure_http
+    from pipeline.tracking.store import configure_http
 
     for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
                 "MLFLOW_HTTP_REQUEST_TIMEOUT"):

@@ -52,8 +52,8 @@ def test_a_target_of_another_kind_is_refused_before_it_is_called(key, target):
 @pytest.mark.parametrize("key, target", [
     ("executor._target_", "pipeline.executors.local_backend"),
     ("executor._target_", "pipeline.executors.ray_backend"),
-    ("tracking._target_", "pipeline.trackers.mlflow_tracker"),
-    ("tracking._target_", "pipeline.trackers.no_tracker"),
+    ("tracking._target_", "pipeline.tracking.factory.mlflow_tracker"),
+    ("tracking._target_", "pipeline.tracking.factory.no_tracker"),
     ("executor._target_", "tests.user_components.InlineBackend"),
     ("tracking._target_", "tests.user_components.RecordingTracker"),
 ])
