@@ -4,7 +4,7 @@ Run lists cut a name to its first few words, so a name leads with what varies: a
 swept overrides (`model=xgboost seed=1`, then its other overrides), a sweep's parent with its sweep
 (`sweep: model=lightgbm,xgboost × seed=0,1`, or the Optuna study and its objective), a single run with
 its models (`lightgbm+xgboost parallelism=bag5`). Parameters are what a user plots against a score:
-the model kind, the swept values, each model's library parameters under the model's name; not the
+the model kind, the swept values, each model's library parameters under its own prefix; not the
 engine's plumbing (`_target_`s, the allow-list), empty or unset values, or another source's settings.
 """
 
@@ -76,7 +76,8 @@ def sweep_name(sweep_overrides: Sequence[str], sweeper: Optional[dict] = None, o
 
 def comparable_params(flat: dict[str, Any], models: Sequence[str], data_source: str) -> dict[str, Any]:
     """The run's parameters for MLflow from its flattened config: `model` (the kinds), each model's
-    library parameters as `<model>.<param>`, the rest as configured; no `_target_`s, plumbing, unset
+    library parameters under `model.<name>.params.` (the key a sweep overrides; it sorts right after
+    `model`, which MLflow's compare view plots first), the rest as configured; no `_target_`s, plumbing, unset
     values, empty lists or maps, tracking settings, a search's settings without a search, nor the
     synthetic generator's settings for other data."""
     out: dict[str, Any] = {"model": ",".join(models)}
@@ -89,9 +90,7 @@ def comparable_params(flat: dict[str, Any], models: Sequence[str], data_source: 
             continue  # where the run is logged; a search's settings where there is no search
         if parts[0] == "data" and len(parts) == 2 and parts[1] in SYNTHETIC_KEYS and data_source != "synthetic":
             continue
-        if parts[0] == "model" and len(parts) >= 4 and parts[2] == "params":
-            out[f"{parts[1]}.{'.'.join(parts[3:])}"] = value
-        elif parts[0] == "model" and len(parts) >= 3 and parts[2] == "search_space":
+        if parts[0] == "model" and len(parts) >= 3 and parts[2] == "search_space":
             continue  # the search space is the sweep's, not a value of this run: hpo.* and the trials say it
         else:
             out[key] = value

@@ -38,7 +38,7 @@ def test_parameters_are_what_a_user_compares():
         "tracking.keep_alive_s": 600, "hpo.searcher": "none", "hpo.pruning": True, "data._target_": None,
     }
     assert naming.comparable_params(flat, ["lightgbm"], "bundled") == {
-        "model": "lightgbm", "lightgbm.learning_rate": 0.05, "data.name": "adult", "seed": 1, "hpo.searcher": "none",
+        "model": "lightgbm", "model.lightgbm.params.learning_rate": 0.05, "data.name": "adult", "seed": 1, "hpo.searcher": "none",
     }
     synthetic = naming.comparable_params(flat, ["lightgbm"], "synthetic")
     assert synthetic["data.features"] == 20 and synthetic["data.categorical_features"] == 0
