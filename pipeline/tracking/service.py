@@ -336,7 +336,7 @@ def _start(folder: RuntimeFolder, key: str, keep_alive_s: float, store: Optional
     log_fd = secure.open_private_file(f"{key}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, folder.fd)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.tracking.service", "--serve", str(folder.fd), key,
+            [sys.executable, "-m", "pipeline.tracking.service", "--serve", str(folder.fd), str(folder.path), key,
              repr(float(keep_alive_s)), str(store or "")],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_fd, start_new_session=True,
             close_fds=True, pass_fds=(folder.fd,),
@@ -407,10 +407,9 @@ def warm_up() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--serve"] and len(argv) == 5:
-        fd = int(argv[1])
-        serve(RuntimeFolder(Path(os.readlink(f"/proc/self/fd/{fd}")) if secure.has_fd_paths() else Path("."), fd),
-              argv[2], float(argv[3]), Path(argv[4]) if argv[4] else None)
+    if argv[:1] == ["--serve"] and len(argv) == 6:  # the folder's descriptor (inherited) and its path
+        folder = RuntimeFolder(Path(argv[2]), int(argv[1]))
+        serve(folder, argv[3], float(argv[4]), Path(argv[5]) if argv[5] else None)
         return 0
     if argv == ["--stop"]:
         print(f"asked {len(stop_all())} tracker service(s) to exit once their runs end")

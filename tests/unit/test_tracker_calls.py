@@ -45,7 +45,7 @@ def test_model_logging_is_prepared_once_no_call_waits_even_when_calls_queued_beh
     driver.send(("log_params", ({"a": 1},), {}))
     serving.start()
     assert driver.recv()[1] == "run-1"  # start's answer carries the run id
-    deadline = time.monotonic() + 5  # the run fits now, and sends nothing until its model is ready
+    deadline = time.monotonic() + 120  # the run fits now, and sends nothing until its model is ready (a hang guard)
     while "prepare_model_logging" not in tracker.calls and time.monotonic() < deadline:
         time.sleep(0.01)
     driver.send(("log_predictor", ("lightgbm", b"payload", None), {}))
