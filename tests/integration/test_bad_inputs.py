@@ -142,8 +142,10 @@ CASES = [
      ["data.problem_type=regression but data.label='income' holds text"]),
     # ---- environment
     ("GPU asked for, none present", ["model=gbm_gpu"],
-     ["model 'lightgbm' asks for a GPU (params.device_type=gpu) but its fit has 0 GPUs (hardware.num_gpus=0)"]),
-    ("network on cuda, none present", ["model=nn_gpu"], ["model 'nn' asks for a GPU (params.device=cuda)"]),
+     ["models lightgbm (params.device_type=gpu), xgboost (params.device=cuda) ask for a GPU, but this run has "
+      "none (hardware.num_gpus=0)", "model.lightgbm.params.device_type=cpu model.xgboost.params.device=cpu"]),
+    ("network on cuda, none present", ["model=nn_gpu"],
+     ["model nn (params.device=cuda) asks for a GPU", "run it on the CPU: model.nn.params.device=cpu"]),
     ("declared box larger than this machine", ["+hardware=1gpu"],
      ["+hardware=1gpu is larger than this machine", "add dry_run=true"]),
     ("fp16 on the CPU", ["model=nn", "model.nn.params.precision=16-mixed"],
