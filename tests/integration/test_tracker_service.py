@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from pipeline.tracking import service as tracker_service
+from pipeline.tracking.service_key import service_key
 from pipeline.tracking.client import TrackerClient
 from pipeline.tracking.mlflow_run import MlflowTracker
 from pipeline.tracking.store import Store
@@ -153,16 +154,16 @@ def test_other_directories_and_environments_get_services_of_their_own_and_at_mos
 
 def test_the_key_holds_what_a_tracker_depends_on_and_not_the_rest_of_the_environment(tmp_path):
     env = {"HOME": "/home/u", "MLFLOW_TRACKING_TOKEN": "a", "PWD": "/x", "SHLVL": "1"}
-    key = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    key = service_key("sqlite:///a.db", tmp_path, env)
     # a terminal's bookkeeping, and what a library sets for itself on import (hwloc's, through torch)
     same = {**env, "PWD": "/y", "SHLVL": "3", "_": "/bin/env", "TERM": "xterm", "HWLOC_PLUGINS_PATH": "/dev/null"}
-    assert tracker_service.service_key("sqlite:///a.db", tmp_path, same) == key
+    assert service_key("sqlite:///a.db", tmp_path, same) == key
     for changed in ({"MLFLOW_TRACKING_TOKEN": "b"}, {"AWS_ACCESS_KEY_ID": "k"}, {"https_proxy": "http://p:3128"},
                     {"PYTHONPATH": "/elsewhere"}, {"KRB5CCNAME": "FILE:/tmp/krb5cc_1"}, {"NETRC": "/etc/netrc"},
                     {"REQUESTS_CA_BUNDLE": "/etc/ca.pem"}):
-        assert tracker_service.service_key("sqlite:///a.db", tmp_path, {**env, **changed}) != key, changed
-    assert tracker_service.service_key("sqlite:///a.db", tmp_path / "sub", env) != key
-    assert tracker_service.service_key("sqlite:///b.db", tmp_path, env) != key  # MLflow has one URI per process
+        assert service_key("sqlite:///a.db", tmp_path, {**env, **changed}) != key, changed
+    assert service_key("sqlite:///a.db", tmp_path / "sub", env) != key
+    assert service_key("sqlite:///b.db", tmp_path, env) != key  # MLflow has one URI per process
 
 
 def test_the_key_changes_with_the_credential_files_and_the_installed_packages(tmp_path, monkeypatch):
@@ -173,33 +174,33 @@ def test_the_key_changes_with_the_credential_files_and_the_installed_packages(tm
     cache = tmp_path / "krb5cc"
     cache.write_text("ticket 1")
     env = {"HOME": str(home), "KRB5CCNAME": f"FILE:{cache}"}
-    key = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    key = service_key("sqlite:///a.db", tmp_path, env)
     (home / ".netrc").write_text("machine mlflow.example login u password p\n")
-    with_netrc = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    with_netrc = service_key("sqlite:///a.db", tmp_path, env)
     assert with_netrc != key
     cache.write_text("ticket 2, renewed")
-    assert tracker_service.service_key("sqlite:///a.db", tmp_path, env) != with_netrc
-    renewed = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    assert service_key("sqlite:///a.db", tmp_path, env) != with_netrc
+    renewed = service_key("sqlite:///a.db", tmp_path, env)
     packages = tmp_path / "lib" / "site-packages"
     packages.mkdir(parents=True)
     monkeypatch.setattr("sys.path", [*__import__("sys").path, str(packages)])
-    before = tracker_service.service_key("sqlite:///a.db", tmp_path, env)
+    before = service_key("sqlite:///a.db", tmp_path, env)
     assert before != renewed
     st = packages.stat()
     os.utime(packages, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # pip installed or removed one
-    assert tracker_service.service_key("sqlite:///a.db", tmp_path, env) != before
+    assert service_key("sqlite:///a.db", tmp_path, env) != before
 
 
 def test_the_key_changes_when_the_engines_code_changes(tmp_path):
     module = Path(tracker_service.__file__)
-    key = tracker_service.service_key("sqlite:///a.db", tmp_path, {})
+    key = service_key("sqlite:///a.db", tmp_path, {})
     st = module.stat()
     try:
         os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-        assert tracker_service.service_key("sqlite:///a.db", tmp_path, {}) != key
+        assert service_key("sqlite:///a.db", tmp_path, {}) != key
     finally:
         os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert tracker_service.service_key("sqlite:///a.db", tmp_path, {}) == key
+    assert service_key("sqlite:///a.db", tmp_path, {}) == key
 
 
 def test_a_runtime_folder_too_long_for_a_socket_gives_way_to_the_temporary_folder(tmp_path, monkeypatch):
