@@ -142,21 +142,21 @@ class Host:
                 continue
             with self._lock:
                 full = self._stopped or len(self._serving) >= MAX_RUNS
-                if not full:
+                if not full:  # started here, under the lock: stop() joins only started threads
                     thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
                     self._serving.add(thread)
                     self._idle_since = None
-            try:
-                conn.send("busy" if full else "ok")
-            except OSError:
-                pass
+                    thread.start()
             if full:
+                try:
+                    conn.send("busy")
+                except OSError:
+                    pass
                 conn.close()
-            else:
-                thread.start()
 
     def _serve(self, conn) -> None:
         try:
+            conn.send("ok")
             tracker = conn.recv()
             if tracker == RETIRE:
                 self.retired.set()
