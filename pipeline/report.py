@@ -106,21 +106,26 @@ def print_plan(plan: Plan) -> None:
 
 
 def leaderboard_table(rows: list[dict], metric: str) -> Table:
+    """The leaderboard; a `reused` column (folds taken from an earlier run / folds) when any were."""
     table = Table(title=f"Leaderboard ({metric})", show_lines=False)
+    reused = any(r.get("reused_folds") for r in rows)
     for column, justify in (
         ("model", "left"), (f"val_{metric}", "right"), (f"test_{metric}", "right"),
         ("fit_s", "right"), ("predict_s", "right"), ("rows/s", "right"), ("device", "left"), ("folds", "right"),
-        ("trial", "right"),
+        *([("reused", "right")] if reused else []), ("trial", "right"),
     ):
         table.add_column(column, justify=justify)
     for r in rows:
         val = r[f"val_{metric}"]
         rate = r.get("predict_rows_per_s")
-        table.add_row(
+        cells = [
             r["model"], "-" if val != val else f"{val:.4f}", f"{r[f'test_{metric}']:.4f}", f"{r['fit_seconds']:.2f}",
             f"{r['predict_seconds']:.2f}", "-" if rate is None else f"{rate:,.0f}", str(r["device"]),
-            str(r["num_folds"]), str(r["best_trial"]),
-        )
+            str(r["num_folds"]),
+        ]
+        if reused:
+            cells.append(f"{r['reused_folds']}/{r['num_folds']}" if r.get("reused_folds") else "-")
+        table.add_row(*cells, str(r["best_trial"]))
     return table
 
 

@@ -336,16 +336,25 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
     outputs = RunOutputs(runtime.run_dir, tracker, settings.data.unseen_categories,
                          settings.tracking.register_model, settings.tracking.register_alias)
     ex = settings.executor
+    store = ResultStore(runtime.run_dir, sources)
     with FitProgress(plan) as progress:
         scheduler = Scheduler(
-            plan, backend, ResultStore(runtime.run_dir, sources), trials,
+            plan, backend, store, trials,
             {s.name: s.prototype() for s in settings.models}, data, metric,
             seed=settings.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
             hooks=RunHooks(progress, tracker, metric, settings.hpo.searches,
                            on_run_id=lambda run_id: write_state(runtime.run_dir, mlflow_run_id=run_id)),
             pruning=settings.hpo.pruning, outputs=outputs,
         )
-        return scheduler.run().results[EVALUATE]
+        outcome = scheduler.run()
+    from pipeline.store import reuse_summary
+
+    said = reuse_summary(store.reused, len(plan.fit_tasks), runtime.run_dir)
+    if said is not None:
+        from pipeline import report
+
+        report.console.print(said, highlight=False)
+    return outcome.results[EVALUATE]
 
 
 def _prior_trials(directories: list[Path]) -> dict:

@@ -13,6 +13,7 @@ import pickle
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
@@ -144,6 +145,29 @@ def _remove_temporaries(run_dir: Path) -> None:
                 path.unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class Reused:
+    """A finished result a run took instead of fitting: the run directory that made it, and when."""
+
+    run_dir: Path
+    finished: float  # the result file's modification time
+
+
+def reuse_summary(reused: list[Reused], total: int, run_dir: Path) -> Optional[str]:
+    """What a run says of the fits it reused: how many of its `total`, from where and from when."""
+    if not reused:
+        return None
+    import datetime
+
+    when = sorted(r.finished for r in reused)
+    stamp = lambda t: datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
+    span = stamp(when[0]) if stamp(when[0]) == stamp(when[-1]) else f"{stamp(when[0])} to {stamp(when[-1])}"
+    places = sorted({"this run directory" if r.run_dir.resolve() == run_dir.resolve() else str(r.run_dir)
+                     for r in reused})
+    return (f"reused {len(reused)} of {total} fit(s) finished earlier in {', '.join(places)} ({span}); "
+            "their fit_s are the seconds those runs took (the leaderboard's reused column counts them)")
+
+
 class ResultStore:
     """tasks/<key>.pkl in the run directory; optionally read-through from earlier run directories."""
 
@@ -151,23 +175,31 @@ class ResultStore:
         self.dir = run_dir / "tasks"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.sources = [Path(s) / "tasks" for s in sources if Path(s).resolve() != run_dir.resolve()]
+        self.reused: list[Reused] = []  # the finished results get() handed out, in order
 
     def get(self, key: str) -> Optional[Any]:
+        """The finished result stored under `key` (here, or in an earlier run directory, copied here
+        first), noted in `reused`; None if there is none."""
         path = self.dir / f"{key}.pkl"
+        origin = path
         if not path.exists():
             for source in self.sources:
                 candidate = source / f"{key}.pkl"
                 if candidate.exists():
                     atomic_copy_file(candidate, path)
+                    origin = candidate
                     break
             else:
                 return None
         try:
+            finished = origin.stat().st_mtime
             with open(path, "rb") as fh:
-                return pickle.load(fh)
-        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+                result = pickle.load(fh)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
             log.warning("ignoring the unreadable cached result %s (%s)", path.name, exc)
             return None
+        self.reused.append(Reused(origin.parent.parent, finished))
+        return result
 
     def put(self, key: str, result: Any) -> None:
         atomic_write_bytes(self.dir / f"{key}.pkl", pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

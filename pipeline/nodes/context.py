@@ -107,15 +107,18 @@ class GraphContext:
 
 
 def leaderboard_row(name: str, val: dict, test: dict, *, fit_seconds: float, predict_seconds: float,
-                    test_rows_per_s: Optional[float], device: str, num_folds: int, best_trial, params: dict) -> dict:
-    """One row of the leaderboard (a model, the ensemble or a refit), its columns in the leaderboard's order."""
+                    test_rows_per_s: Optional[float], device: str, num_folds: int, best_trial, params: dict,
+                    reused_folds: int = 0) -> dict:
+    """One row of the leaderboard (a model, the ensemble or a refit), its columns in the leaderboard's order;
+    `reused_folds`: how many of its fits were taken from an earlier run rather than fitted."""
     import json
 
     row = {"model": name}
     row.update({f"val_{k}": v for k, v in val.items()})
     row.update({f"test_{k}": v for k, v in test.items()})
     row.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds, predict_rows_per_s=test_rows_per_s,
-               device=device, num_folds=num_folds, best_trial=best_trial, params=json.dumps(params, default=str))
+               device=device, num_folds=num_folds, reused_folds=reused_folds, best_trial=best_trial,
+               params=json.dumps(params, default=str))
     return row
 
 

@@ -57,7 +57,8 @@ def _row(name: str, trial, val: dict, test: dict, plan, test_rows: int) -> dict:
     device = "GPU " + plan.hardware.visible_devices(devices) if devices else "cpu"
     return leaderboard_row(name, val, test, fit_seconds=trial.fit_seconds, predict_seconds=trial.predict_seconds,
                            test_rows_per_s=rows_per_second(test_rows, trial.test_predict_seconds),
-                           device=device, num_folds=len(trial.folds), best_trial=trial.trial, params=trial.params)
+                           device=device, num_folds=len(trial.folds), best_trial=trial.trial, params=trial.params,
+                           reused_folds=sum(bool(f.cached) for f in trial.folds))
 
 
 def _ensemble(best: dict, data, metric, problem: str, predictors: dict, tracker) -> dict:

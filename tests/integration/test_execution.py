@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -211,7 +212,15 @@ def test_rerun_in_the_same_directory_reuses_finished_tasks(cli, tmp_path):
     run_dir = tmp_path / "outputs" / "fixed"
     args = ["model=lightgbm", "parallelism.num_folds=3", "data.max_rows=1500", f"hydra.run.dir={run_dir}",
             "tracking=none"]
-    cli(*args, check=True)
-    cli(*args, check=True)
+    first = cli(*args, check=True)
+    assert "reused" not in first.stdout
+    again = cli(*args, check=True)
     timeline = json.loads((run_dir / "timeline.json").read_text())
     assert len(timeline) == 3 and all(e["cached"] for e in timeline)
+    # the run says what it reused, from where and when, and the leaderboard marks it
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    assert re.search(rf"reused 3 of 3 fit\(s\) finished earlier in this run directory \({stamp}( to {stamp})?\)",
+                     again.stdout), again.stdout
+    board = pd.read_csv(run_dir / "leaderboard.csv")
+    assert board.set_index("model").loc["lightgbm", "reused_folds"] == 3
+    assert re.search(r"│ lightgbm .*│\s+3/3 │", again.stdout), again.stdout
