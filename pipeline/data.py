@@ -17,7 +17,7 @@ import pandas as pd
 
 from pipeline.config import DataConf
 from pipeline.data_sources import read_file, resolve
-from pipeline.errors import DataError, closest
+from pipeline.errors import DataError
 from pipeline.schema import category_text, encode
 
 log = logging.getLogger(__name__)

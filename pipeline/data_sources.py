@@ -11,7 +11,7 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
-from pipeline.errors import ConfigError, DataError
+from pipeline.errors import ConfigError, DataError, closest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,7 +80,7 @@ class BundledSource(DataSource):
         from importlib import resources
 
         with resources.as_file(self._file()) as p:
-            return header(p, "parquet")
+            return header(p, "parquet", "data.path")
 
 
 class FileSource(DataSource):
@@ -106,7 +106,8 @@ class FileSource(DataSource):
 
     def columns(self, base_dir: Path) -> Optional[list[str]]:
         path = self.local_path(base_dir)
-        return None if path is None else header(path, self.spec.source if self.spec.source in ("csv", "parquet") else None)
+        kind = self.spec.source if self.spec.source in ("csv", "parquet") else None
+        return None if path is None else header(path, kind, "data.path")
 
 
 class SyntheticSource(DataSource):
@@ -209,11 +210,12 @@ def check_before_reading(spec: "DataConf", base_dir: Path) -> None:
     if isinstance(test, Path):
         check_file(test, "data.test_path")
         if source.label:
-            check_column_names(header(test, None), spec, source.label, "data.test_path")
+            check_column_names(header(test, None, "data.test_path"), spec, source.label, "data.test_path")
 
 
-def header(path: Path, kind: Optional[str]) -> list[str]:
-    """A local CSV's header row or a Parquet file's schema names, without reading the rows."""
+def header(path: Path, kind: Optional[str], key: str) -> list[str]:
+    """A local CSV's header row or a Parquet file's schema names, without reading the rows; a file that
+    cannot be read is a DataError naming `key`."""
     kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
     try:
         if kind == "parquet":
@@ -223,13 +225,11 @@ def header(path: Path, kind: Optional[str]) -> list[str]:
         with path.open(newline="") as fh:
             return next(csv.reader(fh), [])
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"data.path={str(path)!r} cannot be read: {type(exc).__name__}: {exc}") from None
+        raise DataError(f"{key}={str(path)!r} cannot be read: {type(exc).__name__}: {exc}") from None
 
 
 def check_column_names(columns: list[str], spec: "DataConf", label: str, key: str) -> None:
     """The columns the config names are columns of the table: DataError naming the key and the closest."""
-    from pipeline.errors import closest
-
     columns = [str(c) for c in columns]
     if label not in columns:
         raise DataError(

@@ -245,7 +245,7 @@ def test_comparing_the_jobs_plots_a_swept_param_against_the_main_metric(page, sh
 
 def test_a_job_page_lists_its_artifacts_and_logged_models(page, shots):
     open_runs(page)
-    child = page.locator(f".ag-pinned-left-cols-container .ag-row").filter(
+    child = page.locator(".ag-pinned-left-cols-container .ag-row").filter(
         has=page.locator(f"{RUN_NAME} a")).filter(has_not=page.locator(EXPAND)).first
     name = child.locator(f"{RUN_NAME} a").inner_text().strip()
     child.locator(f"{RUN_NAME} a").click()

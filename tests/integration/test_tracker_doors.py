@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
-import threading
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
