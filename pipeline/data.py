@@ -205,18 +205,18 @@ def _split(y: np.ndarray, problem_type: str, spec: DataConf, n_main: int, n_all:
 
 
 def _type_columns(X, categorical, numeric, fit_rows, test_rows, spec: DataConf) -> pd.DataFrame:
-    out = {}
-    for column in numeric:
-        out[column] = X[column].astype(np.float32)
+    """The numeric columns as one float32 block (numbers the file gave as float32 stay where they were
+    read: no copy), each categorical column typed from the training rows' categories, in X's order."""
+    typed = {}
     for column in categorical:
         values = category_text(X[column])
         codes, uniques = pd.factorize(values)
         seen = np.unique(codes[fit_rows])
         categories = sorted(str(v) for v in uniques[seen[seen >= 0]])
-        typed = encode(values, categories, (codes, uniques))
+        coded = encode(values, categories, (codes, uniques))
         unseen_mask = np.zeros(len(values), dtype=bool)
         unseen_mask[test_rows] = True
-        unseen_mask &= np.asarray(values.notna()) & (typed.codes == -1)
+        unseen_mask &= np.asarray(values.notna()) & (coded.codes == -1)
         if unseen_mask.any():
             examples = sorted(set(values[unseen_mask].astype(str)))[:5]
             message = (
@@ -226,8 +226,21 @@ def _type_columns(X, categorical, numeric, fit_rows, test_rows, spec: DataConf) 
             if spec.unseen_categories == "error":
                 raise DataError(message + "; set data.unseen_categories=missing to treat them as missing values")
             log.warning("%s; treated as missing values", message)
-        out[column] = typed
-    return pd.DataFrame(out, columns=list(X.columns))
+        typed[column] = coded
+    return _assemble(X, numeric, typed)
+
+
+def _assemble(X: pd.DataFrame, numeric: list[str], categorical: dict) -> pd.DataFrame:
+    """A frame of X's columns in X's order: the numeric ones as one float32 block, a view of X's own
+    when they are one float32 block already (else converted into one, block by block), and the
+    typed categorical columns inserted beside it. Libraries then take rows from one block."""
+    values = (X[numeric].to_numpy(dtype=np.float32, na_value=np.nan) if numeric
+              else np.empty((len(X), 0), dtype=np.float32))
+    out = pd.DataFrame(values, columns=numeric, index=X.index, copy=False)
+    for position, column in enumerate(X.columns):
+        if column in categorical:
+            out.insert(position, column, categorical[column])
+    return out
 
 
 def read_table(spec: DataConf, base_dir: Path) -> pd.DataFrame:
@@ -242,9 +255,16 @@ def local_path(spec: DataConf, base_dir: Path) -> Optional[Path]:
 
 
 def fingerprint(data: TabularData) -> str:
-    """A hash of the content and the split: part of every task's cache key."""
+    """A hash of the content and the split: part of every task's cache key. Each column's bytes go to
+    SHA-256 as they lie (a categorical column's codes and categories), without a copy of the table."""
     h = hashlib.sha256()
-    h.update(pd.util.hash_pandas_object(data.X, index=False).to_numpy().tobytes())
+    for column in data.X.columns:
+        values = data.X[column]
+        h.update(f"{column}\0{values.dtype}\0".encode())
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            h.update(repr(list(values.cat.categories)).encode())
+            values = values.cat.codes
+        h.update(memoryview(np.ascontiguousarray(values.to_numpy())).cast("B"))
     h.update(np.ascontiguousarray(data.y).tobytes())
     for idx in (data.train_idx, data.val_idx, data.test_idx):
         h.update(np.ascontiguousarray(idx).tobytes())

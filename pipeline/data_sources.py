@@ -68,10 +68,10 @@ class BundledSource(DataSource):
     def read(self, base_dir: Path) -> pd.DataFrame:
         from importlib import resources
 
-        import pandas as pd
+        from pipeline.parquet import read_parquet
 
         with resources.as_file(self._file()) as p:
-            return pd.read_parquet(p)
+            return read_parquet(Path(p))
 
     def location(self, base_dir: Path) -> str:
         return str(self._file())
@@ -258,7 +258,9 @@ def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optio
             _check_unique(header, key, path)
             frame = pd.read_csv(path)
         else:
-            frame = pd.read_parquet(path)
+            from pipeline.parquet import read_parquet
+
+            frame = read_parquet(path)
     except DataError:
         raise
     except Exception as exc:  # pandas/pyarrow parse errors carry the useful detail

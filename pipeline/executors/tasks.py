@@ -70,7 +70,7 @@ class FoldResult:
     val_pred: np.ndarray
     test_pred: np.ndarray
     fit_seconds: float
-    predict_seconds: float  # the held-out and test rows
+    predict_seconds: float  # predicting the held-out rows (unless the fit kept their scores) and the test rows
     device: str
     start: float
     end: float
@@ -255,13 +255,14 @@ def run_fit(request: FitRequest) -> FoldResult:
         report=report,
     )
     model = request.model.clone(request.params)
-    X, y = data.X, data.y
     with PeakMemory(gpu=bool(request.gpu_ids)) as peak:
-        model.fit(X.iloc[train_rows], y[train_rows], X.iloc[held_out], y[held_out], ctx)
+        model.fit_rows(data.X, data.y, train_rows, held_out, ctx)
         t0 = time.perf_counter()
-        val_pred = model.predict_proba(X.iloc[held_out])
+        val_pred = model.take_validation_proba()  # scored while it trained: not predicted again
+        if val_pred is None:
+            val_pred = model.predict_proba(data.X.iloc[held_out])
         t1 = time.perf_counter()
-        test_pred = model.predict_proba(X.iloc[data.test_idx])
+        test_pred = model.predict_proba(data.X.iloc[data.test_idx])
         t2 = time.perf_counter()
     if ctx.checkpoint_dir is not None and ctx.checkpoint_dir.exists():
         import shutil

@@ -103,21 +103,41 @@ class TabularModel(ABC):
 
     # ---- the template
     def fit(self, X: pd.DataFrame, y: np.ndarray, X_val: pd.DataFrame, y_val: np.ndarray, ctx: FitContext):
+        return self._timed(ctx, lambda: self._fit(X, y, X_val, y_val, ctx))
+
+    def fit_rows(self, X: pd.DataFrame, y: np.ndarray, train_rows: np.ndarray, val_rows: np.ndarray,
+                 ctx: FitContext):
+        """fit() on rows of one table picked by position, as the engine fits a fold. The rows' frames
+        are built where the library reads them (`_fit_rows`), so they can go as soon as it has made its
+        own matrices; by default `_fit` gets them."""
+        return self._timed(ctx, lambda: self._fit_rows(X, y, train_rows, val_rows, ctx))
+
+    def _timed(self, ctx: FitContext, fit: Callable[[], None]):
         self.problem_type_ = ctx.problem_type
         self.num_classes_ = ctx.num_classes
         self.device_ = ctx.placement.device
         self.history_: dict[str, list[float]] = {}
         start = time.perf_counter()
-        self._fit(X, y, X_val, y_val, ctx)
+        fit()
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
         """(n, classes) probabilities for classification; (n,) values for regression."""
+        self._check_fitted()
+        return self._as_proba(self._predict(X))
+
+    def take_validation_proba(self) -> Optional[np.ndarray]:
+        """predict_proba of the validation rows as the fit scored them while it trained (at the model
+        it kept), once: None when it kept none, and the caller predicts them. A model keeps them as
+        `_predict` would return them in `self.validation_raw_`."""
+        raw = self.__dict__.pop("validation_raw_", None)
+        return None if raw is None else self._as_proba(raw)
+
+    def _as_proba(self, raw) -> np.ndarray:
         import numpy as np
 
-        self._check_fitted()
-        out = np.asarray(self._predict(X))
+        out = np.asarray(raw)
         if self.problem_type_ == "binary" and out.ndim == 1:
             out = np.column_stack([1.0 - out, out])
         return out
@@ -146,6 +166,9 @@ class TabularModel(ABC):
 
     @abstractmethod
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None: ...
+
+    def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
+        self._fit(X.iloc[train_rows], y[train_rows], X.iloc[val_rows], y[val_rows], ctx)
 
     @abstractmethod
     def _predict(self, X: pd.DataFrame) -> Any: ...

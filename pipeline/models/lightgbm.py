@@ -68,6 +68,19 @@ class LightGBMModel(TabularModel):
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
         import lightgbm as lgb
 
+        train = lgb.Dataset(X, y, free_raw_data=True)
+        self._train(train, lgb.Dataset(X_val, y_val, reference=train), ctx)
+
+    def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
+        import lightgbm as lgb
+
+        # the rows' frames belong to the datasets alone, which drop them once binned (as lgb.train would)
+        train = lgb.Dataset(X.iloc[train_rows], y[train_rows], free_raw_data=True)
+        self._train(train, lgb.Dataset(X.iloc[val_rows], y[val_rows], reference=train), ctx)
+
+    def _train(self, train, valid, ctx: FitContext) -> None:
+        import lightgbm as lgb
+
         params = {"objective": OBJECTIVES[ctx.problem_type], "verbosity": -1, **self.params}
         if ctx.problem_type == "multiclass":
             params.setdefault("num_class", ctx.num_classes)
@@ -81,16 +94,19 @@ class LightGBMModel(TabularModel):
             announced.device = None
             # Info level, so the learner names its device; DeviceLog keeps LightGBM's lines at debug level.
             params["verbosity"] = max(1, int(params.get("verbosity", 1)))
-        train = lgb.Dataset(X, y, free_raw_data=True)
-        valid = lgb.Dataset(X_val, y_val, reference=train)
         record: dict = {}
         callbacks = [lgb.record_evaluation(record)]
         if ctx.report is not None:
             callbacks.append(_pruning_callback(ctx.report))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*categorical_feature.*")
-            self.booster_ = lgb.train(params, train, valid_sets=[valid], valid_names=["valid"], callbacks=callbacks)
-        self.best_iteration_ = self.booster_.best_iteration or self.booster_.current_iteration()
+            booster = lgb.train(params, train, valid_sets=[valid], valid_names=["valid"], callbacks=callbacks,
+                                keep_training_booster=True)
+        self.best_iteration_ = booster.best_iteration or booster.current_iteration()
+        if booster.current_iteration() == self.best_iteration_:
+            self.validation_raw_ = _validation_scores(booster)
+        # what lgb.train does unless asked to keep the training booster: the kept iterations, no datasets
+        self.booster_ = booster.model_from_string(booster.model_to_string()).free_dataset()
         if on_gpu and announced.device:
             kind = "opencl" if _device(params) == "gpu" else "cuda"
             self.device_ = f"{kind}:{lightgbm_device_id(ctx.placement.local_gpus) or 0} ({announced.device})"
@@ -110,6 +126,22 @@ class LightGBMModel(TabularModel):
     def feature_importance(self) -> Optional[dict[str, float]]:
         gains = self.booster_.feature_importance(importance_type="gain")
         return dict(zip(self.booster_.feature_name(), map(float, gains)))
+
+
+def _validation_scores(booster):
+    """The validation rows' predictions as the booster scored them while it trained (what its metric
+    and early stopping read), in `Booster.predict`'s shape: they are the kept model's when no round
+    came after the best one. Read through a custom metric, which the booster hands its scores."""
+    import numpy as np
+
+    kept = []
+
+    def capture(preds, _data):
+        kept.append(np.array(preds, copy=True))
+        return "validation_scores", 0.0, False
+
+    booster.eval_valid(feval=capture)
+    return kept[0]
 
 
 def _pruning_callback(report):

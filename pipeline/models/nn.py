@@ -32,22 +32,32 @@ class TorchMLPModel(TabularModel):
         check_precision(p["precision"], on_gpu, f"model.{name}.params")
 
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        self._train(X, None, y, X_val, None, y_val, ctx)
+
+    def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
+        # the rows' numbers are gathered straight into the tensors' storage: no frame of them
+        self._train(X, train_rows, y[train_rows], X, val_rows, y[val_rows], ctx)
+
+    def _train(self, X, rows, y, X_val, val_rows, y_val, ctx: FitContext) -> None:
+        """Fit on the rows at positions `rows` of X (all: None), validated on the rows `val_rows` of
+        X_val; y and y_val are those rows' labels."""
         import numpy as np
         import torch
 
         from pipeline import metrics
         from pipeline.nn.encoding import TabularEncoder
-        from pipeline.nn.loop import Arrays, Loop
+        from pipeline.nn.loop import Arrays, Loop, to_prediction
         from pipeline.nn.network import NetSpec
 
         config = LoopConfig.from_params(self.params, f"model.{self.name}.params")
         p = {**DEFAULTS, **self.params}
         torch.set_num_threads(ctx.placement.num_cpus)
         use_gpu = ctx.placement.local_gpus and p["device"] != "cpu"
-        self.encoder_ = TabularEncoder().fit(X)
+        self.encoder_ = TabularEncoder()
         regression = ctx.problem_type == "regression"
         self.y_scale_ = (float(np.mean(y)), float(np.std(y)) or 1.0) if regression else (0.0, 1.0)
-        arrays = Arrays(*self._tensors(X, y), *self._tensors(X_val, y_val))
+        arrays = Arrays(*self._tensors(self.encoder_.fit_transform(X, rows), y),
+                        *self._tensors(self.encoder_.transform(X_val, val_rows), y_val))
         self.spec_ = NetSpec(
             num_numeric=len(self.encoder_.numeric),
             cardinalities=tuple(self.encoder_.cardinalities),
@@ -78,12 +88,15 @@ class TorchMLPModel(TabularModel):
         self.oom_backoffs_ = result.oom_backoffs
         self.world_size_ = world
         self.module_ = None
+        if world == 1 and config.precision == "32" and result.validation_output is not None:
+            # the outputs that chose the best epoch are those of the kept weights, computed as _predict does
+            self.validation_raw_ = to_prediction(result.validation_output, ctx.problem_type, self.y_scale_)
 
-    def _tensors(self, X, y):
+    def _tensors(self, encoded, y):
         import numpy as np
         import torch
 
-        num, cat = self.encoder_.transform(X)
+        num, cat = encoded
         if self.problem_type_ == "regression":
             target = torch.as_tensor((np.asarray(y, dtype=np.float64) - self.y_scale_[0]) / self.y_scale_[1], dtype=torch.float32)
         else:

@@ -71,6 +71,15 @@ class XGBoostModel(TabularModel):
         booster's own config is checked, since XGBoost silently falls back to the CPU."""
 
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        threads = ctx.placement.num_cpus
+        self._train(_matrix(X, y, threads), _matrix(X_val, y_val, threads), ctx)
+
+    def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
+        threads = ctx.placement.num_cpus  # each DMatrix copies its rows: their frames go once it is made
+        self._train(_matrix(X.iloc[train_rows], y[train_rows], threads),
+                    _matrix(X.iloc[val_rows], y[val_rows], threads), ctx)
+
+    def _train(self, train, valid, ctx: FitContext) -> None:
         import xgboost as xgb
 
         params = _booster_params(self.params, ctx.problem_type, ctx.num_classes)
@@ -79,8 +88,6 @@ class XGBoostModel(TabularModel):
         on_gpu = self.gpu_request(params)[0]
         if on_gpu:
             params["device"] = xgboost_device(ctx.placement.local_gpus) if ctx.placement.local_gpus else params["device"]
-        train = xgb.DMatrix(X, label=y, enable_categorical=True, nthread=ctx.placement.num_cpus)
-        valid = xgb.DMatrix(X_val, label=y_val, enable_categorical=True, nthread=ctx.placement.num_cpus)
         record: dict = {}
         callbacks = []
         if on_gpu:
@@ -99,11 +106,17 @@ class XGBoostModel(TabularModel):
             )
         self.best_iteration_ = getattr(self.booster_, "best_iteration", self.booster_.num_boosted_rounds() - 1)
         self.history_ = {f"valid_{k}": list(v) for k, v in record.get("valid", {}).items()}
+        # The validation matrix the booster scored every round: its predictions up to the last round are
+        # cached, so with no round after the best one they cost nothing; else the rounds kept are summed again.
+        self.validation_raw_ = self._predict_matrix(valid)
 
     def _predict(self, X):
         import xgboost as xgb
 
-        matrix = xgb.DMatrix(X, enable_categorical=True, nthread=getattr(self, "predict_threads_", None))
+        return self._predict_matrix(xgb.DMatrix(X, enable_categorical=True,
+                                                nthread=getattr(self, "predict_threads_", None)))
+
+    def _predict_matrix(self, matrix):
         with warnings.catch_warnings():  # a GPU booster predicting host data copies it, and says so
             warnings.filterwarnings("ignore", message=".*mismatched devices.*")
             return self.booster_.predict(matrix, iteration_range=(0, self.best_iteration_ + 1))
@@ -120,6 +133,12 @@ class XGBoostModel(TabularModel):
 
         rounds = max(1, round(float(np.mean([m.best_iteration_ + 1 for m in fitted]))))
         return {"num_boost_round": rounds, "early_stopping_rounds": None}
+
+
+def _matrix(X, y, threads: int):
+    import xgboost as xgb
+
+    return xgb.DMatrix(X, label=y, enable_categorical=True, nthread=threads)
 
 
 def _visible() -> str:

@@ -1,11 +1,18 @@
-"""Turn a typed table into the network's inputs: standardized numbers and category codes."""
+"""Turn a typed table into the network's inputs: standardized numbers and category codes.
+
+The numbers of the rows asked for are copied once, into the float32 matrix the network trains or
+predicts from, and filled and standardized there in place: no float64 copy, no frame of the rows.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import pandas as pd
+
+CHUNK_ROWS = 65_536  # rows gathered or reduced at a time: temporaries stay this small
 
 
 @dataclass
@@ -22,34 +29,82 @@ class TabularEncoder:
     stds_: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
     categories_: list[list] = field(default_factory=list)
 
-    def fit(self, X: pd.DataFrame) -> "TabularEncoder":
+    def fit(self, X: pd.DataFrame, rows: Optional[np.ndarray] = None) -> "TabularEncoder":
+        self.fit_transform(X, rows)
+        return self
+
+    def fit_transform(self, X: pd.DataFrame, rows: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+        """Fit on the rows of X at positions `rows` (all rows: None) and return them transformed."""
         self.numeric = [c for c in X.columns if not isinstance(X[c].dtype, pd.CategoricalDtype)]
         self.categorical = [c for c in X.columns if isinstance(X[c].dtype, pd.CategoricalDtype)]
-        num = X[self.numeric].to_numpy(dtype=np.float32, na_value=np.nan) if self.numeric else np.empty((len(X), 0), np.float32)
-        with np.errstate(all="ignore"):
-            self.medians_ = np.nan_to_num(np.nanmedian(num, axis=0)).astype(np.float32) if num.size else np.empty(0, np.float32)
-            filled = np.where(np.isnan(num), self.medians_, num)
-            self.means_ = filled.mean(axis=0).astype(np.float32) if num.size else np.empty(0, np.float32)
-            std = filled.std(axis=0) if num.size else np.empty(0)
-        self.stds_ = np.where(std > 1e-12, std, 1.0).astype(np.float32)
         self.categories_ = [list(X[c].cat.categories) for c in self.categorical]
-        return self
+        num = _numbers(X, self.numeric, rows)
+        with np.errstate(all="ignore"):
+            self.medians_ = (np.nan_to_num(np.nanmedian(num, axis=0)).astype(np.float32) if num.size
+                             else np.empty(0, np.float32))
+        _fill(num, self.medians_)
+        self.means_ = num.mean(axis=0, dtype=np.float64).astype(np.float32) if num.size else np.empty(0, np.float32)
+        std = _std(num, self.means_)
+        self.stds_ = np.where(std > 1e-12, std, 1.0).astype(np.float32)
+        _standardize(num, self.means_, self.stds_)
+        return num, self._codes(X, rows)
 
     @property
     def cardinalities(self) -> list[int]:
         return [len(c) + 1 for c in self.categories_]
 
-    def transform(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        if self.numeric:
-            num = X[self.numeric].to_numpy(dtype=np.float32, na_value=np.nan)
-            num = np.where(np.isnan(num), self.medians_, num)
-            num = (num - self.means_) / self.stds_
-        else:
-            num = np.empty((len(X), 0), dtype=np.float32)
-        cat = np.empty((len(X), len(self.categorical)), dtype=np.int64)
+    def transform(self, X: pd.DataFrame, rows: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+        """(numbers, codes) of the rows of X at positions `rows` (all rows: None), C-contiguous."""
+        num = _numbers(X, self.numeric, rows)
+        _fill(num, self.medians_)
+        _standardize(num, self.means_, self.stds_)
+        return num, self._codes(X, rows)
+
+    def _codes(self, X: pd.DataFrame, rows: Optional[np.ndarray]) -> np.ndarray:
+        n = len(X) if rows is None else len(rows)
+        cat = np.empty((n, len(self.categorical)), dtype=np.int64)
         for j, (column, categories) in enumerate(zip(self.categorical, self.categories_)):
             values = X[column]
             if list(values.cat.categories) != categories:
                 values = values.cat.set_categories(categories)
-            cat[:, j] = values.cat.codes.to_numpy() + 1  # -1 (missing/unseen) -> 0
-        return np.ascontiguousarray(num, dtype=np.float32), cat
+            codes = values.cat.codes.to_numpy()
+            cat[:, j] = (codes if rows is None else codes[rows]) + 1  # -1 (missing/unseen) -> 0
+        return cat
+
+
+def _numbers(X: pd.DataFrame, columns: list[str], rows: Optional[np.ndarray]) -> np.ndarray:
+    """A new C-contiguous float32 matrix of those columns and rows: the one copy the network's inputs
+    need, gathered a chunk of rows at a time from the table's block (a view when it is float32)."""
+    n = len(X) if rows is None else len(rows)
+    if not columns:
+        return np.empty((n, 0), dtype=np.float32)
+    values = X[columns].to_numpy(dtype=np.float32, na_value=np.nan)
+    if rows is None:
+        return np.array(values, dtype=np.float32, order="C")
+    out = np.empty((n, len(columns)), dtype=np.float32)
+    for start in range(0, n, CHUNK_ROWS):
+        out[start:start + CHUNK_ROWS] = values[rows[start:start + CHUNK_ROWS]]
+    return out
+
+
+def _fill(num: np.ndarray, medians: np.ndarray) -> None:
+    """Missing numbers to their column's training median, in place."""
+    for start in range(0, len(num), CHUNK_ROWS):
+        part = num[start:start + CHUNK_ROWS]
+        missing = np.isnan(part)
+        if missing.any():
+            np.copyto(part, np.broadcast_to(medians, part.shape), where=missing)
+
+
+def _std(num: np.ndarray, means: np.ndarray) -> np.ndarray:
+    """Each column's standard deviation around `means`, summed in float64 a chunk of rows at a time."""
+    squares = np.zeros(num.shape[1], dtype=np.float64)
+    for start in range(0, len(num), CHUNK_ROWS):
+        deviation = num[start:start + CHUNK_ROWS] - means
+        squares += np.einsum("ij,ij->j", deviation, deviation, dtype=np.float64)
+    return np.sqrt(squares / max(len(num), 1))
+
+
+def _standardize(num: np.ndarray, means: np.ndarray, stds: np.ndarray) -> None:
+    num -= means
+    num /= stds

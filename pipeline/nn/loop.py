@@ -54,6 +54,7 @@ class LoopResult:
     oom_backoffs: int = 0
     epochs_run: int = 0
     pruned: bool = False
+    validation_output: Optional[torch.Tensor] = None  # the network's outputs on the validation rows at the best epoch
 
 
 class Loop:
@@ -145,11 +146,12 @@ class Loop:
             seconds = time.perf_counter() - t0
             stop = torch.zeros(1, device=self.device)
             if self.rank == 0:
-                val_loss, score = self._evaluate(module, v_num, v_cat, v_y)
+                val_loss, score, output = self._evaluate(module, v_num, v_cat, v_y)
                 improved = result.best_epoch < 0 or self.metric.better(score, result.best_score)
                 if improved:
                     best_state = {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
                     result.best_epoch, result.best_score, bad_epochs = epoch, score, 0
+                    result.validation_output = output
                 else:
                     bad_epochs += 1
                 h = result.history
@@ -179,6 +181,8 @@ class Loop:
                 break
         result.state_dict = best_state if best_state is not None else module.state_dict()
         result.batch_size = batch
+        if result.validation_output is not None:
+            result.validation_output = result.validation_output.cpu()
         return result
 
     def _epoch(self, model, optimizer, scaler, perm, x_num, x_cat, y, batch, result):
@@ -293,14 +297,15 @@ class Loop:
         module.train()
         return torch.cat(outs) if outs else torch.empty(0, self.spec.out_dim, device=self.device)
 
-    def _evaluate(self, module, v_num, v_cat, v_y) -> tuple[float, float]:
+    def _evaluate(self, module, v_num, v_cat, v_y) -> tuple[float, float, torch.Tensor]:
+        """Validation loss, score and the outputs they were computed from."""
         out = self._predict_raw(module, v_num, v_cat)
         val_loss = self._loss(out, v_y).item()
         pred = to_prediction(out, self.problem_type, self.y_scale)
         truth = v_y.cpu().numpy()
         if self.problem_type == "regression":
             truth = truth * self.y_scale[1] + self.y_scale[0]
-        return val_loss, self.metric(truth, pred)
+        return val_loss, self.metric(truth, pred), out
 
     def _peak_memory_mb(self) -> float:
         if self.device.type != "cuda":
