@@ -11,7 +11,8 @@ from typing import Optional
 
 from pipeline.devices import local_ordinals
 from pipeline.executors.backend import Backend
-from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit, write_data_file
+from pipeline.executors.datafile import write_data_file
+from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit
 from pipeline.executors.pool import Died, Unreadable, Worker, WorkerPool
 from pipeline.hardware import Hardware
 from pipeline.plan import Plan

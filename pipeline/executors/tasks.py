@@ -10,7 +10,6 @@ import functools
 import hashlib
 import json
 import os
-import pickle
 import socket
 import time
 import traceback
@@ -22,13 +21,15 @@ from typing import Any, Optional
 import numpy as np
 
 from pipeline.devices import local_ordinals
+from pipeline.executors.datafile import resolve_data
 from pipeline.memory.measure import PeakMemory
 from pipeline.models.base import FitContext, Placement, TabularModel
 
 
 @dataclass(frozen=True)
 class DataRef:
-    """The prepared data: a data file in the run directory, or the object itself (in-process, Ray).
+    """The prepared data: a data file in the run directory (pipeline.executors.datafile), or the
+    object itself (in-process, Ray).
 
     `fingerprint` is the data's (TabularData.fingerprint): a worker refuses a file written for other data.
     """
@@ -148,48 +149,6 @@ def library_versions(modules: tuple[str, ...] = ()) -> dict[str, Optional[str]]:
 def task_seed(seed: int, model: str, trial: int, fold: int) -> int:
     digest = hashlib.sha256(f"{seed}/{model}/{trial}/{fold}".encode()).digest()
     return int.from_bytes(digest[:4], "little") % (2**31 - 1)
-
-
-_DATA_CACHE: dict[str, Any] = {}
-
-
-def write_data_file(path: Path, data) -> None:
-    """The data file workers read: the data's fingerprint, then the data (two pickles in one file).
-
-    A file already there for the same fingerprint is kept; one written for other data (a run
-    directory reused with other data settings) is replaced, atomically.
-    """
-    from pipeline.store import atomic_write_bytes
-
-    if read_data_fingerprint(path) == data.fingerprint:
-        return
-    header = pickle.dumps(data.fingerprint, protocol=pickle.HIGHEST_PROTOCOL)
-    atomic_write_bytes(path, header + pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def read_data_fingerprint(path: Path) -> Optional[str]:
-    """The fingerprint a data file was written for; None when there is no readable one."""
-    try:
-        with open(path, "rb") as fh:
-            value = pickle.load(fh)
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError):
-        return None
-    return value if isinstance(value, str) else None
-
-
-def resolve_data(ref: DataRef):
-    if ref.obj is not None:
-        return ref.obj
-    key = (ref.path, ref.fingerprint)
-    if key not in _DATA_CACHE:
-        with open(ref.path, "rb") as fh:
-            written_for = pickle.load(fh)
-            if written_for != ref.fingerprint:
-                raise RuntimeError(f"{ref.path} holds other data (fingerprint {written_for}, "
-                                   f"this run's is {ref.fingerprint})")
-            _DATA_CACHE.clear()  # one data set per worker at a time
-            _DATA_CACHE[key] = pickle.load(fh)
-    return _DATA_CACHE[key]
 
 
 _FOLD_CACHE: dict[tuple, np.ndarray] = {}
