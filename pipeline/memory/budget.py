@@ -21,6 +21,7 @@ from pipeline.memory.shape import DataShape
 from pipeline.resources import Allocation, fmt, over_level
 
 DRIVER_BYTES = 450 * MiB  # the driver process: engine, MLflow client, progress display
+# beside it, twice the table: the driver's prepared data, and the data file's pages the workers map
 
 
 def gb(n: float) -> str:
@@ -136,7 +137,7 @@ class ModelMemory:
     """One model's memory in the plan: its estimate, what each fit reserves, and what memory capped."""
 
     estimate: Estimate
-    ram: int  # reserved per fit
+    ram: int  # reserved per fit, beyond the prepared table all fits share
     gpu: int  # reserved on each device of a fit
     limited: tuple[str, ...] = ()
 
@@ -165,13 +166,17 @@ def plan_model(
     """The allocation with its fits' memory reserved and its parallelism capped to fit memory."""
     name = allocation.model
     on_gpu = allocation.fit.num_gpus > 0
+    # The prepared table is counted once, in the driver's part of the capacity: the driver holds it
+    # and the workers map one data file (pipeline.executors.datafile), so a fit reserves the rest.
     ram = _reserve(name, estimate.ram, limits.memory, limits.memory_key, "RAM", advice, False)
+    ram -= min(estimate.parts.get("table", 0), ram)
     gpu = _reserve(name, estimate.gpu, limits.gpu_memory, limits.gpu_key, "GPU memory", advice, True) if on_gpu else 0
     notes = []
     ram_room = cap.ram_for_fits
     if ram_room is not None and ram > ram_room:
         raise ResourceError(
-            f"model '{name}': one fit needs about {gb(ram)} of RAM ({_parts(estimate)}) but {cap.ram_source} "
+            f"model '{name}': one fit needs about {gb(ram)} of RAM besides the prepared data ({_parts(estimate)}) "
+            f"but {cap.ram_source} "
             f"leaves {gb(max(ram_room, 0))} for fits after the driver's {gb(cap.driver)}; "
             + _what_to_change(advice, max(ram_room, 0), False, "a box with more memory (hardware.memory_gb, "
                               "another +hardware profile)")
@@ -215,7 +220,8 @@ def plan_model(
         folds = min(folds, most)
         trials = max(1, min(trials, most // folds))
         notes.append(
-            f"RAM: {gb(ram_room)} for fits ({cap.ram_source}) holds {most} fit(s) of about {gb(ram)}: "
+            f"RAM: {gb(ram_room)} for fits ({cap.ram_source}) holds {most} fit(s) of about {gb(ram)} besides "
+            f"the data they share: "
             f"{folds * trials} at once instead of {allocation.folds_parallel * allocation.trials_parallel}"
         )
     memory = ModelMemory(estimate, ram, gpu, tuple(notes))
@@ -234,7 +240,7 @@ def _reserve(name: str, estimate: int, stated: Optional[int], key: str, what: st
 
 
 def _parts(estimate: Estimate) -> str:
-    top = sorted(estimate.parts.items(), key=lambda kv: -kv[1])[:3]
+    top = sorted(((k, v) for k, v in estimate.parts.items() if k != "table"), key=lambda kv: -kv[1])[:3]
     return ", ".join(f"{k} {gb(v)}" for k, v in top)
 
 

@@ -1,9 +1,12 @@
 """Memory estimates of one fit, before any fit, from the data's shape and the model's parameters.
 
-An estimate is the peak a worker process reaches while it fits one fold and predicts: the
-interpreter and the libraries it imported, the whole prepared table it reads, the fold's
-copies, and what the library builds (GBMs: the binned matrix, gradients, histograms, trees;
-the network: parameters, optimizer state, a batch's activations, the tensors it trains from).
+An estimate is the peak a fitting process reaches while it fits one fold and predicts: the
+interpreter and the libraries it imported, the whole prepared table (its numbers, labels and split
+indices, and what preparing them left behind), and the fold's own structures at the moment they
+peak. A fold's rows are copied only where the library reads them and dropped once it has built its
+own matrix, so a GBM peaks while it bins: the rows' copies, the bin-finding sample and the binned
+matrix; the network while it evaluates: the tensors it trains from and a batch's activations. The
+constants were measured on Linux, CPython 3.11, 200k to 10M rows (the scale benchmark checks them).
 On a GPU the estimate is what the fit holds on each of its devices, the CUDA context included.
 """
 
@@ -20,10 +23,13 @@ from pipeline.nn.options import EVAL_BATCH, embedding_dim
 MiB = 2**20
 GiB = 2**30
 
-# Resident memory of a worker: the interpreter with numpy, pandas, scikit-learn and the engine,
-# then each model library it imports (measured on Linux, CPython 3.11).
-CORE_BYTES = 150 * MiB
-LIBRARY_BYTES = {"lightgbm": 25 * MiB, "xgboost": 35 * MiB, "torch": 170 * MiB}
+# Resident memory of a fitting process: the interpreter with numpy, pandas, pyarrow and the engine,
+# then each model library it imports (lightgbm and xgboost import scikit-learn and scipy).
+CORE_BYTES = 140 * MiB
+LIBRARY_BYTES = {"lightgbm": 75 * MiB, "xgboost": 95 * MiB, "torch": 170 * MiB}
+TORCH_RUNTIME_BYTES = 100 * MiB  # torch's thread pools and BLAS buffers once it computes on the CPU
+PREPARED_ROW_BYTES = 56  # per row beside its values: the label as read and encoded, the split's indices
+BIN_SAMPLE_ROWS = 200_000  # LightGBM's bin_construct_sample_cnt: rows it samples to find the bins
 CUDA_CONTEXT_BYTES = 450 * MiB  # what a process's CUDA context takes on its device (NVML counts it)
 CUDA_HOST_BYTES = {"torch": 1024 * MiB, "xgboost": 512 * MiB, "lightgbm": 256 * MiB}  # host RAM of the GPU runtime
 
@@ -76,19 +82,24 @@ def worker_bytes(libraries: Iterable[str]) -> int:
 
 
 def common_parts(fit: FitShape, libraries: Iterable[str]) -> dict:
-    """What every fit holds besides its library's own structures: the process, the prepared table
-    (each worker reads all of it) and the fold's own copies of its rows."""
-    row = fit.data.row_bytes
+    """What every fit holds besides its own structures: the process and the prepared table (a
+    worker maps all of it)."""
     return {
         "process": worker_bytes(libraries),
-        "table": fit.data.table_bytes,
-        "fold_copies": (fit.train + fit.held_out) * row,
+        "table": fit.data.rows * (fit.data.row_bytes + PREPARED_ROW_BYTES),
     }
 
 
+def feature_bytes(fit: FitShape) -> int:
+    """Bytes of one row's features as the engine types them: float32 numbers, int8 category codes."""
+    return fit.data.row_bytes - 8
+
+
 def generic(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
-    """A model that states nothing: three copies of its training rows as floats."""
-    return Estimate(0, 0, {"model": 3 * fit.train * fit.features * 8})
+    """A model that states nothing: the frames of its rows, and three copies of its training rows
+    as floats."""
+    return Estimate(0, 0, {"fold_copies": (fit.train + fit.held_out) * feature_bytes(fit),
+                           "model": 3 * fit.train * fit.features * 8})
 
 
 # --------------------------------------------------------------------------- GBMs
@@ -99,14 +110,17 @@ def lightgbm(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
     max_bin = int(params.get("max_bin", 255))
     leaves = int(params.get("num_leaves", 31))
     rounds = int(params.get("num_iterations", params.get("num_boost_round", 100)))
+    sample = int(params.get("bin_construct_sample_cnt", BIN_SAMPLE_ROWS))
     bin_bytes = 0.5 if max_bin <= 15 else (1 if max_bin <= 255 else 2)
+    rows = fit.train + fit.held_out
     parts = {
-        # lgb.Dataset turns the frame into one float32 array, then bins it (uint8 per value)
-        "dataset": int((fit.train + fit.held_out) * p * (4 + bin_bytes)),
-        "gradients": fit.train * k * 8 + (fit.train + fit.held_out) * k * 8,
+        # the datasets bin the frames of their rows (read in place) and drop them once binned
+        "fold_copies": rows * feature_bytes(fit),
+        "bin_sample": min(fit.train, sample) * p * 8,  # the sampled values, as doubles, the bins come from
+        "binned": int(rows * p * bin_bytes),
+        "gradients": fit.train * k * 8,
         "histograms": leaves * p * (max_bin + 1) * 16,
         "trees": rounds * k * leaves * 120,
-        "predict": (fit.held_out + fit.test) * (p * 8 + k * 8),
     }
     gpu = 0
     if on_gpu:
@@ -122,15 +136,12 @@ def xgboost(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
     nodes = min(2 ** (min(depth, 16) + 1), 65_536)
     rounds = int(params.get("num_boost_round", 1000))
     hist = nodes * p * max_bin * 16
-    parts = {
-        # DMatrix keeps a CSR page (index + value per entry) of training and validation rows
-        "dmatrix": (fit.train + fit.held_out) * (p * 8 + 8),
-        "gradients": fit.train * k * 8 + (fit.train + fit.held_out) * k * 4,
-        "trees": rounds * k * 2 ** min(depth, 12) * 40,
-        "predict": (fit.held_out + fit.test) * (p * 8 + k * 4),
-    }
+    csr = p * 8 + 8  # a DMatrix's entry per value (index and value) and row pointer
+    parts = {"trees": rounds * k * 2 ** min(depth, 12) * 40}
     gpu = 0
     if on_gpu:
+        parts.update(fold_copies=(fit.train + fit.held_out) * feature_bytes(fit),
+                     dmatrix=(fit.train + fit.held_out) * csr, gradients=fit.train * k * 8 + fit.held_out * k * 4)
         symbol_bytes = math.ceil(math.log2(p * max_bin + 1)) / 8
         gpu = int(
             CUDA_CONTEXT_BYTES
@@ -142,8 +153,13 @@ def xgboost(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
         )
         parts["gpu_runtime"] = CUDA_HOST_BYTES["xgboost"]
     else:
-        parts["hist_index"] = fit.train * p * (1 if max_bin <= 256 else 2) + fit.train * 8
-        parts["histograms"] = hist
+        # the training rows' frame while the QuantileDMatrix bins it, then the validation DMatrix
+        parts.update(
+            fold_copies=fit.train * feature_bytes(fit),
+            quantized=fit.train * (p * (1 if max_bin <= 256 else 2) + 8),
+            gradients=fit.train * k * 8 + (fit.train + fit.held_out) * k * 4,
+            histograms=hist,
+        )
     return Estimate(0, gpu, parts)
 
 
@@ -189,22 +205,19 @@ def network(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
     widest = max(list(params["hidden_sizes"]) + [width])
     eval_rows = min(max(fit.held_out, fit.test), EVAL_BATCH)
     device_parts = {
+        # the rows' numbers are gathered once into these (the encoder fills and scales them in place)
         "tensors": (fit.train + fit.held_out) * tensor_row + fit.train * 8,  # and the epoch's permutation
         "parameters": count * 4 * 4,  # weights, gradients, AdamW's two moments
         "activations": min(batch, fit.train) * activation_bytes_per_row(params, data),
-        "evaluation": eval_rows * (width + 3 * widest) * 4,
+        "evaluation": eval_rows * (width + 2 * widest) * 4,  # a batch's input and two layers' outputs
     }
-    parts = {
-        "encoding": fit.train * data.numeric * 4 * 3,  # the encoder's float copies while it fits
-        "best_state": count * 4,
-        "predict": (fit.held_out + fit.test) * tensor_row * 2,
-    }
+    parts = {"best_state": count * 4}
     if on_gpu:
         gpu = CUDA_CONTEXT_BYTES + sum(device_parts.values())
         parts["tensors"] = device_parts["tensors"]  # the CPU copies the device tensors come from
         parts["gpu_runtime"] = CUDA_HOST_BYTES["torch"]
         return Estimate(0, gpu, parts)
-    return Estimate(0, 0, {**parts, **device_parts})
+    return Estimate(0, 0, {**parts, **device_parts, "cpu_runtime": TORCH_RUNTIME_BYTES})
 
 
 def largest_batch(per_row: int, budget: int, cap: int) -> int:

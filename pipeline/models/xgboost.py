@@ -71,13 +71,23 @@ class XGBoostModel(TabularModel):
         booster's own config is checked, since XGBoost silently falls back to the CPU."""
 
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
-        threads = ctx.placement.num_cpus
-        self._train(_matrix(X, y, threads), _matrix(X_val, y_val, threads), ctx)
+        self._train(self._training_matrix(X, y, ctx), _matrix(X_val, y_val, ctx.placement.num_cpus), ctx)
 
     def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
-        threads = ctx.placement.num_cpus  # each DMatrix copies its rows: their frames go once it is made
-        self._train(_matrix(X.iloc[train_rows], y[train_rows], threads),
-                    _matrix(X.iloc[val_rows], y[val_rows], threads), ctx)
+        # each matrix copies its rows: their frames go once it is made
+        self._train(self._training_matrix(X.iloc[train_rows], y[train_rows], ctx),
+                    _matrix(X.iloc[val_rows], y[val_rows], ctx.placement.num_cpus), ctx)
+
+    def _training_matrix(self, X, y, ctx: FitContext):
+        """For the CPU's hist method a QuantileDMatrix: XGBoost bins the rows straight from the frame,
+        without the DMatrix's copy of them as floats (the same bins, so the same model). The
+        validation rows stay a DMatrix: they are scored on their values, as predict scores them."""
+        import xgboost as xgb
+
+        params = _booster_params(self.params, ctx.problem_type, ctx.num_classes)
+        if params["tree_method"] != "hist" or self.gpu_request(params)[0]:
+            return _matrix(X, y, ctx.placement.num_cpus)
+        return xgb.QuantileDMatrix(X, label=y, enable_categorical=True, nthread=ctx.placement.num_cpus)
 
     def _train(self, train, valid, ctx: FitContext) -> None:
         import xgboost as xgb

@@ -119,6 +119,15 @@ def test_enough_ram_changes_nothing():
     assert (same.folds_parallel, same.memory.limited) == (4, ())
 
 
+def test_the_prepared_table_is_reserved_once_not_per_fit():
+    """Workers map one data file and the driver's part of the capacity holds the table: four fits of
+    1 GiB beside a 2 GiB table fit in 4.5 GiB for fits, which four whole estimates of 3 GiB would not."""
+    a = alloc(box(4), folds=5, fit=Request(1, None))
+    estimate = Estimate(3 * GiB, parts={"table": 2 * GiB, "model": 1 * GiB})
+    planned = plan_model(a, estimate, MemoryRequest(), MemoryRequest(), cap(ram_gb=4.5), None, NO_ADVICE)
+    assert (planned.folds_parallel, planned.memory.ram, planned.memory.limited) == (4, 1 * GiB, ())
+
+
 def test_ram_caps_trials_after_folds():
     a = alloc(box(8), folds=2, trials=4, fit=Request(1, None))
     assert (a.folds_parallel, a.trials_parallel) == (2, 4)
@@ -131,7 +140,7 @@ def test_a_fit_larger_than_the_ram_is_an_error_naming_what_to_change():
     advice = Advice(lambda room, gpu: 12345, "model.m.params.batch_size")
     with pytest.raises(ResourceError, match=r"model 'm': one fit needs about 3.00 GiB of RAM .*hardware.memory_gb"
                                             r".*data.max_rows=12345.*batch_size"):
-        plan_model(a, Estimate(3 * GiB, parts={"table": 3 * GiB}), MemoryRequest(), MemoryRequest(), cap(ram_gb=2),
+        plan_model(a, Estimate(3 * GiB, parts={"model": 3 * GiB}), MemoryRequest(), MemoryRequest(), cap(ram_gb=2),
                    None, advice)
 
 
