@@ -1,7 +1,7 @@
 """Run the benchmark suites of the pipeline engine and write their figures to one JSON file.
 
 `python -m bench [--suite a,b] [--quick] [--out DIR]`. Suites: overhead, startup, parallel_folds, fixed_cost,
-nn_loop, autogluon, gpu, async_sweep (all by default, in that order). `python -m bench.report` turns every JSON
+nn_loop, autogluon, gpu, async_sweep, scale (all by default, in that order). `python -m bench.report` turns every JSON
 under bench/results/ into docs/benchmarks.md.
 """
 
@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITES = ("overhead", "startup", "parallel_folds", "fixed_cost", "nn_loop", "autogluon", "gpu", "async_sweep")
+SUITES = ("overhead", "startup", "parallel_folds", "fixed_cost", "nn_loop", "autogluon", "gpu", "async_sweep", "scale")
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -37,12 +37,21 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--autogluon-python", type=Path, default=HERE / ".venv-autogluon" / "bin" / "python",
                    help="python of the AutoGluon environment (made by bench/autogluon_env.sh)")
     p.add_argument("--keep-scratch", action="store_true", help="keep the run directories and logs of the engine")
+    p.add_argument("--sizes", default=None,
+                   help="scale suite: the table sizes to run, of 200k,2M,10M (default: all three; --quick: 20k,50k)")
     args = p.parse_args(argv)
     names = SUITES if args.suite == "all" else tuple(s.strip() for s in args.suite.split(",") if s.strip())
     unknown = [s for s in names if s not in SUITES]
     if unknown:
         p.error(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}")
     args.suites = names
+    if args.sizes is not None:
+        from bench.suites.scale import SIZES
+
+        args.sizes = tuple(x.strip() for x in args.sizes.split(",") if x.strip())
+        unknown = [x for x in args.sizes if x not in SIZES]
+        if unknown or not args.sizes:
+            p.error(f"unknown size(s) {', '.join(unknown)}; choose from {', '.join(SIZES)}")
     return args
 
 
@@ -52,7 +61,7 @@ def main(argv=None) -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-"))
     opts = common.Options(quick=args.quick, repeats=args.repeats, scratch=scratch, bio_train=args.bio_train,
-                          autogluon_python=args.autogluon_python)
+                          autogluon_python=args.autogluon_python, sizes=args.sizes)
     started = datetime.now(timezone.utc)
     device = common.cuda_device_name()
     result = {

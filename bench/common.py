@@ -98,7 +98,7 @@ def machine() -> dict:
 # ---------------------------------------------------------------------------------------------- figures
 
 def figure(name: str, values: Iterable[float], unit: str, *, group: str = "",
-           target: Optional[tuple[str, float]] = None, **extra) -> dict:
+           target: Optional[tuple[str, Any]] = None, **extra) -> dict:
     """One measured quantity: the raw repeats and their median, min and max."""
     v = [float(x) for x in values]
     if not v:
@@ -109,10 +109,18 @@ def figure(name: str, values: Iterable[float], unit: str, *, group: str = "",
     }
     if target is not None:
         op, value = target
-        out["target"] = {"op": op, "value": value}
-        out["meets_target"] = bool(out["median"] <= value if op == "<=" else out["median"] >= value)
+        out["target"] = {"op": op, "value": list(value) if op == "between" else value}
+        out["meets_target"] = bool(meets(out["median"], op, value))
     out.update(extra)
     return out
+
+
+def meets(median: float, op: str, value) -> bool:
+    """Whether a median meets a target: `<=` or `>=` a value, or `between` (low, high), both included."""
+    if op == "between":
+        low, high = value
+        return low <= median <= high
+    return median <= value if op == "<=" else median >= value
 
 
 def not_measured(name: str, reason: str, *, group: str = "", unit: str = "", **extra) -> dict:
@@ -155,6 +163,7 @@ class Options:
     scratch: Path
     bio_train: Path
     autogluon_python: Path
+    sizes: Optional[tuple[str, ...]] = None  # the scale suite's table sizes (None: the mode's)
 
     def n(self, full: int, quick: int = 2) -> int:
         """Repeats for a figure: --repeats when given, else the mode's default."""

@@ -79,6 +79,18 @@ SUITES = {
         "fraction = 1 − the jobs' run time / (devices × the sweep's span). On a shared machine the load average "
         "of each run is in its settings.",
     ),
+    "scale": (
+        "Scale: the engine vs plain scripts at 200k, 2M and 10M rows",
+        "Whole processes side by side on a Parquet file of N rows × 20 float32 features (scikit-learn's "
+        "`make_classification`, seed 0): `python -m pipeline data=parquet … model=M tracking=none` with fixed "
+        "rounds (300, early stopping as configured) or epochs (2) against `python -m bench.plain_scale M` (pandas "
+        "reads the file, the engine's split, `lgb.train` / `xgb.train` with the engine's parameters, threads, "
+        "seed and early stopping, or the engine's network in a plain torch loop over the same standardized "
+        "tensors). Wall seconds and peak resident memory of each process (wait4's `ru_maxrss`, measured from a "
+        "small parent), engine and plain alternating within each repeat; the engine's memory estimate of its fit "
+        "against the peak the fit measured (`memory.json`). Targets: engine / plain ≤ 1.02× wall and ≤ 1.05× peak "
+        "RSS, memory estimate / peak between 0.85 and 1.15, for each model kind at every size.",
+    ),
 }
 HIDDEN_SETTINGS = {"leaderboards", "tail", "traceback"}
 
@@ -134,6 +146,8 @@ def fmt(value, unit: str) -> str:
         return f"{value:.4f}"
     if unit == "fraction":
         return f"{value:.0%}"
+    if unit == "MiB":
+        return f"{value:,.0f} MiB"
     return f"{value:.4g}"
 
 
@@ -143,8 +157,12 @@ def verdict(f: dict) -> str:
     if "target" in f:
         t = f["target"]
         mark = "met" if f.get("meets_target") else "**missed**"
-        op = {"<=": "≤", ">=": "≥"}.get(t["op"], t["op"])
-        text = f"{fmt(f['median'], f['unit'])} vs target {op} {fmt(t['value'], f['unit'])}: {mark}"
+        if t["op"] == "between":
+            goal = f"between {fmt(t['value'][0], f['unit'])} and {fmt(t['value'][1], f['unit'])}"
+        else:
+            op = {"<=": "≤", ">=": "≥"}.get(t["op"], t["op"])
+            goal = f"{op} {fmt(t['value'], f['unit'])}"
+        text = f"{fmt(f['median'], f['unit'])} vs target {goal}: {mark}"
         return text + (f" ({f['note']})" if f.get("note") else "")
     if "ideal" in f and f.get("median") is not None:
         return f"{f['median'] / f['ideal']:.0%} of the ideal {fmt(f['ideal'], f['unit'])}"
@@ -189,6 +207,17 @@ def _summary(suite: str, figures: list[dict]) -> list[str]:
                          f"{cell(g, 'engine test ROC AUC', 'roc_auc')} | "
                          f"{cell(g, 'plain test ROC AUC', 'roc_auc')} | "
                          f"{'identical' if same else 'differ' if same is False else 'not compared'} |")
+        return lines + ["", "All figures:", ""]
+    if suite == "scale":
+        lines = ["Medians side by side:", "", "| model · rows | engine | plain | wall | engine peak | plain peak | "
+                 "peak RSS | estimate / peak | test AUC |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for g in groups:
+            same = by.get((g, "plain test ROC AUC"), {}).get("identical")
+            lines.append(f"| {g} | {cell(g, 'engine seconds', 's')} | {cell(g, 'plain seconds', 's')} | "
+                         f"{cell(g, 'engine / plain wall', 'ratio')} | {cell(g, 'engine peak RSS', 'MiB')} | "
+                         f"{cell(g, 'plain peak RSS', 'MiB')} | {cell(g, 'engine / plain peak RSS', 'ratio')} | "
+                         f"{cell(g, 'memory estimate / peak', 'ratio')} | "
+                         f"{'identical' if same else 'differs' if same is False else 'not compared'} |")
         return lines + ["", "All figures:", ""]
     if suite == "autogluon" and by:
         g = groups[0]
@@ -289,6 +318,22 @@ def plot_suite(suite: str, out: dict, title: str, path: Path) -> bool:
         ax.set_xlabel({"ratio": "engine seconds / plain seconds (median, min-max)",
                        "s": "seconds (median, min-max)"}[unit])
         ax.legend(loc="lower right")
+    elif suite == "scale":
+        names = ("engine / plain wall", "engine / plain peak RSS", "memory estimate / peak")
+        panels = [(name, _measured(figures, lambda f, name=name: f["name"] == name)) for name in names]
+        panels = [(name, figs) for name, figs in panels if figs]
+        if not panels:
+            return False
+        height = max(len(figs) for _, figs in panels)
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 0.4 * height + 1.8), sharey=True)
+        axes = [axes] if len(panels) == 1 else list(axes)
+        for ax, (name, figs) in zip(axes, panels):
+            _barh(ax, [f["group"] for f in figs], figs)
+            target = figs[0]["target"]
+            for value in (target["value"] if target["op"] == "between" else [target["value"]]):
+                ax.axvline(value, color="#c44e52", linestyle="--")
+            ax.axvline(1.0, color="grey", linestyle=":")
+            ax.set_xlabel(f"{name} (median, min-max)")
     elif suite == "parallel_folds":
         figs = _measured(figures, lambda f: f["unit"] == "x")
         if not figs:
@@ -522,7 +567,8 @@ def _reproduce() -> list[str]:
         "",
         "Options of `python -m bench` (also `make bench ARGS='...'`):",
         "",
-        "- `--suite overhead,startup,parallel_folds,fixed_cost,nn_loop,autogluon,gpu`: a selection of suites",
+        "- `--suite overhead,startup,parallel_folds,fixed_cost,nn_loop,autogluon,gpu,async_sweep,scale`: a selection "
+        "of suites",
         "- `--quick`: fewer repeats and smaller data, for development (its results are marked as such)",
         "- `--repeats N`: the same number of repeats for every figure",
         "- `--bio-train PATH`: bio_train.parquet (default `/work/shared/data/bio_train.parquet`)",

@@ -26,9 +26,9 @@ GiB = 2**30
 # Resident memory of a fitting process: the interpreter with numpy, pandas, pyarrow and the engine,
 # then each model library it imports (lightgbm and xgboost import scikit-learn and scipy).
 CORE_BYTES = 140 * MiB
-LIBRARY_BYTES = {"lightgbm": 75 * MiB, "xgboost": 95 * MiB, "torch": 170 * MiB}
+LIBRARY_BYTES = {"lightgbm": 75 * MiB, "xgboost": 105 * MiB, "torch": 170 * MiB}
 TORCH_RUNTIME_BYTES = 100 * MiB  # torch's thread pools and BLAS buffers once it computes on the CPU
-PREPARED_ROW_BYTES = 56  # per row beside its values: the label as read and encoded, the split's indices
+PREPARED_ROW_BYTES = 40  # per row beside its values: the encoded label, the split's indices, what making them left
 BIN_SAMPLE_ROWS = 200_000  # LightGBM's bin_construct_sample_cnt: rows it samples to find the bins
 CUDA_CONTEXT_BYTES = 450 * MiB  # what a process's CUDA context takes on its device (NVML counts it)
 CUDA_HOST_BYTES = {"torch": 1024 * MiB, "xgboost": 512 * MiB, "lightgbm": 256 * MiB}  # host RAM of the GPU runtime
@@ -156,7 +156,7 @@ def xgboost(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
         # the training rows' frame while the QuantileDMatrix bins it, then the validation DMatrix
         parts.update(
             fold_copies=fit.train * feature_bytes(fit),
-            quantized=fit.train * (p * (1 if max_bin <= 256 else 2) + 8),
+            quantized=fit.train * (p * (1 if max_bin <= 256 else 2) + 24),  # bins, row pointers, sketch entries
             gradients=fit.train * k * 8 + (fit.train + fit.held_out) * k * 4,
             histograms=hist,
         )

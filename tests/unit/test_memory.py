@@ -85,6 +85,44 @@ def test_network_size_counts_what_the_network_builds():
     assert width == net.mlp[0].in_features
 
 
+# One fit's measured peak RAM (MiB, the engine's own record: memory.json) on a 2-core Linux box, Parquet
+# files of N rows x 20 float32 features and a binary label (the scale benchmark's tables), holdout split,
+# the model's configured parameters with these rounds or epochs.
+MEASURED_PEAKS = {
+    ("lightgbm", 200_000, 300): 289.4, ("lightgbm", 2_000_000, 300): 677.7, ("lightgbm", 10_000_000, 20): 2291.7,
+    ("xgboost", 200_000, 100): 294.8, ("xgboost", 2_000_000, 100): 688.6, ("xgboost", 10_000_000, 20): 2345.2,
+    ("nn", 200_000, 1): 573.9, ("nn", 2_000_000, 1): 908.5, ("nn", 10_000_000, 1): 2403.3,
+}
+LENGTH = {"lightgbm": "num_iterations", "xgboost": "num_boost_round", "nn": "max_epochs"}
+
+
+@pytest.mark.parametrize(("model", "rows", "length"), list(MEASURED_PEAKS))
+def test_cpu_estimates_are_within_15_percent_of_measured_peaks(model, rows, length):
+    from omegaconf import OmegaConf
+
+    from pipeline.memory.estimates import common_parts
+    from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
+
+    cls = {"lightgbm": LightGBMModel, "xgboost": XGBoostModel, "nn": TorchMLPModel}[model]
+    params = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[2] / "conf" / "model" / f"{model}.yaml"))
+    params = {**params[model]["params"], LENGTH[model]: length}
+    fit = FitShape.of(DataShape(rows, numeric=20, categorical=0, classes=2), 1, 0.2, 0.2)
+    own = cls.memory_estimate(params, fit, False)
+    estimate = sum({**common_parts(fit, cls.library_modules), **own.parts}.values())
+    assert 0.85 <= estimate / MiB / MEASURED_PEAKS[(model, rows, length)] <= 1.15
+
+
+def test_each_model_kind_estimates_what_its_library_builds():
+    fit = FitShape.of(DataShape(2_000_000, numeric=20, categorical=0, classes=2), 1, 0.2, 0.2)
+    from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
+
+    parts = {cls.__name__: set(cls.memory_estimate({}, fit, False).parts)
+             for cls in (LightGBMModel, XGBoostModel, TorchMLPModel)}
+    assert {"fold_copies", "bin_sample", "binned"} <= parts["LightGBMModel"]
+    assert {"fold_copies", "quantized"} <= parts["XGBoostModel"] and "bin_sample" not in parts["XGBoostModel"]
+    assert {"tensors", "evaluation", "cpu_runtime"} <= parts["TorchMLPModel"]
+
+
 def test_largest_batch_is_a_power_of_two_within_the_budget():
     assert largest_batch(per_row=1000, budget=300_000, cap=16_384) == 256
     assert largest_batch(per_row=1000, budget=10**12, cap=16_384) == 16_384
