@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from pipeline.hardware import Hardware
-from pipeline.resources import ZERO, Allocation, DevicePool, Resources
+from pipeline.quantities import ZERO
+from pipeline.resources import Allocation, DevicePool, Resources
 
 DRIVER = Resources(0, ZERO)  # bag, ensemble, refit and evaluate nodes run in the driver, holding no slot
 ENSEMBLE, REFIT, EVALUATE = "ensemble", "refit", "evaluate"  # the ids (and kinds) of the single tail nodes

@@ -15,7 +15,7 @@ from rich.tree import Tree
 from pipeline.memory.budget import gb
 from pipeline.nodes import node_kind
 from pipeline.plan import Plan
-from pipeline.resources import fmt
+from pipeline.quantities import fmt
 
 
 def _width():

@@ -17,10 +17,14 @@ from typing import Callable, Optional, Union
 from omegaconf import DictConfig
 
 from pipeline import hardware as hw
+from pipeline.checks import (
+    Checked, check_after_loading, check_data_and_params, check_environment, check_gpu_models,
+)
 from pipeline.errors import ConfigError, Interrupted
 from pipeline.levels import ineffective_bag
 from pipeline.plan import EVALUATE, Plan, build_plan
-from pipeline.resources import allocate, fmt
+from pipeline.quantities import fmt
+from pipeline.resources import allocate
 from pipeline.settings import Settings, read_settings
 
 log = logging.getLogger("pipeline")
@@ -58,19 +62,20 @@ class Runtime:
 def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float, list[float]]:
     """Check everything that can be checked without the data, plan, then fit (unless `dry_run`).
 
-    Nothing starts before the checks pass: no worker, forkserver, thread pool, tracker process or Ray
-    connection (the planner's look at a Ray cluster's size is a connection it closes again).
+    Nothing starts before the checks pass (pipeline.checks), in a dry run too: no worker,
+    forkserver, thread pool, tracker process or Ray connection (the planner's look at a Ray
+    cluster's nodes is a connection it closes again, and every fit is checked against those nodes).
     """
     settings = read_settings(cfg)
     runtime = runtime or Runtime.from_hydra()
     components = Components.resolve(settings)
-    check_params(settings, _problem_hint(settings))
-    from pipeline.data_sources import check_before_reading
-
-    check_before_reading(settings.data, runtime.launch_dir)  # a missing file, before the plan is shown
+    checked = check_data_and_params(settings, runtime.launch_dir)
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
-    plan = make_plan(settings, runtime.launch_dir)
-    check_environment(settings, plan)
+    cluster = _look_at_cluster(settings)
+    plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)
+    if cluster is not None:
+        cluster.check(plan)
+    check_environment(settings, plan, on_cluster=cluster is not None)
     from pipeline import report
 
     report.print_plan(plan)
@@ -78,7 +83,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     if settings.dry_run:
         report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
         return None
-    return execute(settings, plan, runtime, components)
+    return execute(settings, plan, runtime, components, checked)
 
 
 @dataclass(frozen=True)
@@ -121,26 +126,12 @@ class Components:
 
 
 
-def check_params(settings: Settings, problem_type: Optional[str]) -> None:
-    """Every model's library parameters (a misspelt one is a ConfigError naming the closest)."""
-    for spec in settings.models:
-        spec.cls.check_params(spec.name, spec.params, problem_type)
-
-
-def check_environment(settings: Settings, plan: Plan) -> None:
-    """Probe each model's library where its first fit will run (a GPU build), unless the fits run elsewhere."""
-    if plan.hardware.planned_only or _on_cluster(settings):
-        return
-    for spec in settings.models:
-        if spec.cls.needs(spec.name, spec.params).requires_gpu:
-            spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
-
-
-def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
-    """Validate the resource hierarchy and the memory of every model and build the execution graph."""
+def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Optional[hw.Machine] = None) -> Plan:
+    """Validate the resource hierarchy and the memory of every model and build the execution graph, for
+    `machine` (a Ray cluster's, from the root's look at it), else this machine."""
     from pipeline.memory.planner import MemoryPlanner
 
-    machine = _machine(settings)
+    machine = machine or hw.detect()
     hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
     for message in ineffective_bag(settings.bag.num_cpus, settings.bag.num_gpus, settings.num_folds):
         log.warning(message)
@@ -172,26 +163,6 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
     return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=settings.refit)
 
 
-def check_gpu_models(settings: Settings, hardware) -> None:
-    """Where the total has no GPU, one error naming every model configured for one, and the overrides
-    that would put them on the CPU."""
-    if hardware.total.num_gpus:
-        return
-    asking = [(spec.name, needs.gpu_param) for spec in settings.models
-              if (needs := spec.cls.needs(spec.name, spec.params)).requires_gpu]
-    if not asking:
-        return
-    from pipeline.errors import ResourceError
-
-    named = ", ".join(f"{name} ({param})" for name, param in asking)
-    fixes = " ".join(f"model.{name}.{param.partition('=')[0]}=cpu" for name, param in asking)
-    raise ResourceError(
-        f"{'model' if len(asking) == 1 else 'models'} {named} {'asks' if len(asking) == 1 else 'ask'} for a GPU, "
-        f"but this run has none (hardware.num_gpus=0); on a box with GPUs add +hardware=1gpu, or run "
-        f"{'it' if len(asking) == 1 else 'them'} on the CPU: {fixes}"
-    )
-
-
 def _warn_overridden(settings: Settings, spec) -> None:
     """A model's own resources win over parallelism.fit; say so when both are set and differ."""
     for field in ("num_cpus", "num_gpus"):
@@ -199,12 +170,6 @@ def _warn_overridden(settings: Settings, spec) -> None:
         if mine is not None and theirs is not None and mine != theirs:
             log.warning("model.%s.resources.%s=%s overrides parallelism.fit.%s=%s for model %s",
                         spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
-
-
-def first_fit_env(plan: Plan, model: str) -> dict[str, str]:
-    """The environment a worker of the model's first fit gets: a library probe runs there, not in the driver."""
-    first = next(t for t in plan.fit_tasks if t.model == model)
-    return plan.hardware.worker_env(first.device_ids)
 
 
 def _on_cluster(settings: Settings) -> bool:
@@ -215,37 +180,35 @@ def _on_cluster(settings: Settings) -> bool:
     return executor_target(ex.name, ex._target_) == EXECUTORS["ray"] and bool(ex.address)
 
 
-def _machine(settings: Settings) -> hw.Machine:
-    """This machine, or the Ray cluster the run joins: the plan's total is what the fits run on."""
-    if _on_cluster(settings):
-        from pipeline.executors.ray import cluster_machine
+def _look_at_cluster(settings: Settings):
+    """The Ray cluster the run joins (its nodes), when the fits run on one; else None."""
+    if not _on_cluster(settings):
+        return None
+    from pipeline.executors.ray import look_at_cluster
 
-        return cluster_machine(settings.executor.address, settings.executor.ray_init)
-    return hw.detect()
-
-
-def _problem_hint(settings: Settings) -> Optional[str]:
-    return None if settings.data.problem_type == "auto" else settings.data.problem_type
+    return look_at_cluster(settings.executor.address, settings.executor.ray_init)
 
 
-def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components) -> Union[float, list[float]]:
+def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components,
+            checked: Checked) -> Union[float, list[float]]:
     """Fit the plan, once the data is loaded and checked."""
     from pipeline.signals import StopSignals
     from pipeline.store import RunDirectoryLock
 
     with RunDirectoryLock(runtime.run_dir), StopSignals() as signals:
         try:
-            return _execute(settings, plan, runtime, components, signals)
+            return _execute(settings, plan, runtime, components, checked, signals)
         finally:
             signals.clean_up()
 
 
-def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components, signals):
+def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components, checked: Checked,
+             signals):
     """The data loads and is checked; only then does the tracker connect (a tracker service may be
     started, which outlives the run) and the executor start (workers spawn, Ray connects), while the
     tracker's host opens the store and starts the MLflow run."""
     tracker = components.build_tracker(settings, runtime)
-    data, metric = load_data(settings, runtime)  # its checks fail before anything starts in the background
+    data, metric = load_data(settings, runtime, checked)  # its checks fail before anything starts in the background
     tracker.connect() if tracker.enabled else None  # a tracking server's health is checked here, at once
     with contextlib.ExitStack() as stack:
         try:
@@ -257,16 +220,12 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Compo
         return _fit(settings, plan, runtime, data, metric, tracker, backend, signals)
 
 
-def load_data(settings: Settings, runtime: Runtime):
-    """The data and its metric; the library parameters once more if the data told the problem type."""
+def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()):
+    """The data and its metric (checked now where the problem type was not known before loading)."""
     from pipeline import data as data_module
-    from pipeline import metrics
 
     data = data_module.load(settings.data, runtime.launch_dir)
-    metric = metrics.resolve(settings.eval_metric, data.problem_type)
-    if data.problem_type != _problem_hint(settings):
-        check_params(settings, data.problem_type)
-    return data, metric
+    return data, check_after_loading(settings, checked, data.problem_type)
 
 
 def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker, backend,

@@ -38,7 +38,7 @@ class LightGBMModel(TabularModel):
 
     @classmethod
     def check_params(cls, name, params, problem_type=None):
-        from pipeline.models import native
+        import pipeline.models.native as native
 
         try:
             known = native.lightgbm_parameters()  # from lib_lightgbm, without `import lightgbm`

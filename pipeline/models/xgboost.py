@@ -43,7 +43,7 @@ class XGBoostModel(TabularModel):
     def check_params(cls, name, params, problem_type="binary"):
         """XGBoost only warns about parameters it does not use. Its own validation, on a booster
         configured without data through the library's C API (no `import xgboost`), makes that an error."""
-        from pipeline.models import native
+        import pipeline.models.native as native
 
         probe = _booster_params(params, problem_type or "binary", 3)
         probe.update(device="cpu", nthread=1)

@@ -26,7 +26,9 @@ from torch import nn
 from pipeline.errors import HardwareError
 from pipeline.metrics import Metric
 from pipeline.nn.network import NetSpec
-from pipeline.nn.options import EVAL_BATCH, PRECISIONS, LoopConfig, check_precision, scaled_lr
+from pipeline.nn.options import (
+    EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, largest_batch, scaled_lr,
+)
 
 log = logging.getLogger(__name__)
 
@@ -261,8 +263,6 @@ class Loop:
     def _estimated_batch(self, module, cap: int) -> int:
         """Where the batch search starts: the largest power of two whose activations, as the plan's
         memory estimate counts them, fit in the memory left on the device (or a quarter of the free RAM)."""
-        from pipeline.memory.estimates import activation_bytes, largest_batch
-
         width = self.spec.num_numeric + sum(e.embedding_dim for e in module.embeddings)
         per_row = activation_bytes(width, self.spec.hidden_sizes, len(self.spec.cardinalities))
         state = 3 * 4 * sum(p.numel() for p in module.parameters())  # gradients and AdamW's moments, still to come

@@ -205,10 +205,10 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
     assert ray_instance.is_initialized()
 
 
-def test_cluster_machine_describes_the_connected_cluster(ray_instance):
-    from pipeline.executors.ray import cluster_machine
+def test_the_look_at_a_cluster_describes_the_connected_cluster(ray_instance):
+    from pipeline.executors.ray import look_at_cluster
 
-    machine = cluster_machine("auto", {})
+    machine = look_at_cluster("auto", {}).machine
     assert (machine.num_cpus, machine.num_gpus) == (2, 0)
 
 

@@ -8,16 +8,8 @@ from pipeline.errors import ConfigError, ResourceError
 from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
 from pipeline.plan import build_plan
-from pipeline.resources import (
-    DevicePool,
-    ModelNeeds,
-    Request,
-    Resources,
-    allocate,
-    gpu_amount,
-    parse_devices,
-    select_devices,
-)
+from pipeline.quantities import gpu_amount
+from pipeline.resources import DevicePool, ModelNeeds, Request, Resources, allocate, parse_devices, select_devices
 
 NN_AUTO = ModelNeeds("nn", wants_gpu=True, requires_gpu=False, max_gpus_per_fit=None, gpu_param="params.device=auto")
 GBM_CPU = ModelNeeds("lightgbm", False, False, 1, "params.device_type=cpu", "LightGBM")
