@@ -161,6 +161,7 @@ class ModelNeeds:
     max_gpus_per_fit: Optional[int]  # 1 for GBMs; None: any whole number (networks: DDP)
     gpu_param: str = ""  # the parameter that asks, for messages: "params.device=cuda"
     library: str = ""
+    serial_share: float = 0.3  # of a fit's one-thread time that more threads do not shorten (pipeline.payoff)
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,7 @@ def allocate(
     if bagging and not sequential and num_trials == 1 and fit_request.num_cpus is None and fit.num_gpus == 0:
         from pipeline.payoff import folds_at_once
 
-        choice = folds_at_once(folds, bag.num_cpus)  # threads per fit vs folds at once: what pays
+        choice = folds_at_once(folds, bag.num_cpus, needs.serial_share)  # threads per fit vs folds at once
         fit = Resources(choice.fit_cpus, fit.num_gpus)
     if sequential:
         folds_parallel = trials_parallel = 1

@@ -62,6 +62,9 @@ class TabularModel(ABC):
     library_modules: ClassVar[tuple[str, ...]] = ()  # what a worker process imports before its first fit
     memory_hint: ClassVar[str] = ""  # a parameter that lowers a fit's memory, for messages ({name}: the model)
     memory_estimator: ClassVar[str] = "generic"  # the function of pipeline.memory.estimates for one fit
+    # the share of a fit's one-thread time that more threads do not shorten, which decides how many folds
+    # run at once (pipeline.payoff); GBMs on tabular data at a few threads per fit
+    thread_serial_share: ClassVar[float] = 0.3
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
@@ -76,7 +79,7 @@ class TabularModel(ABC):
     @classmethod
     def needs(cls, name: str, params: dict) -> ModelNeeds:
         wants, requires, param = cls.gpu_request(params)
-        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library)
+        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library, cls.thread_serial_share)
 
     @classmethod
     def memory_estimate(cls, params: dict, fit, on_gpu: bool):
