@@ -36,13 +36,13 @@ def check_data_and_params(settings: Settings, launch_dir: Path) -> Checked:
     from pipeline import metrics
     from pipeline.data_sources import check_before_reading
 
-    check_before_reading(settings.data, launch_dir)  # a missing file, before the plan is shown
-    problem_type = settings.data.make_source().problem_type(launch_dir)
+    check_before_reading(settings.conf.data, launch_dir)  # a missing file, before the plan is shown
+    problem_type = settings.conf.data.make_source().problem_type(launch_dir)
     if problem_type is None:
-        metrics.check_name(settings.eval_metric)
+        metrics.check_name(settings.conf.eval_metric)
         check_params(settings, None)
         return Checked()
-    metric = metrics.resolve(settings.eval_metric, problem_type)
+    metric = metrics.resolve(settings.conf.eval_metric, problem_type)
     check_params(settings, problem_type)
     return Checked(problem_type, metric)
 
@@ -54,7 +54,7 @@ def check_after_loading(settings: Settings, checked: Checked, problem_type: str)
 
     if checked.metric is not None and checked.problem_type == problem_type:
         return checked.metric
-    metric = metrics.resolve(settings.eval_metric, problem_type)
+    metric = metrics.resolve(settings.conf.eval_metric, problem_type)
     check_params(settings, problem_type)
     return metric
 

@@ -80,7 +80,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
 
     report.print_plan(plan)
     plan.write(runtime.run_dir / "plan.json")
-    if settings.dry_run:
+    if settings.conf.dry_run:
         report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
         return None
     return execute(settings, plan, runtime, components, checked)
@@ -100,30 +100,30 @@ class Components:
         from pipeline.targets import resolve
         from pipeline.tracking.factory import tracker_target
 
-        ex, tr = settings.executor, settings.tracking
+        ex, tr = settings.conf.executor, settings.conf.tracking
         return cls(resolve("executor._target_", executor_target(ex.name, ex._target_), settings.allowed_targets),
                    resolve("tracking._target_", tracker_target(tr.backend, tr._target_), settings.allowed_targets))
 
     def build_tracker(self, settings: Settings, runtime: Runtime):
-        tracker = self.tracker(conf=settings.tracking, launch_dir=runtime.launch_dir, sweep_dir=runtime.sweep_dir)
+        conf = settings.conf.tracking
+        tracker = self.tracker(conf=conf, launch_dir=runtime.launch_dir, sweep_dir=runtime.sweep_dir)
         from pipeline.tracking import NullTracker
 
         missing = [m for m in vars(NullTracker) if not m.startswith("_") and not hasattr(tracker, m)]
         if missing:
-            raise ConfigError(f"tracking._target_={settings.tracking._target_!r} built a {type(tracker).__name__}, "
+            raise ConfigError(f"tracking._target_={conf._target_!r} built a {type(tracker).__name__}, "
                               f"which lacks {', '.join(missing)}; subclass pipeline.tracking.NullTracker")
         return tracker
 
     def build_backend(self, settings: Settings, plan: Plan, runtime: Runtime):
         from pipeline.executors.backend import Backend
 
-        backend = self.executor(conf=settings.executor, plan=plan, run_dir=runtime.run_dir,
-                                preload=settings.library_modules)
+        conf = settings.conf.executor
+        backend = self.executor(conf=conf, plan=plan, run_dir=runtime.run_dir, preload=settings.library_modules)
         if not isinstance(backend, Backend):
-            raise ConfigError(f"executor._target_={settings.executor._target_!r} built a {type(backend).__name__}, "
+            raise ConfigError(f"executor._target_={conf._target_!r} built a {type(backend).__name__}, "
                               "not a pipeline.executors.backend.Backend")
         return backend
-
 
 
 def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Optional[hw.Machine] = None) -> Plan:
@@ -132,8 +132,9 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
     from pipeline.memory.planner import MemoryPlanner
 
     machine = machine or hw.detect()
-    hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
-    for message in ineffective_bag(settings.bag.num_cpus, settings.bag.num_gpus, settings.num_folds):
+    conf, par = settings.conf, settings.conf.parallelism
+    hardware = hw.resolve(conf.hardware, machine, dry_run=conf.dry_run)
+    for message in ineffective_bag(par.bag.request.num_cpus, par.bag.request.num_gpus, par.num_folds):
         log.warning(message)
     check_gpu_models(settings, hardware)
     memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
@@ -142,16 +143,15 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
     for spec in settings.models:
         _warn_overridden(settings, spec)
         needs = spec.cls.needs(spec.name, spec.params)
-        num_trials = settings.hpo.trials_for(spec.name, spec.search_space)
+        num_trials = conf.hpo.trials_for(spec.name, spec.search_space)
 
         def allocate_for(fit_request, warn=log.warning, needs=needs, num_trials=num_trials):
             return allocate(
-                hardware.total, settings.bag, fit_request, needs,
-                num_folds=settings.num_folds, num_trials=num_trials, sequential=settings.sequential,
-                gpu_capacities=gpu_capacities, warn=warn,
+                hardware.total, par.bag.request, fit_request, needs, num_folds=par.num_folds, num_trials=num_trials,
+                sequential=par.sequential, gpu_capacities=gpu_capacities, warn=warn,
             )
 
-        fit_request = spec.resources.over(settings.fit)
+        fit_request = spec.resources.over(par.fit.request)
         allocation = allocate_for(fit_request)
         check = getattr(spec.cls, "check_placement", None)
         if check is not None:
@@ -160,13 +160,13 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
         raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
             dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
         allocations.append(memory.plan(spec, allocation, raised))
-    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=settings.refit)
+    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=conf.refit)
 
 
 def _warn_overridden(settings: Settings, spec) -> None:
     """A model's own resources win over parallelism.fit; say so when both are set and differ."""
     for field in ("num_cpus", "num_gpus"):
-        mine, theirs = getattr(spec.resources, field), getattr(settings.fit, field)
+        mine, theirs = getattr(spec.resources, field), getattr(settings.conf.parallelism.fit.request, field)
         if mine is not None and theirs is not None and mine != theirs:
             log.warning("model.%s.resources.%s=%s overrides parallelism.fit.%s=%s for model %s",
                         spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
@@ -176,7 +176,7 @@ def _on_cluster(settings: Settings) -> bool:
     """The fits run on the Ray cluster at executor.address, not on this machine."""
     from pipeline.executors import EXECUTORS, executor_target
 
-    ex = settings.executor
+    ex = settings.conf.executor
     return executor_target(ex.name, ex._target_) == EXECUTORS["ray"] and bool(ex.address)
 
 
@@ -186,7 +186,7 @@ def _look_at_cluster(settings: Settings):
         return None
     from pipeline.executors.ray import look_at_cluster
 
-    return look_at_cluster(settings.executor.address, settings.executor.ray_init)
+    return look_at_cluster(settings.conf.executor.address, settings.conf.executor.ray_init)
 
 
 def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components,
@@ -224,7 +224,7 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
     """The data and its metric (checked now where the problem type was not known before loading)."""
     from pipeline import data as data_module
 
-    data = data_module.load(settings.data, runtime.launch_dir)
+    data = data_module.load(settings.conf.data, runtime.launch_dir)
     return data, check_after_loading(settings, checked, data.problem_type)
 
 
@@ -237,13 +237,13 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         # not waited for: the tracker's process starts the MLflow run while this one fits
         from pipeline.tracking.naming import comparable_params
 
-        params = comparable_params(settings.params, [s.name for s in settings.models], settings.data.source)
+        params = comparable_params(settings.params, [s.name for s in settings.models], settings.conf.data.source)
         tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
         write_state(runtime.run_dir, status="RUNNING", started=time.time())
         tracker.log_artifact(runtime.run_dir / "plan.json")
         from pipeline.tracking.datasets import locations, summarize
 
-        tracker.log_datasets(summarize(data), locations(settings.data, runtime.launch_dir))
+        tracker.log_datasets(summarize(data), locations(settings.conf.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
         rows = run_graph(settings, plan, data, metric, runtime, tracker, backend)
         if tracker.enabled:
@@ -251,7 +251,7 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         status = "FINISHED"
         from pipeline.objectives import job_return
 
-        return job_return(settings.objectives, rows, metric.name)
+        return job_return(settings.conf.objectives, rows, metric.name)
     except Interrupted:
         status = "KILLED"
         raise
@@ -285,25 +285,25 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
     sources = resume_sources(settings.resume, runtime.run_dir, runtime.launch_dir / "outputs")
     trials = TrialSource(
-        settings.hpo,
+        settings.conf.hpo,
         {s.name: s.search_space for s in settings.models},
         {s.name: s.params for s in settings.models},
         "maximize" if metric.greater_is_better else "minimize",
         store_dir=runtime.run_dir / "trials",
         prior=_prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
     )
-    outputs = RunOutputs(runtime.run_dir, tracker, settings.data.unseen_categories,
-                         settings.tracking.register_model, settings.tracking.register_alias)
-    ex = settings.executor
+    outputs = RunOutputs(runtime.run_dir, tracker, settings.conf.data.unseen_categories,
+                         settings.conf.tracking.register_model, settings.conf.tracking.register_alias)
+    ex = settings.conf.executor
     store = ResultStore(runtime.run_dir, sources)
     with FitProgress(plan) as progress:
         scheduler = Scheduler(
             plan, backend, store, trials,
             {s.name: s.prototype() for s in settings.models}, data, metric,
-            seed=settings.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
-            hooks=RunHooks(progress, tracker, metric, settings.hpo.searches,
+            seed=settings.conf.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
+            hooks=RunHooks(progress, tracker, metric, settings.conf.hpo.searches,
                            on_run_id=lambda run_id: write_state(runtime.run_dir, mlflow_run_id=run_id)),
-            pruning=settings.hpo.pruning, outputs=outputs,
+            pruning=settings.conf.hpo.pruning, outputs=outputs,
         )
         outcome = scheduler.run()
     from pipeline.store import reuse_summary
@@ -331,8 +331,8 @@ def run_name(settings: Settings, runtime: Runtime) -> str:
     """tracking.run_name, else what varies: a sweep job's swept overrides first, a single run's models."""
     from pipeline.tracking import naming
 
-    if settings.tracking.run_name:
-        return settings.tracking.run_name
+    if settings.conf.tracking.run_name:
+        return settings.conf.tracking.run_name
     if runtime.sweep_dir is not None:
         return naming.job_name(runtime.overrides, runtime.swept)
     return naming.single_name([s.name for s in settings.models], runtime.overrides)
@@ -349,7 +349,7 @@ def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
         "pipeline.gpu_ids": physical or "none",
         "pipeline.models": ",".join(a.model for a in plan.allocations),
         "pipeline.overrides": " ".join(runtime.overrides),
-        **redact(settings.tracking.tags),
+        **redact(settings.conf.tracking.tags),
     }
     if runtime.job_num is not None:
         tags["pipeline.job_num"] = str(runtime.job_num)

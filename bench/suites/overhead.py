@@ -181,7 +181,7 @@ def _model_params(overrides: list[str], model: str) -> tuple[dict, int]:
 
     settings = read_settings(compose(overrides))
     spec = next(s for s in settings.models if s.name == model)
-    seed = task_seed(settings.seed, model, 0, 0)
+    seed = task_seed(settings.conf.seed, model, 0, 0)
     if model == "nn":
         from pipeline.models.nn import DEFAULTS
 
