@@ -150,6 +150,13 @@ class Config:
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
     # what the run returns to a sweeper: val_score, fit_seconds, predict_seconds (pipeline/objectives.py)
     objectives: List[str] = field(default_factory=lambda: ["val_score"])
+    time_limit_s: Optional[float] = None  # seconds the fits may take from the first one's start; null: no limit
+
+    def __post_init__(self) -> None:
+        limit = self.time_limit_s
+        if limit is not None and not (0 < limit < float("inf")):
+            raise ConfigError(f"time_limit_s={limit!r} must be a positive number of seconds (e.g. time_limit_s=60), "
+                              "or null: no time limit")
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,15 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
     return table
 
 
+def budget_lines(summary) -> list[str]:
+    """What the time limit cut (pipeline.time_budget.BudgetSummary), as the run's last lines say it."""
+    lines = [summary.line()]
+    if summary.left_out:
+        lines.append(f"not on the leaderboard nor in the ensemble: {', '.join(summary.left_out)} (no trial finished "
+                     f"all its folds within time_limit_s={summary.limit_s:g})")
+    return lines
+
+
 def memory_table(rows: list[dict]) -> Table:
     """Estimated vs measured peak memory per model (MiB)."""
     table = Table(title="Memory per fit (MiB): estimate vs measured peak", show_lines=False)
@@ -164,5 +173,14 @@ class FitProgress:
 
     def advance(self, model: str) -> None:
         self.progress.advance(self.ids[model])
+        self._stop_when_finished()
+
+    def drop(self, model: str) -> None:
+        """A fit of `model` that will not run (the time limit cut it): one fewer to wait for."""
+        task = next(t for t in self.progress.tasks if t.id == self.ids[model])
+        self.progress.update(self.ids[model], total=max(task.completed, (task.total or 0) - 1))
+        self._stop_when_finished()
+
+    def _stop_when_finished(self) -> None:
         if self.progress.finished:  # every fit is done: the evaluation prints below, not under live bars
             self.progress.stop()

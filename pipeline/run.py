@@ -296,6 +296,10 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
                          settings.conf.tracking.register_model, settings.conf.tracking.register_alias)
     ex = settings.conf.executor
     store = ResultStore(runtime.run_dir, sources)
+    from pipeline.time_budget import TimeBudget
+
+    limit = settings.conf.time_limit_s
+    budget = TimeBudget(limit) if limit is not None else None
     with FitProgress(plan) as progress:
         scheduler = Scheduler(
             plan, backend, store, trials,
@@ -303,7 +307,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
             seed=settings.conf.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
             hooks=RunHooks(progress, tracker, metric, settings.conf.hpo.searches,
                            on_run_id=lambda run_id: write_state(runtime.run_dir, mlflow_run_id=run_id)),
-            pruning=settings.conf.hpo.pruning, outputs=outputs,
+            pruning=settings.conf.hpo.pruning, outputs=outputs, budget=budget,
         )
         outcome = scheduler.run()
     from pipeline.store import reuse_summary
@@ -313,6 +317,11 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
         from pipeline import report
 
         report.console.print(said, highlight=False)
+    if budget is not None:
+        from pipeline.time_budget import record, summarize
+
+        record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled),
+               runtime.run_dir, tracker)
     return outcome.results[EVALUATE]
 
 

@@ -6,6 +6,11 @@ limits and the device pool, through plan.Admission), reused from the store when 
 key is there, sent to the backend, and retried when it fails; a driver kind (bag, ensemble, refit,
 evaluate, or any kind registered later) runs here, on its dependencies' results. The backend only
 runs requests and reports them.
+
+With a time budget (pipeline.time_budget) the queue runs trial by trial across the models (every
+model's first trial before any model's second), a fit starts only when it and the rest of its
+trial can end by the deadline, the cut spreads through the graph (`GraphCut`), fits carry the
+deadline to stop at, and a fit still running past the deadline's grace is stopped.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pipeline.nodes import node_kind
 from pipeline.nodes.context import GraphContext, Hooks, Outcome, RunOutputs, TrialResult
 from pipeline.plan import Admission, Plan, Task
 from pipeline.store import ResultStore
+from pipeline.time_budget import GraphCut, TimeBudget, waves
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
 
@@ -46,6 +52,7 @@ class Scheduler:
         pruning: bool = False,
         task_timeout_s: Optional[float] = None,
         outputs: Optional[RunOutputs] = None,
+        budget: Optional[TimeBudget] = None,
     ):
         self.plan, self.backend, self.store = plan, backend, store
         self.max_retries, self.hooks, self.task_timeout_s = max_retries, hooks, task_timeout_s
@@ -53,23 +60,39 @@ class Scheduler:
                                 outputs=outputs)
         self.kinds = {kind: node_kind(kind) for kind in dict.fromkeys(t.kind for t in plan.tasks)}
         self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
+        self.budget = budget
+        self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs)
+        self.cancelled = 0  # fits stopped past the deadline's grace
+        order = {t.id: i for i, t in enumerate(plan.tasks)}
+        # under a budget, trial by trial across the models; else the plan's order
+        self._priority = lambda t: ((t.trial or 0) if budget is not None else 0, order[t.id])
 
     def run(self) -> Outcome:
-        """Run every task of the plan; the outcome holds each task's result under its id."""
+        """Run every task of the plan (under a budget, those it did not cut); the outcome holds each
+        task's result under its id."""
         ctx = self.ctx
         admission = Admission(self.plan.hardware, self.plan.allocations, self.plan.ram_for_fits)
         self.blocked: list[Task] = list(self.plan.tasks)  # waiting for their dependencies
-        self.queued: list[Task] = []  # worker tasks waiting for admission, in plan order
+        self.queued: list[Task] = []  # worker tasks waiting for admission, in priority order
         running: dict[object, tuple[Task, tuple, Any]] = {}
         attempts: dict[str, int] = defaultdict(int)
         ctx.data_ref = self.backend.prepare(self.plan, ctx.data)
+        if self.budget is not None:  # the clock starts with the first fit
+            ctx.deadline = self.budget.begin()
         self._release()
         while self.queued or running:
+            progressed = False
             for task in list(self.queued):
+                if task.id in self.cut.cut or not self._in_time(task, admission):
+                    self.queued.remove(task)
+                    progressed = True
+                    continue
                 shares = admission.try_admit(task)
                 if shares is None:
                     continue
                 self.queued.remove(task)
+                progressed = True
+                self.cut.started.add(task.id)
                 request = self.kinds[task.kind].request(task, shares, ctx, attempts[task.id])
                 cached = self.store.get(request.key)
                 if cached is not None:
@@ -82,14 +105,19 @@ class Scheduler:
                 handle = self.backend.submit(request)
                 running[handle] = (task, shares, request)
                 self.started[handle] = time.monotonic()
+            self._release()  # the cuts of this pass may have settled a node's inputs
             if not running:
-                if self.queued:  # admission refused everything with nothing running: cannot happen for a valid plan
+                if self.queued and not progressed:  # cannot happen for a valid plan
                     raise RuntimeError(f"scheduler stalled with {len(self.queued)} tasks pending")
-                break
+                continue
             for handle, result in self._wait(running):
                 task, shares, request = running.pop(handle)
                 self.started.pop(handle, None)
                 admission.release(task, shares)
+                if result is None:  # stopped past the deadline's grace
+                    self._cut(task, "overran")
+                    self._release()
+                    continue
                 if isinstance(result, TaskFailure):
                     attempts[task.id] += 1
                     if attempts[task.id] > self.max_retries:
@@ -103,40 +131,80 @@ class Scheduler:
                     self.queued.insert(0, task)
                     continue
                 result.attempt = attempts[task.id]
-                self.store.put(request.key, result)
+                if not getattr(result, "stopped_by_budget", False):  # a shortened fit is not its key's result
+                    self.store.put(request.key, result)
                 self._complete(task, result, request)
         if self.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan
             raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {self.blocked[0].id}")
         return ctx.outcome
 
+    def _in_time(self, task: Task, admission: Admission) -> bool:
+        """Whether `task` and the rest of its trial can still end by the deadline (always, without a
+        budget); a task that cannot is cut."""
+        if self.budget is None:
+            return True
+        limit = admission.limits.get(task.model)
+        in_parallel = limit.folds_parallel if limit is not None else 1
+        if self.budget.can_finish(task, waves(self.cut.siblings_left(task), in_parallel)):
+            return True
+        self._cut(task, "budget")
+        return False
+
+    def _cut(self, task: Task, why: str) -> None:
+        for tid in self.cut.cut_task(task.id, why):
+            cut = self.cut.tasks[tid]
+            self.kinds[cut.kind].cut(cut, self.ctx)
+            if tid not in self.ctx.outcome.results and self.hooks and hasattr(self.hooks, "on_task_cut"):
+                self.hooks.on_task_cut(cut)
+
     def _complete(self, task: Task, result, request) -> None:
+        if self.budget is not None and hasattr(result, "end") and not getattr(result, "cached", False):
+            self.budget.record(task, result.end - result.start, getattr(result, "stopped_by_budget", False))
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._release()
 
     def _release(self) -> None:
-        """Every task whose dependencies are done leaves `blocked`: a driver task runs now (and may
-        release others), a worker task joins the admission queue."""
-        done = self.ctx.outcome.results
-        ready = next((t for t in self.blocked if all(d in done for d in t.depends_on)), None)
+        """Every task whose dependencies are settled (done, or cut) leaves `blocked`: a cut one is
+        dropped, a driver task runs now on the inputs that were made (and may release others), a
+        worker task joins the admission queue."""
+        done, cut = self.ctx.outcome.results, self.cut.cut
+        settled = lambda t: t.id in cut or all(d in done or d in cut for d in t.depends_on)  # noqa: E731
+        ready = next((t for t in self.blocked if settled(t)), None)
         while ready is not None:
             self.blocked.remove(ready)
             kind = self.kinds[ready.kind]
-            if kind.on_worker:
+            if ready.id in cut:
+                pass
+            elif kind.on_worker:
                 self.queued.append(ready)
+                self.queued.sort(key=self._priority)
             else:
-                done[ready.id] = kind.run(ready, {d: done[d] for d in ready.depends_on}, self.ctx)
-            ready = next((t for t in self.blocked if all(d in done for d in t.depends_on)), None)
+                self.cut.started.add(ready.id)
+                done[ready.id] = kind.run(ready, {d: done[d] for d in ready.depends_on if d in done}, self.ctx)
+            ready = next((t for t in self.blocked if settled(t)), None)
 
     def _wait(self, running: dict) -> list:
-        """The backend's finished fits; with a time limit, also each fit past it, stopped and failed."""
-        if self.task_timeout_s is None:
-            return self.backend.wait(list(running))
-        oldest = min(self.started[h] for h in running)
-        done = self.backend.wait(list(running), timeout=max(0.0, oldest + self.task_timeout_s - time.monotonic()))
+        """The backend's finished fits; with a task time limit, also each fit past it, stopped and
+        failed; with a budget, each fit still running past the deadline's grace, stopped (None)."""
+        timeouts = []
+        if self.task_timeout_s is not None:
+            oldest = min(self.started[h] for h in running)
+            timeouts.append(oldest + self.task_timeout_s - time.monotonic())
+        if self.budget is not None:
+            timeouts.append(self.budget.stop_at - time.time())
+        done = self.backend.wait(list(running), timeout=max(0.0, min(timeouts)) if timeouts else None)
         finished = {h for h, _ in done}
         now = time.monotonic()
         for handle, (task, _, _) in running.items():
-            if handle not in finished and now - self.started[handle] >= self.task_timeout_s:
+            if handle in finished:
+                continue
+            if self.budget is not None and time.time() >= self.budget.stop_at:
+                log.warning("fit %s was still running %.0f s past the time limit; its worker is stopped",
+                            task.id, time.time() - self.budget.deadline)
+                self.backend.cancel(handle)
+                self.cancelled += 1
+                done.append((handle, None))
+            elif self.task_timeout_s is not None and now - self.started[handle] >= self.task_timeout_s:
                 self.backend.cancel(handle)
                 done.append((handle, TaskFailure(task.id, f"the fit ran longer than executor.task_timeout_s="
                                                           f"{self.task_timeout_s:g} s and was stopped")))

@@ -59,6 +59,7 @@ class FitRequest:
     local_gpus: Optional[tuple[int, ...]] = None  # None: the worker sees exactly gpu_ids (CUDA_VISIBLE_DEVICES)
     pruning: bool = False
     prune_reference: tuple[dict, ...] = ()  # curves (step -> loss) of earlier trials on this model and fold
+    deadline: Optional[float] = None  # time.time() the fit stops by (time_limit_s): absolute, as every host reads it
 
 
 @dataclass
@@ -87,6 +88,7 @@ class FoldResult:
     curve: dict = field(default_factory=dict)  # step -> validation loss, as reported for pruning
     peak_ram: int = 0  # bytes: the fit process's peak resident memory while it fitted and predicted
     peak_gpu: int = 0  # bytes: its peak memory on its most used GPU
+    stopped_by_budget: bool = False  # stopped at a round or epoch for the deadline: a usable, shorter model
 
 
 @dataclass
@@ -253,6 +255,7 @@ def run_fit(request: FitRequest) -> FoldResult:
         checkpoint_dir=Path(request.checkpoint_dir) if request.checkpoint_dir else None,
         eval_metric=request.eval_metric,
         report=report,
+        deadline=request.deadline,
     )
     model = request.model.clone(request.params)
     X, y = data.X, data.y
@@ -274,7 +277,7 @@ def run_fit(request: FitRequest) -> FoldResult:
         pid=os.getpid(), host=socket.gethostname(), gpu_ids=request.gpu_ids,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), num_cpus=request.num_cpus,
         pruned=bool(report and report.pruned), curve=dict(report.values) if report else {},
-        peak_ram=peak.ram, peak_gpu=peak.gpu,
+        peak_ram=peak.ram, peak_gpu=peak.gpu, stopped_by_budget=ctx.stopped_by_budget,
     )
 
 

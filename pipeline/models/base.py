@@ -52,6 +52,15 @@ class FitContext:
     checkpoint_dir: Optional[Path] = None
     eval_metric: str = "auto"
     report: Optional[Callable[[int, float], bool]] = None  # (step, value) -> prune?
+    deadline: Optional[float] = None  # time.time() the fit must end by (the run's time_limit_s); None: none
+    stopped_by_budget: bool = False  # set when the fit stopped early for the deadline
+
+    def out_of_time(self, step_seconds: float = 0.0) -> bool:
+        """Whether one more step (a boosting round, an epoch) of `step_seconds` would end past the
+        deadline; once true it stays true, and marks the fit as stopped by the budget."""
+        if self.deadline is not None and not self.stopped_by_budget:
+            self.stopped_by_budget = time.time() + step_seconds >= self.deadline
+        return self.stopped_by_budget
 
 
 class TabularModel(ABC):

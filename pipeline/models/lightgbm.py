@@ -87,6 +87,8 @@ class LightGBMModel(TabularModel):
         callbacks = [lgb.record_evaluation(record)]
         if ctx.report is not None:
             callbacks.append(_pruning_callback(ctx.report))
+        if ctx.deadline is not None:
+            callbacks.append(_deadline_callback(ctx))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*categorical_feature.*")
             self.booster_ = lgb.train(params, train, valid_sets=[valid], valid_names=["valid"], callbacks=callbacks)
@@ -110,6 +112,25 @@ class LightGBMModel(TabularModel):
     def feature_importance(self) -> Optional[dict[str, float]]:
         gains = self.booster_.feature_importance(importance_type="gain")
         return dict(zip(self.booster_.feature_name(), map(float, gains)))
+
+
+def _deadline_callback(ctx: FitContext):
+    """Stop boosting when the next round would end past the run's deadline; the rounds so far are
+    the model (LightGBM keeps them all as its best iteration)."""
+    import time
+
+    import lightgbm as lgb
+
+    last = [time.time()]
+
+    def callback(env):
+        now = time.time()
+        step, last[0] = now - last[0], now
+        if ctx.out_of_time(step):
+            raise lgb.callback.EarlyStopException(env.iteration, env.evaluation_result_list)
+
+    callback.order = 50  # after early stopping (30) and pruning (40)
+    return callback
 
 
 def _pruning_callback(report):

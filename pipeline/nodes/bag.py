@@ -30,5 +30,9 @@ class BagNode(NodeKind):
             ctx.hooks.on_trial_end(trial)
         return trial
 
+    def cut(self, task, ctx) -> None:
+        """Not all of the trial's folds will run: the trial is dropped, not scored on part of the rows."""
+        ctx.trials.drop(task.model, task.trial)
+
     def describe(self, tasks, plan) -> str:
         return f"bag: {len(tasks)} node(s), each trial's fold models averaged and scored out of fold"

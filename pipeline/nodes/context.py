@@ -69,6 +69,8 @@ class Hooks(Protocol):
 
     def on_trial_end(self, result: TrialResult) -> None: ...
 
+    # optional: on_task_cut(task), a task the time limit cut before it finished
+
 
 @dataclass(frozen=True)
 class RunOutputs:
@@ -96,6 +98,7 @@ class GraphContext:
     hooks: Optional[Hooks] = None
     outputs: Optional[RunOutputs] = None  # None: a graph without evaluation nodes
     data_ref: Any = None  # executors.tasks.DataRef, set when the backend has prepared the data
+    deadline: Optional[float] = None  # time.time() the fits must end by (time_limit_s); None: no limit
     outcome: Outcome = field(default_factory=Outcome)
     curves: dict[tuple[str, int], list[dict]] = field(default_factory=dict)  # (model, fold) -> pruner references
 

@@ -23,6 +23,7 @@ class Board:
 @register
 class EnsembleNode(NodeKind):
     name = "ensemble"
+    partial_inputs = True  # the models with a complete trial, when a time limit cut the others
 
     def run(self, task, inputs, ctx) -> Board:
         from pipeline import metrics as metrics_module
@@ -30,7 +31,7 @@ class EnsembleNode(NodeKind):
 
         data, metric, tracker = ctx.data, ctx.metric, ctx.require_outputs(task).tracker
         problem = data.problem_type
-        models = list(dict.fromkeys(inputs[i].model for i in task.depends_on))
+        models = list(dict.fromkeys(inputs[i].model for i in task.depends_on if i in inputs))
         best = {name: ctx.outcome.best(name, metric) for name in models}
         schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.outputs.unseen_categories)
         rows, predictors = [], {}

@@ -14,6 +14,7 @@ from pipeline.store import atomic_write_bytes
 @register
 class EvaluateNode(NodeKind):
     name = "evaluate"
+    partial_inputs = True  # the boards that were made, when a time limit cut a node before it
 
     def run(self, task, inputs, ctx) -> list[dict]:
         import pandas as pd
@@ -23,7 +24,7 @@ class EvaluateNode(NodeKind):
 
         out = ctx.require_outputs(task)
         data, metric, plan, tracker, outcome = ctx.data, ctx.metric, ctx.plan, out.tracker, ctx.outcome
-        boards = [inputs[d] for d in task.depends_on]
+        boards = [inputs[d] for d in task.depends_on if d in inputs]
         rows = [r for b in boards for r in b.rows]
         predictors = {k: v for b in boards for k, v in b.predictors.items()}
         best = {k: v for b in boards for k, v in b.best.items()}

@@ -30,6 +30,7 @@ class FitNode(NodeKind):
             gpu_ids=tuple(d for d, _ in shares), gpu_shares=tuple(s for _, s in shares), data=ctx.data_ref,
             checkpoint_dir=str(ctx.store.checkpoint_dir(key)), pruning=ctx.pruning,
             prune_reference=tuple(ctx.curves.get((task.model, task.fold), ())) if ctx.pruning else (),
+            deadline=ctx.deadline,
         )
 
     def done(self, task, result, request, ctx):
@@ -44,6 +45,7 @@ class FitNode(NodeKind):
                 "gpu_shares": [float(s) for s in request.gpu_shares],
                 "cuda_visible_devices": result.cuda_visible_devices, "device": result.device,
                 "cached": result.cached, "attempt": result.attempt, "pruned": result.pruned,
+                "stopped_by_budget": getattr(result, "stopped_by_budget", False),  # False: a result cached before it was kept
                 **_memory(ctx.plan.allocation(task.model).memory, result),
             }
         )

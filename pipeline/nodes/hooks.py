@@ -28,6 +28,11 @@ class RunHooks:
             if self.run_id is not None and self.on_run_id is not None:
                 self.on_run_id(self.run_id)
 
+    def on_task_cut(self, task: Task) -> None:
+        """The time limit cut a task before it finished: a fit leaves its model's progress bar."""
+        if task.kind == "fit":
+            self.progress.drop(task.model)
+
     def on_trial_end(self, trial: TrialResult) -> None:
         if not self.log_trials:
             return
