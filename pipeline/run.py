@@ -320,8 +320,8 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
     if budget is not None:
         from pipeline.time_budget import record, summarize
 
-        record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled),
-               runtime.run_dir, tracker)
+        record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
+                         scheduler.abandoned), runtime.run_dir, tracker)
     return outcome.results[EVALUATE]
 
 

@@ -145,14 +145,15 @@ class BudgetSummary:
     fits: int
     fits_not_run: int
     fits_stopped: int  # stopped at the deadline by their round or epoch callback; kept as finished
-    fits_cancelled: int  # still running past the deadline's grace: their workers were stopped
+    fits_cancelled: int = 0  # still running past the deadline's grace: their workers were stopped
+    fits_abandoned: int = 0  # running when the rest of their trial was cut: stopped, their result unused
     other_cut: dict[str, int] = field(default_factory=dict)  # node kind -> how many were cut
     left_out: list[str] = field(default_factory=list)  # models without one complete trial
 
     @property
     def cut_anything(self) -> bool:
         return bool(self.trials_not_run or self.trials_dropped or self.fits_not_run or self.fits_stopped
-                    or self.fits_cancelled or self.other_cut or self.left_out)
+                    or self.fits_cancelled or self.fits_abandoned or self.other_cut or self.left_out)
 
     @property
     def nothing_finished(self) -> bool:
@@ -166,6 +167,8 @@ class BudgetSummary:
         parts.append(f"{self.fits_stopped} fit{'' if self.fits_stopped == 1 else 's'} stopped early")
         if self.fits_cancelled:
             parts.append(f"{self.fits_cancelled} stopped past the deadline")
+        if self.fits_abandoned:
+            parts.append(f"{self.fits_abandoned} stopped when their trial could no longer finish")
         parts += [f"{n} {kind} node(s) not run" for kind, n in self.other_cut.items()]
         if self.left_out:
             parts.append("left out (no complete trial): " + ", ".join(self.left_out))
@@ -175,8 +178,8 @@ class BudgetSummary:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"line": self.line()}
 
 
-def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict],
-              cancelled: int = 0) -> BudgetSummary:
+def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict], cancelled: int = 0,
+              abandoned: int = 0) -> BudgetSummary:
     """The summary of a finished graph: `done` holds each task's result by id, `timeline` the fits'."""
     tasks = list(cut.tasks.values())
     fits = [t for t in tasks if t.kind == "fit"]
@@ -197,6 +200,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
         trials=len(bags), trials_not_run=len(cut_bags) - dropped, trials_dropped=dropped,
         fits=len(fits), fits_not_run=sum(f.id in cut.cut and f.id not in cut.started for f in fits),
         fits_stopped=sum(bool(e.get("stopped_by_budget")) for e in timeline), fits_cancelled=cancelled,
+        fits_abandoned=abandoned,
         other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
     )
 

@@ -63,6 +63,7 @@ class Scheduler:
         self.budget = budget
         self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs)
         self.cancelled = 0  # fits stopped past the deadline's grace
+        self.abandoned = 0  # running fits stopped because their trial could no longer finish
         order = {t.id: i for i, t in enumerate(plan.tasks)}
         # under a budget, trial by trial across the models; else the plan's order
         self._priority = lambda t: ((t.trial or 0) if budget is not None else 0, order[t.id])
@@ -74,44 +75,22 @@ class Scheduler:
         admission = Admission(self.plan.hardware, self.plan.allocations, self.plan.ram_for_fits)
         self.blocked: list[Task] = list(self.plan.tasks)  # waiting for their dependencies
         self.queued: list[Task] = []  # worker tasks waiting for admission, in priority order
-        running: dict[object, tuple[Task, tuple, Any]] = {}
+        self.running: dict[object, tuple[Task, tuple, Any]] = {}
         attempts: dict[str, int] = defaultdict(int)
         ctx.data_ref = self.backend.prepare(self.plan, ctx.data)
         if self.budget is not None:  # the clock starts with the first fit
             ctx.deadline = self.budget.begin()
         self._release()
-        while self.queued or running:
-            progressed = False
-            for task in list(self.queued):
-                if task.id in self.cut.cut or not self._in_time(task, admission):
-                    self.queued.remove(task)
-                    progressed = True
-                    continue
-                shares = admission.try_admit(task)
-                if shares is None:
-                    continue
-                self.queued.remove(task)
-                progressed = True
-                self.cut.started.add(task.id)
-                request = self.kinds[task.kind].request(task, shares, ctx, attempts[task.id])
-                cached = self.store.get(request.key)
-                if cached is not None:
-                    admission.release(task, shares)
-                    cached.cached = True
-                    self._complete(task, cached, request)
-                    continue
-                if self.hooks:
-                    self.hooks.on_task_start(task)
-                handle = self.backend.submit(request)
-                running[handle] = (task, shares, request)
-                self.started[handle] = time.monotonic()
+        while self.queued or self.running:
+            progressed = self._admit(admission, attempts)
             self._release()  # the cuts of this pass may have settled a node's inputs
-            if not running:
+            self._stop_unused(admission)
+            if not self.running:
                 if self.queued and not progressed:  # cannot happen for a valid plan
                     raise RuntimeError(f"scheduler stalled with {len(self.queued)} tasks pending")
                 continue
-            for handle, result in self._wait(running):
-                task, shares, request = running.pop(handle)
+            for handle, result in self._wait(self.running):
+                task, shares, request = self.running.pop(handle)
                 self.started.pop(handle, None)
                 admission.release(task, shares)
                 if result is None:  # stopped past the deadline's grace
@@ -138,17 +117,66 @@ class Scheduler:
             raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {self.blocked[0].id}")
         return ctx.outcome
 
-    def _in_time(self, task: Task, admission: Admission) -> bool:
-        """Whether `task` and the rest of its trial can still end by the deadline (always, without a
-        budget); a task that cannot is cut."""
+    def _admit(self, admission: Admission, attempts: dict) -> bool:
+        """Start (or take from the store) every queued task that admission and the budget allow, in
+        priority order; whether any task left the queue."""
+        progressed = False
+        for task in list(self.queued):
+            go = task.id not in self.cut.cut and self._in_time(task, admission)
+            if go is False:
+                self.queued.remove(task)
+                progressed = True
+            shares = admission.try_admit(task) if go else None
+            if shares is None:
+                continue
+            self.queued.remove(task)
+            progressed = True
+            self.cut.started.add(task.id)
+            request = self.kinds[task.kind].request(task, shares, self.ctx, attempts[task.id])
+            cached = self.store.get(request.key)
+            if cached is not None:
+                admission.release(task, shares)
+                cached.cached = True
+                self._complete(task, cached, request)
+                continue
+            if self.hooks:
+                self.hooks.on_task_start(task)
+            handle = self.backend.submit(request)
+            self.running[handle] = (task, shares, request)
+            self.started[handle] = time.monotonic()
+        return progressed
+
+    def _in_time(self, task: Task, admission: Admission) -> Optional[bool]:
+        """True: `task` may start (always, without a budget); None: not yet, while the model's first
+        fit, which tells how long one takes, runs; False: it and the rest of its trial cannot end by
+        the deadline, and it is cut."""
         if self.budget is None:
             return True
         limit = admission.limits.get(task.model)
-        in_parallel = limit.folds_parallel if limit is not None else 1
-        if self.budget.can_finish(task, waves(self.cut.siblings_left(task), in_parallel)):
-            return True
-        self._cut(task, "budget")
-        return False
+        fits = waves(self.cut.siblings_left(task), limit.folds_parallel if limit is not None else 1)
+        if not self.budget.can_finish(task, fits):
+            log.debug("cut %s: %d fit(s) of about %s s each do not end in the %.1f s left", task.id, fits,
+                      self.budget.estimate(task), self.budget.remaining())
+            self._cut(task, "budget")
+            return False
+        if self.budget.estimate(task) is None and any(
+                (t.model, getattr(t, "level", None)) == (task.model, getattr(task, "level", None))
+                for t, _, _ in self.running.values()):
+            return None
+        return True
+
+    def _stop_unused(self, admission: Admission) -> None:
+        """Stop each running fit whose every consumer was cut (the other folds of its trial cannot
+        end in time): its result would go unused."""
+        for handle, (task, shares, _) in list(self.running.items()):
+            consumers = self.cut.consumers[task.id]
+            if consumers and all(c in self.cut.cut for c in consumers):
+                self.backend.cancel(handle)
+                del self.running[handle]
+                self.started.pop(handle, None)
+                admission.release(task, shares)
+                self.cut.cut[task.id] = "unused"
+                self.abandoned += 1
 
     def _cut(self, task: Task, why: str) -> None:
         for tid in self.cut.cut_task(task.id, why):
