@@ -219,16 +219,16 @@ class Scheduler:
             oldest = min(self.started[h] for h in running)
             timeouts.append(oldest + self.task_timeout_s - time.monotonic())
         if self.budget is not None:
-            timeouts.append(self.budget.stop_at - time.time())
+            timeouts.append(self.budget.stop_at - self.budget.clock())
         done = self.backend.wait(list(running), timeout=max(0.0, min(timeouts)) if timeouts else None)
         finished = {h for h, _ in done}
         now = time.monotonic()
         for handle, (task, _, _) in running.items():
             if handle in finished:
                 continue
-            if self.budget is not None and time.time() >= self.budget.stop_at:
+            if self.budget is not None and self.budget.clock() >= self.budget.stop_at:
                 log.warning("fit %s was still running %.0f s past the time limit; its worker is stopped",
-                            task.id, time.time() - self.budget.deadline)
+                            task.id, self.budget.clock() - self.budget.deadline)
                 self.backend.cancel(handle)
                 self.cancelled += 1
                 done.append((handle, None))
