@@ -152,8 +152,7 @@ class Scheduler:
         the deadline, and it is cut."""
         if self.budget is None:
             return True
-        limit = admission.limits.get(task.model)
-        fits = waves(self.cut.siblings_left(task), limit.folds_parallel if limit is not None else 1)
+        fits = waves(self.cut.siblings_left(task), self._in_parallel(task, admission))
         if not self.budget.can_finish(task, fits):
             log.debug("cut %s: %d fit(s) of about %s s each do not end in the %.1f s left", task.id, fits,
                       self.budget.estimate(task), self.budget.remaining())
@@ -164,6 +163,15 @@ class Scheduler:
                 for t, _, _ in self.running.values()):
             return None
         return True
+
+    def _in_parallel(self, task: Task, admission: Admission) -> int:
+        """How many fits of `task`'s trial may run at once from now: the plan's folds in parallel, or
+        fewer, as many as its running folds and the CPUs free now hold (other models' fits keep theirs)."""
+        limit = admission.limits.get(task.model)
+        if limit is None:
+            return 1
+        mine = sum((t.model, t.trial) == (task.model, task.trial) for t, _, _ in self.running.values())
+        return min(limit.folds_parallel, mine + admission.pool.free_cpus // max(1, task.resources.num_cpus))
 
     def _stop_unused(self, admission: Admission) -> None:
         """Stop each running fit whose every consumer was cut (the other folds of its trial cannot

@@ -112,8 +112,9 @@ class TestGraphCut:
 
 # ---------------------------------------------------------------- the scheduler on a simulated clock
 class SimulatedBackend(Backend):
-    """No fit runs: one of model m takes seconds[m] on the clock, and wait() moves the clock to the
-    next end (or by its timeout). Each result holds out the fold's rows, predicting 0.5."""
+    """No fit runs: one of model m takes seconds[m] on the clock (or, for a list, its next entry), and
+    wait() moves the clock to the next end (or by its timeout). Each result holds out the fold's rows,
+    predicting 0.5."""
 
     def __init__(self, seconds: dict, clock: Clock, rows: int):
         self.seconds, self.clock, self.rows = seconds, clock, rows
@@ -128,7 +129,8 @@ class SimulatedBackend(Backend):
 
     def submit(self, request):
         handle, start = next(self.counter), self.clock.now
-        end = start + self.seconds[request.model_name]
+        seconds = self.seconds[request.model_name]
+        end = start + (seconds.pop(0) if isinstance(seconds, list) else seconds)
         self.running[handle] = (start, end, request)
         self.submitted.append((request.task_id, start, end))
         self.deadlines.add(request.deadline)
@@ -237,17 +239,25 @@ def test_an_ample_budget_cuts_nothing(tmp_path):
 
 
 def test_a_running_fold_whose_trial_can_no_longer_finish_is_stopped(tmp_path):
-    # slow (4 s a fit, 3 folds): its first fit alone, then a second while fast holds the other CPU; when
-    # that CPU frees at 4.5 s the third fold would end at 8.5 s, past the 8.2 s deadline: the trial is cut
-    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"slow": 4.0, "fast": 1.5}, limit_s=8.2,
-                                                         trials=3, folds=3)
-    assert backend.cancelled == [fit_id("slow", 0, 1)] and scheduler.abandoned == 1
-    assert fit_id("slow", 0, 2) not in {tid for tid, _, _ in backend.submitted}
-    assert outcome.results["collect"] == [bag_id("fast", 0), bag_id("fast", 1)]
+    # m (3 folds): its first fit takes 1 s, so at 1 s its second starts (2 fits of 1 s, one CPU free, end
+    # by 3 s) but runs 6 s; its third waits for x's CPU, freed at 4 s, and would end at 5 s, past the
+    # 4.5 s deadline: the trial is cut, and its running second fold stopped
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"m": [1.0, 6.0, 1.0], "x": 4.0}, limit_s=4.5,
+                                                         trials=1, folds=3)
+    assert backend.cancelled == [fit_id("m", 0, 1)] and scheduler.abandoned == 1
+    assert fit_id("m", 0, 2) not in {tid for tid, _, _ in backend.submitted}
     summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
                         scheduler.abandoned)
-    assert (summary.trials_dropped, summary.fits_abandoned, summary.left_out) == (1, 1, ["slow"])
-    assert "1 dropped unfinished" in summary.line() and "left out (no complete trial): slow" in summary.line()
+    assert (summary.trials_dropped, summary.fits_abandoned, summary.left_out) == (2, 1, ["m", "x"])
+    assert "2 dropped unfinished" in summary.line() and "1 stopped when their trial could no longer finish" in summary.line()
+
+
+def test_a_trial_is_not_started_when_other_models_hold_the_cpus_its_folds_would_need(tmp_path):
+    # fast's first trial takes both CPUs' worth of time: when slow's first fit (4 s) ends, fast holds a
+    # CPU, so slow's other 2 folds would run one after the other (8 s) and end past the 10 s deadline
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"slow": 4.0, "fast": [1.0, 5.0, 5.0, 1.0]},
+                                                         limit_s=10.0, trials=2, folds=3)
+    assert not any(tid.startswith("fit/slow/t0/f1") for tid, _, _ in backend.submitted)
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
