@@ -7,7 +7,8 @@ tail (ensemble selection, the test rows scored, models saved and logged) runs af
 
 - `TimeBudget` estimates how long a fit takes, from the fits of the same model that finished
   (mean per fold; a fit stopped early gives a floor); a model with none finished starts. A better
-  estimate (the device choice's cost model) plugs in as `prior`, one function of the task.
+  estimate (the device choice's cost model) plugs in as `prior`, one function of the task. It says
+  whether a trial's remaining fits, laid on the places (CPUs) that free when, end by the deadline.
 - `GraphCut` is the cut over any plan's tasks: a task is cut when a task it needs was cut, except
   for node kinds that run on whichever of their inputs finished (`partial_inputs`: the ensemble,
   the evaluation), which are cut only when all were; a task not started yet is cut when every task
@@ -17,12 +18,12 @@ tail (ensemble selection, the test rows scored, models saved and logged) runs af
 
 from __future__ import annotations
 
-import math
+import heapq
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import fmean
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pipeline.errors import TimeLimitError
 
@@ -77,12 +78,22 @@ class TimeBudget:
         floors = [s for (m, _), seconds in self._stopped.items() if m == task.model for s in seconds]
         return max(floors) if floors else self.prior(task)
 
-    def can_finish(self, task, waves: int = 1, now: Optional[float] = None) -> bool:
-        """Whether `waves` fits of `task`'s model, one after the other, end by the deadline if the
-        first starts now; with no estimate, only whether the deadline is still ahead."""
+    def can_finish(self, task, fits: int = 1, slots: Sequence[float] = (), after: float = 0.0,
+                   now: Optional[float] = None) -> bool:
+        """Whether `fits` fits of `task`'s model end by the deadline, each started on the first of
+        `slots` (the times, as the clock's, at which a place to run one frees; none: one place, free
+        now) that is free, and the fits already running for the same result, ending at `after`, too.
+        With no estimate, only whether the deadline is still ahead."""
         now = self.clock() if now is None else now
-        seconds = self.estimate(task)
-        return now + waves * (seconds or 0.0) < self.deadline
+        seconds = self.estimate(task) or 0.0
+        free = sorted(max(now, s) for s in slots) or [now]
+        heapq.heapify(free)
+        end = max(now, after)
+        for _ in range(fits):
+            start = heapq.heappop(free)
+            end = max(end, start + seconds)
+            heapq.heappush(free, start + seconds)
+        return end < self.deadline
 
     def remaining(self, now: Optional[float] = None) -> float:
         return self.deadline - (self.clock() if now is None else now)
@@ -127,10 +138,6 @@ class GraphCut:
             for c in self.consumers[task.id] if not self.partial_inputs(self.tasks[c])
         ]
         return max(left, default=1)
-
-
-def waves(fits: int, in_parallel: int) -> int:
-    return max(1, math.ceil(fits / max(1, in_parallel)))
 
 
 @dataclass

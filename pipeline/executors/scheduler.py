@@ -28,7 +28,7 @@ from pipeline.nodes import node_kind
 from pipeline.nodes.context import GraphContext, Hooks, Outcome, RunOutputs, TrialResult
 from pipeline.plan import Admission, Plan, Task
 from pipeline.store import ResultStore
-from pipeline.time_budget import GraphCut, TimeBudget, waves
+from pipeline.time_budget import GraphCut, TimeBudget
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
 
@@ -60,6 +60,7 @@ class Scheduler:
                                 outputs=outputs)
         self.kinds = {kind: node_kind(kind) for kind in dict.fromkeys(t.kind for t in plan.tasks)}
         self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
+        self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
         self.budget = budget
         self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs)
         self.cancelled = 0  # fits stopped past the deadline's grace
@@ -92,6 +93,7 @@ class Scheduler:
             for handle, result in self._wait(self.running):
                 task, shares, request = self.running.pop(handle)
                 self.started.pop(handle, None)
+                self.submitted_at.pop(handle, None)
                 admission.release(task, shares)
                 if result is None:  # stopped past the deadline's grace
                     self._cut(task, "overran")
@@ -144,6 +146,8 @@ class Scheduler:
             handle = self.backend.submit(request)
             self.running[handle] = (task, shares, request)
             self.started[handle] = time.monotonic()
+            if self.budget is not None:
+                self.submitted_at[handle] = self.budget.clock()
         return progressed
 
     def _in_time(self, task: Task, admission: Admission) -> Optional[bool]:
@@ -152,10 +156,11 @@ class Scheduler:
         the deadline, and it is cut."""
         if self.budget is None:
             return True
-        fits = waves(self.cut.siblings_left(task), self._in_parallel(task, admission))
-        if not self.budget.can_finish(task, fits):
-            log.debug("cut %s: %d fit(s) of about %s s each do not end in the %.1f s left", task.id, fits,
-                      self.budget.estimate(task), self.budget.remaining())
+        fits = self.cut.siblings_left(task)
+        slots, after = self._slots(task, admission)
+        if not self.budget.can_finish(task, fits, slots, after):
+            log.debug("cut %s: %d fit(s) of about %s s each on %d place(s) do not end in the %.1f s left", task.id,
+                      fits, self.budget.estimate(task), len(slots), self.budget.remaining())
             self._cut(task, "budget")
             return False
         if self.budget.estimate(task) is None and any(
@@ -164,14 +169,23 @@ class Scheduler:
             return None
         return True
 
-    def _in_parallel(self, task: Task, admission: Admission) -> int:
-        """How many fits of `task`'s trial may run at once from now: the plan's folds in parallel, or
-        fewer, as many as its running folds and the CPUs free now hold (other models' fits keep theirs)."""
+    def _slots(self, task: Task, admission: Admission) -> tuple[list[float], float]:
+        """Where the rest of `task`'s trial can run, as the times those places free (at most the plan's
+        folds in parallel): CPUs free now, those of its own running folds, and those of running fits
+        that come after it in the queue's order (it takes them as they free; an estimate says when);
+        fits ahead of it keep theirs. And when its own running folds end."""
+        now, cpus = self.budget.clock(), max(1, task.resources.num_cpus)
+        slots, after = [now] * (admission.pool.free_cpus // cpus), now
+        for handle, (t, _, _) in self.running.items():
+            mine = (t.model, t.trial) == (task.model, task.trial)
+            seconds = self.budget.estimate(t)
+            if seconds is None or not (mine or self._priority(t) > self._priority(task)):
+                continue
+            end = self.submitted_at[handle] + seconds
+            after = max(after, end) if mine else after
+            slots += [end] * (t.resources.num_cpus // cpus)
         limit = admission.limits.get(task.model)
-        if limit is None:
-            return 1
-        mine = sum((t.model, t.trial) == (task.model, task.trial) for t, _, _ in self.running.values())
-        return min(limit.folds_parallel, mine + admission.pool.free_cpus // max(1, task.resources.num_cpus))
+        return sorted(slots)[:limit.folds_parallel if limit is not None else 1], after
 
     def _stop_unused(self, admission: Admission) -> None:
         """Stop each running fit whose every consumer was cut (the other folds of its trial cannot
@@ -182,6 +196,7 @@ class Scheduler:
                 self.backend.cancel(handle)
                 del self.running[handle]
                 self.started.pop(handle, None)
+                self.submitted_at.pop(handle, None)
                 admission.release(task, shares)
                 self.cut.cut[task.id] = "unused"
                 self.abandoned += 1

@@ -66,13 +66,17 @@ class TestEstimates:
         assert budget.estimate(level2) == 6.0 and budget.estimate(level1) == 2.0
         assert budget.estimate(SimpleNamespace(model="b", level=1)) == 7.0  # the pluggable cost model
 
-    def test_can_finish_counts_waves_of_fits_against_the_deadline(self):
+    def test_can_finish_places_the_fits_on_the_first_free_places_against_the_deadline(self):
         clock = Clock()
         budget = TimeBudget(10, clock=clock)
         task = Task("x", "fit", DRIVER, model="a")
-        assert budget.can_finish(task, waves=3)  # unknown: it starts while the deadline is ahead
+        assert budget.can_finish(task, fits=3)  # unknown: it starts while the deadline is ahead
         budget.record(task, 3.0)
-        assert budget.can_finish(task, waves=3) and not budget.can_finish(task, waves=4)
+        now = clock.now
+        assert budget.can_finish(task, fits=3) and not budget.can_finish(task, fits=4)  # one place: 9 s, 12 s
+        assert budget.can_finish(task, fits=5, slots=[now, now + 3])  # two places, one free at 3 s: 9 s
+        assert not budget.can_finish(task, fits=5, slots=[now, now + 5])  # one free at 5 s: 0-3-6-9, 5-8-11
+        assert not budget.can_finish(task, fits=1, after=now + 11)  # a fold already running ends too late
         clock.now += 8
         assert not budget.can_finish(task)
         clock.now += 2
@@ -252,12 +256,18 @@ def test_a_running_fold_whose_trial_can_no_longer_finish_is_stopped(tmp_path):
     assert "2 dropped unfinished" in summary.line() and "1 stopped when their trial could no longer finish" in summary.line()
 
 
-def test_a_trial_is_not_started_when_other_models_hold_the_cpus_its_folds_would_need(tmp_path):
-    # fast's first trial takes both CPUs' worth of time: when slow's first fit (4 s) ends, fast holds a
-    # CPU, so slow's other 2 folds would run one after the other (8 s) and end past the 10 s deadline
-    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"slow": 4.0, "fast": [1.0, 5.0, 5.0, 1.0]},
-                                                         limit_s=10.0, trials=2, folds=3)
-    assert not any(tid.startswith("fit/slow/t0/f1") for tid, _, _ in backend.submitted)
+def test_a_trial_counts_the_cpus_of_fits_behind_it_in_the_queue_not_those_ahead_of_it(tmp_path):
+    # b (2 s, 3 folds) starts beside a's first fit, whose time is unknown and which comes first: b's
+    # other two folds get one CPU, 2 + 2 + 2 = 6 s, past the 5 s deadline (two at once would end at 4 s)
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"a": 20.0, "b": 2.0}, limit_s=5.0,
+                                                         trials=1, folds=3)
+    assert [tid for tid, _, _ in backend.submitted] == [fit_id("a", 0, 0), fit_id("b", 0, 0)]
+    # c (4 s, 3 folds) comes first; when its first fit ends at 4 s, d's second trial holds a CPU until
+    # 4.5 s: c's other folds run on the free CPU and on d's as it frees, ending at 8.5 s, by the 9 s deadline
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path / "2", {"c": 4.0, "d": 1.5}, limit_s=9.0,
+                                                         trials=2, folds=2 + 1)
+    assert bag_id("c", 0) in outcome.results["collect"]
+    assert {tid: (start - 1000, end - 1000) for tid, start, end in backend.submitted}[fit_id("c", 0, 2)] == (4.5, 8.5)
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
