@@ -121,39 +121,49 @@ class Scheduler:
 
     def _admit(self, admission: Admission, attempts: dict) -> bool:
         """Start (or take from the store) every queued task that admission and the budget allow, in
-        priority order; whether any task left the queue."""
-        progressed = False
+        priority order; then, on what is left, the fits held back while their model's first fit runs.
+        Whether any task left the queue."""
+        progressed, held_back = False, []
         for task in list(self.queued):
             go = task.id not in self.cut.cut and self._in_time(task, admission)
-            if go is False:
+            if go is None:
+                held_back.append(task)
+            elif go is False:
                 self.queued.remove(task)
                 progressed = True
-            shares = admission.try_admit(task) if go else None
-            if shares is None:
-                continue
-            self.queued.remove(task)
-            progressed = True
-            self.cut.started.add(task.id)
-            request = self.kinds[task.kind].request(task, shares, self.ctx, attempts[task.id])
-            cached = self.store.get(request.key)
-            if cached is not None:
-                admission.release(task, shares)
-                cached.cached = True
-                self._complete(task, cached, request)
-                continue
-            if self.hooks:
-                self.hooks.on_task_start(task)
-            handle = self.backend.submit(request)
-            self.running[handle] = (task, shares, request)
-            self.started[handle] = time.monotonic()
-            if self.budget is not None:
-                self.submitted_at[handle] = self.budget.clock()
+            else:
+                progressed = self._start(task, admission, attempts) or progressed
+        for task in held_back:  # places nothing else could take: no reason to wait for the estimate
+            progressed = self._start(task, admission, attempts) or progressed
         return progressed
 
+    def _start(self, task: Task, admission: Admission, attempts: dict) -> bool:
+        """Submit `task` if admission allows (or complete it from the store); whether it left the queue."""
+        shares = admission.try_admit(task)
+        if shares is None:
+            return False
+        self.queued.remove(task)
+        self.cut.started.add(task.id)
+        request = self.kinds[task.kind].request(task, shares, self.ctx, attempts[task.id])
+        cached = self.store.get(request.key)
+        if cached is not None:
+            admission.release(task, shares)
+            cached.cached = True
+            self._complete(task, cached, request)
+            return True
+        if self.hooks:
+            self.hooks.on_task_start(task)
+        handle = self.backend.submit(request)
+        self.running[handle] = (task, shares, request)
+        self.started[handle] = time.monotonic()
+        if self.budget is not None:
+            self.submitted_at[handle] = self.budget.clock()
+        return True
+
     def _in_time(self, task: Task, admission: Admission) -> Optional[bool]:
-        """True: `task` may start (always, without a budget); None: not yet, while the model's first
-        fit, which tells how long one takes, runs; False: it and the rest of its trial cannot end by
-        the deadline, and it is cut."""
+        """True: `task` may start (always, without a budget); None: only on a place nothing else takes,
+        while the model's first fit, which tells how long one takes, runs; False: it and the rest of its
+        trial cannot end by the deadline, and it is cut."""
         if self.budget is None:
             return True
         fits = self.cut.siblings_left(task)
