@@ -129,6 +129,12 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
     return table
 
 
+def time_limit_line(limit_s: float) -> str:
+    """Under the plan: what time_limit_s will do to it."""
+    return (f"time limit: {limit_s:g} s for the fits (time_limit_s), from the first one; trials run round by "
+            "round across the models, and fits that cannot end by then are not started")
+
+
 def budget_lines(summary) -> list[str]:
     """What the time limit cut (pipeline.time_budget.BudgetSummary), as the run's last lines say it."""
     lines = [summary.line()]

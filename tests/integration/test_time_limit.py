@@ -19,6 +19,7 @@ def test_a_time_limit_cuts_trials_and_still_ends_with_a_leaderboard(cli, tmp_pat
     budget = state["time_budget"]
     assert state["status"] == "FINISHED" and budget["limit_s"] == 8.0
     assert 0 < budget["trials_not_run"] < 400 and budget["fits_not_run"] > 0
+    assert "time limit: 8 s for the fits (time_limit_s)" in proc.stdout  # under the plan
     assert f"time limit 8 s: {budget['trials_not_run']} of 400 trials not run" in proc.stdout
     assert budget["fits_ended_s"] < 8.0 + 10  # the last fit ended within the limit and its stop grace
     finished = 400 - budget["trials_not_run"] - budget["trials_dropped"]
