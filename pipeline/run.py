@@ -79,8 +79,8 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     from pipeline import report
 
     report.print_plan(plan)
-    if settings.time_limit_s is not None:
-        report.console.print(report.time_limit_line(settings.time_limit_s))
+    if settings.conf.time_limit_s is not None:
+        report.console.print(report.time_limit_line(settings.conf.time_limit_s))
     plan.write(runtime.run_dir / "plan.json")
     if settings.conf.dry_run:
         report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")

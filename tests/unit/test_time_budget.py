@@ -280,8 +280,8 @@ def test_a_time_limit_that_is_no_positive_number_of_seconds_is_refused_naming_th
 
     with pytest.raises(ConfigError, match=f"time_limit_s={value}.* must be a positive number of seconds.*or null"):
         read_settings(compose([f"time_limit_s={value}"]))
-    assert read_settings(compose(["time_limit_s=40"])).time_limit_s == 40.0
-    assert read_settings(compose([])).time_limit_s is None
+    assert read_settings(compose(["time_limit_s=40"])).conf.time_limit_s == 40.0
+    assert read_settings(compose([])).conf.time_limit_s is None
 
 
 def test_a_dropped_trial_is_told_to_optuna_as_failed_and_a_trial_never_asked_is_no_trial():
