@@ -169,7 +169,8 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
         raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
             dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
         allocations.append(memory.plan(spec, allocation, raised))
-    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=settings.refit)
+    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=settings.refit,
+                      stack_levels=settings.stack_levels)
 
 
 def check_gpu_models(settings: Settings, hardware) -> None:

@@ -21,6 +21,7 @@ from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
+from pipeline.stacking import check as check_stacking
 from pipeline.targets import ALWAYS_ALLOWED, Kind, check_allowed_targets, check_no_targets, resolve
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class Settings:
     params: dict  # the resolved config, flattened and redacted, for MLflow
     config_yaml: str  # the resolved config, redacted
     refit: bool = False
+    stack_levels: int = 0
     bag_memory: MemoryRequest = field(default_factory=MemoryRequest)
     fit_memory: MemoryRequest = field(default_factory=MemoryRequest)
     allowed_targets: tuple[str, ...] = ALWAYS_ALLOWED  # module prefixes a _target_ may name
@@ -107,6 +109,7 @@ def read_settings(cfg: DictConfig) -> Settings:
     conf.hpo.check({m.name: m.search_space for m in models})
     check_data(conf.data, allowed, conf.seed)
     par = conf.parallelism
+    check_stacking(conf.stack_levels, par.num_folds)
     redacted = redact(tree)
     return Settings(
         data=conf.data,
@@ -127,6 +130,7 @@ def read_settings(cfg: DictConfig) -> Settings:
         params=flatten(redacted),
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(redacted)),
         refit=conf.refit,
+        stack_levels=conf.stack_levels,
         bag_memory=_memory(par.bag, "parallelism.bag"),
         fit_memory=_memory(par.fit, "parallelism.fit"),
         allowed_targets=allowed,
