@@ -76,7 +76,7 @@ def plan_tree(plan: Plan) -> Tree:
             node.add(f"wave {wave}: " + "  ".join(cells))
     kinds = by_kind(plan)
     graph = tree.add("[bold]graph[/bold]: " + " → ".join(
-        f"{kind} ×{len(tasks)}" if len(tasks) > 1 else kind for kind, tasks in kinds.items()))
+        f"{step} ×{count}" if count > 1 else step for step, count in graph_steps(plan)))
     for kind, tasks in kinds.items():
         graph.add(node_kind(kind).describe(tasks, plan))
     return tree
@@ -100,6 +100,22 @@ def level_counts(fits: list) -> dict[int, str]:
         parts = [f"{folds} fold fit(s)"] + ([f"{inner} without 2+ folds"] if inner else []) + (["refit"] if refit else [])
         out[level] = ", ".join(parts)
     return out
+
+
+def graph_steps(plan: Plan) -> list[tuple[str, int]]:
+    """The plan's tasks as the steps they run in: runs of one kind (and stacking level), in plan order."""
+    steps: list[list] = []
+    for t in plan.tasks:
+        step = t.kind
+        if t.kind == "fit" and t.fold_set == ():
+            step = "refit fit"
+        elif t.kind in ("fit", "bag") and (t.fold_set is not None or t.level > 1):
+            step = f"{t.kind} L{t.level}"
+        if steps and steps[-1][0] == step:
+            steps[-1][1] += 1
+        else:
+            steps.append([step, 1])
+    return [(step, count) for step, count in steps]
 
 
 def by_kind(plan: Plan) -> dict[str, list]:

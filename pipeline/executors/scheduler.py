@@ -65,23 +65,8 @@ class Scheduler:
         ctx.data_ref = self.backend.prepare(self.plan, ctx.data)
         self._release()
         while self.queued or running:
-            for task in list(self.queued):
-                shares = admission.try_admit(task)
-                if shares is None:
-                    continue
-                self.queued.remove(task)
-                request = self.kinds[task.kind].request(task, shares, ctx, attempts[task.id])
-                cached = self.store.get(request.key)
-                if cached is not None:
-                    admission.release(task, shares)
-                    cached.cached = True
-                    self._complete(task, cached, request)
-                    continue
-                if self.hooks:
-                    self.hooks.on_task_start(task)
-                handle = self.backend.submit(request)
-                running[handle] = (task, shares, request)
-                self.started[handle] = time.monotonic()
+            while self._admit(admission, running, attempts):
+                pass  # a result taken from the store may release fits that depend on it (a stacked level, a refit)
             if not running:
                 if self.queued:  # admission refused everything with nothing running: cannot happen for a valid plan
                     raise RuntimeError(f"scheduler stalled with {len(self.queued)} tasks pending")
@@ -108,6 +93,29 @@ class Scheduler:
         if self.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan
             raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {self.blocked[0].id}")
         return ctx.outcome
+
+    def _admit(self, admission: Admission, running: dict, attempts: dict) -> bool:
+        """Start every queued task admission allows; True when one completed at once, from the store."""
+        reused = False
+        for task in list(self.queued):
+            shares = admission.try_admit(task)
+            if shares is None:
+                continue
+            self.queued.remove(task)
+            request = self.kinds[task.kind].request(task, shares, self.ctx, attempts[task.id])
+            cached = self.store.get(request.key)
+            if cached is not None:
+                admission.release(task, shares)
+                cached.cached = True
+                self._complete(task, cached, request)
+                reused = True
+                continue
+            if self.hooks:
+                self.hooks.on_task_start(task)
+            handle = self.backend.submit(request)
+            running[handle] = (task, shares, request)
+            self.started[handle] = time.monotonic()
+        return reused
 
     def _complete(self, task: Task, result, request) -> None:
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
