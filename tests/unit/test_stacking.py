@@ -23,7 +23,7 @@ def stacked_plan(num_folds=5, stack_levels=1, kinds=KINDS, num_trials=1, refit=F
     return build_plan(hw, allocations, evaluate=evaluate, refit=refit, stack_levels=stack_levels)
 
 
-def run_stacked(plan, data, tmp_path):
+def run_stacked(plan, data, tmp_path, submitted=None):
     from pipeline.config import HpoConf
     from pipeline.executors.local import InProcessBackend
     from pipeline.executors.scheduler import Scheduler
@@ -32,8 +32,14 @@ def run_stacked(plan, data, tmp_path):
     from pipeline.store import ResultStore
     from tests.stack_models import ProvenanceModel
 
+    class Recording(InProcessBackend):
+        def submit(self, request):
+            if submitted is not None:
+                submitted.append(request.task_id)
+            return super().submit(request)
+
     prototypes = {a.model: ProvenanceModel({}, a.model) for a in plan.allocations}
-    with InProcessBackend() as backend:
+    with Recording() as backend:
         return Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
                          prototypes, data, METRICS["roc_auc"], seed=0).run()
 
@@ -159,3 +165,22 @@ def test_stack_levels_defaults_to_none_and_is_read_into_the_settings(compose):
 
     assert read_settings(compose(["model=lightgbm"])).stack_levels == 0
     assert read_settings(compose(["model=lightgbm", "parallelism=bag5", "stack_levels=2"])).stack_levels == 2
+
+
+def test_a_stacked_plan_run_again_on_its_store_fits_nothing_anew(adult, tmp_path):
+    """Its features are the same (the level below is the same): every stacked fit's key is found."""
+    plan = stacked_plan(3, 1)
+    first, again = [], []
+    outcome = run_stacked(plan, adult, tmp_path, first)
+    rerun = run_stacked(plan, adult, tmp_path, again)
+    assert len(first) == len(plan.fit_tasks) and again == []
+    assert rerun.best("prov_a_l2", _Higher()).score == outcome.best("prov_a_l2", _Higher()).score
+
+
+def test_the_progress_counts_every_fit_of_a_model_at_every_level():
+    from pipeline.report import FitProgress
+
+    plan = stacked_plan(5, 1, refit=True, evaluate=True)
+    progress = FitProgress(plan, enabled=False)
+    totals = {model: progress.progress.tasks[i].total for model, i in progress.ids.items()}
+    assert totals == {"prov_a": 5 + 10 + 5 + 2, "prov_b": 22}
