@@ -41,8 +41,9 @@ def check(stack_levels: int, num_folds: int) -> None:
     if isinstance(stack_levels, bool) or not isinstance(stack_levels, int) or not 0 <= stack_levels <= MAX_STACK_LEVELS:
         raise ConfigError(
             f"stack_levels={stack_levels!r} must be a whole number from 0 (no stacking) to {MAX_STACK_LEVELS}: "
-            f"leak-free stacking fits sum over levels of C(k, s) models per kind, which grows past "
-            f"{fits_per_kind(5, MAX_STACK_LEVELS, False)} fits per model kind at k=5 folds beyond that"
+            f"leak-free stacking fits models without 1, 2, ... folds at the levels below the top, so with "
+            f"k=5 folds {MAX_STACK_LEVELS} levels fit {fits_per_kind(5, MAX_STACK_LEVELS, False)} models per kind "
+            f"and {MAX_STACK_LEVELS + 1} would fit {fits_per_kind(5, MAX_STACK_LEVELS + 1, False)}"
         )
     if stack_levels and num_folds < stack_levels + 2:
         raise ConfigError(

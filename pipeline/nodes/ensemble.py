@@ -53,13 +53,10 @@ class EnsembleNode(NodeKind):
     def describe(self, tasks, plan) -> str:
         names = [a.model for a in plan.allocations]
         top = plan.stack_levels + 1
-        of = "the best trial of each model" + (f" and its bag at levels 2 to {top}" if top > 2 else
-                                                " and its level-2 bag" if top == 2 else "")
+        bags = "the best trial of each model" + (f", its bags at levels 2 to {top}" if top > 1 else "")
         if len(names) >= 2:
-            last = f" over level {top}" if top > 1 else ""
-            return f"ensemble: {of}, and the weighted ensemble of the {len(names)} models{last}"
-        return f"ensemble: {of.replace('each model', names[0]).replace('its', 'their')}" if names else \
-            "ensemble: no model"
+            return f"ensemble: {bags}, and the weighted ensemble of the {len(names)} models at level {top}"
+        return f"ensemble: {bags}" if names else "ensemble: no model"
 
 
 def bagged_predictor(name: str, trial, best: dict, kinds: list[str], data, schema):
