@@ -134,8 +134,10 @@ def trial_bags(shape: Shape, tasks: list[Task]) -> list[Task]:
 def stacked_fits(shape: Shape, tasks: list[Task]) -> list[Task]:
     """With stacking: level 1's inner models (fold sets of two folds or more, the best trial's
     parameters, after the model's trials), then every level above, each fit after its features."""
+    if not shape.stack_levels:
+        return []
     out = []
-    for level in range(1, shape.top + 1 if shape.stack_levels else 1):
+    for level in range(1, shape.top + 1):
         for a in shape.allocations:
             for fold_set in stacking.fold_sets(level, shape.top, shape.num_folds, refit=False):
                 if level == 1 and len(fold_set) == 1:
