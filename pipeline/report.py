@@ -97,8 +97,8 @@ def level_counts(fits: list) -> dict[int, str]:
         folds = sum(t.fold_set is None or len(t.fold_set) == 1 for t in mine)
         inner = sum(bool(t.fold_set) and len(t.fold_set) > 1 for t in mine)
         refit = sum(t.fold_set == () for t in mine)
-        parts = [f"{folds} fold fit(s)"] + ([f"{inner} without 2+ folds"] if inner else []) + (["refit"] if refit else [])
-        out[level] = ", ".join(parts)
+        parts = [f"{folds} fold fit(s)", f"{inner} without 2+ folds" if inner else "", "refit" if refit else ""]
+        out[level] = ", ".join(p for p in parts if p)
     return out
 
 
@@ -158,9 +158,9 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
         val = r[f"val_{metric}"]
         rate = r.get("predict_rows_per_s")
         cells = [
-            r["model"], str(r.get("level", 1)), "-" if val != val else f"{val:.4f}", f"{r[f'test_{metric}']:.4f}", f"{r['fit_seconds']:.2f}",
-            f"{r['predict_seconds']:.2f}", "-" if rate is None else f"{rate:,.0f}", str(r["device"]),
-            str(r["num_folds"]),
+            r["model"], str(r.get("level", 1)), "-" if val != val else f"{val:.4f}", f"{r[f'test_{metric}']:.4f}",
+            f"{r['fit_seconds']:.2f}", f"{r['predict_seconds']:.2f}", "-" if rate is None else f"{rate:,.0f}",
+            str(r["device"]), str(r["num_folds"]),
         ]
         if reused:
             cells.append(f"{r['reused_folds']}/{r['num_folds']}" if r.get("reused_folds") else "-")

@@ -56,7 +56,8 @@ def leaks(plan, outcome) -> list[str]:
             for k, fold in enumerate(bag.folds):
                 validation, record = set(fold.held_out.tolist()), LEARNT[fold.model.id_]
                 if validation & record["learnt"]:
-                    found.append(f"{bag.model} fold {k} learnt {len(validation & record['learnt'])} validation label(s)")
+                    count = len(validation & record["learnt"])
+                    found.append(f"{bag.model} fold {k} learnt {count} validation label(s)")
                 if validation & record["val_features"]:
                     found.append(f"{bag.model} fold {k}: its validation rows' features carry their labels")
     return found
@@ -129,7 +130,8 @@ def test_every_level_shows_in_the_plan_json_and_the_printed_plan(tmp_path):
         report.print_plan(plan)
     text = printed.get()
     assert "levels: 1 (3 fold fit(s), 3 without 2+ folds, refit); 2 (3 fold fit(s), refit)" in text
-    assert "fit ×6 → bag ×2 → fit L1 ×6 → fit L2 ×6 → bag L2 ×2 → ensemble → refit fit ×4 → refit → evaluate" in text
+    assert ("fit ×6 → bag ×2 → fit L1 ×6 → fit L2 ×6 → bag L2 ×2 → ensemble → refit fit ×4 → refit → evaluate"
+            in text)
     assert "l2/f0" in text
 
 
