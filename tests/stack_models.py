@@ -36,9 +36,12 @@ class ProvenanceModel(_Constant):
     def _fit(self, X, y, X_val, y_val, ctx):
         super()._fit(X, y, X_val, y_val, ctx)
         self.id_ = next(_IDS)
+        self.columns_ = list(X.columns)
         LEARNT[self.id_] = {"learnt": frozenset(X.index) | frozenset(_sources(X)),
                             "val_features": frozenset(_sources(X_val)),
                             "columns": tuple(c for c in X.columns if c.startswith("stack_"))}
 
     def _predict(self, X):
+        if list(X.columns) != self.columns_:  # a predictor must feed it the columns it learnt from
+            raise AssertionError(f"model {self.id_} learnt from {self.columns_}, asked to predict from {list(X.columns)}")
         return np.full(len(X), float(self.id_))
