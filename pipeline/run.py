@@ -162,7 +162,8 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
         raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
             dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
         allocations.append(memory.plan(spec, allocation, raised))
-    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=conf.refit)
+    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=conf.refit,
+                      stack_levels=conf.stack_levels)
 
 
 def _warn_overridden(settings: Settings, spec) -> None:

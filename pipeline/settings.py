@@ -19,6 +19,7 @@ from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
+from pipeline.stacking import check as check_stacking
 from pipeline.targets import ALWAYS_ALLOWED, Kind, check_allowed_targets, check_no_targets, resolve
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ def read_settings(cfg: DictConfig) -> Settings:
     conf.hpo.check({m.name: m.search_space for m in models})
     check_data(conf.data, allowed, conf.seed)
     conf.objectives = list(check_objectives(conf.objectives))
+    check_stacking(conf.stack_levels, conf.parallelism.num_folds)
     redacted = redact(tree)
     return Settings(conf, models, Resume.parse(conf.resume), allowed, flatten(redacted),
                     OmegaConf.to_yaml(OmegaConf.create(redacted)))

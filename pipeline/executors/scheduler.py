@@ -83,8 +83,13 @@ class Scheduler:
             ctx.deadline = self.budget.begin()
         self._release()
         while self.queued or self.running:
-            progressed = self._admit(admission, attempts)
-            self._release()  # the cuts of this pass may have settled a node's inputs
+            # a pass may release more fits (a result from the store feeding a stacked level or a refit, the
+            # cuts settling a node's inputs): they are admitted in the same turn
+            progressed = False
+            while self._admit(admission, attempts):
+                progressed = True
+                self._release()
+            self._release()
             self._stop_unused(admission)
             if not self.running:
                 if self.queued and not progressed:  # cannot happen for a valid plan

@@ -38,6 +38,28 @@ class DataRef:
     fingerprint: str = ""
 
 
+@dataclass(frozen=True)
+class StackFeatures:
+    """A stacked fit's extra columns (pipeline.stacking): their names, and their values with a row per
+    row of the data (NaN where the fit reads none); `digest` identifies them in the task's key."""
+
+    columns: tuple[str, ...]
+    values: np.ndarray = field(compare=False, repr=False)
+    digest: str = ""
+
+    @classmethod
+    def of(cls, columns, values: np.ndarray) -> "StackFeatures":
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        digest = hashlib.sha256(json.dumps(list(columns)).encode() + values.tobytes()).hexdigest()[:20]
+        return cls(tuple(columns), values, digest)
+
+    def join(self, X):
+        """X with these columns after its own."""
+        from pipeline.stacking import join
+
+        return join(X, self.columns, self.values)
+
+
 @dataclass
 class FitRequest:
     task_id: str
@@ -60,6 +82,8 @@ class FitRequest:
     pruning: bool = False
     prune_reference: tuple[dict, ...] = ()  # curves (step -> loss) of earlier trials on this model and fold
     deadline: Optional[float] = None  # time.time() the fit stops by (time_limit_s): absolute, as every host reads it
+    fold_set: Optional[tuple[int, ...]] = None  # a stacked fit: learn outside these folds (() : every row)
+    stack: Optional[StackFeatures] = None  # a stacked level's features from the level below
 
 
 @dataclass
@@ -98,13 +122,15 @@ class TaskFailure:
     details: str = ""
 
 
-def task_key(fingerprint: str, model: TabularModel, params: dict, fold: int, num_folds: int, fold_seed: int,
-             seed: int, eval_metric: str, pruning: bool = False, device: str = "cpu") -> str:
+def task_key(fingerprint: str, model: TabularModel, params: dict, fold: Optional[int], num_folds: int,
+             fold_seed: int, seed: int, eval_metric: str, pruning: bool = False, device: str = "cpu",
+             fold_set: Optional[tuple[int, ...]] = None, stack: Optional[StackFeatures] = None) -> str:
     """A hash of everything that determines a fold's result; the cache and resume key.
 
     Besides the data, model, parameters, fold and seeds: the versions of the engine and of the
-    libraries the fit uses (an upgrade refits), and `device` ("cpu" or "gpu": where a model that
-    may use a GPU, such as the network on device auto, is placed).
+    libraries the fit uses (an upgrade refits), `device` ("cpu" or "gpu": where a model that
+    may use a GPU, such as the network on device auto, is placed) and, for a stacked fit, its fold
+    set and its features' digest.
     """
     payload = {
         "data": fingerprint,
@@ -119,6 +145,10 @@ def task_key(fingerprint: str, model: TabularModel, params: dict, fold: int, num
         "eval_metric": eval_metric,
         "pruning": pruning,
     }
+    if fold_set is not None:
+        payload["fold_set"] = list(fold_set)
+    if stack is not None:
+        payload["stack"] = stack.digest
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -197,17 +227,34 @@ def resolve_data(ref: DataRef):
 _FOLD_CACHE: dict[tuple, np.ndarray] = {}
 
 
-def split_rows(data, num_folds: int, fold: int, fold_seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows to learn from, rows held out) of one fold; k <= 1 is the holdout split."""
+def split_rows(data, num_folds: int, fold: Optional[int], fold_seed: int,
+               fold_set: Optional[tuple[int, ...]] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(rows to learn from, rows held out) of one fold; k <= 1 is the holdout split. With a fold set:
+    the rows outside its folds, and those inside; the empty set learns from every row and holds out
+    the validation rows (they only draw the learning curve)."""
+    if fold_set == ():
+        return data.fit_idx(True), data.val_idx
     if num_folds <= 1:
         return data.train_idx, data.val_idx
+    folds = _fold_ids(data, num_folds, fold_seed)
+    rows = data.fit_idx(True)
+    inside = folds == fold if fold_set is None else np.isin(folds, fold_set)
+    return rows[~inside], rows[inside]
+
+
+def row_folds(data, num_folds: int, fold_seed: int) -> np.ndarray:
+    """The fold of every row of the data (-1: a test row, in no fold)."""
+    out = np.full(len(data.y), -1, dtype=np.int64)
+    out[data.fit_idx(True)] = _fold_ids(data, num_folds, fold_seed)
+    return out
+
+
+def _fold_ids(data, num_folds: int, fold_seed: int) -> np.ndarray:
     key = (data.fingerprint, num_folds, fold_seed)
     if key not in _FOLD_CACHE:
         _FOLD_CACHE.clear()
         _FOLD_CACHE[key] = data.fold_ids(num_folds, fold_seed)
-    folds = _FOLD_CACHE[key]
-    rows = data.fit_idx(True)
-    return rows[folds != fold], rows[folds == fold]
+    return _FOLD_CACHE[key]
 
 
 class FoldPruner:
@@ -237,11 +284,12 @@ class FoldPruner:
 
 
 def run_fit(request: FitRequest) -> FoldResult:
-    """Fit one fold of one trial of one model, and predict its held-out rows and the test rows."""
+    """Fit one fold of one trial of one model (or a stacked model, on its fold set with its level's
+    features), and predict its held-out rows and the test rows."""
     start = time.time()
     report = FoldPruner(request.prune_reference) if request.pruning else None
     data = resolve_data(request.data)
-    train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed)
+    train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed, request.fold_set)
     local = request.local_gpus
     if local is None:
         local = local_ordinals(request.gpu_ids, sees_only_its_devices=True)
@@ -259,6 +307,8 @@ def run_fit(request: FitRequest) -> FoldResult:
     )
     model = request.model.clone(request.params)
     X, y = data.X, data.y
+    if request.stack is not None:
+        X = request.stack.join(X)
     with PeakMemory(gpu=bool(request.gpu_ids)) as peak:
         model.fit(X.iloc[train_rows], y[train_rows], X.iloc[held_out], y[held_out], ctx)
         t0 = time.perf_counter()

@@ -1,5 +1,5 @@
-"""The bag node: one trial's fold models as one result (out-of-fold predictions in row order, the
-test predictions averaged), scored, and told to the trial source."""
+"""The bag node: one trial's fold models (or one stacked level's) as one result (out-of-fold
+predictions in row order, the test predictions averaged), scored; a trial's is told to the trial source."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ class BagNode(NodeKind):
         import numpy as np
 
         from pipeline.nodes.context import TrialResult
+        from pipeline.stacking import level_name
 
         folds = [inputs[i] for i in task.depends_on]
         held_out = np.concatenate([f.held_out for f in folds])
@@ -22,6 +23,12 @@ class BagNode(NodeKind):
         held_out, val_pred = held_out[order], val_pred[order]
         test_pred = np.mean([f.test_pred for f in folds], axis=0)
         score = ctx.metric(ctx.data.y[held_out], val_pred)
+        if task.level > 1:  # a stacked level: its kind's best level-1 parameters; no trial to tell
+            best = ctx.outcome.best(task.model, ctx.metric)
+            trial = TrialResult(level_name(task.model, task.level), best.trial, best.params, folds, held_out,
+                                val_pred, test_pred, score, level=task.level)
+            ctx.outcome.trials[(trial.model, trial.trial)] = trial
+            return trial
         trial = TrialResult(task.model, task.trial, ctx.trials.params(task.model, task.trial), folds, held_out,
                             val_pred, test_pred, score, pruned=any(f.pruned for f in folds))
         ctx.outcome.trials[(task.model, task.trial)] = trial
@@ -35,4 +42,7 @@ class BagNode(NodeKind):
         ctx.trials.drop(task.model, task.trial)
 
     def describe(self, tasks, plan) -> str:
-        return f"bag: {len(tasks)} node(s), each trial's fold models averaged and scored out of fold"
+        trials = sum(t.level == 1 for t in tasks)
+        above = len(tasks) - trials
+        return (f"bag: {len(tasks)} node(s), each trial's fold models averaged and scored out of fold"
+                + (f" ({above} of them a stacked level's)" if above else ""))

@@ -26,6 +26,7 @@ class TrialResult:
     test_pred: Any
     score: float
     pruned: bool = False
+    level: int = 1  # its stacking level; `model` is the level's name (lightgbm_l2)
 
     @property
     def fit_seconds(self) -> float:
@@ -111,12 +112,13 @@ class GraphContext:
 
 def leaderboard_row(name: str, val: dict, test: dict, *, fit_seconds: float, predict_seconds: float,
                     test_rows_per_s: Optional[float], device: str, num_folds: int, best_trial, params: dict,
-                    reused_folds: int = 0) -> dict:
+                    reused_folds: int = 0, level: int = 1) -> dict:
     """One row of the leaderboard (a model, the ensemble or a refit), its columns in the leaderboard's order;
-    `reused_folds`: how many of its fits were taken from an earlier run rather than fitted."""
+    `reused_folds`: how many of its fits were taken from an earlier run rather than fitted; `level`: its
+    stacking level (the weighted ensemble's is the level above its members', as AutoGluon counts)."""
     import json
 
-    row = {"model": name}
+    row = {"model": name, "level": level}
     row.update({f"val_{k}": v for k, v in val.items()})
     row.update({f"test_{k}": v for k, v in test.items()})
     row.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds, predict_rows_per_s=test_rows_per_s,

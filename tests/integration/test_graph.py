@@ -7,7 +7,7 @@ import json
 import pytest
 
 
-def small_plan(num_folds=2, num_trials=2, evaluate=False):
+def small_plan(num_folds=2, num_trials=2, evaluate=False, refit=False):
     from pipeline.hardware import Machine, resolve
     from pipeline.plan import build_plan
     from pipeline.resources import ModelNeeds, Request, allocate
@@ -15,7 +15,7 @@ def small_plan(num_folds=2, num_trials=2, evaluate=False):
     hw = resolve(None, Machine(2), dry_run=False)
     a = allocate(hw.total, Request.parse(None, None, "b"), Request.parse(1, None, "f"),
                  ModelNeeds("sleep", False, False, 1), num_folds=num_folds, num_trials=num_trials)
-    return build_plan(hw, [a], evaluate=evaluate)
+    return build_plan(hw, [a], evaluate=evaluate, refit=refit)
 
 
 def run_plan(plan, data, tmp_path, outputs=None):
@@ -85,3 +85,40 @@ def test_an_unregistered_node_kind_is_named_with_the_known_ones():
 
     with pytest.raises(KeyError, match="no node kind 'calibrate' is registered \\(known: .*bag.*evaluate.*fit"):
         node_kind("calibrate")
+
+
+def test_refit_fits_are_sent_to_the_backend_and_reused_from_the_store_like_any_fit(adult, tmp_path):
+    from pipeline.config import HpoConf
+    from pipeline.executors.local import InProcessBackend
+    from pipeline.executors.scheduler import Scheduler
+    from pipeline.hpo import TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.nodes.context import RunOutputs
+    from pipeline.plan import EVALUATE
+    from pipeline.store import ResultStore
+    from pipeline.tracking import NullTracker
+    from tests.fault_models import SleepModel
+
+    class Recording(InProcessBackend):
+        submitted: list = []
+
+        def submit(self, request):
+            self.submitted.append(request.task_id)
+            return super().submit(request)
+
+    plan = small_plan(num_folds=2, num_trials=1, evaluate=True, refit=True)
+    (tmp_path / "run").mkdir()
+    outputs = RunOutputs(tmp_path / "run", NullTracker())
+    for attempt in range(2):
+        Recording.submitted = []
+        with Recording() as backend:
+            outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"),
+                                TrialSource(HpoConf(), {}, {}, "maximize"), {"sleep": SleepModel({"seconds": 0}, "sleep")},
+                                adult, METRICS["roc_auc"], seed=0, outputs=outputs).run()
+        if attempt == 0:
+            assert Recording.submitted == ["fit/sleep/t0/f0", "fit/sleep/t0/f1", "fit/sleep/l1/refit"]
+        else:
+            assert Recording.submitted == []  # every fit, the refit's too, taken from the store by its key
+        refit = outcome.results["refit"].predictors["sleep_refit"]
+        assert refit.models == [outcome.results["fit/sleep/l1/refit"].model]  # the backend's model, not a driver's fit
+        assert [r["model"] for r in outcome.results[EVALUATE]] == ["sleep", "sleep_refit"]

@@ -55,6 +55,28 @@ def test_ray_folds_run_in_parallel_worker_processes(bag5_runs):
     assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))  # two fits at once
 
 
+STACKED = ["model=lightgbm", "stack_levels=1", "parallelism.num_folds=3", "parallelism.fit.num_cpus=1",
+           "data.max_rows=1500", "model.lightgbm.params.num_iterations=20", "tracking=none"]
+
+
+def test_a_stacked_run_on_ray_gives_the_local_leaderboard(tmp_path):
+    """Stacked fits travel to Ray's workers with their features: the same scores as the local run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    workdirs = {ex: tmp_path / ex for ex in ("ray", "local")}
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(run_cli, [f"executor={ex}", *STACKED], workdirs[ex].resolve(), env=RAY_ENV, timeout=240,
+                            check=True) for ex in workdirs if workdirs[ex].mkdir() is None]
+        for job in jobs:
+            job.result()
+    boards = {ex: pd.read_csv(run_dir(w) / "leaderboard.csv").set_index("model") for ex, w in workdirs.items()}
+    assert dict(boards["ray"]["level"]) == {"lightgbm": 1, "lightgbm_l2": 2}
+    for column in ("val_roc_auc", "test_roc_auc"):
+        assert boards["ray"][column].to_numpy() == pytest.approx(boards["local"][column].to_numpy(), abs=1e-9)
+    timeline = json.loads((run_dir(workdirs["ray"]) / "timeline.json").read_text())
+    assert sum(e["level"] == 2 for e in timeline) == 3 and all(e["node"] for e in timeline)  # in Ray's workers
+
+
 def test_a_failing_task_is_retried_then_fails_the_run_naming_it(cli, tmp_path):
     searchpath = user_config(tmp_path, "model", "boom", "defaults: [lightgbm]\nboom:\n  _target_: tests.fault_models.FailingModel\n")
     proc = cli("executor=ray", "model=boom", searchpath, "allowed_targets=[tests.]", "executor.max_retries=1",
