@@ -165,8 +165,8 @@ def test_stack_levels_is_checked_against_its_range_and_the_folds(compose, value,
 def test_stack_levels_defaults_to_none_and_is_read_into_the_settings(compose):
     from pipeline.settings import read_settings
 
-    assert read_settings(compose(["model=lightgbm"])).stack_levels == 0
-    assert read_settings(compose(["model=lightgbm", "parallelism=bag5", "stack_levels=2"])).stack_levels == 2
+    assert read_settings(compose(["model=lightgbm"])).conf.stack_levels == 0
+    assert read_settings(compose(["model=lightgbm", "parallelism=bag5", "stack_levels=2"])).conf.stack_levels == 2
 
 
 def test_a_stacked_plan_run_again_on_its_store_fits_nothing_anew(adult, tmp_path):
