@@ -10,15 +10,16 @@ that never learnt that row's label, nor the label of any row in S:
 - rows in S (its validation rows) and the test rows: M(l-1, S).
 
 Plain out-of-fold stacking takes M(l-1, {j}) for the rows of fold j: a model that learnt fold k's
-labels, which the level-l fold model k then learns from, and is validated on. Here, by induction,
-M(l, S) learns from no label of a row in S, directly or through its features.
+labels; the level-l fold model k learns from that feature, then is validated on fold k. Here, by
+induction, M(l, S) learns from no label of a row in S, directly or through its features. (Each
+model early-stops on its held-out rows, the rows of S, as a flat bag's fold model does on its fold.)
 
 So level l needs the fold sets of sizes 1 .. (top - l + 1) (and {} with refit); every set leaves at
 least one fold to learn from, so num_folds >= stack_levels + 2. With k folds and one stacking level a
 model kind fits k + C(k, 2) level-1 models and k level-2 models (20 for k = 5, where one level costs
 5). Every model beyond level 1's trials takes the parameters of its kind's best level-1 trial.
 
-The math (sets, ids, names) is light; only `feature_matrix` imports numpy, when it runs.
+The math (sets, counts, names) is light: the functions on arrays import numpy and pandas when they run.
 """
 
 from __future__ import annotations
