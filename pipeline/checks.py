@@ -17,7 +17,7 @@ from pipeline.errors import ResourceError
 
 if TYPE_CHECKING:
     from pipeline.metrics import Metric
-    from pipeline.plan import Plan
+    from pipeline.graph.plan import Plan
     from pipeline.settings import Settings
 
 

@@ -146,7 +146,7 @@ class Config:
     eval_metric: str = "auto"
     dry_run: bool = False
     refit: bool = False  # fit each model's best trial once more on train + validation (one model, no bag)
-    stack_levels: int = 0  # levels of models stacked on the base models' out-of-fold predictions (pipeline.stacking)
+    stack_levels: int = 0  # levels of models stacked on the base models' out-of-fold predictions (pipeline.graph.stacking)
     resume: Optional[str] = None  # null or false | true (the newest unfinished run) | a run directory
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
     # what the run returns to a sweeper: val_score, fit_seconds, predict_seconds (pipeline/objectives.py)

@@ -13,7 +13,7 @@ import pandas as pd
 from pipeline.errors import ModelOutputError
 from pipeline.metrics import Metric
 from pipeline.schema import FeatureSchema
-from pipeline.stacking import as_columns, column_names, join
+from pipeline.graph.stacking import as_columns, column_names, join
 
 
 def ensemble_selection(preds: list[np.ndarray], y: np.ndarray, metric: Metric, size: int = 25,
@@ -82,7 +82,7 @@ class BaggedPredictor:
 
 @dataclass
 class StackedPredictor(BaggedPredictor):
-    """A stacked level's bag (pipeline.stacking): fold model k predicts on the original features plus
+    """A stacked level's bag (pipeline.graph.stacking): fold model k predicts on the original features plus
     the columns fold k's chain of lower levels predicts. `layers[k]` is that chain: per level below, from
     level 1 up, the (model kind, fold model) pairs whose predictions feed the next level."""
 

@@ -13,8 +13,8 @@ from rich.table import Table
 from rich.tree import Tree
 
 from pipeline.memory.budget import gb
-from pipeline.nodes import node_kind
-from pipeline.plan import Plan
+from pipeline.graph.nodes import node_kind
+from pipeline.graph.plan import Plan
 from pipeline.quantities import fmt
 
 
@@ -175,7 +175,7 @@ def time_limit_line(limit_s: float) -> str:
 
 
 def budget_lines(summary) -> list[str]:
-    """What the time limit cut (pipeline.time_budget.BudgetSummary), as the run's last lines say it."""
+    """What the time limit cut (pipeline.graph.time_budget.BudgetSummary), as the run's last lines say it."""
     lines = [summary.line()]
     if summary.left_out:
         lines.append(f"not on the leaderboard nor in the ensemble: {', '.join(summary.left_out)} (no trial finished "

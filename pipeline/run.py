@@ -22,7 +22,7 @@ from pipeline.checks import (
 )
 from pipeline.errors import ConfigError, Interrupted
 from pipeline.levels import ineffective_bag
-from pipeline.plan import EVALUATE, Plan, build_plan
+from pipeline.graph.plan import EVALUATE, Plan, build_plan
 from pipeline.quantities import fmt
 from pipeline.resources import allocate
 from pipeline.settings import Settings, read_settings
@@ -118,13 +118,13 @@ class Components:
         return tracker
 
     def build_backend(self, settings: Settings, plan: Plan, runtime: Runtime):
-        from pipeline.executors.backend import Backend
+        from pipeline.graph.backend import Backend
 
         conf = settings.conf.executor
         backend = self.executor(conf=conf, plan=plan, run_dir=runtime.run_dir, preload=settings.library_modules)
         if not isinstance(backend, Backend):
             raise ConfigError(f"executor._target_={conf._target_!r} built a {type(backend).__name__}, "
-                              "not a pipeline.executors.backend.Backend")
+                              "not a pipeline.graph.backend.Backend")
         return backend
 
 
@@ -279,10 +279,10 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
 def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend) -> list[dict]:
     """Wire the scheduler (result store, trial source, progress and tracking hooks, the run's outputs)
     and run every task of the plan; returns the evaluation's leaderboard rows, best first."""
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.hpo import TrialSource
-    from pipeline.nodes.context import RunOutputs
-    from pipeline.nodes.hooks import RunHooks
+    from pipeline.graph.nodes.context import RunOutputs
+    from pipeline.graph.nodes.hooks import RunHooks
     from pipeline.report import FitProgress
     from pipeline.store import ResultStore, resume_sources, write_state
 
@@ -299,7 +299,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
                          settings.conf.tracking.register_model, settings.conf.tracking.register_alias)
     ex = settings.conf.executor
     store = ResultStore(runtime.run_dir, sources)
-    from pipeline.time_budget import TimeBudget
+    from pipeline.graph.time_budget import TimeBudget
 
     limit = settings.conf.time_limit_s
     budget = TimeBudget(limit) if limit is not None else None
@@ -321,7 +321,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
         report.console.print(said, highlight=False)
     if budget is not None:
-        from pipeline.time_budget import record, summarize
+        from pipeline.graph.time_budget import record, summarize
 
         record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
                          scheduler.abandoned), runtime.run_dir, tracker)

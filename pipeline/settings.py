@@ -19,7 +19,7 @@ from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
-from pipeline.stacking import check as check_stacking
+from pipeline.graph.stacking import check as check_stacking
 from pipeline.targets import ALWAYS_ALLOWED, Kind, check_allowed_targets, check_no_targets, resolve
 
 if TYPE_CHECKING:

@@ -22,11 +22,11 @@ from typing import Any, Optional
 
 from pipeline import devices
 from pipeline.errors import ConfigError, HardwareError
-from pipeline.executors.backend import Backend
-from pipeline.executors.tasks import DataRef, FitRequest, FoldResult, TaskFailure, safe_run_fit
+from pipeline.graph.backend import Backend
+from pipeline.graph.tasks import DataRef, FitRequest, FoldResult, TaskFailure, safe_run_fit
 from pipeline.executors.worker import environment
 from pipeline.hardware import Machine
-from pipeline.plan import Plan
+from pipeline.graph.plan import Plan
 from pipeline.quantities import fmt
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import pytest
 
 def small_plan(num_folds=2, num_trials=2, evaluate=False, refit=False):
     from pipeline.hardware import Machine, resolve
-    from pipeline.plan import build_plan
+    from pipeline.graph.plan import build_plan
     from pipeline.resources import ModelNeeds, Request, allocate
 
     hw = resolve(None, Machine(2), dry_run=False)
@@ -20,7 +20,7 @@ def small_plan(num_folds=2, num_trials=2, evaluate=False, refit=False):
 
 def run_plan(plan, data, tmp_path, outputs=None):
     from pipeline.executors.local import InProcessBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
@@ -35,8 +35,8 @@ def run_plan(plan, data, tmp_path, outputs=None):
 
 def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependency_order(adult, tmp_path):
     from pipeline import report
-    from pipeline.nodes.context import RunOutputs
-    from pipeline.plan import DRIVER, EVALUATE, Task
+    from pipeline.graph.nodes.context import RunOutputs
+    from pipeline.graph.plan import DRIVER, EVALUATE, Task
     from pipeline.tracking import NullTracker
     from tests import graph_nodes
 
@@ -72,7 +72,7 @@ def test_a_plan_without_evaluation_nodes_runs_the_fits_and_bags_only(adult, tmp_
 
 
 def test_a_task_listed_before_its_dependency_is_refused():
-    from pipeline.plan import DRIVER, Plan, Task
+    from pipeline.graph.plan import DRIVER, Plan, Task
 
     plan = small_plan()
     with pytest.raises(ValueError, match="'late' is listed twice or before its dependencies \\['later'\\]"):
@@ -81,7 +81,7 @@ def test_a_task_listed_before_its_dependency_is_refused():
 
 
 def test_an_unregistered_node_kind_is_named_with_the_known_ones():
-    from pipeline.nodes import node_kind
+    from pipeline.graph.nodes import node_kind
 
     with pytest.raises(KeyError, match="no node kind 'calibrate' is registered \\(known: .*bag.*evaluate.*fit"):
         node_kind("calibrate")
@@ -90,11 +90,11 @@ def test_an_unregistered_node_kind_is_named_with_the_known_ones():
 def test_refit_fits_are_sent_to_the_backend_and_reused_from_the_store_like_any_fit(adult, tmp_path):
     from pipeline.config import HpoConf
     from pipeline.executors.local import InProcessBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
-    from pipeline.nodes.context import RunOutputs
-    from pipeline.plan import EVALUATE
+    from pipeline.graph.nodes.context import RunOutputs
+    from pipeline.graph.plan import EVALUATE
     from pipeline.store import ResultStore
     from pipeline.tracking import NullTracker
     from tests.fault_models import SleepModel

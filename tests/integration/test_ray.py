@@ -114,7 +114,7 @@ def ray_instance():
 def plan_for(cpus, gpus, fit_cpus, fit_gpus, num_folds=1, model="lightgbm"):
     from pipeline.config import HardwareConf
     from pipeline.hardware import Machine, resolve
-    from pipeline.plan import build_plan
+    from pipeline.graph.plan import build_plan
     from pipeline.resources import ModelNeeds, Request, allocate
 
     machine = Machine(cpus, tuple(str(i) for i in range(gpus)))
@@ -143,7 +143,7 @@ def test_a_gpu_fit_on_a_gpu_less_cluster_is_a_hardware_error_not_a_hang(ray_inst
 
 def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adult, tmp_path, caplog):
     from pipeline.executors.ray import RayBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
@@ -152,7 +152,7 @@ def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adul
     marker = tmp_path / "killed-once"
     model = KillOnceModel({"marker": str(marker)}, "killer")
     plan = plan_for(2, 0, 1, None, model="killer")
-    with caplog.at_level("WARNING", logger="pipeline.executors.scheduler"):
+    with caplog.at_level("WARNING", logger="pipeline.graph.scheduler"):
         with RayBackend() as backend:
             outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"),
                                 TrialSource(HpoConf(), {}, {}, "maximize"), {"killer": model}, adult,
@@ -190,7 +190,7 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
 
     from pipeline.errors import Interrupted
     from pipeline.executors.ray import RayBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
@@ -248,7 +248,7 @@ def test_without_ray_the_executor_is_a_config_error(monkeypatch, adult):
 def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adult, tmp_path):
     from pipeline.errors import TaskFailedError
     from pipeline.executors.ray import RayBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
@@ -273,11 +273,11 @@ def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adul
 def test_the_ray_executor_runs_the_same_graph_with_a_node_kind_registered_outside_the_engine(ray_instance, adult,
                                                                                               tmp_path):
     from pipeline.executors.ray import RayBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
-    from pipeline.plan import DRIVER, Task
+    from pipeline.graph.plan import DRIVER, Task
     from pipeline.store import ResultStore
     from tests import graph_nodes
     from tests.fault_models import SleepModel

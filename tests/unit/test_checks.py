@@ -84,7 +84,7 @@ def test_an_unknown_metric_name_is_refused_without_the_problem_type():
 def _plan_with_fit(num_cpus: int, num_gpus: float):
     from fractions import Fraction
 
-    from pipeline.plan import Plan, Task
+    from pipeline.graph.plan import Plan, Task
     from pipeline.resources import Resources
 
     task = Task("fit/m/t0/f0", "fit", Resources(num_cpus, Fraction(num_gpus)), model="m", trial=0, fold=0)

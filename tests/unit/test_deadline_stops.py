@@ -81,7 +81,7 @@ def test_the_network_stops_at_the_epoch_whose_successor_would_end_past_the_deadl
 
 
 def test_the_fold_result_says_the_fit_was_stopped_by_the_budget(adult):
-    from pipeline.executors.tasks import DataRef, FitRequest, run_fit
+    from pipeline.graph.tasks import DataRef, FitRequest, run_fit
 
     request = FitRequest("fit/lightgbm/t0/f0", "k", LightGBMModel(ROUNDS[LightGBMModel], "lightgbm"), {}, "lightgbm",
                          0, 0, 2, 0, 0, "roc_auc", 1, (), (), DataRef(obj=adult), deadline=time.time() - 1)

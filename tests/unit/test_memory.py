@@ -14,7 +14,7 @@ from pipeline.memory.estimates import GiB, MiB, Estimate, FitShape, network_size
 from pipeline.nn.options import largest_batch
 from pipeline.memory.measure import PeakMemory
 from pipeline.memory.shape import DataShape, data_shape
-from pipeline.plan import build_plan
+from pipeline.graph.plan import build_plan
 from pipeline.resources import ModelNeeds, Request, allocate
 
 CPU_MODEL = ModelNeeds("m", False, False, 1, "params.device=cpu", "Lib")

@@ -7,7 +7,7 @@ import pytest
 from pipeline.errors import ConfigError, ResourceError
 from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
-from pipeline.plan import build_plan
+from pipeline.graph.plan import build_plan
 from pipeline.quantities import gpu_amount
 from pipeline.resources import DevicePool, ModelNeeds, Request, Resources, allocate, parse_devices, select_devices
 

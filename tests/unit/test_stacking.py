@@ -13,7 +13,7 @@ KINDS = ("prov_a", "prov_b")
 
 def stacked_plan(num_folds=5, stack_levels=1, kinds=KINDS, num_trials=1, refit=False, evaluate=False):
     from pipeline.hardware import Machine, resolve
-    from pipeline.plan import build_plan
+    from pipeline.graph.plan import build_plan
     from pipeline.resources import ModelNeeds, Request, allocate
 
     hw = resolve(None, Machine(2), dry_run=False)
@@ -26,7 +26,7 @@ def stacked_plan(num_folds=5, stack_levels=1, kinds=KINDS, num_trials=1, refit=F
 def run_stacked(plan, data, tmp_path, submitted=None, outputs=None):
     from pipeline.config import HpoConf
     from pipeline.executors.local import InProcessBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.store import ResultStore
@@ -136,7 +136,7 @@ def test_every_level_shows_in_the_plan_json_and_the_printed_plan(tmp_path):
 
 
 def test_admission_counts_a_stacked_level_as_one_more_trial_of_its_model():
-    from pipeline.plan import Admission
+    from pipeline.graph.plan import Admission
 
     plan = stacked_plan(3, 1, kinds=("prov_a",))
     admission = Admission(plan.hardware, plan.allocations)
@@ -191,8 +191,8 @@ def test_the_progress_counts_every_fit_of_a_model_at_every_level():
 def test_three_levels_with_refit_run_to_a_leaderboard_whose_predictors_chain_every_level(adult, tmp_path):
     import numpy as np
 
-    from pipeline.nodes.context import RunOutputs
-    from pipeline.plan import EVALUATE
+    from pipeline.graph.nodes.context import RunOutputs
+    from pipeline.graph.plan import EVALUATE
     from pipeline.tracking import NullTracker
 
     plan = stacked_plan(4, 2, refit=True, evaluate=True)

@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline.executors import tasks
-from pipeline.nodes.fit import _device_kind
+from pipeline.graph.nodes.fit import _device_kind
 from pipeline.models import LightGBMModel
 from pipeline.models.nn import TorchMLPModel
 

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from pipeline.executors import tasks
-from pipeline.executors.tasks import DataRef, FitRequest, run_fit
-from pipeline.nodes import evaluate
-from pipeline.nodes.context import TrialResult, leaderboard_row, rows_per_second
+from pipeline.graph.tasks import DataRef, FitRequest, run_fit
+from pipeline.graph.nodes import evaluate
+from pipeline.graph.nodes.context import TrialResult, leaderboard_row, rows_per_second
 from tests.fault_models import _Constant
 
 PER_1000 = 0.05  # virtual seconds per 1,000 predicted rows

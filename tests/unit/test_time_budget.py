@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pipeline.executors.backend import Backend
-from pipeline.executors.tasks import DataRef, FoldResult
-from pipeline.plan import DRIVER, Task, bag_id, fit_id
-from pipeline.time_budget import GraphCut, TimeBudget, record, summarize
+from pipeline.graph.backend import Backend
+from pipeline.graph.tasks import DataRef, FoldResult
+from pipeline.graph.plan import DRIVER, Task, bag_id, fit_id
+from pipeline.graph.time_budget import GraphCut, TimeBudget, record, summarize
 
 
 class Clock:
@@ -158,11 +158,11 @@ class SimulatedBackend(Backend):
 
 def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2):
     from pipeline.config import HpoConf
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
-    from pipeline.plan import build_plan
+    from pipeline.graph.plan import build_plan
     from pipeline.resources import ModelNeeds, Request, allocate
     from pipeline.store import ResultStore
     from tests.fault_models import SleepModel
@@ -185,7 +185,7 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2):
 
 
 def _register_collect():
-    from pipeline.nodes import NodeKind, register
+    from pipeline.graph.nodes import NodeKind, register
 
     @register
     class Collect(NodeKind):

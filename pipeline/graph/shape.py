@@ -1,8 +1,8 @@
 """The graph's shape as data: the task record, every task id, and one builder per node kind.
 
 `BUILDERS` lists the builders in graph order; each is a small function that adds its kind's tasks to
-those before it, naming what they depend on. pipeline.plan runs them and places the fits (waves,
-devices); pipeline.stacking says which models stacking fits. Every task id is made here (`fit_id`,
+those before it, naming what they depend on. pipeline.graph.plan runs them and places the fits (waves,
+devices); pipeline.graph.stacking says which models stacking fits. Every task id is made here (`fit_id`,
 `bag_id`, `stack_fit_id`, `stack_bag_id` and the constants below); other modules read ids from tasks'
 `depends_on`, never rebuild them.
 """
@@ -24,7 +24,7 @@ ENSEMBLE, REFIT, EVALUATE = "ensemble", "refit", "evaluate"  # the ids (and kind
 @dataclass(frozen=True)
 class Task:
     id: str
-    kind: str  # a registered node kind (pipeline.nodes): fit | bag | ensemble | refit | evaluate | ...
+    kind: str  # a registered node kind (pipeline.graph.nodes): fit | bag | ensemble | refit | evaluate | ...
     resources: Resources
     depends_on: tuple[str, ...] = ()
     model: Optional[str] = None
@@ -34,7 +34,7 @@ class Task:
     gpu_shares: tuple[Fraction, ...] = ()
     wave: int = 0
     level: int = 1  # the stacking level of a fit or bag (1: the base models)
-    fold_set: Optional[tuple[int, ...]] = None  # a stacked fit's S (pipeline.stacking); (): every row; None: a trial's
+    fold_set: Optional[tuple[int, ...]] = None  # a stacked fit's S (pipeline.graph.stacking); (): every row; None: a trial's
 
     @property
     def slot(self) -> tuple[str, object]:
@@ -110,7 +110,7 @@ class Shape:
         return (stack_fit_id(model, level, fold_set),)
 
     def feature_deps(self, level: int, fold_set: tuple[int, ...]) -> tuple[str, ...]:
-        """What M(level, fold_set)'s features come from, for every model kind (pipeline.stacking)."""
+        """What M(level, fold_set)'s features come from, for every model kind (pipeline.graph.stacking)."""
         deps = [d for a in self.allocations for source, _ in stacking.feature_sources(fold_set, self.num_folds)
                 for d in self.model_id(a.model, level - 1, source)]
         return tuple(dict.fromkeys(deps))

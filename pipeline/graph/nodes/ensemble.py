@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from pipeline.nodes import NodeKind, register
-from pipeline.nodes.context import leaderboard_row, rows_per_second
+from pipeline.graph.nodes import NodeKind, register
+from pipeline.graph.nodes.context import leaderboard_row, rows_per_second
 
 
 @dataclass
@@ -64,7 +64,7 @@ def bagged_predictor(name: str, trial, best: dict, kinds: list[str], data, schem
     """A level-1 trial's BaggedPredictor; above level 1, a StackedPredictor whose fold k chains fold k of
     every kind's bag at each level below."""
     from pipeline.ensemble import BaggedPredictor, StackedPredictor
-    from pipeline.stacking import level_name
+    from pipeline.graph.stacking import level_name
 
     models = [f.model for f in trial.folds]
     if trial.level == 1:
@@ -77,7 +77,7 @@ def bagged_predictor(name: str, trial, best: dict, kinds: list[str], data, schem
 def _test_seconds(trial, best: dict, kinds: list[str]):
     """What the predictor took on the test rows: its fold models', and above level 1 those of every
     level below, which it predicts with first (None if a time is unknown)."""
-    from pipeline.stacking import level_name
+    from pipeline.graph.stacking import level_name
 
     below = [best[level_name(kind, level)].test_predict_seconds for level in range(1, trial.level) for kind in kinds]
     parts = [trial.test_predict_seconds, *below]

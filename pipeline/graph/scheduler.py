@@ -1,13 +1,13 @@
 """The driver loop shared by every executor: walk the plan's graph.
 
 A task starts when every task in its `depends_on` is done. What starting means is its node kind's
-(`pipeline.nodes`): a worker kind (the fit) is admitted as the plan allows (per-trial and per-model
+(`pipeline.graph.nodes`): a worker kind (the fit) is admitted as the plan allows (per-trial and per-model
 limits and the device pool, through plan.Admission), reused from the store when a result for its
 key is there, sent to the backend, and retried when it fails; a driver kind (bag, ensemble, refit,
 evaluate, or any kind registered later) runs here, on its dependencies' results. The backend only
 runs requests and reports them.
 
-With a time budget (pipeline.time_budget) the queue runs trial by trial across the models (every
+With a time budget (pipeline.graph.time_budget) the queue runs trial by trial across the models (every
 model's first trial before any model's second), a fit starts only when it and the rest of its
 trial can end by the deadline, the cut spreads through the graph (`GraphCut`), fits carry the
 deadline to stop at, and a fit still running past the deadline's grace is stopped.
@@ -21,14 +21,14 @@ from collections import defaultdict
 from typing import Any, Optional
 
 from pipeline.errors import TaskFailedError
-from pipeline.executors.backend import Backend
-from pipeline.executors.tasks import TaskFailure
+from pipeline.graph.backend import Backend
+from pipeline.graph.tasks import TaskFailure
 from pipeline.metrics import Metric
-from pipeline.nodes import node_kind
-from pipeline.nodes.context import GraphContext, Hooks, Outcome, RunOutputs, TrialResult
-from pipeline.plan import Admission, Plan, Task
+from pipeline.graph.nodes import node_kind
+from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, RunOutputs, TrialResult
+from pipeline.graph.plan import Admission, Plan, Task
 from pipeline.store import ResultStore
-from pipeline.time_budget import GraphCut, TimeBudget
+from pipeline.graph.time_budget import GraphCut, TimeBudget
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
 

@@ -1,11 +1,11 @@
 """The refit node (refit=true): the refit fits (each model's best trial fitted once more on train +
-validation, at every stacked level; pipeline.refit) as predictors and rows, and the ensemble of the
+validation, at every stacked level; pipeline.graph.refit) as predictors and rows, and the ensemble of the
 refits with the bagged ensemble's weights. The fits ran on the backend as fit tasks of the plan."""
 
 from __future__ import annotations
 
-from pipeline.nodes import NodeKind, register
-from pipeline.nodes.ensemble import Board
+from pipeline.graph.nodes import NodeKind, register
+from pipeline.graph.nodes.ensemble import Board
 
 
 @register
@@ -15,7 +15,7 @@ class RefitNode(NodeKind):
     name = "refit"
 
     def run(self, task, inputs, ctx) -> Board:
-        from pipeline.refit import refit_all
+        from pipeline.graph.refit import refit_all
 
         boards = [inputs[d] for d in task.depends_on if isinstance(inputs[d], Board)]
         (board,) = boards

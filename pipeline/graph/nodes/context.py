@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from pipeline.plan import Plan, Task
+from pipeline.graph.plan import Plan, Task
 
 if TYPE_CHECKING:
     from pipeline.metrics import Metric

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from pipeline.nodes.context import TrialResult
-from pipeline.plan import Task
+from pipeline.graph.nodes.context import TrialResult
+from pipeline.graph.plan import Task
 
 
 class RunHooks:

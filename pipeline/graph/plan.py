@@ -1,10 +1,10 @@
 """The execution graph: fit tasks (model x trial x fold, and with stacking the models of every
 level), a bag node per trial and per stacked level, then the ensemble, the refit (refit=true: its
 fits, then the node that assembles them) and the evaluation, each with its resources and device ids.
-The scheduler runs exactly these tasks (pipeline.nodes says what each kind does). `dry_run` stops
+The scheduler runs exactly these tasks (pipeline.graph.nodes says what each kind does). `dry_run` stops
 here and writes plan.json.
 
-The graph's shape (the tasks and their ids, one builder per node kind) is pipeline.shape's; this
+The graph's shape (the tasks and their ids, one builder per node kind) is pipeline.graph.shape's; this
 module places the fits on the hardware and admits them while the plan runs.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Iterable, Optional
 
 from pipeline.hardware import Hardware
 from pipeline.resources import Allocation, DevicePool
-from pipeline.shape import (  # noqa: F401  (the graph's records and ids, importable from here)
+from pipeline.graph.shape import (  # noqa: F401  (the graph's records and ids, importable from here)
     BUILDERS, DRIVER, ENSEMBLE, EVALUATE, REFIT, Shape, Task, bag_id, fit_id, stack_bag_id, stack_fit_id,
 )
 
@@ -30,7 +30,7 @@ class Plan:
     allocations: tuple[Allocation, ...]
     tasks: tuple[Task, ...]
     memory: Any = None  # pipeline.memory.budget.MemoryPlan: the data's shape and the capacities
-    stack_levels: int = 0  # levels stacked on the base models (pipeline.stacking)
+    stack_levels: int = 0  # levels stacked on the base models (pipeline.graph.stacking)
 
     def __post_init__(self):
         seen: set[str] = set()

@@ -40,7 +40,7 @@ class DataRef:
 
 @dataclass(frozen=True)
 class StackFeatures:
-    """A stacked fit's extra columns (pipeline.stacking): their names, and their values with a row per
+    """A stacked fit's extra columns (pipeline.graph.stacking): their names, and their values with a row per
     row of the data (NaN where the fit reads none); `digest` identifies them in the task's key."""
 
     columns: tuple[str, ...]
@@ -55,7 +55,7 @@ class StackFeatures:
 
     def join(self, X):
         """X with these columns after its own."""
-        from pipeline.stacking import join
+        from pipeline.graph.stacking import join
 
         return join(X, self.columns, self.values)
 

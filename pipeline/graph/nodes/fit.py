@@ -1,5 +1,5 @@
 """The fit node: one fold of one trial of one model, or one stacked model (a level's fold model, an
-inner model, a refit: pipeline.stacking), run by the backend on a worker.
+inner model, a refit: pipeline.graph.stacking), run by the backend on a worker.
 
 A trial's request carries the trial's parameters (asked of the trial source when the fit starts),
 the fold's seed and the cache key. A stacked fit's carries its kind's best level-1 parameters (with
@@ -9,7 +9,7 @@ Its result joins the timeline and, for the pruner, the curves.
 
 from __future__ import annotations
 
-from pipeline.nodes import NodeKind, register
+from pipeline.graph.nodes import NodeKind, register
 
 
 @register
@@ -20,7 +20,7 @@ class FitNode(NodeKind):
     def request(self, task, shares, ctx, attempt: int):
         if task.fold_set is not None:
             return _stacked_request(task, shares, ctx)
-        from pipeline.executors.tasks import FitRequest, task_key, task_seed
+        from pipeline.graph.tasks import FitRequest, task_key, task_seed
 
         params = ctx.trials.params(task.model, task.trial)
         prototype = ctx.prototypes[task.model]
@@ -77,7 +77,7 @@ class FitNode(NodeKind):
 
 def stacked_result(ctx, model: str, level: int, fold_set: tuple[int, ...]):
     """The fold result of M(level, fold_set) of `model`: a fold of the best trial at level 1, else its fit."""
-    from pipeline.shape import stack_fit_id
+    from pipeline.graph.shape import stack_fit_id
 
     if level == 1 and len(fold_set) == 1:
         return ctx.outcome.best(model, ctx.metric).folds[fold_set[0]]
@@ -88,7 +88,7 @@ def _stacked_request(task, shares, ctx):
     """M(task.level, task.fold_set): the best level-1 trial's parameters (a refit: for its level's mean
     early-stopped length), and above level 1 the features from the level below."""
     from pipeline import stacking
-    from pipeline.executors.tasks import FitRequest, StackFeatures, row_folds, task_key, task_seed
+    from pipeline.graph.tasks import FitRequest, StackFeatures, row_folds, task_key, task_seed
 
     best = ctx.outcome.best(task.model, ctx.metric)
     prototype = ctx.prototypes[task.model]

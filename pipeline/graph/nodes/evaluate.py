@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.nodes import NodeKind, register
+from pipeline.graph.nodes import NodeKind, register
 from pipeline.store import atomic_write_bytes
 
 

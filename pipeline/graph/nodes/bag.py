@@ -3,7 +3,7 @@ predictions in row order, the test predictions averaged), scored; a trial's is t
 
 from __future__ import annotations
 
-from pipeline.nodes import NodeKind, register
+from pipeline.graph.nodes import NodeKind, register
 
 
 @register
@@ -13,8 +13,8 @@ class BagNode(NodeKind):
     def run(self, task, inputs, ctx):
         import numpy as np
 
-        from pipeline.nodes.context import TrialResult
-        from pipeline.stacking import level_name
+        from pipeline.graph.nodes.context import TrialResult
+        from pipeline.graph.stacking import level_name
 
         folds = [inputs[i] for i in task.depends_on]
         held_out = np.concatenate([f.held_out for f in folds])

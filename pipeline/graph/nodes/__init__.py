@@ -14,11 +14,11 @@ from importlib import import_module
 from typing import Any, ClassVar, Sequence
 
 _BUILT_IN = {
-    "fit": "pipeline.nodes.fit",
-    "bag": "pipeline.nodes.bag",
-    "ensemble": "pipeline.nodes.ensemble",
-    "refit": "pipeline.nodes.refit",
-    "evaluate": "pipeline.nodes.evaluate",
+    "fit": "pipeline.graph.nodes.fit",
+    "bag": "pipeline.graph.nodes.bag",
+    "ensemble": "pipeline.graph.nodes.ensemble",
+    "refit": "pipeline.graph.nodes.refit",
+    "evaluate": "pipeline.graph.nodes.evaluate",
 }
 _KINDS: dict[str, type["NodeKind"]] = {}
 

@@ -3,9 +3,9 @@ train + validation, for the mean number of rounds or epochs its fold models earl
 
 One model instead of a bag of k: k times fewer models to predict with. Its validation score is
 not defined (it learnt from the validation rows), so the leaderboard shows its test score only.
-The fits are fit tasks of the plan (M(level, {}) in pipeline.stacking: planned with their model's
+The fits are fit tasks of the plan (M(level, {}) in pipeline.graph.stacking: planned with their model's
 resources and devices, admitted and run by the backend like any fit, cached by key); the refit node
-(pipeline.nodes.refit) turns their results into predictors and rows, and the refits' ensemble keeps
+(pipeline.graph.nodes.refit) turns their results into predictors and rows, and the refits' ensemble keeps
 the bagged ensemble's weights. With stacking every level is refit: level l's refit learns from every
 row with the features its bag learnt from (each row's from the level-(l-1) fold model that did not
 learn it), and predicts from the level-(l-1) refits' predictions.
@@ -17,9 +17,9 @@ import numpy as np
 
 from pipeline import metrics as metrics_module
 from pipeline.ensemble import BaggedPredictor, EnsemblePredictor, StackedPredictor, blend
-from pipeline.nodes.context import leaderboard_row, rows_per_second
-from pipeline.plan import Plan
-from pipeline.stacking import level_name
+from pipeline.graph.nodes.context import leaderboard_row, rows_per_second
+from pipeline.graph.plan import Plan
+from pipeline.graph.stacking import level_name
 
 SUFFIX = "_refit"
 
