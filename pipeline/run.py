@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -233,24 +232,24 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
 
 def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker, backend,
          signals) -> Union[float, list[float]]:
-    from pipeline.store import write_state
+    from pipeline.outputs import RunRecord
 
-    status = "FAILED"
+    record, status = RunRecord(runtime.run_dir), "FAILED"
     try:
         # not waited for: the tracker's process starts the MLflow run while this one fits
         from pipeline.tracking.naming import comparable_params
 
         params = comparable_params(settings.params, [s.name for s in settings.models], settings.conf.data.source)
         tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
-        write_state(runtime.run_dir, status="RUNNING", started=time.time())
+        record.started()
         tracker.log_artifact(runtime.run_dir / "plan.json")
         from pipeline.tracking.datasets import locations, summarize
 
         tracker.log_datasets(summarize(data), locations(settings.conf.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
-        rows = run_graph(settings, plan, data, metric, runtime, tracker, backend)
+        rows = run_graph(settings, plan, data, metric, runtime, tracker, backend, record)
         if tracker.enabled:
-            write_state(runtime.run_dir, mlflow_run_id=tracker.run_id)  # waits for the start, if need be
+            record.run_id(tracker.run_id)  # waits for the start, if need be
         status = "FINISHED"
         from pipeline.objectives import job_return
 
@@ -260,7 +259,7 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         raise
     finally:
         signals.clean_up()
-        write_state(runtime.run_dir, status=status, ended=time.time())
+        record.ended(status)
         tracker.end(status)
         if status == "FINISHED":
             from pipeline import report
@@ -276,15 +275,15 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
             )
 
 
-def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend) -> list[dict]:
+def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend,
+              record) -> list[dict]:
     """Wire the scheduler (result store, trial source, progress and tracking hooks, the run's outputs)
     and run every task of the plan; returns the evaluation's leaderboard rows, best first."""
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hpo import TrialSource
-    from pipeline.graph.nodes.context import RunOutputs
-    from pipeline.graph.nodes.hooks import RunHooks
+    from pipeline.outputs import HookList, OutputHooks, RunHooks, RunOutputs
     from pipeline.report import FitProgress
-    from pipeline.store import ResultStore, resume_sources, write_state
+    from pipeline.store import ResultStore, resume_sources
 
     sources = resume_sources(settings.resume, runtime.run_dir, runtime.launch_dir / "outputs")
     trials = TrialSource(
@@ -295,8 +294,8 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
         store_dir=runtime.run_dir / "trials",
         prior=_prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
     )
-    outputs = RunOutputs(runtime.run_dir, tracker, settings.conf.data.unseen_categories,
-                         settings.conf.tracking.register_model, settings.conf.tracking.register_alias)
+    outputs = RunOutputs(runtime.run_dir, tracker, settings.conf.tracking.register_model,
+                         settings.conf.tracking.register_alias)
     ex = settings.conf.executor
     store = ResultStore(runtime.run_dir, sources)
     from pipeline.graph.time_budget import TimeBudget
@@ -308,9 +307,9 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
             plan, backend, store, trials,
             {s.name: s.prototype() for s in settings.models}, data, metric,
             seed=settings.conf.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
-            hooks=RunHooks(progress, tracker, metric, settings.conf.hpo.searches,
-                           on_run_id=lambda run_id: write_state(runtime.run_dir, mlflow_run_id=run_id)),
-            pruning=settings.conf.hpo.pruning, outputs=outputs, budget=budget,
+            hooks=HookList(RunHooks(progress, tracker, metric, settings.conf.hpo.searches, on_run_id=record.run_id),
+                           OutputHooks(outputs, plan, data, metric, lambda: scheduler.ctx.outcome)),
+            pruning=settings.conf.hpo.pruning, unseen_categories=settings.conf.data.unseen_categories, budget=budget,
         )
         outcome = scheduler.run()
     from pipeline.store import reuse_summary
@@ -325,7 +324,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
         record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
                          scheduler.abandoned), runtime.run_dir, tracker)
-    return outcome.results[EVALUATE]
+    return outcome.results[EVALUATE].rows
 
 
 def _prior_trials(directories: list[Path]) -> dict:

@@ -25,7 +25,7 @@ from pipeline.graph.backend import Backend
 from pipeline.graph.tasks import TaskFailure
 from pipeline.metrics import Metric
 from pipeline.graph.nodes import node_kind
-from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, RunOutputs, TrialResult
+from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResult
 from pipeline.graph.plan import Admission, Plan, Task
 from pipeline.store import ResultStore
 from pipeline.graph.time_budget import GraphCut, TimeBudget
@@ -51,13 +51,13 @@ class Scheduler:
         hooks: Optional[Hooks] = None,
         pruning: bool = False,
         task_timeout_s: Optional[float] = None,
-        outputs: Optional[RunOutputs] = None,
+        unseen_categories: str = "missing",
         budget: Optional[TimeBudget] = None,
     ):
         self.plan, self.backend, self.store = plan, backend, store
         self.max_retries, self.hooks, self.task_timeout_s = max_retries, hooks, task_timeout_s
         self.ctx = GraphContext(plan, data, metric, seed, trials, store, prototypes, pruning=pruning, hooks=hooks,
-                                outputs=outputs)
+                                unseen_categories=unseen_categories)
         self.kinds = {kind: node_kind(kind) for kind in dict.fromkeys(t.kind for t in plan.tasks)}
         self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
@@ -247,6 +247,8 @@ class Scheduler:
             else:
                 self.cut.started.add(ready.id)
                 done[ready.id] = kind.run(ready, {d: done[d] for d in ready.depends_on if d in done}, self.ctx)
+                if self.hooks and hasattr(self.hooks, "on_node_end"):  # the root writes and logs what it computed
+                    self.hooks.on_node_end(ready, done[ready.id])
             ready = next((t for t in self.blocked if settled(t)), None)
 
     def _wait(self, running: dict) -> list:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Optional
 
-from pipeline import stacking
+from pipeline.graph import stacking
 from pipeline.quantities import ZERO
 from pipeline.resources import Allocation, Resources
 

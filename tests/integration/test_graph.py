@@ -18,7 +18,7 @@ def small_plan(num_folds=2, num_trials=2, evaluate=False, refit=False):
     return build_plan(hw, [a], evaluate=evaluate, refit=refit)
 
 
-def run_plan(plan, data, tmp_path, outputs=None):
+def run_plan(plan, data, tmp_path, hooks=None):
     from pipeline.executors.local import InProcessBackend
     from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
@@ -30,14 +30,12 @@ def run_plan(plan, data, tmp_path, outputs=None):
     with InProcessBackend() as backend:
         return Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
                          {"sleep": SleepModel({"seconds": 0}, "sleep")}, data, METRICS["roc_auc"], seed=0,
-                         outputs=outputs).run()
+                         hooks=hooks).run()
 
 
 def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependency_order(adult, tmp_path):
     from pipeline import report
-    from pipeline.graph.nodes.context import RunOutputs
     from pipeline.graph.plan import DRIVER, EVALUATE, Task
-    from pipeline.tracking import NullTracker
     from tests import graph_nodes
 
     plan = small_plan(evaluate=True)
@@ -45,7 +43,7 @@ def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependen
     plan = plan.with_task(Task("audit", "audit", DRIVER, bags), before=EVALUATE)
     graph_nodes.RAN.clear()
     (tmp_path / "run").mkdir()
-    outcome = run_plan(plan, adult, tmp_path, RunOutputs(tmp_path / "run", NullTracker()))
+    outcome = run_plan(plan, adult, tmp_path)
 
     (ran,) = graph_nodes.RAN
     fits = [t.id for t in plan.fit_tasks]
@@ -53,7 +51,7 @@ def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependen
     assert EVALUATE not in ran["done"]  # before the node that depends on it
     assert ran["scores"] == {b: outcome.trials[("sleep", int(b[-1]))].score for b in bags}
     assert set(outcome.results) == {t.id for t in plan.tasks}  # every task of the plan ran, none else
-    assert [r["model"] for r in outcome.results[EVALUATE]] == ["sleep"]
+    assert [r["model"] for r in outcome.results[EVALUATE].rows] == ["sleep"]
 
     written = json.loads(plan.write(tmp_path / "plan.json").read_text())
     tasks = {t["id"]: t for t in written["tasks"]}
@@ -93,10 +91,8 @@ def test_refit_fits_are_sent_to_the_backend_and_reused_from_the_store_like_any_f
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
-    from pipeline.graph.nodes.context import RunOutputs
     from pipeline.graph.plan import EVALUATE
     from pipeline.store import ResultStore
-    from pipeline.tracking import NullTracker
     from tests.fault_models import SleepModel
 
     class Recording(InProcessBackend):
@@ -107,18 +103,46 @@ def test_refit_fits_are_sent_to_the_backend_and_reused_from_the_store_like_any_f
             return super().submit(request)
 
     plan = small_plan(num_folds=2, num_trials=1, evaluate=True, refit=True)
-    (tmp_path / "run").mkdir()
-    outputs = RunOutputs(tmp_path / "run", NullTracker())
     for attempt in range(2):
         Recording.submitted = []
         with Recording() as backend:
             outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"),
                                 TrialSource(HpoConf(), {}, {}, "maximize"), {"sleep": SleepModel({"seconds": 0}, "sleep")},
-                                adult, METRICS["roc_auc"], seed=0, outputs=outputs).run()
+                                adult, METRICS["roc_auc"], seed=0).run()
         if attempt == 0:
             assert Recording.submitted == ["fit/sleep/t0/f0", "fit/sleep/t0/f1", "fit/sleep/l1/refit"]
         else:
             assert Recording.submitted == []  # every fit, the refit's too, taken from the store by its key
         refit = outcome.results["refit"].predictors["sleep_refit"]
         assert refit.models == [outcome.results["fit/sleep/l1/refit"].model]  # the backend's model, not a driver's fit
-        assert [r["model"] for r in outcome.results[EVALUATE]] == ["sleep", "sleep_refit"]
+        assert [r["model"] for r in outcome.results[EVALUATE].rows] == ["sleep", "sleep_refit"]
+
+
+def test_nodes_compute_and_the_roots_hooks_write_and_log(adult, tmp_path):
+    """Without hooks the graph writes nothing beside its result store; the root's OutputHooks write the
+    leaderboard and predictors and log the board's metrics, from the nodes' results."""
+    from pipeline.graph.plan import EVALUATE
+    from pipeline.metrics import METRICS
+    from pipeline.outputs import HookList, OutputHooks, RunOutputs
+    from pipeline.tracking import NullTracker
+
+    class Recorder(NullTracker):
+        def __init__(self):
+            super().__init__()
+            self.metrics = {}
+
+        def log_metrics(self, values):
+            self.metrics.update(values)
+
+    plan = small_plan(evaluate=True)
+    outcome = run_plan(plan, adult, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["tasks"]  # the store only
+    assert outcome.results[EVALUATE].top["model"] == "sleep"
+
+    tracker, out_dir = Recorder(), tmp_path / "hooked"
+    out_dir.mkdir()
+    hooks = HookList(OutputHooks(RunOutputs(out_dir, tracker), plan, adult, METRICS["roc_auc"], lambda: outcome))
+    outcome = run_plan(plan, adult, tmp_path, hooks)
+    assert (out_dir / "leaderboard.csv").exists() and (out_dir / "predictors" / "sleep.pkl").exists()
+    assert tracker.metrics["sleep/val_roc_auc"] == outcome.results[EVALUATE].top["val_roc_auc"]
+    assert "val_roc_auc" in tracker.metrics  # the main metric at the top level

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import stacking
+from pipeline.graph import stacking
 from pipeline.errors import ConfigError
 
 KINDS = ("prov_a", "prov_b")
@@ -23,7 +23,7 @@ def stacked_plan(num_folds=5, stack_levels=1, kinds=KINDS, num_trials=1, refit=F
     return build_plan(hw, allocations, evaluate=evaluate, refit=refit, stack_levels=stack_levels)
 
 
-def run_stacked(plan, data, tmp_path, submitted=None, outputs=None):
+def run_stacked(plan, data, tmp_path, submitted=None):
     from pipeline.config import HpoConf
     from pipeline.executors.local import InProcessBackend
     from pipeline.graph.scheduler import Scheduler
@@ -41,7 +41,7 @@ def run_stacked(plan, data, tmp_path, submitted=None, outputs=None):
     prototypes = {a.model: ProvenanceModel({}, a.model) for a in plan.allocations}
     with Recording() as backend:
         return Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
-                         prototypes, data, METRICS["roc_auc"], seed=0, outputs=outputs).run()
+                         prototypes, data, METRICS["roc_auc"], seed=0).run()
 
 
 def leaks(plan, outcome) -> list[str]:
@@ -191,14 +191,11 @@ def test_the_progress_counts_every_fit_of_a_model_at_every_level():
 def test_three_levels_with_refit_run_to_a_leaderboard_whose_predictors_chain_every_level(adult, tmp_path):
     import numpy as np
 
-    from pipeline.graph.nodes.context import RunOutputs
     from pipeline.graph.plan import EVALUATE
-    from pipeline.tracking import NullTracker
 
     plan = stacked_plan(4, 2, refit=True, evaluate=True)
-    (tmp_path / "run").mkdir()
-    outcome = run_stacked(plan, adult, tmp_path, outputs=RunOutputs(tmp_path / "run", NullTracker()))
-    rows = {r["model"]: r["level"] for r in outcome.results[EVALUATE]}
+    outcome = run_stacked(plan, adult, tmp_path)
+    rows = {r["model"]: r["level"] for r in outcome.results[EVALUATE].rows}
     assert rows == {"prov_a": 1, "prov_b": 1, "prov_a_l2": 2, "prov_b_l2": 2, "prov_a_l3": 3, "prov_b_l3": 3,
                     "ensemble": 4, "prov_a_refit": 1, "prov_b_refit": 1, "prov_a_l2_refit": 2, "prov_b_l2_refit": 2,
                     "prov_a_l3_refit": 3, "prov_b_l3_refit": 3, "ensemble_refit": 4}

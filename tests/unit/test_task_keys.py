@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.executors import tasks
+from pipeline.graph import tasks
 from pipeline.graph.nodes.fit import _device_kind
 from pipeline.models import LightGBMModel
 from pipeline.models.nn import TorchMLPModel

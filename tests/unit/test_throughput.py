@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.executors import tasks
+from pipeline.graph import tasks
 from pipeline.graph.tasks import DataRef, FitRequest, run_fit
 from pipeline.graph.nodes import evaluate
 from pipeline.graph.nodes.context import TrialResult, leaderboard_row, rows_per_second

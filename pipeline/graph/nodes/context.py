@@ -4,7 +4,6 @@ where the evaluation writes. The composition root fills it with typed values; no
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from pipeline.graph.plan import Plan, Task
@@ -70,18 +69,8 @@ class Hooks(Protocol):
 
     def on_trial_end(self, result: TrialResult) -> None: ...
 
-    # optional: on_task_cut(task), a task the time limit cut before it finished
-
-
-@dataclass(frozen=True)
-class RunOutputs:
-    """Where the evaluation nodes write: the run directory, the tracker, and how models are kept."""
-
-    run_dir: Path
-    tracker: Any  # tracking.Tracker (NullTracker when tracking=none)
-    unseen_categories: str = "missing"  # data.unseen_categories, carried by every saved predictor
-    register_model: Optional[str] = None  # tracking.register_model
-    register_alias: str = "champion"  # tracking.register_alias
+    # optional: on_task_cut(task), a task the time limit cut before it finished; on_node_end(task, result),
+    # a driver node's result (the root's pipeline.outputs writes and logs them)
 
 
 @dataclass
@@ -97,17 +86,11 @@ class GraphContext:
     prototypes: dict  # model name -> unfitted TabularModel
     pruning: bool = False
     hooks: Optional[Hooks] = None
-    outputs: Optional[RunOutputs] = None  # None: a graph without evaluation nodes
+    unseen_categories: str = "missing"  # data.unseen_categories, carried by every saved predictor
     data_ref: Any = None  # executors.tasks.DataRef, set when the backend has prepared the data
     deadline: Optional[float] = None  # time.time() the fits must end by (time_limit_s); None: no limit
     outcome: Outcome = field(default_factory=Outcome)
     curves: dict[tuple[str, int], list[dict]] = field(default_factory=dict)  # (model, fold) -> pruner references
-
-    def require_outputs(self, task: Task) -> RunOutputs:
-        if self.outputs is None:
-            raise RuntimeError(f"task {task.id} ({task.kind}) needs the run's outputs (run directory, tracker); "
-                               "the scheduler was given none")
-        return self.outputs
 
 
 def leaderboard_row(name: str, val: dict, test: dict, *, fit_seconds: float, predict_seconds: float,

@@ -1,6 +1,6 @@
 """The ensemble node: each model's best trial (and each stacked level's bag) as a predictor with its
 leaderboard row, and, with two models or more at the last level, their weighted ensemble (Caruana
-selection on the out-of-fold predictions)."""
+selection on the out-of-fold predictions). The run's hooks log the board (pipeline.outputs)."""
 
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ class EnsembleNode(NodeKind):
         from pipeline import metrics as metrics_module
         from pipeline.ensemble import FeatureSchema
 
-        data, metric, tracker = ctx.data, ctx.metric, ctx.require_outputs(task).tracker
+        data, metric = ctx.data, ctx.metric
         problem = data.problem_type
         names = list(dict.fromkeys(inputs[i].model for i in task.depends_on if i in inputs))
         best = {name: ctx.outcome.best(name, metric) for name in names}
         kinds = [a.model for a in ctx.plan.allocations]
-        schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.outputs.unseen_categories)
+        schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories)
         rows, predictors, seconds = [], {}, {}
         for name, trial in best.items():
             val_scores = metrics_module.score_all(problem, data.y[trial.held_out], trial.val_pred)
@@ -43,11 +43,10 @@ class EnsembleNode(NodeKind):
             seconds[name] = _test_seconds(trial, best, kinds)
             rows.append(_row(name, trial, val_scores, test_scores, ctx.plan, len(data.test_idx), seconds[name]))
             predictors[name] = bagged_predictor(name, trial, best, kinds, data, schema)
-            _log_model_metrics(tracker, name, val_scores, test_scores, trial)
         top = max((t.level for t in best.values()), default=1)
         members = {n: t for n, t in best.items() if t.level == top}
         if len(members) >= 2:
-            rows.append(_ensemble(members, data, metric, problem, predictors, tracker, seconds, top + 1))
+            rows.append(_ensemble(members, data, metric, problem, predictors, seconds, top + 1))
         rows.sort(key=lambda r: metric.loss_of(r[f"val_{metric.name}"]))  # NaN last
         return Board(rows, predictors, best, schema)
 
@@ -93,7 +92,7 @@ def _row(name: str, trial, val: dict, test: dict, plan, test_rows: int, test_sec
                            reused_folds=sum(bool(f.cached) for f in trial.folds), level=trial.level)
 
 
-def _ensemble(best: dict, data, metric, problem: str, predictors: dict, tracker, seconds: dict, level: int) -> dict:
+def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int) -> dict:
     import numpy as np
 
     from pipeline import metrics as metrics_module
@@ -113,28 +112,9 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, tracker,
     names = list(best)
     predictors["ensemble"] = EnsemblePredictor("ensemble", [predictors[n] for n in names], list(map(float, weights)),
                                                problem, data.classes)
-    tracker.log_metrics({f"ensemble/val_{k}": v for k, v in val_scores.items()}
-                        | {f"ensemble/test_{k}": v for k, v in test_scores.items()}
-                        | {f"ensemble/weight/{n}": float(w) for n, w in zip(names, weights)})
     member_seconds = [seconds[n] for n in names]  # it predicts with every member, then blends
     test_seconds = None if None in member_seconds else sum(member_seconds)
     return leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
                            test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
                            num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))),
                            level=level)
-
-
-def _log_model_metrics(tracker, name: str, val: dict, test: dict, trial) -> None:
-    import numpy as np
-
-    values = {f"{name}/val_{k}": v for k, v in val.items()}
-    values.update({f"{name}/test_{k}": v for k, v in test.items()})
-    values.update({f"{name}/fit_seconds": trial.fit_seconds, f"{name}/predict_seconds": trial.predict_seconds})
-    fold0 = trial.folds[0].model
-    for attr in ("oom_backoffs_", "batch_size_", "best_epoch_", "best_iteration_"):
-        if hasattr(fold0, attr):
-            values[f"{name}/{attr.rstrip('_')}"] = float(np.mean([getattr(f.model, attr) for f in trial.folds]))
-    tracker.log_metrics(values)
-    for k, fold in enumerate(trial.folds):
-        prefix = name if len(trial.folds) == 1 else f"{name}/fold{k}"
-        tracker.log_history(prefix, fold.model.history_)

@@ -87,7 +87,7 @@ def stacked_result(ctx, model: str, level: int, fold_set: tuple[int, ...]):
 def _stacked_request(task, shares, ctx):
     """M(task.level, task.fold_set): the best level-1 trial's parameters (a refit: for its level's mean
     early-stopped length), and above level 1 the features from the level below."""
-    from pipeline import stacking
+    from pipeline.graph import stacking
     from pipeline.graph.tasks import FitRequest, StackFeatures, row_folds, task_key, task_seed
 
     best = ctx.outcome.best(task.model, ctx.metric)

@@ -23,8 +23,6 @@ class RefitNode(NodeKind):
                   if fit.kind == "fit"}
         predictors = dict(board.predictors)
         rows = refit_all(refits, board.best, predictors, ctx.data, ctx.plan, board.schema)
-        ctx.require_outputs(task).tracker.log_metrics(
-            {f"{r['model']}/test_{k[5:]}": v for r in rows for k, v in r.items() if k.startswith("test_")})
         return Board(rows, {k: v for k, v in predictors.items() if k not in board.predictors})
 
     def describe(self, tasks, plan) -> str:
