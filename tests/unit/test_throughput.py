@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.graph import tasks
 from pipeline.graph.tasks import DataRef, FitRequest, run_fit
-from pipeline.graph.nodes import evaluate
+from pipeline import outputs
 from pipeline.graph.nodes.context import TrialResult, leaderboard_row, rows_per_second
 from tests.fault_models import _Constant
 
@@ -84,5 +84,5 @@ def test_evaluation_logs_the_rows_rates_without_predicting(adult):
                             num_folds=1, best_trial=0, params={}),
             leaderboard_row("b", {}, {}, fit_seconds=1.0, predict_seconds=0.2, test_rows_per_s=None, device="cpu",
                             num_folds=1, best_trial=0, params={})]
-    evaluate._log_throughput(rows, tracker)
+    outputs._log_throughput(rows, tracker)
     assert logged == {"a/predict_rows_per_s": 5000.0}
