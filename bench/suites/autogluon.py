@@ -37,7 +37,7 @@ STACKINGS = (0, 1)  # the engine's stack_levels = AutoGluon's num_stack_levels, 
 
 
 def run(opts: Options) -> dict:
-    k = 2 if opts.quick else 5
+    k = 3 if opts.quick else 5  # a stack level needs parallelism.num_folds >= 3
     groups = [_group(k, levels) for levels in STACKINGS]
     python = opts.autogluon_python
     if not python.exists():
