@@ -1,9 +1,10 @@
 """AutoGluon's side of the `autogluon` suite, run by bench/.venv-autogluon's python (not the project's).
 
     python bench/autogluon_runner.py --train train.parquet --test test.parquet --label y --folds 5 \
-        --models GBM,XGB,NN_TORCH --path DIR --out result.json
+        --stack-levels 0 --models GBM,XGB,NN_TORCH --path DIR --out result.json
 
-Fits a bag of each model and a weighted ensemble (no stacking, no time limit), scores every model on
+Fits a bag of each model (on --stack-levels levels, without dynamic stacking) and a weighted ensemble (no
+time limit), scores every model on
 the test rows, and writes timings, scores and versions as JSON. It imports nothing of the project.
 """
 
@@ -22,6 +23,7 @@ def main() -> None:
     p.add_argument("--test", required=True)
     p.add_argument("--label", required=True)
     p.add_argument("--folds", type=int, required=True)
+    p.add_argument("--stack-levels", type=int, default=0)
     p.add_argument("--models", default="GBM,XGB,NN_TORCH")
     p.add_argument("--hyperparameters", default="{}", help="JSON: model key -> its hyperparameters")
     p.add_argument("--path", required=True)
@@ -48,8 +50,8 @@ def main() -> None:
 
     t0 = time.perf_counter()
     predictor = TabularPredictor(label=args.label, eval_metric="roc_auc", path=args.path, verbosity=0).fit(
-        train, num_bag_folds=args.folds, num_stack_levels=0, hyperparameters=hyperparameters,
-        fit_weighted_ensemble=True,
+        train, num_bag_folds=args.folds, num_stack_levels=args.stack_levels, dynamic_stacking=False,
+        hyperparameters=hyperparameters, fit_weighted_ensemble=True,
     )
     fit_seconds = time.perf_counter() - t0
     board = predictor.leaderboard(test, silent=True)
@@ -61,7 +63,9 @@ def main() -> None:
         for _, r in board.iterrows()
     ]
     singles = [r for r in rows if not r["model"].startswith("WeightedEnsemble")]
-    ensembles = [r for r in rows if r["model"].startswith("WeightedEnsemble")]
+    # the ensemble AutoGluon predicts with (with stack levels, the weighted ensemble of the last level)
+    ensembles = sorted((r for r in rows if r["model"].startswith("WeightedEnsemble")),
+                       key=lambda r: r["model"] != predictor.model_best)
     failures = {}
     try:
         failed = predictor.model_failures()

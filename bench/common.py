@@ -202,7 +202,7 @@ def load_data(overrides: list[str], launch_dir: Path):
     from pipeline.settings import read_settings
 
     settings = read_settings(compose(overrides))
-    return load(settings.data, launch_dir), settings
+    return load(settings.conf.data, launch_dir), settings
 
 
 @dataclass

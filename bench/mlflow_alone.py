@@ -50,7 +50,7 @@ def write_example(path: Path) -> None:
     """Pickle five rows of the bundled Adult data as the engine hands them to the tracker."""
     from pipeline.config import DataConf
     from pipeline.data import load
-    from pipeline.nodes.evaluate import _raw_example
+    from pipeline.graph.nodes.evaluate import _raw_example
 
     path.write_bytes(pickle.dumps(_raw_example(load(DataConf(), Path(__file__).resolve().parents[1]))))
 

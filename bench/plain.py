@@ -134,7 +134,7 @@ def main(argv=None) -> int:
 
     from pipeline.config import DataConf
     from pipeline.data import load
-    from pipeline.executors.tasks import task_seed
+    from pipeline.graph.tasks import task_seed
 
     p = argparse.ArgumentParser(prog="python -m bench.plain")
     p.add_argument("--max-rows", type=int, default=None)

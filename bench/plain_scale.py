@@ -160,7 +160,7 @@ MODELS = {"lightgbm": lightgbm, "xgboost": xgboost, "nn": nn}
 
 
 def main(argv=None) -> int:
-    from pipeline.executors.tasks import task_seed
+    from pipeline.graph.tasks import task_seed
 
     p = argparse.ArgumentParser(prog="python -m bench.plain_scale", description=__doc__.split("\n\n")[0])
     p.add_argument("model", choices=sorted(MODELS))

@@ -220,15 +220,15 @@ def _summary(suite: str, figures: list[dict]) -> list[str]:
                          f"{'identical' if same else 'differs' if same is False else 'not compared'} |")
         return lines + ["", "All figures:", ""]
     if suite == "autogluon" and by:
-        g = groups[0]
-        best = {side: by.get((g, f"{side} best model test ROC AUC"), {}).get("model", "?")
-                for side in ("engine", "AutoGluon")}
-        lines = ["Medians side by side:", "", "| | seconds | best single model: test AUC | ensemble: test AUC |",
-                 "|---|---:|---:|---:|"]
-        for side in ("engine", "AutoGluon"):
-            lines.append(f"| {side} | {cell(g, f'{side} seconds', 's')} | "
-                         f"{cell(g, f'{side} best model test ROC AUC', 'roc_auc')} ({best[side]}) | "
-                         f"{cell(g, f'{side} ensemble test ROC AUC', 'roc_auc')} |")
+        lines = ["Medians side by side:", "", "| pairing | | seconds | best single model: test AUC | "
+                 "ensemble: test AUC |", "|---|---|---:|---:|---:|"]
+        for g in groups:
+            best = {side: by.get((g, f"{side} best model test ROC AUC"), {}).get("model", "?")
+                    for side in ("engine", "AutoGluon")}
+            for side in ("engine", "AutoGluon"):
+                lines.append(f"| {g} | {side} | {cell(g, f'{side} seconds', 's')} | "
+                             f"{cell(g, f'{side} best model test ROC AUC', 'roc_auc')} ({best[side]}) | "
+                             f"{cell(g, f'{side} ensemble test ROC AUC', 'roc_auc')} |")
         return lines + ["", "All figures:", ""]
     return []
 
@@ -291,14 +291,21 @@ def plot_suite(suite: str, out: dict, title: str, path: Path) -> bool:
         if not secs:
             return False
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 2.8))
-        _barh(ax1, [f["name"].replace(" seconds", "") for f in secs], secs)
+        many = len({f.get("group") for f in secs}) > 1
+
+        def label(f, unit_text):
+            name = f["name"].replace(unit_text, "")
+            return f"{name} · {f['group'].split(' · ', 2)[-1]}" if many and "stack" in f.get("group", "") else name
+
+        _barh(ax1, [label(f, " seconds") for f in secs], secs)
         for bar, f in zip(ax1.patches, secs):
             bar.set_color("#4c72b0" if f["name"].startswith("engine") else "#dd8452")
         ax1.set_xlabel("seconds (median, min-max)")
         if speed:
             target = speed[0]["target"]["value"]
-            ax1.set_title(f"AutoGluon / engine: {speed[0]['median']:.2f}× (target ≥ {target:g}×)", fontsize=9)
-        _barh(ax2, [f["name"].replace(" test ROC AUC", "") for f in aucs], aucs)
+            ax1.set_title("AutoGluon / engine: " + ", ".join(f"{f['median']:.2f}×" for f in speed)
+                          + f" (target ≥ {target:g}×)", fontsize=9)
+        _barh(ax2, [label(f, " test ROC AUC") for f in aucs], aucs)
         for bar, f in zip(ax2.patches, aucs):
             bar.set_color("#4c72b0" if f["name"].startswith("engine") else "#dd8452")
         lo = min(f["min"] for f in aucs)

@@ -191,6 +191,12 @@ class DataConf:
             self.label = self.label or BUNDLED[self.path]
 
     def make_source(self):
-        """The data source object: the target's class, given this config and `options` as keywords."""
-        # the target was checked by settings; options are values, never built into objects
-        return imported(self.target)(self, **copy.deepcopy(self.options))
+        """The data source object (the target's class, given this config and `options` as keywords),
+        made once: the checks before loading and the load use the same object."""
+        if getattr(self, "_source", None) is None:
+            # the target was checked by settings; options are values, never built into objects
+            self._source = imported(self.target)(self, **copy.deepcopy(self.options))
+        return self._source
+
+    def __getstate__(self) -> dict:  # the source is made again where it is needed
+        return {k: v for k, v in self.__dict__.items() if k != "_source"}

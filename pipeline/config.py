@@ -31,6 +31,16 @@ class ResourcesConf:
     memory_gb: Optional[float] = None  # RAM a fit (or a bag's folds together) may use; null: the estimate
     gpu_memory_gb: Optional[float] = None  # memory on each GPU of a fit; null: the estimate
 
+    def check(self, key: str) -> "ResourcesConf":
+        """Validate the values under `key` (parallelism.fit, model.lightgbm.resources): `request` becomes the
+        CPUs and exact GPU share (pipeline.resources.Request), `memory_request` the bytes; returns self."""
+        from pipeline.memory.budget import MemoryRequest
+        from pipeline.resources import Request
+
+        self.request = Request.parse(self.num_cpus, self.num_gpus, key)
+        self.memory_request = MemoryRequest.parse(self.memory_gb, self.gpu_memory_gb, key)
+        return self
+
 
 @dataclass
 class HardwareConf:
@@ -50,6 +60,10 @@ class ParallelismConf:
     bag: ResourcesConf = field(default_factory=ResourcesConf)  # one bagged model (all its folds)
     fit: ResourcesConf = field(default_factory=ResourcesConf)  # one base-model fit (one fold)
     sequential: bool = False  # one fit at a time, however many would fit
+
+    def __post_init__(self) -> None:
+        self.bag.check("parallelism.bag")
+        self.fit.check("parallelism.fit")
 
 
 @dataclass
@@ -132,10 +146,18 @@ class Config:
     eval_metric: str = "auto"
     dry_run: bool = False
     refit: bool = False  # fit each model's best trial once more on train + validation (one model, no bag)
-    resume: Any = False  # false | true (newest unfinished run) | a run directory
+    stack_levels: int = 0  # levels of models stacked on the base models' out-of-fold predictions (pipeline.graph.stacking)
+    resume: Optional[str] = None  # null or false | true (the newest unfinished run) | a run directory
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
     # what the run returns to a sweeper: val_score, fit_seconds, predict_seconds (pipeline/objectives.py)
     objectives: List[str] = field(default_factory=lambda: ["val_score"])
+    time_limit_s: Optional[float] = None  # seconds the fits may take from the first one's start; null: no limit
+
+    def __post_init__(self) -> None:
+        limit = self.time_limit_s
+        if limit is not None and not (0 < limit < float("inf")):
+            raise ConfigError(f"time_limit_s={limit!r} must be a positive number of seconds (e.g. time_limit_s=60), "
+                              "or null: no time limit")
 
 
 @dataclass(frozen=True)
@@ -146,16 +168,14 @@ class Resume:
     directory: Optional[str] = None
 
     @classmethod
-    def parse(cls, value: Any) -> "Resume":
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # a quoted override
-            value = value.strip().lower() == "true"
-        if value is None or value is False:
+    def parse(cls, value: Optional[str]) -> "Resume":
+        """`resume` as typed by its schema (a string: YAML's true and false arrive as "True" and "False")."""
+        text = (value or "").strip()
+        if text.lower() in ("", "false"):
             return cls()
-        if value is True:
+        if text.lower() == "true":
             return cls(newest=True)
-        if isinstance(value, str) and value.strip():
-            return cls(directory=value)
-        raise ConfigError(f"resume={value!r}: give false, true (the newest unfinished run) or a run directory")
+        return cls(directory=text)
 
     def __bool__(self) -> bool:
         return self.newest or self.directory is not None

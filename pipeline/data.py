@@ -18,6 +18,7 @@ import pandas as pd
 from pipeline.config import DataConf
 from pipeline.data_sources import read_file, resolve
 from pipeline.errors import DataError
+from pipeline.problem import problem_type_of
 from pipeline.schema import category_text, encode
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def load(spec: DataConf, base_dir: Path) -> TabularData:
         frame = pd.concat([frame, test_frame[frame.columns]], ignore_index=True)
     y_raw = frame[label]
     X = frame.drop(columns=[label])
-    problem_type = _problem_type(y_raw, spec.problem_type, label)
+    problem_type = problem_type_of(y_raw, spec.problem_type, label)
     y, classes = _encode_label(y_raw, problem_type, label)
     categorical, numeric = _column_types(X, spec.categorical_columns)
     train_idx, val_idx, test_idx = _split(y, problem_type, spec, n_main, len(frame))
@@ -123,28 +124,6 @@ def _check_columns(frame: pd.DataFrame, spec: DataConf, label: str, key: str) ->
 def _plain(value):
     """A numpy scalar as the Python value it holds (numpy 2 shows np.int64(2) where a user wrote 2)."""
     return value.item() if isinstance(value, np.generic) else value
-
-
-def _problem_type(y: pd.Series, declared: str, label: str) -> str:
-    numeric = pd.api.types.is_numeric_dtype(y) and not pd.api.types.is_bool_dtype(y)
-    n_unique = y.nunique()
-    if declared == "regression":
-        if not numeric:
-            raise DataError(f"data.problem_type=regression but data.label={label!r} holds text values such as {y.iloc[0]!r}")
-        return declared
-    if declared in ("binary", "multiclass"):
-        if declared == "binary" and n_unique != 2:
-            raise DataError(f"data.problem_type=binary but data.label={label!r} has {n_unique} distinct values")
-        return declared
-    if not numeric:
-        return "binary" if n_unique == 2 else "multiclass"
-    values = y.to_numpy()
-    integral = np.all(np.equal(np.mod(values, 1), 0))
-    if n_unique == 2:
-        return "binary"
-    if integral and n_unique <= 20:
-        return "multiclass"
-    return "regression"
 
 
 def _encode_label(y: pd.Series, problem_type: str, label: str) -> tuple[np.ndarray, Optional[list]]:

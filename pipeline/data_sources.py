@@ -53,6 +53,35 @@ class DataSource:
         schema), else None: they are checked when the table is read."""
         return None
 
+    def label_values(self, base_dir: Path) -> Optional[pd.Series]:
+        """The label column alone, if it can be read without the rest of the table (a local file),
+        else None: the problem type is then learnt when the table is read."""
+        return None
+
+    def problem_type(self, base_dir: Path) -> Optional[str]:
+        """The problem type before the table is read: the declared one, or what the label column alone
+        holds (as loading infers it: rows without a label dropped, data.max_rows sampled); None when
+        that needs the whole table."""
+        from pipeline.problem import problem_type_of
+
+        spec = self.spec
+        if spec.problem_type != "auto":
+            return spec.problem_type
+        y = self.label_values(base_dir)
+        if y is None:
+            return None
+        y = y.dropna().reset_index(drop=True)
+        if spec.max_rows is not None and len(y) > spec.max_rows:
+            y = y.sample(n=spec.max_rows, random_state=spec.seed if spec.seed is not None else 0)
+        if spec.test_path:
+            test = resolve(spec.test_path, base_dir)
+            if not isinstance(test, Path):
+                return None
+            import pandas as pd
+
+            y = pd.concat([y, label_column(test, None, self.label, "data.test_path").dropna()], ignore_index=True)
+        return problem_type_of(y, "auto", self.label) if y.nunique() >= 2 else None
+
 
 class BundledSource(DataSource):
     """A data set shipped with the engine (data.path: adult | california_housing)."""
@@ -82,6 +111,12 @@ class BundledSource(DataSource):
         with resources.as_file(self._file()) as p:
             return header(p, "parquet", "data.path")
 
+    def label_values(self, base_dir: Path) -> Optional[pd.Series]:
+        from importlib import resources
+
+        with resources.as_file(self._file()) as p:
+            return label_column(p, "parquet", self.label, "data.path")
+
 
 class FileSource(DataSource):
     """A CSV or Parquet file (data.source), local or remote (s3://, gs://, https:// through fsspec)."""
@@ -109,6 +144,11 @@ class FileSource(DataSource):
         kind = self.spec.source if self.spec.source in ("csv", "parquet") else None
         return None if path is None else header(path, kind, "data.path")
 
+    def label_values(self, base_dir: Path) -> Optional[pd.Series]:
+        path = self.local_path(base_dir)
+        kind = self.spec.source if self.spec.source in ("csv", "parquet") else None
+        return None if path is None else label_column(path, kind, self.label, "data.path")
+
 
 class SyntheticSource(DataSource):
     """A seeded scikit-learn classification or regression table; some columns binned into categories."""
@@ -130,6 +170,11 @@ class SyntheticSource(DataSource):
 
     def read(self, base_dir: Path) -> pd.DataFrame:
         return synthetic(self.spec)
+
+    def problem_type(self, base_dir: Path) -> Optional[str]:
+        if self.spec.problem_type != "auto":
+            return self.spec.problem_type
+        return {0: "regression", 2: "binary"}.get(self.spec.classes, "multiclass")
 
     def location(self, base_dir: Path) -> str:
         spec = self.spec
@@ -241,6 +286,21 @@ def check_column_names(columns: list[str], spec: "DataConf", label: str, key: st
     unknown = [c for c in spec.categorical_columns if c not in columns]
     if unknown:
         raise DataError(f"data.categorical_columns names {unknown}, which are not columns; columns: {', '.join(columns)}")
+
+
+def label_column(path: Path, kind: Optional[str], label: str, key: str) -> pd.Series:
+    """One column of a local CSV or Parquet file, read without the others (a DataError names `key`)."""
+    kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path, columns=[label]).column(0).to_pandas()
+        import pandas as pd
+
+        return pd.read_csv(path, usecols=[label])[label]
+    except (OSError, ValueError, KeyError) as exc:
+        raise DataError(f"{key}={str(path)!r} cannot be read: {type(exc).__name__}: {exc}") from None
 
 
 def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None) -> pd.DataFrame:

@@ -1,9 +1,10 @@
 """Greedy weighted ensemble selection (Caruana et al., 2004), as AutoGluon's WeightedEnsemble does,
-and the predictors a run hands to users: a bagged model and the weighted ensemble of them."""
+and the predictors a run hands to users: a bagged model, a stacked level's bag (each fold model fed
+by its fold's chain of lower levels) and the weighted ensemble of them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
@@ -12,6 +13,7 @@ import pandas as pd
 from pipeline.errors import ModelOutputError
 from pipeline.metrics import Metric
 from pipeline.schema import FeatureSchema
+from pipeline.graph.stacking import as_columns, column_names, join
 
 
 def ensemble_selection(preds: list[np.ndarray], y: np.ndarray, metric: Metric, size: int = 25,
@@ -76,6 +78,40 @@ class BaggedPredictor:
     @property
     def libraries(self) -> set[str]:
         return {lib for m in self.models for lib in type(m).library_modules}
+
+
+@dataclass
+class StackedPredictor(BaggedPredictor):
+    """A stacked level's bag (pipeline.graph.stacking): fold model k predicts on the original features plus
+    the columns fold k's chain of lower levels predicts. `layers[k]` is that chain: per level below, from
+    level 1 up, the (model kind, fold model) pairs whose predictions feed the next level."""
+
+    layers: list = field(default_factory=list)
+
+    def predict_typed(self, X: pd.DataFrame) -> np.ndarray:
+        return np.mean([top.predict_proba(self._features(X, chain)) for top, chain in zip(self.models, self.layers)],
+                       axis=0)
+
+    def _features(self, X: pd.DataFrame, chain: list) -> pd.DataFrame:
+        features, num_classes = X, len(self.classes or ())
+        for level, layer in enumerate(chain, start=1):
+            names = [n for kind, _ in layer for n in column_names(level, kind, self.problem_type, num_classes)]
+            values = np.concatenate([as_columns(m.predict_proba(features), self.problem_type) for _, m in layer],
+                                    axis=1)
+            features = join(X, names, values)
+        return features
+
+    def place(self, device: str, num_cpus: int) -> None:
+        for m in self._lower():
+            m.place(device, num_cpus)
+        super().place(device, num_cpus)
+
+    @property
+    def libraries(self) -> set[str]:
+        return super().libraries | {lib for m in self._lower() for lib in type(m).library_modules}
+
+    def _lower(self) -> list:
+        return [m for chain in self.layers for layer in chain for _, m in layer]
 
 
 @dataclass

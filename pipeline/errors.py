@@ -17,6 +17,10 @@ class ResourceError(ConfigError):
     """The resource hierarchy (hardware >= bag >= fit) is violated or cannot be satisfied."""
 
 
+class TimeLimitError(ConfigError):
+    """Nothing finished within time_limit_s: there is no model to put on a leaderboard."""
+
+
 class HardwareError(PipelineError):
     """The machine lacks what the config asks for (GPUs, a GPU build of a library)."""
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pipeline import devices
 from pipeline.errors import HardwareError
-from pipeline.resources import Resources, cpu_count, fmt, gpu_amount, select_devices
+from pipeline.quantities import cpu_count, fmt, gpu_amount
+from pipeline.resources import Resources, select_devices
 
 if TYPE_CHECKING:
     from pipeline.config import HardwareConf

@@ -28,7 +28,10 @@ def tell_study(study, trial, *args, **kwargs) -> None:
 
 
 class TrialSource:
-    """The parameters of each (model, trial), and the score each trial earned."""
+    """The parameters of each (model, trial), and the score each trial earned.
+
+    Under a time limit the scheduler asks for a trial only when its first fold may start and every
+    fold may still end by the deadline; a trial cut after that is dropped (`drop`), never half-scored."""
 
     def __init__(self, spec: HpoConf, spaces: dict[str, dict[str, SearchDimConf]], defaults: dict[str, dict],
                  directions: str, store_dir: Optional[Path] = None, prior: Optional[dict] = None):
@@ -39,6 +42,7 @@ class TrialSource:
         self.prior = prior if prior is not None else self._load_prior()
         self.asked: dict[tuple[str, int], dict] = {}
         self.scores: dict[tuple[str, int], float] = {}
+        self.dropped: set[tuple[str, int]] = set()  # cut by the time limit before all their folds ran
         self._studies: dict[str, Any] = {}
         self._trials: dict[tuple[str, int], Any] = {}
 
@@ -70,6 +74,19 @@ class TrialSource:
 
             state = optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.COMPLETE
             tell_study(self._study(model), optuna_trial, None if pruned else score, state=state)
+
+    def drop(self, model: str, trial: int) -> None:
+        """A trial the time limit cut before all its folds ran: it earns no score, and its Optuna trial
+        (if its parameters were asked) is told it failed, so no sampler waits on it or learns from it.
+        A resumed run with more time fits it again (its parameters stay saved)."""
+        if (model, trial) not in self.asked:
+            return  # never started: nothing to drop
+        self.dropped.add((model, trial))
+        optuna_trial = self._trials.pop((model, trial), None)
+        if optuna_trial is not None:
+            import optuna
+
+            tell_study(self._study(model), optuna_trial, state=optuna.trial.TrialState.FAIL)
 
     def _study(self, model: str):
         if model not in self._studies:

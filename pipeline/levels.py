@@ -12,6 +12,8 @@ import math
 from fractions import Fraction
 from typing import Optional
 
+from pipeline.quantities import fmt
+
 ONE = Fraction(1)
 
 
@@ -33,8 +35,6 @@ def derived_gpu_share(level_gpus: Fraction, concurrent: int) -> Fraction:
 
 def ineffective_bag(num_cpus: Optional[int], num_gpus: Optional[Fraction], num_folds: int) -> list[str]:
     """Why each value set on parallelism.bag has no effect: without bagging there is no bag level."""
-    from pipeline.resources import fmt  # resources imports this module
-
     if num_folds >= 2:
         return []
     set_values = [(k, v) for k, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if v is not None]

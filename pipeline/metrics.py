@@ -135,6 +135,13 @@ def resolve(name: str, problem_type: str) -> Metric:
     return METRICS[name]
 
 
+def check_name(name: str) -> None:
+    """`name` is auto or a metric of some problem type (which one suits the data is checked once it is known)."""
+    if name != "auto" and name not in METRICS:
+        raise ConfigError(f"eval_metric={name!r} is not a metric{closest(name, list(METRICS))}; "
+                          f"choose one of: auto, {', '.join(METRICS)}")
+
+
 def score_all(problem_type: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     out = {}
     for metric in for_problem(problem_type):

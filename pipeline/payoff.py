@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-SERIAL_SHARE = 0.3  # of a GBM fit on tabular data, at a few threads per fit
+SERIAL_SHARE = 0.3  # of a GBM fit on tabular data, at a few threads per fit (a model's own: thread_serial_share)
 WORKER_START = 0.5  # starting the workers (fork, library import, data hand-over), in one-thread fits
 
 
@@ -33,19 +33,20 @@ def fit_time(cpus: int, serial: float = SERIAL_SHARE) -> float:
     return serial + (1 - serial) / cpus
 
 
-def estimate(num_folds: int, bag_cpus: int, at_once: int) -> float:
+def estimate(num_folds: int, bag_cpus: int, at_once: int, serial: float = SERIAL_SHARE) -> float:
     """Estimated time of the bag with `at_once` folds running together."""
     rounds = math.ceil(num_folds / at_once)
     start = WORKER_START if at_once > 1 else 0.0
-    return rounds * fit_time(max(1, bag_cpus // at_once)) + start
+    return rounds * fit_time(max(1, bag_cpus // at_once), serial) + start
 
 
-def folds_at_once(num_folds: int, bag_cpus: int) -> FoldsAtOnce:
-    """The number of folds to run together (and each fit's CPUs) that the estimate says is fastest."""
+def folds_at_once(num_folds: int, bag_cpus: int, serial: float = SERIAL_SHARE) -> FoldsAtOnce:
+    """The number of folds to run together (and each fit's CPUs) that the estimate says is fastest, for a
+    model whose fits keep `serial` of their one-thread time however many threads they get."""
     if num_folds < 2 or bag_cpus < 2:
         return FoldsAtOnce(1, max(1, bag_cpus), "")
     choices = range(1, min(num_folds, bag_cpus) + 1)
-    times = {p: estimate(num_folds, bag_cpus, p) for p in choices}
+    times = {p: estimate(num_folds, bag_cpus, p, serial) for p in choices}
     best = min(choices, key=lambda p: (round(times[p], 6), -p))
     seq = times[1]
     if best == 1:

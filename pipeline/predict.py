@@ -64,7 +64,7 @@ def predict(settings, base_dir: Path) -> int:
     path = local_path(settings.data, base_dir)
     if path is not None:
         check_file(path)  # a missing or empty file fails before the model is loaded
-    predictor = load_predictor(settings.source, settings.predictor, settings.tracking_uri, base_dir)
+    predictor = load_predictor(settings.source, settings.predictor, settings.tracking.uri, base_dir)
     chunks = input_chunks(settings, base_dir, predictor.schema, path)
     predictor.place(device, hardware.num_cpus)
     output = Path(settings.output).expanduser()

@@ -1,6 +1,6 @@
 """Find a trained predictor: in a run directory, by MLflow run id, or by a models:/ or runs:/ URI.
 
-Every source gives the same object (pipeline.ensemble's BaggedPredictor or EnsemblePredictor),
+Every source gives the same object (pipeline.ensemble's BaggedPredictor, StackedPredictor or EnsemblePredictor),
 so batch prediction does not depend on where the model was found.
 """
 

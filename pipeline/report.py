@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Optional
 
 from rich.console import Console
@@ -13,9 +13,9 @@ from rich.table import Table
 from rich.tree import Tree
 
 from pipeline.memory.budget import gb
-from pipeline.nodes import node_kind
-from pipeline.plan import Plan
-from pipeline.resources import fmt
+from pipeline.graph.nodes import node_kind
+from pipeline.graph.plan import Plan
+from pipeline.quantities import fmt
 
 
 def _width():
@@ -53,6 +53,9 @@ def plan_tree(plan: Plan) -> Tree:
         )
         if a.parallel_reason:
             node.add(f"[dim]{a.parallel_reason}[/dim]")
+        levels = level_counts(by_model[a.model])
+        if len(levels) > 1 or any(t.fold_set == () for t in by_model[a.model]):
+            node.add("levels: " + "; ".join(f"{level} ({text})" for level, text in levels.items()))
         if a.memory is not None:
             est = a.memory.estimate
             gpu = f", {gb(est.gpu)} on each GPU" if a.fit.num_gpus > 0 and est.gpu else ""
@@ -69,14 +72,50 @@ def plan_tree(plan: Plan) -> Tree:
             cells = []
             for t in waves[wave]:
                 where = ",".join(f"GPU{d}" + (f"x{fmt(s)}" if s < 1 else "") for d, s in zip(t.device_ids, t.gpu_shares))
-                cells.append(f"t{t.trial}/f{t.fold}" + (f"@{where}" if where else ""))
+                cells.append(fit_label(t) + (f"@{where}" if where else ""))
             node.add(f"wave {wave}: " + "  ".join(cells))
     kinds = by_kind(plan)
     graph = tree.add("[bold]graph[/bold]: " + " → ".join(
-        f"{kind} ×{len(tasks)}" if len(tasks) > 1 else kind for kind, tasks in kinds.items()))
+        f"{step} ×{count}" if count > 1 else step for step, count in graph_steps(plan)))
     for kind, tasks in kinds.items():
         graph.add(node_kind(kind).describe(tasks, plan))
     return tree
+
+
+def fit_label(task) -> str:
+    """A fit as the plan's waves show it: t0/f3 (trial, fold), l2/f3 (level, fold), l1/f0+3, l2/refit."""
+    if task.fold_set is None:
+        return f"t{task.trial}/f{task.fold}"
+    return f"l{task.level}/" + ("f" + "+".join(map(str, task.fold_set)) if task.fold_set else "refit")
+
+
+def level_counts(fits: list) -> dict[int, str]:
+    """Per stacking level, what a model fits there, in words."""
+    out = {}
+    for level in sorted({t.level for t in fits}):
+        mine = [t for t in fits if t.level == level]
+        folds = sum(t.fold_set is None or len(t.fold_set) == 1 for t in mine)
+        inner = sum(bool(t.fold_set) and len(t.fold_set) > 1 for t in mine)
+        refit = sum(t.fold_set == () for t in mine)
+        parts = [f"{folds} fold fit(s)", f"{inner} without 2+ folds" if inner else "", "refit" if refit else ""]
+        out[level] = ", ".join(p for p in parts if p)
+    return out
+
+
+def graph_steps(plan: Plan) -> list[tuple[str, int]]:
+    """The plan's tasks as the steps they run in: runs of one kind (and stacking level), in plan order."""
+    steps: list[list] = []
+    for t in plan.tasks:
+        step = t.kind
+        if t.kind == "fit" and t.fold_set == ():
+            step = "refit fit"
+        elif t.kind in ("fit", "bag") and (t.fold_set is not None or t.level > 1):
+            step = f"{t.kind} L{t.level}"
+        if steps and steps[-1][0] == step:
+            steps[-1][1] += 1
+        else:
+            steps.append([step, 1])
+    return [(step, count) for step, count in steps]
 
 
 def by_kind(plan: Plan) -> dict[str, list]:
@@ -110,7 +149,7 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
     table = Table(title=f"Leaderboard ({metric})", show_lines=False)
     reused = any(r.get("reused_folds") for r in rows)
     for column, justify in (
-        ("model", "left"), (f"val_{metric}", "right"), (f"test_{metric}", "right"),
+        ("model", "left"), ("level", "right"), (f"val_{metric}", "right"), (f"test_{metric}", "right"),
         ("fit_s", "right"), ("predict_s", "right"), ("rows/s", "right"), ("device", "left"), ("folds", "right"),
         *([("reused", "right")] if reused else []), ("trial", "right"),
     ):
@@ -119,14 +158,29 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
         val = r[f"val_{metric}"]
         rate = r.get("predict_rows_per_s")
         cells = [
-            r["model"], "-" if val != val else f"{val:.4f}", f"{r[f'test_{metric}']:.4f}", f"{r['fit_seconds']:.2f}",
-            f"{r['predict_seconds']:.2f}", "-" if rate is None else f"{rate:,.0f}", str(r["device"]),
-            str(r["num_folds"]),
+            r["model"], str(r.get("level", 1)), "-" if val != val else f"{val:.4f}", f"{r[f'test_{metric}']:.4f}",
+            f"{r['fit_seconds']:.2f}", f"{r['predict_seconds']:.2f}", "-" if rate is None else f"{rate:,.0f}",
+            str(r["device"]), str(r["num_folds"]),
         ]
         if reused:
             cells.append(f"{r['reused_folds']}/{r['num_folds']}" if r.get("reused_folds") else "-")
         table.add_row(*cells, str(r["best_trial"]))
     return table
+
+
+def time_limit_line(limit_s: float) -> str:
+    """Under the plan: what time_limit_s will do to it."""
+    return (f"time limit: {limit_s:g} s for the fits (time_limit_s), from the first one; trials run round by "
+            "round across the models, and fits that cannot end by then are not started")
+
+
+def budget_lines(summary) -> list[str]:
+    """What the time limit cut (pipeline.graph.time_budget.BudgetSummary), as the run's last lines say it."""
+    lines = [summary.line()]
+    if summary.left_out:
+        lines.append(f"not on the leaderboard nor in the ensemble: {', '.join(summary.left_out)} (no trial finished "
+                     f"all its folds within time_limit_s={summary.limit_s:g})")
+    return lines
 
 
 def memory_table(rows: list[dict]) -> Table:
@@ -150,10 +204,8 @@ class FitProgress:
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=False, disable=not self.enabled,
         )
-        self.ids = {
-            a.model: self.progress.add_task(f"{a.model:>12}", total=a.num_folds * a.num_trials)
-            for a in plan.allocations
-        }
+        fits = Counter(t.model for t in plan.fit_tasks)
+        self.ids = {a.model: self.progress.add_task(f"{a.model:>12}", total=fits[a.model]) for a in plan.allocations}
 
     def __enter__(self):
         self.progress.__enter__()
@@ -164,5 +216,14 @@ class FitProgress:
 
     def advance(self, model: str) -> None:
         self.progress.advance(self.ids[model])
+        self._stop_when_finished()
+
+    def drop(self, model: str) -> None:
+        """A fit of `model` that will not run (the time limit cut it): one fewer to wait for."""
+        task = next(t for t in self.progress.tasks if t.id == self.ids[model])
+        self.progress.update(self.ids[model], total=max(task.completed, (task.total or 0) - 1))
+        self._stop_when_finished()
+
+    def _stop_when_finished(self) -> None:
         if self.progress.finished:  # every fit is done: the evaluation prints below, not under live bars
             self.progress.stop()

@@ -16,39 +16,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from pipeline.errors import ConfigError, ResourceError
 from pipeline.levels import derived_gpu_share
-
-ZERO = Fraction(0)
-
-
-def fmt(value) -> str:
-    """A resource amount as a user wrote it: 2, 0.5, 0.25."""
-    if isinstance(value, Fraction):
-        return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def gpu_amount(value: Any, key: str) -> Fraction:
-    """Validate a GPU amount: >= 0, any fraction below 1, whole numbers from 1 up."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
-        raise ConfigError(f"{key}={value!r} is not a number; give a GPU count such as 1, 2 or a share such as 0.5")
-    if value < 0:
-        raise ConfigError(f"{key}={fmt(value)} is negative; a GPU amount is 0, a share below 1 (0.5, 0.25) or a whole count")
-    amount = Fraction(value).limit_denominator(10_000)
-    if amount > 1 and amount.denominator != 1:
-        raise ConfigError(
-            f"{key}={fmt(value)}: above 1 a GPU count must be whole (2, 3, ...); "
-            "shares of one device are allowed below 1 (0.5, 0.25)"
-        )
-    return amount
-
-
-def cpu_count(value: Any, key: str) -> int:
-    """Validate a CPU count: a whole number >= 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-        raise ConfigError(f"{key}={value!r} is not a whole number of CPUs; give an integer >= 1")
-    if value < 1:
-        raise ConfigError(f"{key}={fmt(value)} must be at least 1 CPU")
-    return int(value)
+from pipeline.quantities import ZERO, cpu_count, fmt, gpu_amount
 
 
 @dataclass(frozen=True)
@@ -193,6 +161,7 @@ class ModelNeeds:
     max_gpus_per_fit: Optional[int]  # 1 for GBMs; None: any whole number (networks: DDP)
     gpu_param: str = ""  # the parameter that asks, for messages: "params.device=cuda"
     library: str = ""
+    serial_share: float = 0.3  # of a fit's one-thread time that more threads do not shorten (pipeline.payoff)
 
 
 @dataclass(frozen=True)
@@ -283,7 +252,7 @@ def allocate(
     if bagging and not sequential and num_trials == 1 and fit_request.num_cpus is None and fit.num_gpus == 0:
         from pipeline.payoff import folds_at_once
 
-        choice = folds_at_once(folds, bag.num_cpus)  # threads per fit vs folds at once: what pays
+        choice = folds_at_once(folds, bag.num_cpus, needs.serial_share)  # threads per fit vs folds at once
         fit = Resources(choice.fit_cpus, fit.num_gpus)
     if sequential:
         folds_parallel = trials_parallel = 1

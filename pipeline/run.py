@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -17,10 +16,14 @@ from typing import Callable, Optional, Union
 from omegaconf import DictConfig
 
 from pipeline import hardware as hw
+from pipeline.checks import (
+    Checked, check_after_loading, check_data_and_params, check_environment, check_gpu_models,
+)
 from pipeline.errors import ConfigError, Interrupted
 from pipeline.levels import ineffective_bag
-from pipeline.plan import EVALUATE, Plan, build_plan
-from pipeline.resources import allocate, fmt
+from pipeline.graph.plan import EVALUATE, Plan, build_plan
+from pipeline.quantities import fmt
+from pipeline.resources import allocate
 from pipeline.settings import Settings, read_settings
 
 log = logging.getLogger("pipeline")
@@ -58,27 +61,30 @@ class Runtime:
 def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float, list[float]]:
     """Check everything that can be checked without the data, plan, then fit (unless `dry_run`).
 
-    Nothing starts before the checks pass: no worker, forkserver, thread pool, tracker process or Ray
-    connection (the planner's look at a Ray cluster's size is a connection it closes again).
+    Nothing starts before the checks pass (pipeline.checks), in a dry run too: no worker,
+    forkserver, thread pool, tracker process or Ray connection (the planner's look at a Ray
+    cluster's nodes is a connection it closes again, and every fit is checked against those nodes).
     """
     settings = read_settings(cfg)
     runtime = runtime or Runtime.from_hydra()
     components = Components.resolve(settings)
-    check_params(settings, _problem_hint(settings))
-    from pipeline.data_sources import check_before_reading
-
-    check_before_reading(settings.data, runtime.launch_dir)  # a missing file, before the plan is shown
+    checked = check_data_and_params(settings, runtime.launch_dir)
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
-    plan = make_plan(settings, runtime.launch_dir)
-    check_environment(settings, plan)
+    cluster = _look_at_cluster(settings)
+    plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)
+    if cluster is not None:
+        cluster.check(plan)
+    check_environment(settings, plan, on_cluster=cluster is not None)
     from pipeline import report
 
     report.print_plan(plan)
+    if settings.conf.time_limit_s is not None:
+        report.console.print(report.time_limit_line(settings.conf.time_limit_s))
     plan.write(runtime.run_dir / "plan.json")
-    if settings.dry_run:
+    if settings.conf.dry_run:
         report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
         return None
-    return execute(settings, plan, runtime, components)
+    return execute(settings, plan, runtime, components, checked)
 
 
 @dataclass(frozen=True)
@@ -95,54 +101,41 @@ class Components:
         from pipeline.targets import resolve
         from pipeline.tracking.factory import tracker_target
 
-        ex, tr = settings.executor, settings.tracking
+        ex, tr = settings.conf.executor, settings.conf.tracking
         return cls(resolve("executor._target_", executor_target(ex.name, ex._target_), settings.allowed_targets),
                    resolve("tracking._target_", tracker_target(tr.backend, tr._target_), settings.allowed_targets))
 
     def build_tracker(self, settings: Settings, runtime: Runtime):
-        tracker = self.tracker(conf=settings.tracking, launch_dir=runtime.launch_dir, sweep_dir=runtime.sweep_dir)
+        conf = settings.conf.tracking
+        tracker = self.tracker(conf=conf, launch_dir=runtime.launch_dir, sweep_dir=runtime.sweep_dir)
         from pipeline.tracking import NullTracker
 
         missing = [m for m in vars(NullTracker) if not m.startswith("_") and not hasattr(tracker, m)]
         if missing:
-            raise ConfigError(f"tracking._target_={settings.tracking._target_!r} built a {type(tracker).__name__}, "
+            raise ConfigError(f"tracking._target_={conf._target_!r} built a {type(tracker).__name__}, "
                               f"which lacks {', '.join(missing)}; subclass pipeline.tracking.NullTracker")
         return tracker
 
     def build_backend(self, settings: Settings, plan: Plan, runtime: Runtime):
-        from pipeline.executors.backend import Backend
+        from pipeline.graph.backend import Backend
 
-        backend = self.executor(conf=settings.executor, plan=plan, run_dir=runtime.run_dir,
-                                preload=settings.library_modules)
+        conf = settings.conf.executor
+        backend = self.executor(conf=conf, plan=plan, run_dir=runtime.run_dir, preload=settings.library_modules)
         if not isinstance(backend, Backend):
-            raise ConfigError(f"executor._target_={settings.executor._target_!r} built a {type(backend).__name__}, "
-                              "not a pipeline.executors.backend.Backend")
+            raise ConfigError(f"executor._target_={conf._target_!r} built a {type(backend).__name__}, "
+                              "not a pipeline.graph.backend.Backend")
         return backend
 
 
-
-def check_params(settings: Settings, problem_type: Optional[str]) -> None:
-    """Every model's library parameters (a misspelt one is a ConfigError naming the closest)."""
-    for spec in settings.models:
-        spec.cls.check_params(spec.name, spec.params, problem_type)
-
-
-def check_environment(settings: Settings, plan: Plan) -> None:
-    """Probe each model's library where its first fit will run (a GPU build), unless the fits run elsewhere."""
-    if plan.hardware.planned_only or _on_cluster(settings):
-        return
-    for spec in settings.models:
-        if spec.cls.needs(spec.name, spec.params).requires_gpu:
-            spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
-
-
-def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
-    """Validate the resource hierarchy and the memory of every model and build the execution graph."""
+def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Optional[hw.Machine] = None) -> Plan:
+    """Validate the resource hierarchy and the memory of every model and build the execution graph, for
+    `machine` (a Ray cluster's, from the root's look at it), else this machine."""
     from pipeline.memory.planner import MemoryPlanner
 
-    machine = _machine(settings)
-    hardware = hw.resolve(settings.hardware, machine, dry_run=settings.dry_run)
-    for message in ineffective_bag(settings.bag.num_cpus, settings.bag.num_gpus, settings.num_folds):
+    machine = machine or hw.detect()
+    conf, par = settings.conf, settings.conf.parallelism
+    hardware = hw.resolve(conf.hardware, machine, dry_run=conf.dry_run)
+    for message in ineffective_bag(par.bag.request.num_cpus, par.bag.request.num_gpus, par.num_folds):
         log.warning(message)
     check_gpu_models(settings, hardware)
     memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
@@ -151,16 +144,15 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
     for spec in settings.models:
         _warn_overridden(settings, spec)
         needs = spec.cls.needs(spec.name, spec.params)
-        num_trials = settings.hpo.trials_for(spec.name, spec.search_space)
+        num_trials = conf.hpo.trials_for(spec.name, spec.search_space)
 
         def allocate_for(fit_request, warn=log.warning, needs=needs, num_trials=num_trials):
             return allocate(
-                hardware.total, settings.bag, fit_request, needs,
-                num_folds=settings.num_folds, num_trials=num_trials, sequential=settings.sequential,
-                gpu_capacities=gpu_capacities, warn=warn,
+                hardware.total, par.bag.request, fit_request, needs, num_folds=par.num_folds, num_trials=num_trials,
+                sequential=par.sequential, gpu_capacities=gpu_capacities, warn=warn,
             )
 
-        fit_request = spec.resources.over(settings.fit)
+        fit_request = spec.resources.over(par.fit.request)
         allocation = allocate_for(fit_request)
         check = getattr(spec.cls, "check_placement", None)
         if check is not None:
@@ -169,83 +161,56 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None) -> Plan:
         raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
             dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
         allocations.append(memory.plan(spec, allocation, raised))
-    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=settings.refit)
-
-
-def check_gpu_models(settings: Settings, hardware) -> None:
-    """Where the total has no GPU, one error naming every model configured for one, and the overrides
-    that would put them on the CPU."""
-    if hardware.total.num_gpus:
-        return
-    asking = [(spec.name, needs.gpu_param) for spec in settings.models
-              if (needs := spec.cls.needs(spec.name, spec.params)).requires_gpu]
-    if not asking:
-        return
-    from pipeline.errors import ResourceError
-
-    named = ", ".join(f"{name} ({param})" for name, param in asking)
-    fixes = " ".join(f"model.{name}.{param.partition('=')[0]}=cpu" for name, param in asking)
-    raise ResourceError(
-        f"{'model' if len(asking) == 1 else 'models'} {named} {'asks' if len(asking) == 1 else 'ask'} for a GPU, "
-        f"but this run has none (hardware.num_gpus=0); on a box with GPUs add +hardware=1gpu, or run "
-        f"{'it' if len(asking) == 1 else 'them'} on the CPU: {fixes}"
-    )
+    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=conf.refit,
+                      stack_levels=conf.stack_levels)
 
 
 def _warn_overridden(settings: Settings, spec) -> None:
     """A model's own resources win over parallelism.fit; say so when both are set and differ."""
     for field in ("num_cpus", "num_gpus"):
-        mine, theirs = getattr(spec.resources, field), getattr(settings.fit, field)
+        mine, theirs = getattr(spec.resources, field), getattr(settings.conf.parallelism.fit.request, field)
         if mine is not None and theirs is not None and mine != theirs:
             log.warning("model.%s.resources.%s=%s overrides parallelism.fit.%s=%s for model %s",
                         spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
-
-
-def first_fit_env(plan: Plan, model: str) -> dict[str, str]:
-    """The environment a worker of the model's first fit gets: a library probe runs there, not in the driver."""
-    first = next(t for t in plan.fit_tasks if t.model == model)
-    return plan.hardware.worker_env(first.device_ids)
 
 
 def _on_cluster(settings: Settings) -> bool:
     """The fits run on the Ray cluster at executor.address, not on this machine."""
     from pipeline.executors import EXECUTORS, executor_target
 
-    ex = settings.executor
+    ex = settings.conf.executor
     return executor_target(ex.name, ex._target_) == EXECUTORS["ray"] and bool(ex.address)
 
 
-def _machine(settings: Settings) -> hw.Machine:
-    """This machine, or the Ray cluster the run joins: the plan's total is what the fits run on."""
-    if _on_cluster(settings):
-        from pipeline.executors.ray import cluster_machine
+def _look_at_cluster(settings: Settings):
+    """The Ray cluster the run joins (its nodes), when the fits run on one; else None."""
+    if not _on_cluster(settings):
+        return None
+    from pipeline.executors.ray import look_at_cluster
 
-        return cluster_machine(settings.executor.address, settings.executor.ray_init)
-    return hw.detect()
-
-
-def _problem_hint(settings: Settings) -> Optional[str]:
-    return None if settings.data.problem_type == "auto" else settings.data.problem_type
+    return look_at_cluster(settings.conf.executor.address, settings.conf.executor.ray_init)
 
 
-def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components) -> Union[float, list[float]]:
+def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components,
+            checked: Checked) -> Union[float, list[float]]:
     """Fit the plan, once the data is loaded and checked."""
     from pipeline.signals import StopSignals
     from pipeline.store import RunDirectoryLock
 
     with RunDirectoryLock(runtime.run_dir), StopSignals() as signals:
         try:
-            return _execute(settings, plan, runtime, components, signals)
+            return _execute(settings, plan, runtime, components, checked, signals)
         finally:
             signals.clean_up()
 
 
-def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components, signals):
+def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components, checked: Checked,
+             signals):
     """The data loads and is checked; only then does the tracker connect (a tracker service may be
     started, which outlives the run) and the executor start (workers spawn, Ray connects), while the
     tracker's host opens the store and starts the MLflow run."""
     tracker = components.build_tracker(settings, runtime)
-    data, metric = load_data(settings, runtime)  # its checks fail before anything starts in the background
+    data, metric = load_data(settings, runtime, checked)  # its checks fail before anything starts in the background
     tracker.connect() if tracker.enabled else None  # a tracking server's health is checked here, at once
     with contextlib.ExitStack() as stack:
         try:
@@ -257,48 +222,44 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Compo
         return _fit(settings, plan, runtime, data, metric, tracker, backend, signals)
 
 
-def load_data(settings: Settings, runtime: Runtime):
-    """The data and its metric; the library parameters once more if the data told the problem type."""
+def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()):
+    """The data and its metric (checked now where the problem type was not known before loading)."""
     from pipeline import data as data_module
-    from pipeline import metrics
 
-    data = data_module.load(settings.data, runtime.launch_dir)
-    metric = metrics.resolve(settings.eval_metric, data.problem_type)
-    if data.problem_type != _problem_hint(settings):
-        check_params(settings, data.problem_type)
-    return data, metric
+    data = data_module.load(settings.conf.data, runtime.launch_dir)
+    return data, check_after_loading(settings, checked, data.problem_type)
 
 
 def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker, backend,
          signals) -> Union[float, list[float]]:
-    from pipeline.store import write_state
+    from pipeline.outputs import RunRecord
 
-    status = "FAILED"
+    record, status = RunRecord(runtime.run_dir), "FAILED"
     try:
         # not waited for: the tracker's process starts the MLflow run while this one fits
         from pipeline.tracking.naming import comparable_params
 
-        params = comparable_params(settings.params, [s.name for s in settings.models], settings.data.source)
+        params = comparable_params(settings.params, [s.name for s in settings.models], settings.conf.data.source)
         tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
-        write_state(runtime.run_dir, status="RUNNING", started=time.time())
+        record.started()
         tracker.log_artifact(runtime.run_dir / "plan.json")
         from pipeline.tracking.datasets import locations, summarize
 
-        tracker.log_datasets(summarize(data), locations(settings.data, runtime.launch_dir))
+        tracker.log_datasets(summarize(data), locations(settings.conf.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
-        rows = run_graph(settings, plan, data, metric, runtime, tracker, backend)
+        rows = run_graph(settings, plan, data, metric, runtime, tracker, backend, record)
         if tracker.enabled:
-            write_state(runtime.run_dir, mlflow_run_id=tracker.run_id)  # waits for the start, if need be
+            record.run_id(tracker.run_id)  # waits for the start, if need be
         status = "FINISHED"
         from pipeline.objectives import job_return
 
-        return job_return(settings.objectives, rows, metric.name)
+        return job_return(settings.conf.objectives, rows, metric.name)
     except Interrupted:
         status = "KILLED"
         raise
     finally:
         signals.clean_up()
-        write_state(runtime.run_dir, status=status, ended=time.time())
+        record.ended(status)
         tracker.end(status)
         if status == "FINISHED":
             from pipeline import report
@@ -314,37 +275,41 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
             )
 
 
-def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend) -> list[dict]:
+def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend,
+              record) -> list[dict]:
     """Wire the scheduler (result store, trial source, progress and tracking hooks, the run's outputs)
     and run every task of the plan; returns the evaluation's leaderboard rows, best first."""
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.hpo import TrialSource
-    from pipeline.nodes.context import RunOutputs
-    from pipeline.nodes.hooks import RunHooks
+    from pipeline.outputs import HookList, OutputHooks, RunHooks, RunOutputs
     from pipeline.report import FitProgress
-    from pipeline.store import ResultStore, resume_sources, write_state
+    from pipeline.store import ResultStore, resume_sources
 
     sources = resume_sources(settings.resume, runtime.run_dir, runtime.launch_dir / "outputs")
     trials = TrialSource(
-        settings.hpo,
+        settings.conf.hpo,
         {s.name: s.search_space for s in settings.models},
         {s.name: s.params for s in settings.models},
         "maximize" if metric.greater_is_better else "minimize",
         store_dir=runtime.run_dir / "trials",
         prior=_prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
     )
-    outputs = RunOutputs(runtime.run_dir, tracker, settings.data.unseen_categories,
-                         settings.tracking.register_model, settings.tracking.register_alias)
-    ex = settings.executor
+    outputs = RunOutputs(runtime.run_dir, tracker, settings.conf.tracking.register_model,
+                         settings.conf.tracking.register_alias)
+    ex = settings.conf.executor
     store = ResultStore(runtime.run_dir, sources)
+    from pipeline.graph.time_budget import TimeBudget
+
+    limit = settings.conf.time_limit_s
+    budget = TimeBudget(limit) if limit is not None else None
     with FitProgress(plan) as progress:
         scheduler = Scheduler(
             plan, backend, store, trials,
             {s.name: s.prototype() for s in settings.models}, data, metric,
-            seed=settings.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
-            hooks=RunHooks(progress, tracker, metric, settings.hpo.searches,
-                           on_run_id=lambda run_id: write_state(runtime.run_dir, mlflow_run_id=run_id)),
-            pruning=settings.hpo.pruning, outputs=outputs,
+            seed=settings.conf.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
+            hooks=HookList(RunHooks(progress, tracker, metric, settings.conf.hpo.searches, on_run_id=record.run_id),
+                           OutputHooks(outputs, plan, data, metric, lambda: scheduler.ctx.outcome)),
+            pruning=settings.conf.hpo.pruning, unseen_categories=settings.conf.data.unseen_categories, budget=budget,
         )
         outcome = scheduler.run()
     from pipeline.store import reuse_summary
@@ -354,7 +319,12 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
         from pipeline import report
 
         report.console.print(said, highlight=False)
-    return outcome.results[EVALUATE]
+    if budget is not None:
+        from pipeline.graph.time_budget import record, summarize
+
+        record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
+                         scheduler.abandoned), runtime.run_dir, tracker)
+    return outcome.results[EVALUATE].rows
 
 
 def _prior_trials(directories: list[Path]) -> dict:
@@ -372,8 +342,8 @@ def run_name(settings: Settings, runtime: Runtime) -> str:
     """tracking.run_name, else what varies: a sweep job's swept overrides first, a single run's models."""
     from pipeline.tracking import naming
 
-    if settings.tracking.run_name:
-        return settings.tracking.run_name
+    if settings.conf.tracking.run_name:
+        return settings.conf.tracking.run_name
     if runtime.sweep_dir is not None:
         return naming.job_name(runtime.overrides, runtime.swept)
     return naming.single_name([s.name for s in settings.models], runtime.overrides)
@@ -390,7 +360,7 @@ def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
         "pipeline.gpu_ids": physical or "none",
         "pipeline.models": ",".join(a.model for a in plan.allocations),
         "pipeline.overrides": " ".join(runtime.overrides),
-        **redact(settings.tracking.tags),
+        **redact(settings.conf.tracking.tags),
     }
     if runtime.job_num is not None:
         tags["pipeline.job_num"] = str(runtime.job_num)

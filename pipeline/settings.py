@@ -1,26 +1,25 @@
-"""Typed settings of a run, read once from the composed config by the composition root.
+"""The run's settings, read once from the composed config by the composition root.
 
-The groups are the ConfigStore dataclasses of `pipeline.config`: OmegaConf.to_object builds them
-and runs their checks. This module adds the checks that span groups and the values derived from
-them (resource requests, model classes). Nothing below `pipeline.run` sees a DictConfig.
+The config is the settings: OmegaConf.to_object builds the ConfigStore dataclasses of
+`pipeline.config` and runs their checks, and this module adds the checks that span groups (models'
+classes within allowed_targets, search spaces against the searcher, the data source's class). Code
+below `pipeline.run` reads those dataclasses; it never sees a DictConfig.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pipeline.config import (
-    Config, DataConf, ExecutorConf, HardwareConf, HpoConf, ModelSpecConf, PredictConfig, ResourcesConf, Resume,
-    SearchDimConf, TrackingConf,
-)
+from pipeline.config import Config, DataConf, ModelSpecConf, PredictConfig, Resume, SearchDimConf
 from pipeline.errors import ConfigError
 from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
+from pipeline.graph.stacking import check as check_stacking
 from pipeline.targets import ALWAYS_ALLOWED, Kind, check_allowed_targets, check_no_targets, resolve
 
 if TYPE_CHECKING:
@@ -29,13 +28,28 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """One configured model: its name under `model`, its checked config, and the class it names."""
+
     name: str
-    target: str
-    params: dict
-    resources: Request
-    search_space: dict[str, SearchDimConf]
+    conf: ModelSpecConf  # its resources checked: conf.resources.request / .memory_request
     cls: type[TabularModel]
-    memory: MemoryRequest = field(default_factory=MemoryRequest)  # the model's own memory_gb / gpu_memory_gb
+
+    @property
+    def params(self) -> dict:
+        return self.conf.params
+
+    @property
+    def search_space(self) -> dict[str, SearchDimConf]:
+        return self.conf.search_space
+
+    @property
+    def resources(self) -> Request:
+        return self.conf.resources.request
+
+    @property
+    def memory(self) -> MemoryRequest:
+        """The model's own memory_gb / gpu_memory_gb."""
+        return self.conf.resources.memory_request
 
     def prototype(self) -> TabularModel:
         """A fresh model object; its params are values, never objects to build (see check_no_targets)."""
@@ -46,27 +60,16 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class Settings:
-    data: DataConf
+    """The run's config after its one validation pass: `conf` holds every group as its ConfigStore dataclass
+    (their checks run as OmegaConf builds them); beside it only what cannot be a config value: each model's
+    class, `resume` typed, the allowed `_target_` prefixes, and the resolved, redacted config for MLflow."""
+
+    conf: Config
     models: tuple[ModelSpec, ...]
-    hardware: Optional[HardwareConf]
-    num_folds: int
-    bag: Request
-    fit: Request
-    sequential: bool
-    hpo: HpoConf
-    executor: ExecutorConf
-    tracking: TrackingConf
-    seed: int
-    eval_metric: str
-    dry_run: bool
     resume: Resume
-    objectives: tuple[str, ...]  # what the run returns: see pipeline/objectives.py
+    allowed_targets: tuple[str, ...]  # module prefixes a _target_ may name
     params: dict  # the resolved config, flattened and redacted, for MLflow
     config_yaml: str  # the resolved config, redacted
-    refit: bool = False
-    bag_memory: MemoryRequest = field(default_factory=MemoryRequest)
-    fit_memory: MemoryRequest = field(default_factory=MemoryRequest)
-    allowed_targets: tuple[str, ...] = ALWAYS_ALLOWED  # module prefixes a _target_ may name
 
     @property
     def library_modules(self) -> tuple[str, ...]:
@@ -106,31 +109,11 @@ def read_settings(cfg: DictConfig) -> Settings:
     check_component("hpo", conf.hpo.target, allowed, "pipeline.searchers.Searcher", "a searcher class")
     conf.hpo.check({m.name: m.search_space for m in models})
     check_data(conf.data, allowed, conf.seed)
-    par = conf.parallelism
+    conf.objectives = list(check_objectives(conf.objectives))
+    check_stacking(conf.stack_levels, conf.parallelism.num_folds)
     redacted = redact(tree)
-    return Settings(
-        data=conf.data,
-        models=models,
-        hardware=conf.hardware,
-        num_folds=par.num_folds,
-        bag=_request(par.bag, "parallelism.bag"),
-        fit=_request(par.fit, "parallelism.fit"),
-        sequential=par.sequential,
-        hpo=conf.hpo,
-        executor=conf.executor,
-        tracking=conf.tracking,
-        seed=conf.seed,
-        eval_metric=conf.eval_metric,
-        dry_run=conf.dry_run,
-        resume=Resume.parse(conf.resume),
-        objectives=check_objectives(conf.objectives),
-        params=flatten(redacted),
-        config_yaml=OmegaConf.to_yaml(OmegaConf.create(redacted)),
-        refit=conf.refit,
-        bag_memory=_memory(par.bag, "parallelism.bag"),
-        fit_memory=_memory(par.fit, "parallelism.fit"),
-        allowed_targets=allowed,
-    )
+    return Settings(conf, models, Resume.parse(conf.resume), allowed, flatten(redacted),
+                    OmegaConf.to_yaml(OmegaConf.create(redacted)))
 
 
 def check_data(data: DataConf, allowed: tuple[str, ...], seed: int) -> None:
@@ -146,22 +129,8 @@ def check_component(key: str, target: str, allowed: tuple[str, ...], base: str, 
     return resolve(f"{key}._target_", target, allowed, Kind(base, what or "a class"))
 
 
-@dataclass(frozen=True)
-class PredictSettings:
-    """Batch prediction: which trained model, what to score, where to write, on what hardware."""
-
-    source: str
-    predictor: str
-    data: DataConf
-    output: str
-    chunk_rows: int
-    id_column: Optional[str]
-    tracking_uri: Optional[str]
-    hardware: Optional[HardwareConf]
-
-
-def read_predict_settings(cfg: DictConfig) -> PredictSettings:
-    """The one place that reads the `predict` config tree."""
+def read_predict_settings(cfg: DictConfig) -> PredictConfig:
+    """The one place that reads the `predict` config tree: its schema's dataclass, checked."""
     conf: PredictConfig = typed(cfg, PredictConfig)
     if conf.chunk_rows < 1:
         raise ConfigError(f"chunk_rows={conf.chunk_rows} must be at least 1")
@@ -169,24 +138,11 @@ def read_predict_settings(cfg: DictConfig) -> PredictSettings:
         raise ConfigError(f"output={conf.output!r} must name a .csv or .parquet file")
     values(cfg)
     check_data(conf.data, ALWAYS_ALLOWED + check_allowed_targets(conf.allowed_targets), 0)
-    return PredictSettings(
-        source=conf.source, predictor=conf.predictor, data=conf.data, output=conf.output,
-        chunk_rows=conf.chunk_rows, id_column=conf.id_column, tracking_uri=conf.tracking.uri,
-        hardware=conf.hardware,
-    )
-
-
-def _request(level: ResourcesConf, prefix: str) -> Request:
-    return Request.parse(level.num_cpus, level.num_gpus, prefix)
-
-
-def _memory(level: ResourcesConf, prefix: str) -> MemoryRequest:
-    return MemoryRequest.parse(level.memory_gb, level.gpu_memory_gb, prefix)
+    return conf
 
 
 def _model_spec(name: str, spec: ModelSpecConf, allowed: tuple[str, ...]) -> ModelSpec:
     key = f"model.{name}"
     cls = check_component(key, spec._target_, allowed, "pipeline.models.base.TabularModel", "a model class")
-    resources = _request(spec.resources, f"{key}.resources")
-    return ModelSpec(name, spec._target_, dict(spec.params), resources, dict(spec.search_space), cls,
-                     _memory(spec.resources, f"{key}.resources"))
+    spec.resources.check(f"{key}.resources")
+    return ModelSpec(name, spec, cls)

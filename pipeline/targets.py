@@ -32,7 +32,7 @@ class Kind:
 
 # The kinds of the keys the composition root resolves without saying which kind it wants.
 KINDS = {
-    "executor._target_": Kind("pipeline.executors.backend.Backend", "an executor", functions=True),
+    "executor._target_": Kind("pipeline.graph.backend.Backend", "an executor", functions=True),
     "tracking._target_": Kind("pipeline.tracking.NullTracker", "a tracker", functions=True),
 }
 

@@ -3,8 +3,8 @@ its tasks like its own."""
 
 from __future__ import annotations
 
-from pipeline.nodes import NodeKind, register
-from pipeline.nodes.ensemble import Board
+from pipeline.graph.nodes import NodeKind, register
+from pipeline.graph.nodes.ensemble import Board
 
 RAN: list[dict] = []  # per run of a node: its id and the task ids that were done at that moment
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.executors.backend import Backend
-from pipeline.executors.tasks import DataRef, safe_run_fit
+from pipeline.graph.backend import Backend
+from pipeline.graph.tasks import DataRef, safe_run_fit
 from pipeline.tracking import NullTracker
 
 

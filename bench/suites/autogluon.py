@@ -23,7 +23,6 @@ HERE = Path(__file__).resolve().parents[1]
 RUNNER = HERE / "autogluon_runner.py"
 TARGET = (">=", 2.0)
 MODELS = "GBM,XGB,NN_TORCH"
-ENGINE_MODELS = ("lightgbm", "xgboost", "nn")
 # --quick only: short fits on both sides, to check the plumbing.
 QUICK_ENGINE = ["model.lightgbm.params.num_iterations=100", "model.xgboost.params.num_boost_round=100",
                 "model.nn.params.max_epochs=3"]
@@ -34,21 +33,50 @@ FIGURES = ("speed-up: AutoGluon seconds / engine seconds", "engine seconds", "Au
            "ensemble test ROC AUC: engine minus AutoGluon")
 
 
+STACKINGS = (0, 1)  # the engine's stack_levels = AutoGluon's num_stack_levels, one pairing each
+
+
 def run(opts: Options) -> dict:
-    k = 2 if opts.quick else 5
-    group = f"Adult · {k}-fold bags"
+    k = 3 if opts.quick else 5  # a stack level needs parallelism.num_folds >= 3
+    groups = [_group(k, levels) for levels in STACKINGS]
     python = opts.autogluon_python
     if not python.exists():
         reason = (f"the AutoGluon environment is missing ({python}); create it with bash bench/autogluon_env.sh")
         return {"status": "not measured", "reason": reason, "settings": {"num_folds": k},
-                "figures": [not_measured(f, reason, group=group) for f in FIGURES], "notes": []}
+                "figures": [not_measured(f, reason, group=g) for g in groups for f in FIGURES], "notes": []}
     data_ov = ["data=adult"] + (["data.max_rows=5000"] if opts.quick else [])
-    engine_ov = data_ov + ["model=all", "tracking=none", "hpo=none", "parallelism=default",
-                           f"parallelism.num_folds={k}"] + (QUICK_ENGINE if opts.quick else [])
     folder = opts.scratch / "autogluon"
     folder.mkdir(parents=True, exist_ok=True)
     data, _ = load_data(data_ov, opts.scratch / "engine")
     train_path, test_path = _write_split(data, folder)
+    figures, notes, settings = [], [], {"num_folds": k, "pairings": {}}
+    for levels in STACKINGS:
+        engine_ov = data_ov + ["model=all", "tracking=none", "hpo=none", "parallelism=default",
+                               f"parallelism.num_folds={k}", f"stack_levels={levels}"] + (QUICK_ENGINE if opts.quick else [])
+        pairing = _pairing(opts, data, engine_ov, python, train_path, test_path, folder, k, levels)
+        figures += pairing.pop("figures")
+        notes += pairing.pop("notes")
+        settings["pairings"][_group(k, levels)] = pairing
+    if opts.quick:
+        notes.append("quick mode: both sides capped (100 boosting rounds, 3 network epochs) on 5,000 rows")
+    settings["split"] = {"train+val (AutoGluon's training data; the engine's folds cover the same rows)":
+                         int(len(data.train_idx) + len(data.val_idx)), "test": int(len(data.test_idx))}
+    settings["timers"] = {
+        "engine": "pipeline.run.run in this process from loaded data to the leaderboard, tracking=none",
+        "autogluon": "TabularPredictor(...).fit(...) plus leaderboard(test) inside the runner "
+                     "(after importing AutoGluon and reading the Parquet files)",
+    }
+    return {"settings": settings, "figures": figures, "notes": notes}
+
+
+def _group(k: int, levels: int) -> str:
+    return f"Adult · {k}-fold bags" + (f" · {levels} stack level{'s' if levels > 1 else ''}" if levels else "")
+
+
+def _pairing(opts: Options, data, engine_ov: list[str], python: Path, train_path: Path, test_path: Path,
+             folder: Path, k: int, levels: int) -> dict:
+    """The engine and AutoGluon, alternating, on the same rows with the same number of stack levels."""
+    group = _group(k, levels)
     engine = Engine(opts.scratch)
     n = opts.n(2, 1)  # an AutoGluon run takes minutes on 2 cores
     e_sec, a_sec, runs, boards = [], [], [], []
@@ -56,19 +84,20 @@ def run(opts: Options) -> dict:
     for r in range(n):
         order = ("engine", "autogluon") if r % 2 == 0 else ("autogluon", "engine")
         for side in order:
-            log(f"autogluon: {side} {r + 1}/{n}")
+            log(f"autogluon: {group}: {side} {r + 1}/{n}")
             if side == "engine":
                 res = engine.run(engine_ov, data)
                 e_sec.append(res.seconds)
                 scores = leaderboard_scores(res.leaderboard)
-                singles = {m: s for m, s in scores.items() if m in ENGINE_MODELS}
+                singles = {m: s for m, s in scores.items() if m != "ensemble"}
                 best = max(singles, key=lambda m: singles[m]["val"])
                 e_best.append(singles[best]["test"])
                 e_ens.append(scores["ensemble"]["test"])
                 boards.append({m: s["test"] for m, s in scores.items()} | {"best": best})
                 engine.clean(res)
             else:
-                out = _autogluon(python, train_path, test_path, data.label, k, folder / f"run{r}", opts.quick)
+                out = _autogluon(python, train_path, test_path, data.label, k, levels,
+                                 folder / f"run{levels}_{r}", opts.quick)
                 a_sec.append(out["fit_and_score_seconds"])
                 a_best.append(out["best_single"]["score_test"])
                 a_ens.append(out["ensemble"]["score_test"] if out["ensemble"] else float("nan"))
@@ -82,41 +111,30 @@ def run(opts: Options) -> dict:
         figure(FIGURES[3], e_best, "roc_auc", group=group, kind="score", model=boards[-1]["best"]),
         figure(FIGURES[4], a_best, "roc_auc", group=group, kind="score", model=last["best_single"]["model"]),
         figure(FIGURES[5], e_ens, "roc_auc", group=group, kind="score"),
-        figure(FIGURES[6], a_ens, "roc_auc", group=group, kind="score"),
+        figure(FIGURES[6], a_ens, "roc_auc", group=group, kind="score", model=(last["ensemble"] or {}).get("model")),
         figure(FIGURES[7], [e - a for e, a in zip(e_ens, a_ens)], "roc_auc", group=group, kind="score",
                target=(">=", 0.0)),
     ]
     notes = []
     if not nn_fitted:
         why = last["skipped"].get("NN_TORCH") or last["failures"] or "it is missing from AutoGluon's leaderboard"
-        notes.append(f"AutoGluon ran without NN_TORCH: {why}")
-    if opts.quick:
-        notes.append("quick mode: both sides capped (100 boosting rounds, 3 network epochs) on 5,000 rows")
+        notes.append(f"{group}: AutoGluon ran without NN_TORCH: {why}")
     return {
-        "settings": {
-            "num_folds": k,
-            "repeats": n,
-            "engine": "python -m pipeline " + " ".join(engine_ov),
-            "autogluon": {
-                "call": f"TabularPredictor(label, eval_metric='roc_auc', verbosity=0).fit(train+val rows, "
-                        f"num_bag_folds={k}, num_stack_levels=0, hyperparameters={{'GBM': {{}}, 'XGB': {{}}, "
-                        "'NN_TORCH': {}}, fit_weighted_ensemble=True), no time limit",
-                "hyperparameters": QUICK_AG if opts.quick else {m: {} for m in MODELS.split(",")},
-                "versions": last["versions"],
-                "nn_torch": nn_fitted,
-                "models_fitted": last["models_fitted"],
-                "failures": last["failures"],
-                "import_seconds": [o["import_seconds"] for o in runs],
-            },
-            "split": {"train+val (AutoGluon's training data; the engine's folds cover the same rows)":
-                      int(len(data.train_idx) + len(data.val_idx)), "test": int(len(data.test_idx))},
-            "timers": {
-                "engine": "pipeline.run.run in this process from loaded data to the leaderboard, tracking=none",
-                "autogluon": "TabularPredictor(...).fit(...) plus leaderboard(test) inside the runner "
-                             "(after importing AutoGluon and reading the Parquet files)",
-            },
-            "leaderboards": {"engine_test": boards, "autogluon": [o["leaderboard"] for o in runs]},
+        "repeats": n,
+        "engine": "python -m pipeline " + " ".join(engine_ov),
+        "autogluon": {
+            "call": f"TabularPredictor(label, eval_metric='roc_auc', verbosity=0).fit(train+val rows, "
+                    f"num_bag_folds={k}, num_stack_levels={levels}, dynamic_stacking=False, "
+                    "hyperparameters={'GBM': {}, 'XGB': {}, 'NN_TORCH': {}}, fit_weighted_ensemble=True), "
+                    "no time limit; its ensemble is the model it predicts with (model_best)",
+            "hyperparameters": QUICK_AG if opts.quick else {m: {} for m in MODELS.split(",")},
+            "versions": last["versions"],
+            "nn_torch": nn_fitted,
+            "models_fitted": last["models_fitted"],
+            "failures": last["failures"],
+            "import_seconds": [o["import_seconds"] for o in runs],
         },
+        "leaderboards": {"engine_test": boards, "autogluon": [o["leaderboard"] for o in runs]},
         "figures": figures,
         "notes": notes,
     }
@@ -136,10 +154,12 @@ def _write_split(data, folder: Path) -> tuple[Path, Path]:
     return paths
 
 
-def _autogluon(python: Path, train: Path, test: Path, label: str, k: int, path: Path, quick: bool) -> dict:
+def _autogluon(python: Path, train: Path, test: Path, label: str, k: int, levels: int, path: Path,
+               quick: bool) -> dict:
     out = path.with_suffix(".json")
     cmd = [str(python), str(RUNNER), "--train", str(train), "--test", str(test), "--label", label,
-           "--folds", str(k), "--models", MODELS, "--path", str(path), "--out", str(out)]
+           "--folds", str(k), "--stack-levels", str(levels), "--models", MODELS, "--path", str(path),
+           "--out", str(out)]
     if quick:
         cmd += ["--hyperparameters", json.dumps(QUICK_AG)]
     proc = subprocess.run(cmd, capture_output=True, text=True)

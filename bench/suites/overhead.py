@@ -176,12 +176,12 @@ def _measure(engine: Engine, data, overrides: list[str], model: str, group: str,
 def _model_params(overrides: list[str], model: str) -> tuple[dict, int]:
     """The model's params as the engine resolves them, and the seed the engine derives for its one fit."""
     from bench.common import compose
-    from pipeline.executors.tasks import task_seed
+    from pipeline.graph.tasks import task_seed
     from pipeline.settings import read_settings
 
     settings = read_settings(compose(overrides))
     spec = next(s for s in settings.models if s.name == model)
-    seed = task_seed(settings.seed, model, 0, 0)
+    seed = task_seed(settings.conf.seed, model, 0, 0)
     if model == "nn":
         from pipeline.models.nn import DEFAULTS
 

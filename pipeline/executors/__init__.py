@@ -3,7 +3,7 @@
 An executor is named by `executor._target_` (or, when that is null, by `executor.name`: one of the
 engine's own). The composition root calls the target with keyword arguments `conf` (the typed
 `executor` settings), `plan`, `run_dir` and `preload` (the model libraries workers import early), once
-every check has passed; it must return a `pipeline.executors.backend.Backend`.
+every check has passed; it must return a `pipeline.graph.backend.Backend`.
 """
 
 from __future__ import annotations

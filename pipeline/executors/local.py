@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Optional
 
 from pipeline.devices import local_ordinals
-from pipeline.executors.backend import Backend
-from pipeline.executors.datafile import write_data_file
-from pipeline.executors.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit
+from pipeline.graph.backend import Backend
+from pipeline.graph.datafile import write_data_file
+from pipeline.graph.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit
 from pipeline.executors.pool import Died, Unreadable, Worker, WorkerPool
 from pipeline.hardware import Hardware
-from pipeline.plan import Plan
+from pipeline.graph.plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class ProcessBackend(Backend):
         # Workers fork from a server process that imported the model libraries once and never touches
         # a GPU: each starts in milliseconds, with no CUDA context, and sets CUDA_VISIBLE_DEVICES first.
         self.pool = WorkerPool("forkserver", safe_run_fit, detach=True,
-                               preload=("pipeline.executors.tasks", *preload), max_idle=max_idle, name="fit-worker")
+                               preload=("pipeline.graph.tasks", *preload), max_idle=max_idle, name="fit-worker")
         self.handles: dict[int, Worker] = {}
         self.counter = itertools.count()
         self._starting: Optional[threading.Thread] = None

@@ -16,18 +16,18 @@ import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Optional
 
 from pipeline import devices
 from pipeline.errors import ConfigError, HardwareError
-from pipeline.executors.backend import Backend
-from pipeline.executors.tasks import DataRef, FitRequest, FoldResult, TaskFailure, safe_run_fit
+from pipeline.graph.backend import Backend
+from pipeline.graph.tasks import DataRef, FitRequest, FoldResult, TaskFailure, safe_run_fit
 from pipeline.executors.worker import environment
 from pipeline.hardware import Machine
-from pipeline.plan import Plan
-from pipeline.resources import fmt
+from pipeline.graph.plan import Plan
+from pipeline.quantities import fmt
 
 log = logging.getLogger(__name__)
 
@@ -93,25 +93,40 @@ def _nodes(ray) -> list[tuple[float, float, dict]]:
     return out
 
 
-def cluster_machine(address: str, init_kwargs: dict) -> Machine:
-    """The CPUs and GPUs of the Ray cluster at `address` (totals over its alive nodes), to plan against.
+@dataclass(frozen=True)
+class ClusterView:
+    """What planning learns from one look at a Ray cluster: its totals, and each alive node's
+    (CPUs, GPUs), against which every planned fit is checked before the run starts."""
+
+    address: str
+    machine: Machine
+    nodes: tuple[tuple[float, float], ...]
+
+    def check(self, plan: Plan) -> None:
+        """Every fit must fit on one alive node: Ray would otherwise keep it pending forever."""
+        check_fits_on_nodes(plan, self.nodes, f"executor.address={self.address!r}")
+
+
+def look_at_cluster(address: str, init_kwargs: dict) -> ClusterView:
+    """The Ray cluster at `address`: its alive nodes, for the plan's total and the per-node check.
 
     Uses this process's connection if it has one; otherwise joins the cluster for the look and
     disconnects again, so planning leaves no connection behind (the RayBackend joins when the run starts).
     """
     ray = _import_ray()
     if ray.is_initialized():
-        return _cluster_machine(ray, address)
+        return _view(ray, address)
     _join(ray, address, init_kwargs)
     try:
-        return _cluster_machine(ray, address)
+        return _view(ray, address)
     finally:
         ray.shutdown()
 
 
-def _cluster_machine(ray, address: str) -> Machine:
+def _view(ray, address: str) -> ClusterView:
+    nodes = _nodes(ray)
     cpus, tokens, names = 0, [], []
-    for node_cpus, node_gpus, res in _nodes(ray):
+    for node_cpus, node_gpus, res in nodes:
         cpus += int(node_cpus)
         kinds = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
         for _ in range(int(node_gpus)):
@@ -119,7 +134,32 @@ def _cluster_machine(ray, address: str) -> Machine:
             names.append(kinds[0] if kinds else "GPU")
     if cpus < 1:
         raise HardwareError(f"the Ray cluster at executor.address={address!r} has no CPUs on an alive node")
-    return Machine(cpus, tuple(tokens), tuple(names), (0,) * len(tokens))
+    machine = Machine(cpus, tuple(tokens), tuple(names), (0,) * len(tokens))
+    return ClusterView(address, machine, tuple((c, g) for c, g, _ in nodes))
+
+
+def check_fits_on_nodes(plan: Plan, nodes: tuple[tuple[float, float], ...], where: str) -> None:
+    """A HardwareError naming the first fit of the plan that no single node of `nodes` can hold."""
+    too_big = Counter()
+    first = {}
+    for task in plan.fit_tasks:
+        cpus, gpus = task.resources.num_cpus, float(task.resources.num_gpus)
+        if not any(c >= cpus and g >= gpus - 1e-9 for c, g in nodes):
+            key = (cpus, task.resources.num_gpus)
+            too_big[key] += 1
+            first.setdefault(key, task.id)
+    if not too_big:
+        return
+    cpus, gpus = next(iter(too_big))
+    others = sum(too_big.values()) - 1
+    largest = max(nodes, key=lambda n: (n[1], n[0]), default=(0.0, 0.0))
+    raise HardwareError(
+        f"task {first[(cpus, gpus)]} asks for {cpus} CPU / {fmt(gpus)} GPU"
+        + (f" (and {others} more fit(s) too large)" if others else "")
+        + f", but {where} has {fmt(sum(c for c, _ in nodes))} CPU / {fmt(sum(g for _, g in nodes))} GPU over "
+        f"{len(nodes)} node(s), the largest node {fmt(largest[0])} CPU / {fmt(largest[1])} GPU; a Ray task must fit "
+        "on one node. Lower parallelism.fit (or the model's resources), or give the cluster a node that large"
+    )
 
 
 def _gpu_amount(request: FitRequest) -> float:
@@ -221,7 +261,8 @@ class RayBackend(Backend):
     def prepare(self, plan: Plan, data) -> DataRef:
         ray = _import_ray()
         self._connect(ray, plan)
-        self._check(ray, plan)
+        if not self.started and not self.address:  # a connection this process already had: planning did not look
+            check_fits_on_nodes(plan, tuple((c, g) for c, g, _ in _nodes(ray)), "the connected Ray instance")
         self.data_ref = ray.put(data)
         self._remote = ray.remote(_fit_in_worker)
         self._remote_gpu = ray.remote(max_calls=1)(_fit_in_gpu_worker)  # max_calls is no .options() key
@@ -252,33 +293,6 @@ class RayBackend(Backend):
             _init(ray, kwargs, user, joining=False)
         self.started = True
         self.plan_ids = {t: d for d, t in zip(plan.hardware.devices, plan.hardware.tokens)}
-
-    def _check(self, ray, plan: Plan) -> None:
-        """Every fit must fit on one alive node: Ray would otherwise keep it pending forever."""
-        nodes = _nodes(ray)
-        total_cpus = sum(c for c, _, _ in nodes)
-        total_gpus = sum(g for _, g, _ in nodes)
-        too_big = Counter()
-        first = {}
-        for task in plan.fit_tasks:
-            cpus, gpus = task.resources.num_cpus, float(task.resources.num_gpus)
-            if not any(c >= cpus and g >= gpus - 1e-9 for c, g, _ in nodes):
-                key = (cpus, task.resources.num_gpus)
-                too_big[key] += 1
-                first.setdefault(key, task.id)
-        if not too_big:
-            return
-        cpus, gpus = next(iter(too_big))
-        others = sum(too_big.values()) - 1
-        largest = max(nodes, key=lambda n: (n[1], n[0]), default=(0.0, 0.0, {}))
-        where = f"executor.address={self.address!r}" if self.address else "the Ray instance"
-        raise HardwareError(
-            f"task {first[(cpus, gpus)]} asks for {cpus} CPU / {fmt(gpus)} GPU"
-            + (f" (and {others} more fit(s) too large)" if others else "")
-            + f", but {where} has {fmt(total_cpus)} CPU / {fmt(total_gpus)} GPU over {len(nodes)} node(s), "
-            f"the largest node {fmt(largest[0])} CPU / {fmt(largest[1])} GPU; a Ray task must fit on one node. "
-            "Lower parallelism.fit (or the model's resources), or give the cluster a node that large"
-        )
 
     def submit(self, request: FitRequest):
         if self._remote is None:

@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional
 from pipeline.errors import ConfigError, HardwareError, ResourceError
 from pipeline.memory.estimates import GiB, MiB, Estimate
 from pipeline.memory.shape import DataShape
-from pipeline.resources import Allocation, fmt, over_level
+from pipeline.quantities import fmt
+from pipeline.resources import Allocation, over_level
 
 DRIVER_BYTES = 450 * MiB  # the driver process: engine, MLflow client, progress display
 # beside it, twice the table: the driver's prepared data, and the data file's pages the workers map

@@ -18,7 +18,7 @@ from typing import Iterable
 
 from pipeline.memory.shape import DataShape
 from pipeline.nn.options import DEFAULTS as NETWORK_DEFAULTS
-from pipeline.nn.options import EVAL_BATCH, embedding_dim
+from pipeline.nn.options import EVAL_BATCH, activation_bytes, embedding_dim
 
 MiB = 2**20
 GiB = 2**30
@@ -183,12 +183,6 @@ def network_size(params: dict, data: DataShape) -> tuple[int, int]:
     return count, width
 
 
-def activation_bytes(width: int, hidden_sizes, categorical: int) -> int:
-    """Bytes a training step keeps per row of its batch: inputs, each layer's outputs (linear,
-    norm, activation, dropout mask) and their gradients, in float32; the gathered codes and label."""
-    return (2 * width + 4 * sum(hidden_sizes)) * 4 * 2 + categorical * 8 + 16
-
-
 def activation_bytes_per_row(params: dict, data: DataShape) -> int:
     params = {**NETWORK_DEFAULTS, **params}
     _, width = network_size(params, data)
@@ -218,10 +212,3 @@ def network(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
         parts["gpu_runtime"] = CUDA_HOST_BYTES["torch"]
         return Estimate(0, gpu, parts)
     return Estimate(0, 0, {**parts, **device_parts, "cpu_runtime": TORCH_RUNTIME_BYTES})
-
-
-def largest_batch(per_row: int, budget: int, cap: int) -> int:
-    """The largest power of two whose activations (`per_row` bytes a row) fit in `budget` bytes;
-    `cap` itself when it fits, and at least 1."""
-    rows = max(1, budget // max(per_row, 1))
-    return cap if rows >= cap else 2 ** int(math.log2(rows))

@@ -19,14 +19,14 @@ class MemoryPlanner:
     def __init__(self, settings, hardware, machine, base_dir: Path, *, on_cluster: bool = False):
         self.settings = settings
         self.libraries = settings.library_modules
-        self.shape = data_shape(settings.data, base_dir)
+        self.shape = data_shape(settings.conf.data, base_dir)
         self.capacity: Optional[Capacity] = None
         note = ""
         if self.shape is None:
             note = "the data's size is unknown before loading it (a remote or missing file): memory is not planned"
         else:
-            declared = settings.hardware
-            self.capacity = capacity(declared, hardware, machine, self.shape, dry_run=settings.dry_run)
+            declared = settings.conf.hardware
+            self.capacity = capacity(declared, hardware, machine, self.shape, dry_run=settings.conf.dry_run)
             if on_cluster and (declared is None or declared.memory_gb is None):  # this machine's RAM says nothing of the nodes'
                 self.capacity = dataclasses.replace(
                     self.capacity, ram=None, ram_source="unknown on a cluster: set hardware.memory_gb per node"
@@ -34,8 +34,8 @@ class MemoryPlanner:
         self.summary = MemoryPlan(self.shape, self.capacity, note)
 
     def fit_shape(self, shape: DataShape) -> FitShape:
-        d = self.settings.data
-        return FitShape.of(shape, self.settings.num_folds, d.test_size, d.val_size)
+        d = self.settings.conf.data
+        return FitShape.of(shape, self.settings.conf.parallelism.num_folds, d.test_size, d.val_size)
 
     def estimate(self, spec, on_gpu: bool, shape: Optional[DataShape] = None) -> Estimate:
         """One fit of `spec` (a ModelSpec): its library's structures plus what every fit holds."""
@@ -49,10 +49,11 @@ class MemoryPlanner:
             return allocation
         on_gpu = allocation.fit.num_gpus > 0 and spec.cls.gpu_request(spec.params)[0]
         estimate = self.estimate(spec, on_gpu)
-        limits = spec.memory.over(self.settings.fit_memory)
+        par = self.settings.conf.parallelism
+        limits = spec.memory.over(par.fit.memory_request)
         hint = spec.cls.memory_hint.format(name=spec.name) if spec.cls.memory_hint else ""
         advice = Advice(lambda room, gpu: self._rows_within(spec, room, gpu, on_gpu), hint)
-        return plan_model(allocation, estimate, limits, self.settings.bag_memory, self.capacity, reallocate, advice)
+        return plan_model(allocation, estimate, limits, par.bag.memory_request, self.capacity, reallocate, advice)
 
     def _rows_within(self, spec, room: int, gpu: bool, on_gpu: bool) -> Optional[int]:
         """The most rows (data.max_rows) whose fit estimate stays within `room` bytes."""

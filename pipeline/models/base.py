@@ -52,6 +52,15 @@ class FitContext:
     checkpoint_dir: Optional[Path] = None
     eval_metric: str = "auto"
     report: Optional[Callable[[int, float], bool]] = None  # (step, value) -> prune?
+    deadline: Optional[float] = None  # time.time() the fit must end by (the run's time_limit_s); None: none
+    stopped_by_budget: bool = False  # set when the fit stopped early for the deadline
+
+    def out_of_time(self, step_seconds: float = 0.0) -> bool:
+        """Whether one more step (a boosting round, an epoch) of `step_seconds` would end past the
+        deadline; once true it stays true, and marks the fit as stopped by the budget."""
+        if self.deadline is not None and not self.stopped_by_budget:
+            self.stopped_by_budget = time.time() + step_seconds >= self.deadline
+        return self.stopped_by_budget
 
 
 class TabularModel(ABC):
@@ -62,6 +71,9 @@ class TabularModel(ABC):
     library_modules: ClassVar[tuple[str, ...]] = ()  # what a worker process imports before its first fit
     memory_hint: ClassVar[str] = ""  # a parameter that lowers a fit's memory, for messages ({name}: the model)
     memory_estimator: ClassVar[str] = "generic"  # the function of pipeline.memory.estimates for one fit
+    # the share of a fit's one-thread time that more threads do not shorten, which decides how many folds
+    # run at once (pipeline.payoff); GBMs on tabular data at a few threads per fit
+    thread_serial_share: ClassVar[float] = 0.3
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
@@ -76,7 +88,7 @@ class TabularModel(ABC):
     @classmethod
     def needs(cls, name: str, params: dict) -> ModelNeeds:
         wants, requires, param = cls.gpu_request(params)
-        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library)
+        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library, cls.thread_serial_share)
 
     @classmethod
     def memory_estimate(cls, params: dict, fit, on_gpu: bool):

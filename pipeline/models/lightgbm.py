@@ -38,7 +38,7 @@ class LightGBMModel(TabularModel):
 
     @classmethod
     def check_params(cls, name, params, problem_type=None):
-        from pipeline.models import native
+        import pipeline.models.native as native
 
         try:
             known = native.lightgbm_parameters()  # from lib_lightgbm, without `import lightgbm`
@@ -98,6 +98,8 @@ class LightGBMModel(TabularModel):
         callbacks = [lgb.record_evaluation(record)]
         if ctx.report is not None:
             callbacks.append(_pruning_callback(ctx.report))
+        if ctx.deadline is not None:
+            callbacks.append(_deadline_callback(ctx))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*categorical_feature.*")
             booster = lgb.train(params, train, valid_sets=[valid], valid_names=["valid"], callbacks=callbacks,
@@ -142,6 +144,25 @@ def _validation_scores(booster):
 
     booster.eval_valid(feval=capture)
     return kept[0]
+
+
+def _deadline_callback(ctx: FitContext):
+    """Stop boosting when the next round would end past the run's deadline; the rounds so far are
+    the model (LightGBM keeps them all as its best iteration)."""
+    import time
+
+    import lightgbm as lgb
+
+    last = [time.time()]
+
+    def callback(env):
+        now = time.time()
+        step, last[0] = now - last[0], now
+        if ctx.out_of_time(step):
+            raise lgb.callback.EarlyStopException(env.iteration, env.evaluation_result_list)
+
+    callback.order = 50  # after early stopping (30) and pruning (40)
+    return callback
 
 
 def _pruning_callback(report):

@@ -43,7 +43,7 @@ class XGBoostModel(TabularModel):
     def check_params(cls, name, params, problem_type="binary"):
         """XGBoost only warns about parameters it does not use. Its own validation, on a booster
         configured without data through the library's C API (no `import xgboost`), makes that an error."""
-        from pipeline.models import native
+        import pipeline.models.native as native
 
         probe = _booster_params(params, problem_type or "binary", 3)
         probe.update(device="cpu", nthread=1)
@@ -104,6 +104,8 @@ class XGBoostModel(TabularModel):
             callbacks.append(_GpuGuard(self.name, params["device"]))
         if ctx.report is not None:
             callbacks.append(_PruningCallback(ctx.report))
+        if ctx.deadline is not None:
+            callbacks.append(_DeadlineCallback(ctx))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*No visible GPU is found.*")
             warnings.filterwarnings("ignore", message=".*Device is changed from GPU to CPU.*")
@@ -186,6 +188,28 @@ def _GpuGuard(name: str, device: str):
             return False
 
     return Guard()
+
+
+class _DeadlineCallback:
+    """Stop boosting when the next round would end past the run's deadline; the booster keeps the
+    rounds so far (early stopping's best of them, when it runs)."""
+
+    def __new__(cls, ctx: FitContext):
+        import time
+
+        import xgboost as xgb
+
+        class Callback(xgb.callback.TrainingCallback):
+            def before_training(self, model):
+                self.last = time.time()
+                return model
+
+            def after_iteration(self, model, epoch, evals_log):
+                now = time.time()
+                step, self.last = now - self.last, now
+                return ctx.out_of_time(step)
+
+        return Callback()
 
 
 class _PruningCallback:

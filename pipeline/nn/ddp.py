@@ -30,6 +30,7 @@ def fit_distributed(
     seed: int = 0,
     checkpoint_dir: Optional[Path] = None,
     y_scale: tuple[float, float] = (0.0, 1.0),
+    deadline: Optional[float] = None,
 ) -> LoopResult:
     """Train one rank per entry of `devices` (rank r on cuda:devices[r] with nccl: the CUDA ordinals the
     plan gave the fit, as pipeline.devices maps them; every rank on the CPU with gloo); rank 0's result.
@@ -47,7 +48,7 @@ def fit_distributed(
         mp.start_processes(
             _rank_main,
             args=(world_size, tuple(devices), backend, str(Path(tmp) / "rendezvous"), spec, config, problem_type, metric, arrays,
-                  seed, checkpoint_dir, y_scale, out),
+                  seed, checkpoint_dir, y_scale, out, deadline),
             nprocs=world_size,
             join=True,
             start_method="spawn",
@@ -56,7 +57,7 @@ def fit_distributed(
 
 
 def _rank_main(rank, world_size, devices, backend, rendezvous, spec, config, problem_type, metric, arrays, seed,
-               checkpoint_dir, y_scale, out):
+               checkpoint_dir, y_scale, out, deadline=None):
     import torch.distributed as dist
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -68,7 +69,7 @@ def _rank_main(rank, world_size, devices, backend, rendezvous, spec, config, pro
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     try:
         loop = Loop(spec, config, problem_type, metric, device, seed=seed, rank=rank, world_size=world_size,
-                    checkpoint_dir=checkpoint_dir, y_scale=y_scale)
+                    checkpoint_dir=checkpoint_dir, y_scale=y_scale, deadline=deadline)
         result = loop.run(arrays)
         if rank == 0:
             torch.save(result, out)

@@ -26,7 +26,9 @@ from torch import nn
 from pipeline.errors import HardwareError
 from pipeline.metrics import Metric
 from pipeline.nn.network import NetSpec
-from pipeline.nn.options import EVAL_BATCH, PRECISIONS, LoopConfig, check_precision, scaled_lr
+from pipeline.nn.options import (
+    EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, largest_batch, scaled_lr,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ class LoopResult:
     oom_backoffs: int = 0
     epochs_run: int = 0
     pruned: bool = False
+    stopped_by_budget: bool = False  # stopped at an epoch's end: another epoch would end past the deadline
     validation_output: Optional[torch.Tensor] = None  # the network's outputs on the validation rows at the best epoch
 
 
@@ -74,12 +77,13 @@ class Loop:
         checkpoint_dir: Optional[Path] = None,
         y_scale: tuple[float, float] = (0.0, 1.0),
         report: Optional[Callable[[int, float], bool]] = None,
+        deadline: Optional[float] = None,
     ):
         self.spec, self.cfg, self.problem_type, self.metric = spec, config, problem_type, metric
         self.device, self.seed, self.rank, self.world = device, seed, rank, world_size
         self.checkpoint_dir = checkpoint_dir
         self.y_scale = y_scale
-        self.report = report
+        self.report, self.deadline = report, deadline  # deadline: a time.time() (the run's time_limit_s)
         check_precision(config.precision, device.type == "cuda")
         dtype = PRECISIONS[config.precision]
         self.dtype: Optional[torch.dtype] = getattr(torch, dtype) if dtype else None
@@ -138,6 +142,7 @@ class Loop:
 
         for epoch in range(start_epoch, self.cfg.max_epochs):
             model.train()
+            epoch_start = time.time()
             perm = torch.randperm(n, generator=generator).to(self.device)
             t0 = time.perf_counter()
             loss_sum, rows, batch = self._epoch(model, optimizer, scaler, perm, x_num, x_cat, y, batch, result)
@@ -169,6 +174,9 @@ class Loop:
                     stop[0] = 1
                 if self.report is not None and self.report(epoch, -score if self.metric.greater_is_better else score):
                     stop[0] = 2
+                now = time.time()
+                if not stop.item() and self.deadline is not None and now + (now - epoch_start) >= self.deadline:
+                    stop[0] = 3  # the next epoch, as long as this one, would end past the deadline
             if self.world > 1:
                 import torch.distributed as dist
 
@@ -177,7 +185,7 @@ class Loop:
             if self.rank == 0:
                 self._save_checkpoint(epoch, module, optimizer, scaler, generator, best_state, bad_epochs, batch, result)
             if stop.item() > 0:
-                result.pruned = stop.item() == 2
+                result.pruned, result.stopped_by_budget = stop.item() == 2, stop.item() == 3
                 break
         result.state_dict = best_state if best_state is not None else module.state_dict()
         result.batch_size = batch
@@ -265,8 +273,6 @@ class Loop:
     def _estimated_batch(self, module, cap: int) -> int:
         """Where the batch search starts: the largest power of two whose activations, as the plan's
         memory estimate counts them, fit in the memory left on the device (or a quarter of the free RAM)."""
-        from pipeline.memory.estimates import activation_bytes, largest_batch
-
         width = self.spec.num_numeric + sum(e.embedding_dim for e in module.embeddings)
         per_row = activation_bytes(width, self.spec.hidden_sizes, len(self.spec.cardinalities))
         state = 3 * 4 * sum(p.numel() for p in module.parameters())  # gradients and AdamW's moments, still to come

@@ -141,3 +141,16 @@ def _iterable(value) -> tuple:
         return tuple(value)
     except TypeError:
         return (None,)
+
+
+def activation_bytes(width: int, hidden_sizes, categorical: int) -> int:
+    """Bytes a training step keeps per row of its batch: inputs, each layer's outputs (linear,
+    norm, activation, dropout mask) and their gradients, in float32; the gathered codes and label."""
+    return (2 * width + 4 * sum(hidden_sizes)) * 4 * 2 + categorical * 8 + 16
+
+
+def largest_batch(per_row: int, budget: int, cap: int) -> int:
+    """The largest power of two whose activations (`per_row` bytes a row) fit in `budget` bytes;
+    `cap` itself when it fits, and at least 1."""
+    rows = max(1, budget // max(per_row, 1))
+    return cap if rows >= cap else 2 ** int(math.log2(rows))

@@ -39,7 +39,7 @@ def test_every_option_composes(compose, group, option):
 def test_every_hardware_profile_is_appended(compose, option):
     cfg = compose([f"+hardware={option}"])
     assert cfg.hardware.name == option
-    assert read_settings(cfg).hardware.num_gpus == cfg.hardware.num_gpus
+    assert read_settings(cfg).conf.hardware.num_gpus == cfg.hardware.num_gpus
 
 
 @pytest.mark.parametrize("option", options("model"))

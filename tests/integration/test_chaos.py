@@ -29,7 +29,7 @@ def check_whole(run_dir: Path) -> None:
     """Every file a run publishes under its directory reads back whole; temporaries are never read."""
     import torch
 
-    from pipeline.executors.datafile import read_data_fingerprint
+    from pipeline.graph.datafile import read_data_fingerprint
 
     for path in run_dir.rglob("*"):
         if path.is_dir() or path.name == ".lock" or path.name.endswith(".tmp"):

@@ -220,7 +220,7 @@ def test_dry_run_reproduces_the_seed_example(cli, tmp_path):
 
 def test_start_up_imports_no_heavy_library():
     code = (
-        "import sys, pipeline.__main__, pipeline.run, pipeline.settings, pipeline.plan, pipeline.report;"
+        "import sys, pipeline.__main__, pipeline.run, pipeline.settings, pipeline.graph.plan, pipeline.report;"
         "heavy = [m for m in ('torch', 'mlflow', 'lightgbm', 'xgboost', 'ray', 'optuna', 'sklearn') if m in sys.modules];"
         "print(heavy); sys.exit(1 if heavy else 0)"
     )

@@ -110,3 +110,41 @@ def test_the_same_config_without_the_fault_starts_workers(compose, tmp_path, mon
     run(compose([*PARALLEL, "tracking=none", "model.lightgbm.params.num_iterations=5"]), Runtime(tmp_path / "run", tmp_path))
     assert "forkserver" in starts.seen and any(s.startswith("process fit-worker") for s in starts.seen)
     assert "thread worker-start" in starts.seen
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["eval_metric=rmse"], "eval_metric='rmse' is not a binary metric"),  # adult: binary, declared by its label
+    (["eval_metric=auc"], "eval_metric='auc' is not a binary metric (did you mean 'roc_auc'?)"),
+    (["data=california", "eval_metric=roc_auc"], "eval_metric='roc_auc' is not a regression metric"),
+])
+def test_a_dry_run_checks_the_eval_metric(cli, overrides, message):
+    proc = cli("model=lightgbm", "dry_run=true", "tracking=none", *overrides)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert "dry run: plan written" not in proc.stdout
+
+
+def test_a_dry_run_checks_the_metric_against_a_csv_files_label(cli, tmp_path):
+    rows = "\n".join(f"{i % 7},{i * 0.5}" for i in range(60))
+    (tmp_path / "t.csv").write_text("x,y\n" + rows + "\n")
+    proc = cli("model=lightgbm", "data=csv", "data.path=t.csv", "data.label=y", "dry_run=true", "tracking=none",
+               "eval_metric=roc_auc")
+    assert proc.returncode == 2, proc.stderr
+    assert "eval_metric='roc_auc' is not a regression metric" in proc.stderr
+
+
+def test_parameters_are_checked_once_and_the_source_made_once(compose, tmp_path, monkeypatch):
+    from pipeline.components import DataConf
+    from pipeline.models.lightgbm import LightGBMModel
+    from pipeline.run import Runtime, run
+
+    checks, sources = [], []
+    check = LightGBMModel.check_params.__func__
+    monkeypatch.setattr(LightGBMModel, "check_params",
+                        classmethod(lambda cls, *a: (checks.append(a[2:]), check(cls, *a))[1]))
+    make = DataConf.make_source
+    monkeypatch.setattr(DataConf, "make_source", lambda self: (sources.append(id(s := make(self))), s)[1])
+    run(compose(["model=lightgbm", "tracking=none", "data.max_rows=400", "model.lightgbm.params.num_iterations=5",
+                 "executor.in_process=always"]), Runtime(tmp_path / "run", tmp_path))
+    assert checks == [("binary",)]  # once, with the problem type the label column told before loading
+    assert len(set(sources)) == 1

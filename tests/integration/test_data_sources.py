@@ -35,7 +35,6 @@ def test_a_users_own_data_source_by_target(cli, tmp_path):
         (["hpo.searcher=tpee"], "hpo.searcher='tpee' is not one of none, random, tpe, grid (did you mean 'tpe'?)"),
         (["hpo.searcher=cmaes"], "hpo.searcher='cmaes' is not one of none, random, tpe, grid; to use your own, set "
                                 "hpo._target_"),
-        (["resume=[1]"], "resume=[1]: give false, true (the newest unfinished run) or a run directory"),
     ],
 )
 def test_component_choices_are_checked_when_the_config_is_read(compose, overrides, message):
@@ -49,10 +48,22 @@ def test_the_config_groups_are_the_settings(compose):
                                       "resume=true", "seed=5"]))
     from pipeline.config import DataConf, HardwareConf, HpoConf, Resume
 
-    assert isinstance(settings.data, DataConf) and settings.data.label == "MedHouseVal"
-    assert settings.data.seed == 5 and settings.hpo.seed == 5  # null: the run's seed
-    assert isinstance(settings.hpo, HpoConf) and settings.hpo.target == "pipeline.searchers.TpeSearch"
-    assert isinstance(settings.hardware, HardwareConf) and settings.hardware.num_gpus == 2
+    assert isinstance(settings.conf.data, DataConf) and settings.conf.data.label == "MedHouseVal"
+    assert settings.conf.data.seed == 5 and settings.conf.hpo.seed == 5  # null: the run's seed
+    assert isinstance(settings.conf.hpo, HpoConf) and settings.conf.hpo.target == "pipeline.searchers.TpeSearch"
+    assert isinstance(settings.conf.hardware, HardwareConf) and settings.conf.hardware.num_gpus == 2
     assert settings.resume == Resume(newest=True)
     assert read_settings(compose(["model=lightgbm", "resume=runs/a"])).resume == Resume(directory="runs/a")
+    assert read_settings(compose(["model=lightgbm", "resume=true"])).resume == Resume(newest=True)
+    assert read_settings(compose(["model=lightgbm", "resume=False"])).resume == Resume()
+
+
+def test_resume_is_typed_by_the_schema(compose):
+    """A value that is no run directory, true or false is refused by Hydra as it composes, naming the key."""
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match=r"resume=\[1\]") as info:
+        compose(["model=lightgbm", "resume=[1]"])
+    assert "Cannot convert 'list' to string" in str(info.value.__cause__)
+    assert "full_key: resume" in str(info.value.__cause__)
     assert not read_settings(compose(["model=lightgbm"])).resume

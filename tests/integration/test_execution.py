@@ -39,13 +39,13 @@ def records(folder: Path) -> list[dict]:
 
 def test_out_of_fold_predictions_cover_every_row_once(adult):
     from pipeline.executors.local import InProcessBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.models import LightGBMModel
-    from pipeline.plan import build_plan
+    from pipeline.graph.plan import build_plan
     from pipeline.resources import ModelNeeds, Request, allocate
     from pipeline.store import ResultStore
 

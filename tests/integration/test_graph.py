@@ -7,20 +7,20 @@ import json
 import pytest
 
 
-def small_plan(num_folds=2, num_trials=2, evaluate=False):
+def small_plan(num_folds=2, num_trials=2, evaluate=False, refit=False):
     from pipeline.hardware import Machine, resolve
-    from pipeline.plan import build_plan
+    from pipeline.graph.plan import build_plan
     from pipeline.resources import ModelNeeds, Request, allocate
 
     hw = resolve(None, Machine(2), dry_run=False)
     a = allocate(hw.total, Request.parse(None, None, "b"), Request.parse(1, None, "f"),
                  ModelNeeds("sleep", False, False, 1), num_folds=num_folds, num_trials=num_trials)
-    return build_plan(hw, [a], evaluate=evaluate)
+    return build_plan(hw, [a], evaluate=evaluate, refit=refit)
 
 
-def run_plan(plan, data, tmp_path, outputs=None):
+def run_plan(plan, data, tmp_path, hooks=None):
     from pipeline.executors.local import InProcessBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
@@ -30,14 +30,12 @@ def run_plan(plan, data, tmp_path, outputs=None):
     with InProcessBackend() as backend:
         return Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
                          {"sleep": SleepModel({"seconds": 0}, "sleep")}, data, METRICS["roc_auc"], seed=0,
-                         outputs=outputs).run()
+                         hooks=hooks).run()
 
 
 def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependency_order(adult, tmp_path):
     from pipeline import report
-    from pipeline.nodes.context import RunOutputs
-    from pipeline.plan import DRIVER, EVALUATE, Task
-    from pipeline.tracking import NullTracker
+    from pipeline.graph.plan import DRIVER, EVALUATE, Task
     from tests import graph_nodes
 
     plan = small_plan(evaluate=True)
@@ -45,7 +43,7 @@ def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependen
     plan = plan.with_task(Task("audit", "audit", DRIVER, bags), before=EVALUATE)
     graph_nodes.RAN.clear()
     (tmp_path / "run").mkdir()
-    outcome = run_plan(plan, adult, tmp_path, RunOutputs(tmp_path / "run", NullTracker()))
+    outcome = run_plan(plan, adult, tmp_path)
 
     (ran,) = graph_nodes.RAN
     fits = [t.id for t in plan.fit_tasks]
@@ -53,7 +51,7 @@ def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependen
     assert EVALUATE not in ran["done"]  # before the node that depends on it
     assert ran["scores"] == {b: outcome.trials[("sleep", int(b[-1]))].score for b in bags}
     assert set(outcome.results) == {t.id for t in plan.tasks}  # every task of the plan ran, none else
-    assert [r["model"] for r in outcome.results[EVALUATE]] == ["sleep"]
+    assert [r["model"] for r in outcome.results[EVALUATE].rows] == ["sleep"]
 
     written = json.loads(plan.write(tmp_path / "plan.json").read_text())
     tasks = {t["id"]: t for t in written["tasks"]}
@@ -72,7 +70,7 @@ def test_a_plan_without_evaluation_nodes_runs_the_fits_and_bags_only(adult, tmp_
 
 
 def test_a_task_listed_before_its_dependency_is_refused():
-    from pipeline.plan import DRIVER, Plan, Task
+    from pipeline.graph.plan import DRIVER, Plan, Task
 
     plan = small_plan()
     with pytest.raises(ValueError, match="'late' is listed twice or before its dependencies \\['later'\\]"):
@@ -81,7 +79,70 @@ def test_a_task_listed_before_its_dependency_is_refused():
 
 
 def test_an_unregistered_node_kind_is_named_with_the_known_ones():
-    from pipeline.nodes import node_kind
+    from pipeline.graph.nodes import node_kind
 
     with pytest.raises(KeyError, match="no node kind 'calibrate' is registered \\(known: .*bag.*evaluate.*fit"):
         node_kind("calibrate")
+
+
+def test_refit_fits_are_sent_to_the_backend_and_reused_from_the_store_like_any_fit(adult, tmp_path):
+    from pipeline.config import HpoConf
+    from pipeline.executors.local import InProcessBackend
+    from pipeline.graph.scheduler import Scheduler
+    from pipeline.hpo import TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.graph.plan import EVALUATE
+    from pipeline.store import ResultStore
+    from tests.fault_models import SleepModel
+
+    class Recording(InProcessBackend):
+        submitted: list = []
+
+        def submit(self, request):
+            self.submitted.append(request.task_id)
+            return super().submit(request)
+
+    plan = small_plan(num_folds=2, num_trials=1, evaluate=True, refit=True)
+    for attempt in range(2):
+        Recording.submitted = []
+        with Recording() as backend:
+            outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"),
+                                TrialSource(HpoConf(), {}, {}, "maximize"), {"sleep": SleepModel({"seconds": 0}, "sleep")},
+                                adult, METRICS["roc_auc"], seed=0).run()
+        if attempt == 0:
+            assert Recording.submitted == ["fit/sleep/t0/f0", "fit/sleep/t0/f1", "fit/sleep/l1/refit"]
+        else:
+            assert Recording.submitted == []  # every fit, the refit's too, taken from the store by its key
+        refit = outcome.results["refit"].predictors["sleep_refit"]
+        assert refit.models == [outcome.results["fit/sleep/l1/refit"].model]  # the backend's model, not a driver's fit
+        assert [r["model"] for r in outcome.results[EVALUATE].rows] == ["sleep", "sleep_refit"]
+
+
+def test_nodes_compute_and_the_roots_hooks_write_and_log(adult, tmp_path):
+    """Without hooks the graph writes nothing beside its result store; the root's OutputHooks write the
+    leaderboard and predictors and log the board's metrics, from the nodes' results."""
+    from pipeline.graph.plan import EVALUATE
+    from pipeline.metrics import METRICS
+    from pipeline.outputs import HookList, OutputHooks, RunOutputs
+    from pipeline.tracking import NullTracker
+
+    class Recorder(NullTracker):
+        def __init__(self):
+            super().__init__()
+            self.metrics = {}
+
+        def log_metrics(self, values):
+            self.metrics.update(values)
+
+    plan = small_plan(evaluate=True)
+    outcome = run_plan(plan, adult, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["tasks"]  # the store only
+    assert outcome.results[EVALUATE].top["model"] == "sleep"
+
+    tracker, out_dir = Recorder(), tmp_path / "hooked"
+    out_dir.mkdir()
+    hooks = HookList(OutputHooks(RunOutputs(out_dir, tracker), plan, adult, METRICS["roc_auc"], lambda: outcome))
+    outcome = run_plan(plan, adult, tmp_path, hooks)
+    assert (out_dir / "leaderboard.csv").exists() and (out_dir / "predictors" / "sleep.pkl").exists()
+    assert tracker.metrics["sleep/val_roc_auc"] == outcome.results[EVALUATE].top["val_roc_auc"]
+    assert "val_roc_auc" in tracker.metrics  # the main metric at the top level

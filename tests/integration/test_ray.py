@@ -55,6 +55,28 @@ def test_ray_folds_run_in_parallel_worker_processes(bag5_runs):
     assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))  # two fits at once
 
 
+STACKED = ["model=lightgbm", "stack_levels=1", "parallelism.num_folds=3", "parallelism.fit.num_cpus=1",
+           "data.max_rows=1500", "model.lightgbm.params.num_iterations=20", "tracking=none"]
+
+
+def test_a_stacked_run_on_ray_gives_the_local_leaderboard(tmp_path):
+    """Stacked fits travel to Ray's workers with their features: the same scores as the local run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    workdirs = {ex: tmp_path / ex for ex in ("ray", "local")}
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(run_cli, [f"executor={ex}", *STACKED], workdirs[ex].resolve(), env=RAY_ENV, timeout=240,
+                            check=True) for ex in workdirs if workdirs[ex].mkdir() is None]
+        for job in jobs:
+            job.result()
+    boards = {ex: pd.read_csv(run_dir(w) / "leaderboard.csv").set_index("model") for ex, w in workdirs.items()}
+    assert dict(boards["ray"]["level"]) == {"lightgbm": 1, "lightgbm_l2": 2}
+    for column in ("val_roc_auc", "test_roc_auc"):
+        assert boards["ray"][column].to_numpy() == pytest.approx(boards["local"][column].to_numpy(), abs=1e-9)
+    timeline = json.loads((run_dir(workdirs["ray"]) / "timeline.json").read_text())
+    assert sum(e["level"] == 2 for e in timeline) == 3 and all(e["node"] for e in timeline)  # in Ray's workers
+
+
 def test_a_failing_task_is_retried_then_fails_the_run_naming_it(cli, tmp_path):
     searchpath = user_config(tmp_path, "model", "boom", "defaults: [lightgbm]\nboom:\n  _target_: tests.fault_models.FailingModel\n")
     proc = cli("executor=ray", "model=boom", searchpath, "allowed_targets=[tests.]", "executor.max_retries=1",
@@ -92,7 +114,7 @@ def ray_instance():
 def plan_for(cpus, gpus, fit_cpus, fit_gpus, num_folds=1, model="lightgbm"):
     from pipeline.config import HardwareConf
     from pipeline.hardware import Machine, resolve
-    from pipeline.plan import build_plan
+    from pipeline.graph.plan import build_plan
     from pipeline.resources import ModelNeeds, Request, allocate
 
     machine = Machine(cpus, tuple(str(i) for i in range(gpus)))
@@ -121,7 +143,7 @@ def test_a_gpu_fit_on_a_gpu_less_cluster_is_a_hardware_error_not_a_hang(ray_inst
 
 def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adult, tmp_path, caplog):
     from pipeline.executors.ray import RayBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
@@ -130,7 +152,7 @@ def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adul
     marker = tmp_path / "killed-once"
     model = KillOnceModel({"marker": str(marker)}, "killer")
     plan = plan_for(2, 0, 1, None, model="killer")
-    with caplog.at_level("WARNING", logger="pipeline.executors.scheduler"):
+    with caplog.at_level("WARNING", logger="pipeline.graph.scheduler"):
         with RayBackend() as backend:
             outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"),
                                 TrialSource(HpoConf(), {}, {}, "maximize"), {"killer": model}, adult,
@@ -168,7 +190,7 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
 
     from pipeline.errors import Interrupted
     from pipeline.executors.ray import RayBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
@@ -205,10 +227,10 @@ def test_sigterm_stops_a_ray_run_at_once_and_cancels_its_fits(ray_instance, adul
     assert ray_instance.is_initialized()
 
 
-def test_cluster_machine_describes_the_connected_cluster(ray_instance):
-    from pipeline.executors.ray import cluster_machine
+def test_the_look_at_a_cluster_describes_the_connected_cluster(ray_instance):
+    from pipeline.executors.ray import look_at_cluster
 
-    machine = cluster_machine("auto", {})
+    machine = look_at_cluster("auto", {}).machine
     assert (machine.num_cpus, machine.num_gpus) == (2, 0)
 
 
@@ -226,7 +248,7 @@ def test_without_ray_the_executor_is_a_config_error(monkeypatch, adult):
 def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adult, tmp_path):
     from pipeline.errors import TaskFailedError
     from pipeline.executors.ray import RayBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
@@ -251,11 +273,11 @@ def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adul
 def test_the_ray_executor_runs_the_same_graph_with_a_node_kind_registered_outside_the_engine(ray_instance, adult,
                                                                                               tmp_path):
     from pipeline.executors.ray import RayBackend
-    from pipeline.executors.scheduler import Scheduler
+    from pipeline.graph.scheduler import Scheduler
     from pipeline.config import HpoConf
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
-    from pipeline.plan import DRIVER, Task
+    from pipeline.graph.plan import DRIVER, Task
     from pipeline.store import ResultStore
     from tests import graph_nodes
     from tests.fault_models import SleepModel

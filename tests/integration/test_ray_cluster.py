@@ -118,10 +118,21 @@ def test_planning_against_a_cluster_leaves_no_connection(two_node_cluster, monke
     """The planner reads the cluster's size through a connection it closes: no ray.init global is left."""
     import ray
 
-    from pipeline.executors.ray import cluster_machine
+    from pipeline.executors.ray import look_at_cluster
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert not ray.is_initialized()
-    machine = cluster_machine(two_node_cluster, {})
+    machine = look_at_cluster(two_node_cluster, {}).machine
     assert machine.num_cpus == 4 and machine.num_gpus == 4  # two nodes of 2 CPUs and 2 GPUs
     assert not ray.is_initialized()
+
+
+def test_a_fit_no_node_can_hold_is_refused_by_a_dry_run(cli, two_node_cluster):
+    """4 CPUs over two nodes of 2: a 3-CPU fit fits the total but no node; the dry run says so, with the
+    node list planning read, before a plan is shown."""
+    proc = cli("model=lightgbm", "executor=ray", f"executor.address={two_node_cluster}", "dry_run=true",
+               "parallelism.fit.num_cpus=3", "tracking=none", env={**FAULT_ENV, "RAY_AUTH_MODE": "disabled"},
+               timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "asks for 3 CPU / 0 GPU" in proc.stderr and "the largest node 2 CPU / 2 GPU" in proc.stderr
+    assert "Traceback" not in proc.stderr and "dry run: plan written" not in proc.stdout

@@ -73,14 +73,19 @@ def test_refit_scores_like_the_bag_and_predicts_with_a_fifth_of_its_trees(bagged
     assert 0 < refit_trees and 4 * refit_trees <= bag_trees
 
 
-def test_the_refit_is_a_node_of_the_plan_that_ran(bagged):
+def test_the_refit_is_a_fit_of_the_plan_that_ran_and_a_node_that_assembles_it(bagged):
     import json
 
     _, run_dir = bagged
-    tail = {t["id"]: (t["kind"], t["depends_on"]) for t in json.loads((run_dir / "plan.json").read_text())["tasks"]
-            if t["kind"] not in ("fit", "bag")}
-    assert tail == {"ensemble": ("ensemble", ["bag/lightgbm/t0"]), "refit": ("refit", ["ensemble"]),
+    tasks = {t["id"]: t for t in json.loads((run_dir / "plan.json").read_text())["tasks"]}
+    tail = {i: (t["kind"], t["depends_on"]) for i, t in tasks.items() if t["kind"] not in ("fit", "bag")}
+    assert tail == {"ensemble": ("ensemble", ["bag/lightgbm/t0"]),
+                    "refit": ("refit", ["ensemble", "fit/lightgbm/l1/refit"]),
                     "evaluate": ("evaluate", ["ensemble", "refit"])}
+    fit = tasks["fit/lightgbm/l1/refit"]
+    assert (fit["kind"], fit["depends_on"], fit["fold_set"]) == ("fit", ["bag/lightgbm/t0"], [])
+    timeline = {e["task"]: e for e in json.loads((run_dir / "timeline.json").read_text())}
+    assert timeline["fit/lightgbm/l1/refit"]["num_cpus"] == fit["num_cpus"]  # admitted as planned
 
 
 def test_batch_prediction_in_chunks_matches_in_memory_prediction(bagged, tmp_path):

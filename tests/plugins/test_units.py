@@ -218,13 +218,14 @@ def test_a_job_result_that_cannot_cross_processes_becomes_a_readable_failure():
 
 
 def settings(**overrides):
-    from hydra_plugins.pipeline_optuna_sweeper._impl import read_settings
+    """The sweeper's options as Hydra hands them to OptunaSweeper, read through its schema as setup() reads them."""
+    from hydra_plugins.pipeline_optuna_sweeper.config import OptunaSweeperConf
 
     options = dict(sampler={"name": "tpe", "seed": 0, "n_startup_trials": 10, "multivariate": False},
                    direction="maximize", n_trials=4, n_jobs=2, storage=None, study_name=None,
                    max_failure_rate=0.0, params={})
     options.update(overrides)
-    return read_settings(**options)
+    return OptunaSweeperConf(**options)
 
 
 @pytest.mark.parametrize(

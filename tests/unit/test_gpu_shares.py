@@ -7,7 +7,7 @@ import pytest
 from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
 from pipeline.levels import derived_gpu_share, ineffective_bag
-from pipeline.plan import build_plan
+from pipeline.graph.plan import build_plan
 from pipeline.resources import ModelNeeds, Request, allocate
 
 GBM_GPU = ModelNeeds("lightgbm", True, True, 1, "params.device_type=gpu", "LightGBM")

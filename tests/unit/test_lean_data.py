@@ -129,7 +129,7 @@ def test_the_network_trains_from_the_one_float32_matrix_its_encoder_fills(adult,
 
 
 def test_workers_map_the_data_file_instead_of_copying_it(adult, tmp_path):
-    from pipeline.executors.datafile import read_data_file, write_data_file
+    from pipeline.graph.datafile import read_data_file, write_data_file
 
     path = tmp_path / "data.pkl"
     write_data_file(path, adult)

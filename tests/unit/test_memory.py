@@ -10,10 +10,11 @@ from pipeline.config import DataConf, HardwareConf
 from pipeline.errors import HardwareError, ResourceError
 from pipeline.hardware import Machine, resolve
 from pipeline.memory.budget import Advice, Capacity, MemoryPlan, MemoryRequest, capacity, plan_model
-from pipeline.memory.estimates import GiB, MiB, Estimate, FitShape, largest_batch, network_size
+from pipeline.memory.estimates import GiB, MiB, Estimate, FitShape, network_size
+from pipeline.nn.options import largest_batch
 from pipeline.memory.measure import PeakMemory
 from pipeline.memory.shape import DataShape, data_shape
-from pipeline.plan import build_plan
+from pipeline.graph.plan import build_plan
 from pipeline.resources import ModelNeeds, Request, allocate
 
 CPU_MODEL = ModelNeeds("m", False, False, 1, "params.device=cpu", "Lib")

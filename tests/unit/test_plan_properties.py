@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pipeline.errors import ResourceError
 from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
-from pipeline.plan import build_plan
+from pipeline.graph.plan import build_plan
 from pipeline.resources import ModelNeeds, Request, allocate
 
 MODELS = {

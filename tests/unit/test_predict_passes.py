@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from pipeline.executors.tasks import DataRef, FitRequest, run_fit
+from pipeline.graph.tasks import DataRef, FitRequest, run_fit
 from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
 
 

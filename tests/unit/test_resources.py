@@ -7,17 +7,9 @@ import pytest
 from pipeline.errors import ConfigError, ResourceError
 from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
-from pipeline.plan import build_plan
-from pipeline.resources import (
-    DevicePool,
-    ModelNeeds,
-    Request,
-    Resources,
-    allocate,
-    gpu_amount,
-    parse_devices,
-    select_devices,
-)
+from pipeline.graph.plan import build_plan
+from pipeline.quantities import gpu_amount
+from pipeline.resources import DevicePool, ModelNeeds, Request, Resources, allocate, parse_devices, select_devices
 
 NN_AUTO = ModelNeeds("nn", wants_gpu=True, requires_gpu=False, max_gpus_per_fit=None, gpu_param="params.device=auto")
 GBM_CPU = ModelNeeds("lightgbm", False, False, 1, "params.device_type=cpu", "LightGBM")
@@ -261,11 +253,27 @@ class TestFoldsThatPay:
         a = allocate(Resources(2, F(0)), req(prefix="parallelism.bag"), req(1), GBM_CPU, num_folds=5, num_trials=1)
         assert a.folds_parallel == 2 and a.parallel_reason == ""
 
+    def test_a_network_runs_two_folds_at_once_where_a_gbm_runs_one(self):
+        """A model's own serial share decides: on 2 CPUs the network's 5 folds run two at once with a
+        thread each (its second thread gains little), a GBM's one at a time with both."""
+        from pipeline.models.lightgbm import LightGBMModel
+        from pipeline.models.nn import TorchMLPModel
+
+        nn = TorchMLPModel.needs("nn", {"device": "cpu"})
+        gbm = LightGBMModel.needs("lightgbm", {})
+        a = allocate(Resources(2, F(0)), req(prefix="parallelism.bag"), req(), nn, num_folds=5, num_trials=1)
+        assert (a.folds_parallel, a.fit) == (2, Resources(1, F(0)))
+        assert "2 at once with 1 thread(s)" in a.parallel_reason
+        b = allocate(Resources(2, F(0)), req(prefix="parallelism.bag"), req(), gbm, num_folds=5, num_trials=1)
+        assert (b.folds_parallel, b.fit) == (1, Resources(2, F(0)))
+
     def test_the_estimate_never_picks_a_slower_choice(self):
         from pipeline.payoff import estimate, folds_at_once
 
-        for k in range(2, 11):
-            for cpus in range(2, 17):
-                choice = folds_at_once(k, cpus)
-                assert estimate(k, cpus, choice.folds_parallel) <= estimate(k, cpus, 1) + 1e-9
-                assert choice.folds_parallel * choice.fit_cpus <= cpus
+        for serial in (0.1, 0.3, 0.75):
+            for k in range(2, 11):
+                for cpus in range(2, 17):
+                    choice = folds_at_once(k, cpus, serial)
+                    times = [estimate(k, cpus, p, serial) for p in range(1, min(k, cpus) + 1)]
+                    assert estimate(k, cpus, choice.folds_parallel, serial) <= min(times) + 1e-9
+                    assert choice.folds_parallel * choice.fit_cpus <= cpus

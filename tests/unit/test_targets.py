@@ -41,7 +41,7 @@ def test_a_name_defined_outside_the_allowed_modules_is_refused(target, home):
 @pytest.mark.parametrize("key, target", [
     ("executor._target_", "pipeline.errors.ConfigError"),
     ("executor._target_", "pipeline.tracking.NullTracker"),
-    ("tracking._target_", "pipeline.executors.backend.Backend"),
+    ("tracking._target_", "pipeline.graph.backend.Backend"),
     ("tracking._target_", "pipeline.errors.ConfigError"),
 ])
 def test_a_target_of_another_kind_is_refused_before_it_is_called(key, target):

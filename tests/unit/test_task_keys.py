@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipeline.executors import tasks
-from pipeline.nodes.fit import _device_kind
+from pipeline.graph import tasks
+from pipeline.graph.nodes.fit import _device_kind
 from pipeline.models import LightGBMModel
 from pipeline.models.nn import TorchMLPModel
 

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.executors import tasks
-from pipeline.executors.tasks import DataRef, FitRequest, run_fit
-from pipeline.nodes import evaluate
-from pipeline.nodes.context import TrialResult, leaderboard_row, rows_per_second
+from pipeline.graph import tasks
+from pipeline.graph.tasks import DataRef, FitRequest, run_fit
+from pipeline import outputs
+from pipeline.graph.nodes.context import TrialResult, leaderboard_row, rows_per_second
 from tests.fault_models import _Constant
 
 PER_1000 = 0.05  # virtual seconds per 1,000 predicted rows
@@ -84,5 +84,5 @@ def test_evaluation_logs_the_rows_rates_without_predicting(adult):
                             num_folds=1, best_trial=0, params={}),
             leaderboard_row("b", {}, {}, fit_seconds=1.0, predict_seconds=0.2, test_rows_per_s=None, device="cpu",
                             num_folds=1, best_trial=0, params={})]
-    evaluate._log_throughput(rows, tracker)
+    outputs._log_throughput(rows, tracker)
     assert logged == {"a/predict_rows_per_s": 5000.0}

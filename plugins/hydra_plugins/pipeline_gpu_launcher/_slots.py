@@ -12,18 +12,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-from hydra.errors import CompactHydraException
-
+from hydra_plugins.pipeline_gpu_launcher._errors import LauncherConfigError
 from hydra_plugins.pipeline_gpu_launcher.config import GpuLauncherConf
-from pipeline.errors import ConfigError
 from pipeline.hardware import SLOT_CPUS_ENV, SLOT_GPUS_ENV, Machine
-from pipeline.resources import DevicePool, Resources, fmt
+from pipeline.quantities import fmt
+from pipeline.resources import DevicePool, Resources
 
 ZERO = Fraction(0)
-
-
-class LauncherConfigError(ConfigError, CompactHydraException):
-    """A `hydra.launcher.*` value is invalid (printed without a traceback)."""
 
 
 @dataclass(frozen=True)

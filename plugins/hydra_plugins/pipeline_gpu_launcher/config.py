@@ -25,15 +25,15 @@ class GpuLauncherConf:
     @property
     def gpus(self) -> Fraction:
         """`gpus_per_job` as an exact share, once `check()` has passed."""
-        from pipeline.resources import gpu_amount
+        from pipeline.quantities import gpu_amount
 
         return gpu_amount(self.gpus_per_job, "hydra.launcher.gpus_per_job")
 
     def check(self) -> "GpuLauncherConf":
         """Raise LauncherConfigError for an option that is invalid on any machine; returns self."""
-        from hydra_plugins.pipeline_gpu_launcher._slots import LauncherConfigError
+        from hydra_plugins.pipeline_gpu_launcher._errors import LauncherConfigError
         from pipeline.errors import ConfigError
-        from pipeline.resources import cpu_count, gpu_amount
+        from pipeline.quantities import cpu_count, gpu_amount
 
         try:
             gpus = gpu_amount(self.gpus_per_job, "hydra.launcher.gpus_per_job")

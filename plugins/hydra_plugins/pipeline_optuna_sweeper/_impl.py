@@ -21,7 +21,6 @@ from hydra_plugins.pipeline_optuna_sweeper._settings import (  # noqa: F401  (th
     SweeperConfigError,
     SweepFailedError,
     _flatten,
-    read_settings,
 )
 from hydra_plugins.pipeline_optuna_sweeper._space import (  # noqa: F401
     SearchSpace,
@@ -92,12 +91,14 @@ def sweep(sweeper, arguments: list[str]) -> list:
 
 
 def _check_objectives(settings: OptunaSweeperConf, config) -> Optional[list[str]]:
-    """When the task's config says how many values a job returns (the pipeline's `objectives`),
-    refuse a direction list of another length before any job starts."""
+    """When the task's config says what a job returns (the pipeline's `objectives`, checked as the run
+    checks it), refuse a direction list of another length before any job starts."""
+    from pipeline.objectives import check
+
     objectives = OmegaConf.select(config, "objectives", default=None)
     if objectives is None or not OmegaConf.is_list(objectives):
         return None
-    names = [str(o) for o in objectives]
+    names = list(check([str(o) for o in objectives]))
     if len(names) != len(settings.directions):
         raise SweeperConfigError(
             f"hydra.sweeper.direction={settings.direction_text} names {len(settings.directions)} objective(s) "

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from pipeline.errors import ConfigError
-
-if TYPE_CHECKING:
-    from hydra_plugins.pipeline_optuna_sweeper.config import OptunaSweeperConf
 
 DIRECTIONS = ("maximize", "minimize")
 SAMPLERS = ("tpe", "random", "grid")
@@ -29,15 +26,9 @@ class SweepFailedError(CompactHydraException):
     """Too many trials failed, or none finished."""
 
 
-def read_settings(**options) -> OptunaSweeperConf:
-    """The sweeper's options as its config dataclass, checked."""
-    from hydra_plugins.pipeline_optuna_sweeper.config import OptunaSweeperConf
-
-    return OptunaSweeperConf(**options)
-
-
-def check(conf: OptunaSweeperConf) -> None:
-    """Check every option; sampler and direction become plain values, params a flat mapping."""
+def check(conf) -> None:
+    """Check every option of an OptunaSweeperConf (which calls this as it is built); sampler and direction
+    become plain values, params a flat mapping."""
     sampler = _plain(conf.sampler) or {}
     if not isinstance(sampler, Mapping):
         raise SweeperConfigError(

@@ -13,23 +13,9 @@ class OptunaSweeper(Sweeper):
     """Asks Optuna for trials, launches them, tells it their scores: a new trial as soon as a launcher slot
     frees (with `hydra/launcher=gpu`), else `n_jobs` trials per batch."""
 
-    def __init__(
-        self,
-        sampler: Any,
-        direction: Any = None,
-        n_trials: int = 20,
-        n_jobs: int = 2,
-        storage: Optional[str] = None,
-        study_name: Optional[str] = None,
-        max_failure_rate: float = 0.0,
-        params: Optional[Any] = None,
-        schedule: str = "async",
-    ) -> None:
-        self.options = dict(
-            sampler=sampler, direction=direction, n_trials=n_trials, n_jobs=n_jobs, storage=storage,
-            study_name=study_name, max_failure_rate=max_failure_rate, params=params,
-            schedule=schedule,
-        )
+    def __init__(self, **options: Any) -> None:
+        # Hydra passes the options of OptunaSweeperConf (config.py), which checks them in setup().
+        self.options = options
         self.settings = None
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
@@ -37,9 +23,9 @@ class OptunaSweeper(Sweeper):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
-        from hydra_plugins.pipeline_optuna_sweeper import _impl
+        from hydra_plugins.pipeline_optuna_sweeper.config import OptunaSweeperConf
 
-        self.settings = _impl.read_settings(**self.options)
+        self.settings = OptunaSweeperConf(**self.options)
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(

@@ -1,10 +1,11 @@
-"""The execution graph: fit tasks (model x trial x fold), a bag node per trial, then the ensemble,
-the refit (refit=true) and the evaluation, each with its resources and device ids. The scheduler
-runs exactly these tasks (pipeline.nodes says what each kind does). `dry_run` stops here and
-writes plan.json.
+"""The execution graph: fit tasks (model x trial x fold, and with stacking the models of every
+level), a bag node per trial and per stacked level, then the ensemble, the refit (refit=true: its
+fits, then the node that assembles them) and the evaluation, each with its resources and device ids.
+The scheduler runs exactly these tasks (pipeline.graph.nodes says what each kind does). `dry_run` stops
+here and writes plan.json.
 
-Every task id is made here (`fit_id`, `bag_id` and the constants below); other modules read ids
-from tasks' `depends_on`, never rebuild them.
+The graph's shape (the tasks and their ids, one builder per node kind) is pipeline.graph.shape's; this
+module places the fits on the hardware and admits them while the plan runs.
 """
 
 from __future__ import annotations
@@ -13,52 +14,14 @@ import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from pipeline.hardware import Hardware
-from pipeline.resources import ZERO, Allocation, DevicePool, Resources
-
-DRIVER = Resources(0, ZERO)  # bag, ensemble, refit and evaluate nodes run in the driver, holding no slot
-ENSEMBLE, REFIT, EVALUATE = "ensemble", "refit", "evaluate"  # the ids (and kinds) of the single tail nodes
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    kind: str  # a registered node kind (pipeline.nodes): fit | bag | ensemble | refit | evaluate | ...
-    resources: Resources
-    depends_on: tuple[str, ...] = ()
-    model: Optional[str] = None
-    trial: Optional[int] = None
-    fold: Optional[int] = None
-    device_ids: tuple[int, ...] = ()
-    gpu_shares: tuple[Fraction, ...] = ()
-    wave: int = 0
-
-    def to_json(self) -> dict:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "model": self.model,
-            "trial": self.trial,
-            "fold": self.fold,
-            "num_cpus": self.resources.num_cpus,
-            "num_gpus": float(self.resources.num_gpus),
-            "device_ids": list(self.device_ids),
-            "gpu_shares": [float(s) for s in self.gpu_shares],
-            "depends_on": list(self.depends_on),
-            "wave": self.wave,
-        }
-
-
-def fit_id(model: str, trial: int, fold: int) -> str:
-    return f"fit/{model}/t{trial}/f{fold}"
-
-
-def bag_id(model: str, trial: int) -> str:
-    return f"bag/{model}/t{trial}"
+from pipeline.resources import Allocation, DevicePool
+from pipeline.graph.shape import (  # noqa: F401  (the graph's records and ids, importable from here)
+    BUILDERS, DRIVER, ENSEMBLE, EVALUATE, REFIT, Shape, Task, bag_id, fit_id, stack_bag_id, stack_fit_id,
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +30,7 @@ class Plan:
     allocations: tuple[Allocation, ...]
     tasks: tuple[Task, ...]
     memory: Any = None  # pipeline.memory.budget.MemoryPlan: the data's shape and the capacities
+    stack_levels: int = 0  # levels stacked on the base models (pipeline.graph.stacking)
 
     def __post_init__(self):
         seen: set[str] = set()
@@ -97,6 +61,9 @@ class Plan:
     @property
     def fit_tasks(self) -> list[Task]:
         return [t for t in self.tasks if t.kind == "fit"]
+
+    def task(self, task_id: str) -> Task:
+        return next(t for t in self.tasks if t.id == task_id)
 
     def allocation(self, model: str) -> Allocation:
         return next(a for a in self.allocations if a.model == model)
@@ -132,6 +99,7 @@ class Plan:
                 for a in self.allocations
             ],
             **({"memory": self.memory.to_json()} if self.memory is not None else {}),
+            "stack_levels": self.stack_levels,
             "num_waves": self.num_waves,
             "tasks": [t.to_json() for t in self.tasks],
         }
@@ -146,6 +114,9 @@ class Plan:
 class Admission:
     """Decides which fit may start now: the plan's per-trial and per-model limits, and the pool.
 
+    A stacked level's fits (and a refit) count as one more trial of their model: at most
+    folds_parallel of them at once, beside at most trials_parallel - 1 other trials or levels.
+
     The plan's simulation and the executors share it, so a run follows its plan.
     """
 
@@ -158,11 +129,11 @@ class Admission:
 
     def try_admit(self, task: Task):
         alloc = self.limits[task.model]
-        key = (task.model, task.trial)
+        key = task.slot
         if self.folds_running[key] >= alloc.folds_parallel:
             return None
         trials = self.trials_running[task.model]
-        if task.trial not in trials and len(trials) >= alloc.trials_parallel:
+        if key[1] not in trials and len(trials) >= alloc.trials_parallel:
             return None
         ram = self._ram(alloc)
         if self.ram_free is not None and ram > self.ram_free:
@@ -173,75 +144,73 @@ class Admission:
         if self.ram_free is not None:
             self.ram_free -= ram
         self.folds_running[key] += 1
-        trials.add(task.trial)
+        trials.add(key[1])
         return shares
 
     def release(self, task: Task, shares) -> None:
         self.pool.release(task.resources, shares)
         if self.ram_free is not None:
             self.ram_free += self._ram(self.limits[task.model])
-        key = (task.model, task.trial)
+        key = task.slot
         self.folds_running[key] -= 1
         if self.folds_running[key] == 0:
-            self.trials_running[task.model].discard(task.trial)
+            self.trials_running[task.model].discard(key[1])
 
     @staticmethod
     def _ram(alloc: Allocation) -> int:
         return alloc.memory.ram if alloc.memory is not None else 0
 
 
+
+
 def build_plan(hardware: Hardware, allocations: list[Allocation], memory=None, *, evaluate: bool = False,
-               refit: bool = False) -> Plan:
-    """Fit tasks in order (model, trial, fold), with waves and device ids from a unit-time simulation,
-    and a bag task per trial. With `evaluate`, the ensemble and evaluate tasks after the bags; with
-    `refit` too, the refit task between them."""
-    fits = [
-        Task(fit_id(a.model, t, f), "fit", a.fit, model=a.model, trial=t, fold=f)
-        for a in allocations
-        for t in range(a.num_trials)
-        for f in range(a.num_folds)
-    ]
-    placed = _simulate(hardware, allocations, fits, memory.ram_for_fits if memory is not None else None)
-    wave_of = {t.id: t.wave for t in placed}
-    bags = []
-    for a in allocations:
-        for t in range(a.num_trials):
-            folds = tuple(fit_id(a.model, t, f) for f in range(a.num_folds))
-            wave = max(wave_of[f] for f in folds)
-            bags.append(Task(bag_id(a.model, t), "bag", DRIVER, folds, model=a.model, trial=t, wave=wave))
-    tail = _tail(tuple(b.id for b in bags), max(wave_of.values(), default=-1) + 1, refit) if evaluate else []
-    return Plan(hardware, tuple(allocations), tuple(placed + bags + tail), memory)
+               refit: bool = False, stack_levels: int = 0) -> Plan:
+    """The graph `BUILDERS` make, each fit placed (wave, device ids) by a unit-time simulation that
+    starts a fit once everything it depends on is done; a driver task's wave follows its inputs'."""
+    shape = Shape(tuple(allocations), stack_levels, evaluate, refit)
+    tasks: list[Task] = []
+    for builder in BUILDERS:
+        tasks += builder(shape, tasks)
+    placed = _simulate(hardware, allocations, tasks, memory.ram_for_fits if memory is not None else None)
+    return Plan(hardware, tuple(allocations), tuple(placed), memory, stack_levels)
 
 
-def _tail(bags: tuple[str, ...], wave: int, refit: bool) -> list[Task]:
-    """The driver's nodes after the bags: ensemble, then (refit) refit, then evaluate on both."""
-    tasks = [Task(ENSEMBLE, ENSEMBLE, DRIVER, bags, wave=wave)]
-    if refit:
-        tasks.append(Task(REFIT, REFIT, DRIVER, (ENSEMBLE,), wave=wave + 1))
-    tasks.append(Task(EVALUATE, EVALUATE, DRIVER, tuple(t.id for t in tasks), wave=wave + len(tasks)))
-    return tasks
-
-
-def _simulate(hardware: Hardware, allocations: list[Allocation], fits: list[Task], ram: Optional[int]) -> list[Task]:
+def _simulate(hardware: Hardware, allocations: list[Allocation], tasks: list[Task], ram: Optional[int]) -> list[Task]:
     admission = Admission(hardware, allocations, ram)
-    pending = list(fits)
+    done_at: dict[str, int] = {}  # task id -> the wave at whose end it is done
+    waves: dict[str, int] = {}
     placed: dict[str, Task] = {}
+    pending = [t for t in tasks if t.kind == "fit"]
     wave = 0
+    fit_ids = {t.id for t in pending}
+    _settle(tasks, fit_ids, done_at, waves)
     while pending:
         started = []
         for task in pending:
+            if any(done_at.get(d, wave) >= wave for d in task.depends_on):
+                continue
             shares = admission.try_admit(task)
             if shares is not None:
                 started.append((task, shares))
         if not started:  # cannot happen after allocate() passed; guards an endless loop
             raise RuntimeError(f"plan simulation stalled at wave {wave} with {len(pending)} tasks")
         for task, shares in started:
-            placed[task.id] = Task(
-                task.id, task.kind, task.resources, task.depends_on, task.model, task.trial, task.fold,
-                tuple(d for d, _ in shares), tuple(s for _, s in shares), wave,
-            )
+            placed[task.id] = dataclasses.replace(task, device_ids=tuple(d for d, _ in shares),
+                                                  gpu_shares=tuple(s for _, s in shares), wave=wave)
             admission.release(task, shares)
+            done_at[task.id] = waves[task.id] = wave
         started_ids = {t.id for t, _ in started}
         pending = [t for t in pending if t.id not in started_ids]
+        _settle(tasks, fit_ids, done_at, waves)
         wave += 1
-    return [placed[t.id] for t in fits]
+    return [placed[t.id] if t.kind == "fit" else dataclasses.replace(t, wave=waves[t.id]) for t in tasks]
+
+
+def _settle(tasks: list[Task], fit_ids: set[str], done_at: dict[str, int], waves: dict[str, int]) -> None:
+    """Driver tasks whose inputs are all placed: done when the last is; shown in the wave of their last
+    fit, or the wave after their last driver input (a bag in its folds' wave, the ensemble after)."""
+    for task in tasks:
+        if task.id in fit_ids or task.id in done_at or any(d not in done_at for d in task.depends_on):
+            continue
+        done_at[task.id] = max((done_at[d] for d in task.depends_on), default=-1)
+        waves[task.id] = max((waves[d] + (d not in fit_ids) for d in task.depends_on), default=0)

@@ -21,14 +21,14 @@ from typing import Any, Optional
 import numpy as np
 
 from pipeline.devices import local_ordinals
-from pipeline.executors.datafile import resolve_data
+from pipeline.graph.datafile import resolve_data
 from pipeline.memory.measure import PeakMemory
 from pipeline.models.base import FitContext, Placement, TabularModel
 
 
 @dataclass(frozen=True)
 class DataRef:
-    """The prepared data: a data file in the run directory (pipeline.executors.datafile), or the
+    """The prepared data: a data file in the run directory (pipeline.graph.datafile), or the
     object itself (in-process, Ray).
 
     `fingerprint` is the data's (TabularData.fingerprint): a worker refuses a file written for other data.
@@ -37,6 +37,28 @@ class DataRef:
     path: Optional[str] = None
     obj: Any = field(default=None, compare=False, repr=False)
     fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class StackFeatures:
+    """A stacked fit's extra columns (pipeline.graph.stacking): their names, and their values with a row per
+    row of the data (NaN where the fit reads none); `digest` identifies them in the task's key."""
+
+    columns: tuple[str, ...]
+    values: np.ndarray = field(compare=False, repr=False)
+    digest: str = ""
+
+    @classmethod
+    def of(cls, columns, values: np.ndarray) -> "StackFeatures":
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        digest = hashlib.sha256(json.dumps(list(columns)).encode() + values.tobytes()).hexdigest()[:20]
+        return cls(tuple(columns), values, digest)
+
+    def join(self, X):
+        """X with these columns after its own."""
+        from pipeline.graph.stacking import join
+
+        return join(X, self.columns, self.values)
 
 
 @dataclass
@@ -60,6 +82,9 @@ class FitRequest:
     local_gpus: Optional[tuple[int, ...]] = None  # None: the worker sees exactly gpu_ids (CUDA_VISIBLE_DEVICES)
     pruning: bool = False
     prune_reference: tuple[dict, ...] = ()  # curves (step -> loss) of earlier trials on this model and fold
+    deadline: Optional[float] = None  # time.time() the fit stops by (time_limit_s): absolute, as every host reads it
+    fold_set: Optional[tuple[int, ...]] = None  # a stacked fit: learn outside these folds (() : every row)
+    stack: Optional[StackFeatures] = None  # a stacked level's features from the level below
 
 
 @dataclass
@@ -88,6 +113,7 @@ class FoldResult:
     curve: dict = field(default_factory=dict)  # step -> validation loss, as reported for pruning
     peak_ram: int = 0  # bytes: the fit process's peak resident memory while it fitted and predicted
     peak_gpu: int = 0  # bytes: its peak memory on its most used GPU
+    stopped_by_budget: bool = False  # stopped at a round or epoch for the deadline: a usable, shorter model
 
 
 @dataclass
@@ -97,13 +123,15 @@ class TaskFailure:
     details: str = ""
 
 
-def task_key(fingerprint: str, model: TabularModel, params: dict, fold: int, num_folds: int, fold_seed: int,
-             seed: int, eval_metric: str, pruning: bool = False, device: str = "cpu") -> str:
+def task_key(fingerprint: str, model: TabularModel, params: dict, fold: Optional[int], num_folds: int,
+             fold_seed: int, seed: int, eval_metric: str, pruning: bool = False, device: str = "cpu",
+             fold_set: Optional[tuple[int, ...]] = None, stack: Optional[StackFeatures] = None) -> str:
     """A hash of everything that determines a fold's result; the cache and resume key.
 
     Besides the data, model, parameters, fold and seeds: the versions of the engine and of the
-    libraries the fit uses (an upgrade refits), and `device` ("cpu" or "gpu": where a model that
-    may use a GPU, such as the network on device auto, is placed).
+    libraries the fit uses (an upgrade refits), `device` ("cpu" or "gpu": where a model that
+    may use a GPU, such as the network on device auto, is placed) and, for a stacked fit, its fold
+    set and its features' digest.
     """
     payload = {
         "data": fingerprint,
@@ -118,6 +146,10 @@ def task_key(fingerprint: str, model: TabularModel, params: dict, fold: int, num
         "eval_metric": eval_metric,
         "pruning": pruning,
     }
+    if fold_set is not None:
+        payload["fold_set"] = list(fold_set)
+    if stack is not None:
+        payload["stack"] = stack.digest
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -154,17 +186,34 @@ def task_seed(seed: int, model: str, trial: int, fold: int) -> int:
 _FOLD_CACHE: dict[tuple, np.ndarray] = {}
 
 
-def split_rows(data, num_folds: int, fold: int, fold_seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows to learn from, rows held out) of one fold; k <= 1 is the holdout split."""
+def split_rows(data, num_folds: int, fold: Optional[int], fold_seed: int,
+               fold_set: Optional[tuple[int, ...]] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(rows to learn from, rows held out) of one fold; k <= 1 is the holdout split. With a fold set:
+    the rows outside its folds, and those inside; the empty set learns from every row and holds out
+    the validation rows (they only draw the learning curve)."""
+    if fold_set == ():
+        return data.fit_idx(True), data.val_idx
     if num_folds <= 1:
         return data.train_idx, data.val_idx
+    folds = _fold_ids(data, num_folds, fold_seed)
+    rows = data.fit_idx(True)
+    inside = folds == fold if fold_set is None else np.isin(folds, fold_set)
+    return rows[~inside], rows[inside]
+
+
+def row_folds(data, num_folds: int, fold_seed: int) -> np.ndarray:
+    """The fold of every row of the data (-1: a test row, in no fold)."""
+    out = np.full(len(data.y), -1, dtype=np.int64)
+    out[data.fit_idx(True)] = _fold_ids(data, num_folds, fold_seed)
+    return out
+
+
+def _fold_ids(data, num_folds: int, fold_seed: int) -> np.ndarray:
     key = (data.fingerprint, num_folds, fold_seed)
     if key not in _FOLD_CACHE:
         _FOLD_CACHE.clear()
         _FOLD_CACHE[key] = data.fold_ids(num_folds, fold_seed)
-    folds = _FOLD_CACHE[key]
-    rows = data.fit_idx(True)
-    return rows[folds != fold], rows[folds == fold]
+    return _FOLD_CACHE[key]
 
 
 class FoldPruner:
@@ -194,11 +243,12 @@ class FoldPruner:
 
 
 def run_fit(request: FitRequest) -> FoldResult:
-    """Fit one fold of one trial of one model, and predict its held-out rows and the test rows."""
+    """Fit one fold of one trial of one model (or a stacked model, on its fold set with its level's
+    features), and predict its held-out rows and the test rows."""
     start = time.time()
     report = FoldPruner(request.prune_reference) if request.pruning else None
     data = resolve_data(request.data)
-    train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed)
+    train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed, request.fold_set)
     local = request.local_gpus
     if local is None:
         local = local_ordinals(request.gpu_ids, sees_only_its_devices=True)
@@ -212,16 +262,20 @@ def run_fit(request: FitRequest) -> FoldResult:
         checkpoint_dir=Path(request.checkpoint_dir) if request.checkpoint_dir else None,
         eval_metric=request.eval_metric,
         report=report,
+        deadline=request.deadline,
     )
     model = request.model.clone(request.params)
+    X, y = data.X, data.y
+    if request.stack is not None:
+        X = request.stack.join(X)
     with PeakMemory(gpu=bool(request.gpu_ids)) as peak:
-        model.fit_rows(data.X, data.y, train_rows, held_out, ctx)
+        model.fit_rows(X, y, train_rows, held_out, ctx)
         t0 = time.perf_counter()
         val_pred = model.take_validation_proba()  # scored while it trained: not predicted again
         if val_pred is None:
-            val_pred = model.predict_proba(data.X.iloc[held_out])
+            val_pred = model.predict_proba(X.iloc[held_out])
         t1 = time.perf_counter()
-        test_pred = model.predict_proba(data.X.iloc[data.test_idx])
+        test_pred = model.predict_proba(X.iloc[data.test_idx])
         t2 = time.perf_counter()
     if ctx.checkpoint_dir is not None and ctx.checkpoint_dir.exists():
         import shutil
@@ -234,7 +288,7 @@ def run_fit(request: FitRequest) -> FoldResult:
         pid=os.getpid(), host=socket.gethostname(), gpu_ids=request.gpu_ids,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), num_cpus=request.num_cpus,
         pruned=bool(report and report.pruned), curve=dict(report.values) if report else {},
-        peak_ram=peak.ram, peak_gpu=peak.gpu,
+        peak_ram=peak.ram, peak_gpu=peak.gpu, stopped_by_budget=ctx.stopped_by_budget,
     )
 
 

@@ -4,10 +4,9 @@ where the evaluation writes. The composition root fills it with typed values; no
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from pipeline.plan import Plan, Task
+from pipeline.graph.plan import Plan, Task
 
 if TYPE_CHECKING:
     from pipeline.metrics import Metric
@@ -26,6 +25,7 @@ class TrialResult:
     test_pred: Any
     score: float
     pruned: bool = False
+    level: int = 1  # its stacking level; `model` is the level's name (lightgbm_l2)
 
     @property
     def fit_seconds(self) -> float:
@@ -69,16 +69,8 @@ class Hooks(Protocol):
 
     def on_trial_end(self, result: TrialResult) -> None: ...
 
-
-@dataclass(frozen=True)
-class RunOutputs:
-    """Where the evaluation nodes write: the run directory, the tracker, and how models are kept."""
-
-    run_dir: Path
-    tracker: Any  # tracking.Tracker (NullTracker when tracking=none)
-    unseen_categories: str = "missing"  # data.unseen_categories, carried by every saved predictor
-    register_model: Optional[str] = None  # tracking.register_model
-    register_alias: str = "champion"  # tracking.register_alias
+    # optional: on_task_cut(task), a task the time limit cut before it finished; on_node_end(task, result),
+    # a driver node's result (the root's pipeline.outputs writes and logs them)
 
 
 @dataclass
@@ -94,26 +86,22 @@ class GraphContext:
     prototypes: dict  # model name -> unfitted TabularModel
     pruning: bool = False
     hooks: Optional[Hooks] = None
-    outputs: Optional[RunOutputs] = None  # None: a graph without evaluation nodes
+    unseen_categories: str = "missing"  # data.unseen_categories, carried by every saved predictor
     data_ref: Any = None  # executors.tasks.DataRef, set when the backend has prepared the data
+    deadline: Optional[float] = None  # time.time() the fits must end by (time_limit_s); None: no limit
     outcome: Outcome = field(default_factory=Outcome)
     curves: dict[tuple[str, int], list[dict]] = field(default_factory=dict)  # (model, fold) -> pruner references
-
-    def require_outputs(self, task: Task) -> RunOutputs:
-        if self.outputs is None:
-            raise RuntimeError(f"task {task.id} ({task.kind}) needs the run's outputs (run directory, tracker); "
-                               "the scheduler was given none")
-        return self.outputs
 
 
 def leaderboard_row(name: str, val: dict, test: dict, *, fit_seconds: float, predict_seconds: float,
                     test_rows_per_s: Optional[float], device: str, num_folds: int, best_trial, params: dict,
-                    reused_folds: int = 0) -> dict:
+                    reused_folds: int = 0, level: int = 1) -> dict:
     """One row of the leaderboard (a model, the ensemble or a refit), its columns in the leaderboard's order;
-    `reused_folds`: how many of its fits were taken from an earlier run rather than fitted."""
+    `reused_folds`: how many of its fits were taken from an earlier run rather than fitted; `level`: its
+    stacking level (the weighted ensemble's is the level above its members', as AutoGluon counts)."""
     import json
 
-    row = {"model": name}
+    row = {"model": name, "level": level}
     row.update({f"val_{k}": v for k, v in val.items()})
     row.update({f"test_{k}": v for k, v in test.items()})
     row.update(fit_seconds=fit_seconds, predict_seconds=predict_seconds, predict_rows_per_s=test_rows_per_s,

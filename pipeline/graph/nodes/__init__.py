@@ -14,11 +14,11 @@ from importlib import import_module
 from typing import Any, ClassVar, Sequence
 
 _BUILT_IN = {
-    "fit": "pipeline.nodes.fit",
-    "bag": "pipeline.nodes.bag",
-    "ensemble": "pipeline.nodes.ensemble",
-    "refit": "pipeline.nodes.refit",
-    "evaluate": "pipeline.nodes.evaluate",
+    "fit": "pipeline.graph.nodes.fit",
+    "bag": "pipeline.graph.nodes.bag",
+    "ensemble": "pipeline.graph.nodes.ensemble",
+    "refit": "pipeline.graph.nodes.refit",
+    "evaluate": "pipeline.graph.nodes.evaluate",
 }
 _KINDS: dict[str, type["NodeKind"]] = {}
 
@@ -28,6 +28,8 @@ class NodeKind:
 
     name: ClassVar[str]
     on_worker: ClassVar[bool] = False
+    # runs on whichever of its inputs finished (a time limit cut the others); else it needs them all
+    partial_inputs: ClassVar[bool] = False
 
     def run(self, task, inputs: dict[str, Any], ctx) -> Any:
         """The node's result from its inputs (the results of `task.depends_on`, by task id)."""
@@ -40,6 +42,9 @@ class NodeKind:
     def done(self, task, result, request, ctx) -> Any:
         """The node's result from what its worker returned."""
         return result
+
+    def cut(self, task, ctx) -> None:
+        """The time limit cut this task: it will not run (release what it holds, if anything)."""
 
     def describe(self, tasks: Sequence, plan) -> str:
         """One line for the printed plan about this kind's tasks."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pipeline.executors.tasks import DataRef, FitRequest, FoldResult, TaskFailure
-from pipeline.plan import Plan
+from pipeline.graph.tasks import DataRef, FitRequest, FoldResult, TaskFailure
+from pipeline.graph.plan import Plan
 
 
 class Backend:

@@ -1,0 +1,99 @@
+"""The checks a run makes before it acts, each once: the data's files and columns, the problem type
+where it can be had without reading the table, the eval metric, every model's library parameters,
+GPU requests against the hardware, and each model's library where its first fit will run.
+
+The composition root (`pipeline.run`) calls them in that order, before it plans (the plan needs
+none of them) and in a dry run too; none starts a process, pool, thread or connection, except
+the library probes of GPU models (a child process each, which is the check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from pipeline.errors import ResourceError
+
+if TYPE_CHECKING:
+    from pipeline.metrics import Metric
+    from pipeline.graph.plan import Plan
+    from pipeline.settings import Settings
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the checks before loading learnt: the problem type and the metric, when the label column could
+    be read alone (a local file, a bundled or synthetic table) or the type is declared; else None, and
+    loading checks the metric and the type-dependent parameters, before anything starts in the background."""
+
+    problem_type: Optional[str] = None
+    metric: Optional[Metric] = None
+
+
+def check_data_and_params(settings: Settings, launch_dir: Path) -> Checked:
+    """The data's files and columns, the eval metric and the models' parameters, before any work."""
+    from pipeline import metrics
+    from pipeline.data_sources import check_before_reading
+
+    check_before_reading(settings.conf.data, launch_dir)  # a missing file, before the plan is shown
+    problem_type = settings.conf.data.make_source().problem_type(launch_dir)
+    if problem_type is None:
+        metrics.check_name(settings.conf.eval_metric)
+        check_params(settings, None)
+        return Checked()
+    metric = metrics.resolve(settings.conf.eval_metric, problem_type)
+    check_params(settings, problem_type)
+    return Checked(problem_type, metric)
+
+
+def check_after_loading(settings: Settings, checked: Checked, problem_type: str) -> Metric:
+    """The metric for the loaded data's problem type, and the parameters again only when the type was not
+    known before loading (or the loaded rows tell another)."""
+    from pipeline import metrics
+
+    if checked.metric is not None and checked.problem_type == problem_type:
+        return checked.metric
+    metric = metrics.resolve(settings.conf.eval_metric, problem_type)
+    check_params(settings, problem_type)
+    return metric
+
+
+def check_params(settings: Settings, problem_type: Optional[str]) -> None:
+    """Every model's library parameters (a misspelt one is a ConfigError naming the closest)."""
+    for spec in settings.models:
+        spec.cls.check_params(spec.name, spec.params, problem_type)
+
+
+def check_gpu_models(settings: Settings, hardware) -> None:
+    """Where the total has no GPU, one error naming every model configured for one, and the overrides
+    that would put them on the CPU."""
+    if hardware.total.num_gpus:
+        return
+    asking = [(spec.name, needs.gpu_param) for spec in settings.models
+              if (needs := spec.cls.needs(spec.name, spec.params)).requires_gpu]
+    if not asking:
+        return
+    named = ", ".join(f"{name} ({param})" for name, param in asking)
+    fixes = " ".join(f"model.{name}.{param.partition('=')[0]}=cpu" for name, param in asking)
+    one = len(asking) == 1
+    raise ResourceError(
+        f"{'model' if one else 'models'} {named} {'asks' if one else 'ask'} for a GPU, "
+        f"but this run has none (hardware.num_gpus=0); on a box with GPUs add +hardware=1gpu, or run "
+        f"{'it' if one else 'them'} on the CPU: {fixes}"
+    )
+
+
+def check_environment(settings: Settings, plan: Plan, on_cluster: bool) -> None:
+    """Probe each model's library where its first fit will run (a GPU build), unless the fits run elsewhere."""
+    if plan.hardware.planned_only or on_cluster:
+        return
+    for spec in settings.models:
+        if spec.cls.needs(spec.name, spec.params).requires_gpu:
+            spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
+
+
+def first_fit_env(plan: Plan, model: str) -> dict[str, str]:
+    """The environment a worker of the model's first fit gets: a library probe runs there, not in the driver."""
+    first = next(t for t in plan.fit_tasks if t.model == model)
+    return plan.hardware.worker_env(first.device_ids)

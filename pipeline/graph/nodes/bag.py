@@ -1,0 +1,48 @@
+"""The bag node: one trial's fold models (or one stacked level's) as one result (out-of-fold
+predictions in row order, the test predictions averaged), scored; a trial's is told to the trial source."""
+
+from __future__ import annotations
+
+from pipeline.graph.nodes import NodeKind, register
+
+
+@register
+class BagNode(NodeKind):
+    name = "bag"
+
+    def run(self, task, inputs, ctx):
+        import numpy as np
+
+        from pipeline.graph.nodes.context import TrialResult
+        from pipeline.graph.stacking import level_name
+
+        folds = [inputs[i] for i in task.depends_on]
+        held_out = np.concatenate([f.held_out for f in folds])
+        val_pred = np.concatenate([f.val_pred for f in folds])
+        order = np.argsort(held_out, kind="stable")
+        held_out, val_pred = held_out[order], val_pred[order]
+        test_pred = np.mean([f.test_pred for f in folds], axis=0)
+        score = ctx.metric(ctx.data.y[held_out], val_pred)
+        if task.level > 1:  # a stacked level: its kind's best level-1 parameters; no trial to tell
+            best = ctx.outcome.best(task.model, ctx.metric)
+            trial = TrialResult(level_name(task.model, task.level), best.trial, best.params, folds, held_out,
+                                val_pred, test_pred, score, level=task.level)
+            ctx.outcome.trials[(trial.model, trial.trial)] = trial
+            return trial
+        trial = TrialResult(task.model, task.trial, ctx.trials.params(task.model, task.trial), folds, held_out,
+                            val_pred, test_pred, score, pruned=any(f.pruned for f in folds))
+        ctx.outcome.trials[(task.model, task.trial)] = trial
+        ctx.trials.tell(task.model, task.trial, trial.score, pruned=trial.pruned)
+        if ctx.hooks:
+            ctx.hooks.on_trial_end(trial)
+        return trial
+
+    def cut(self, task, ctx) -> None:
+        """Not all of the trial's folds will run: the trial is dropped, not scored on part of the rows."""
+        ctx.trials.drop(task.model, task.trial)
+
+    def describe(self, tasks, plan) -> str:
+        trials = sum(t.level == 1 for t in tasks)
+        above = len(tasks) - trials
+        return (f"bag: {len(tasks)} node(s), each trial's fold models averaged and scored out of fold"
+                + (f" ({above} of them a stacked level's)" if above else ""))

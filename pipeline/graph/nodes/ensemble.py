@@ -1,0 +1,120 @@
+"""The ensemble node: each model's best trial (and each stacked level's bag) as a predictor with its
+leaderboard row, and, with two models or more at the last level, their weighted ensemble (Caruana
+selection on the out-of-fold predictions). The run's hooks log the board (pipeline.outputs)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from pipeline.graph.nodes import NodeKind, register
+from pipeline.graph.nodes.context import leaderboard_row, rows_per_second
+
+
+@dataclass
+class Board:
+    """Leaderboard rows and the predictors they score; evaluation concatenates its inputs' boards."""
+
+    rows: list[dict]
+    predictors: dict  # name -> BaggedPredictor | EnsemblePredictor
+    best: dict = field(default_factory=dict)  # model -> its best TrialResult
+    schema: object = None  # FeatureSchema the predictors type their input with
+
+
+@register
+class EnsembleNode(NodeKind):
+    name = "ensemble"
+    partial_inputs = True  # the models with a complete trial, when a time limit cut the others
+
+    def run(self, task, inputs, ctx) -> Board:
+        from pipeline import metrics as metrics_module
+        from pipeline.ensemble import FeatureSchema
+
+        data, metric = ctx.data, ctx.metric
+        problem = data.problem_type
+        names = list(dict.fromkeys(inputs[i].model for i in task.depends_on if i in inputs))
+        best = {name: ctx.outcome.best(name, metric) for name in names}
+        kinds = [a.model for a in ctx.plan.allocations]
+        schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories)
+        rows, predictors, seconds = [], {}, {}
+        for name, trial in best.items():
+            val_scores = metrics_module.score_all(problem, data.y[trial.held_out], trial.val_pred)
+            test_scores = metrics_module.score_all(problem, data.y[data.test_idx], trial.test_pred)
+            seconds[name] = _test_seconds(trial, best, kinds)
+            rows.append(_row(name, trial, val_scores, test_scores, ctx.plan, len(data.test_idx), seconds[name]))
+            predictors[name] = bagged_predictor(name, trial, best, kinds, data, schema)
+        top = max((t.level for t in best.values()), default=1)
+        members = {n: t for n, t in best.items() if t.level == top}
+        if len(members) >= 2:
+            rows.append(_ensemble(members, data, metric, problem, predictors, seconds, top + 1))
+        rows.sort(key=lambda r: metric.loss_of(r[f"val_{metric.name}"]))  # NaN last
+        return Board(rows, predictors, best, schema)
+
+    def describe(self, tasks, plan) -> str:
+        names = [a.model for a in plan.allocations]
+        top = plan.stack_levels + 1
+        bags = "the best trial of each model" + (f", its bags at levels 2 to {top}" if top > 1 else "")
+        if len(names) >= 2:
+            return f"ensemble: {bags}, and the weighted ensemble of the {len(names)} models at level {top}"
+        return f"ensemble: {bags}" if names else "ensemble: no model"
+
+
+def bagged_predictor(name: str, trial, best: dict, kinds: list[str], data, schema):
+    """A level-1 trial's BaggedPredictor; above level 1, a StackedPredictor whose fold k chains fold k of
+    every kind's bag at each level below."""
+    from pipeline.ensemble import BaggedPredictor, StackedPredictor
+    from pipeline.graph.stacking import level_name
+
+    models = [f.model for f in trial.folds]
+    if trial.level == 1:
+        return BaggedPredictor(name, models, data.problem_type, data.classes, schema)
+    layers = [[[(kind, best[level_name(kind, level)].folds[k].model) for kind in kinds]
+               for level in range(1, trial.level)] for k in range(len(models))]
+    return StackedPredictor(name, models, data.problem_type, data.classes, schema, layers)
+
+
+def _test_seconds(trial, best: dict, kinds: list[str]):
+    """What the predictor took on the test rows: its fold models', and above level 1 those of every
+    level below, which it predicts with first (None if a time is unknown)."""
+    from pipeline.graph.stacking import level_name
+
+    below = [best[level_name(kind, level)].test_predict_seconds for level in range(1, trial.level) for kind in kinds]
+    parts = [trial.test_predict_seconds, *below]
+    return None if None in parts else sum(parts)
+
+
+def _row(name: str, trial, val: dict, test: dict, plan, test_rows: int, test_seconds) -> dict:
+    devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device != "cpu"})
+    device = "GPU " + plan.hardware.visible_devices(devices) if devices else "cpu"
+    return leaderboard_row(name, val, test, fit_seconds=trial.fit_seconds, predict_seconds=trial.predict_seconds,
+                           test_rows_per_s=rows_per_second(test_rows, test_seconds),
+                           device=device, num_folds=len(trial.folds), best_trial=trial.trial, params=trial.params,
+                           reused_folds=sum(bool(f.cached) for f in trial.folds), level=trial.level)
+
+
+def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int) -> dict:
+    import numpy as np
+
+    from pipeline import metrics as metrics_module
+    from pipeline.ensemble import EnsemblePredictor, blend, ensemble_selection
+
+    trials = list(best.values())
+    held = trials[0].held_out
+    if any(not np.array_equal(t.held_out, held) for t in trials):
+        raise RuntimeError("models were validated on different rows; cannot ensemble them")
+    t0 = time.perf_counter()
+    weights = ensemble_selection([t.val_pred for t in trials], data.y[held], metric, names=list(best))
+    selection_seconds = time.perf_counter() - t0
+    val_pred = blend([t.val_pred for t in trials], weights)
+    test_pred = blend([t.test_pred for t in trials], weights)
+    val_scores = metrics_module.score_all(problem, data.y[held], val_pred)
+    test_scores = metrics_module.score_all(problem, data.y[data.test_idx], test_pred)
+    names = list(best)
+    predictors["ensemble"] = EnsemblePredictor("ensemble", [predictors[n] for n in names], list(map(float, weights)),
+                                               problem, data.classes)
+    member_seconds = [seconds[n] for n in names]  # it predicts with every member, then blends
+    test_seconds = None if None in member_seconds else sum(member_seconds)
+    return leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
+                           test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
+                           num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))),
+                           level=level)

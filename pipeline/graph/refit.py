@@ -1,0 +1,71 @@
+"""Refit on all the data (AutoGluon's refit_full): each model's best trial fitted once more on
+train + validation, for the mean number of rounds or epochs its fold models early-stopped at.
+
+One model instead of a bag of k: k times fewer models to predict with. Its validation score is
+not defined (it learnt from the validation rows), so the leaderboard shows its test score only.
+The fits are fit tasks of the plan (M(level, {}) in pipeline.graph.stacking: planned with their model's
+resources and devices, admitted and run by the backend like any fit, cached by key); the refit node
+(pipeline.graph.nodes.refit) turns their results into predictors and rows, and the refits' ensemble keeps
+the bagged ensemble's weights. With stacking every level is refit: level l's refit learns from every
+row with the features its bag learnt from (each row's from the level-(l-1) fold model that did not
+learn it), and predicts from the level-(l-1) refits' predictions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline import metrics as metrics_module
+from pipeline.ensemble import BaggedPredictor, EnsemblePredictor, StackedPredictor, blend
+from pipeline.graph.nodes.context import leaderboard_row, rows_per_second
+from pipeline.graph.plan import Plan
+from pipeline.graph.stacking import level_name
+
+SUFFIX = "_refit"
+
+
+def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, schema) -> list[dict]:
+    """The predictors and leaderboard rows of the refit fits `refits` ((model kind, level) -> fold
+    result; `best`: each level name's best bag), and of the ensemble over the refits with the bagged
+    ensemble's weights; adds the predictors to `predictors`."""
+    problem, y_test, num_test = data.problem_type, data.y[data.test_idx], len(data.test_idx)
+    kinds = [a.model for a in plan.allocations]
+    rows, test_preds, test_seconds = [], {}, {}
+    for (kind, level), result in refits.items():
+        name = level_name(kind, level)
+        below = [refits[(k, lower)] for lower in range(1, level) for k in kinds]
+        if level == 1:
+            predictor = BaggedPredictor(name + SUFFIX, [result.model], problem, data.classes, schema)
+        else:
+            chain = [[(k, refits[(k, lower)].model) for k in kinds] for lower in range(1, level)]
+            predictor = StackedPredictor(name + SUFFIX, [result.model], problem, data.classes, schema, [chain])
+        predictors[predictor.name] = predictor
+        test_preds[name] = result.test_pred
+        parts = [r.test_predict_seconds for r in (result, *below)]
+        seconds = test_seconds[name] = None if None in parts else sum(parts)
+        on_gpu = result.device != "cpu"  # cuda:N, or opencl:N (...) for LightGBM's OpenCL learner
+        device = "GPU " + plan.hardware.visible_devices(sorted(result.gpu_ids)) if on_gpu else "cpu"
+        rows.append(_row(predictor.name, metrics_module.score_all(problem, y_test, result.test_pred),
+                         result.fit_seconds, result.predict_seconds, rows_per_second(num_test, seconds), device,
+                         best[name].trial, {**result.model.params}, level))
+    bagged = predictors.get("ensemble")
+    if isinstance(bagged, EnsemblePredictor):
+        members = [predictors[m.name + SUFFIX] for m in bagged.members]
+        predictors["ensemble" + SUFFIX] = EnsemblePredictor("ensemble" + SUFFIX, members, bagged.weights, problem,
+                                                            data.classes)
+        pred = blend([test_preds[m.name] for m in bagged.members], np.asarray(bagged.weights))
+        weights = dict(zip((m.name for m in members), bagged.weights))
+        parts = [test_seconds[m.name] for m in bagged.members]
+        seconds = None if None in parts else sum(parts)
+        level = max(lvl for _, lvl in refits) + 1
+        rows.append(_row("ensemble" + SUFFIX, metrics_module.score_all(problem, y_test, pred), 0.0, 0.0,
+                         rows_per_second(num_test, seconds), "cpu", "-", weights, level))
+    return rows
+
+
+def _row(name: str, test: dict, fit_seconds: float, predict_seconds: float, rows_per_s, device: str, trial,
+         params: dict, level: int) -> dict:
+    """A refit has no validation rows of its own: its validation scores are NaN."""
+    return leaderboard_row(name, {k: float("nan") for k in test}, test, fit_seconds=fit_seconds,
+                           predict_seconds=predict_seconds, test_rows_per_s=rows_per_s, device=device, num_folds=1,
+                           best_trial=trial, params=params, level=level)

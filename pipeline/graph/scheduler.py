@@ -1,0 +1,279 @@
+"""The driver loop shared by every executor: walk the plan's graph.
+
+A task starts when every task in its `depends_on` is done. What starting means is its node kind's
+(`pipeline.graph.nodes`): a worker kind (the fit) is admitted as the plan allows (per-trial and per-model
+limits and the device pool, through plan.Admission), reused from the store when a result for its
+key is there, sent to the backend, and retried when it fails; a driver kind (bag, ensemble, refit,
+evaluate, or any kind registered later) runs here, on its dependencies' results. The backend only
+runs requests and reports them.
+
+With a time budget (pipeline.graph.time_budget) the queue runs trial by trial across the models (every
+model's first trial before any model's second), a fit starts only when it and the rest of its
+trial can end by the deadline, the cut spreads through the graph (`GraphCut`), fits carry the
+deadline to stop at, and a fit still running past the deadline's grace is stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Any, Optional
+
+from pipeline.errors import TaskFailedError
+from pipeline.graph.backend import Backend
+from pipeline.graph.tasks import TaskFailure
+from pipeline.metrics import Metric
+from pipeline.graph.nodes import node_kind
+from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResult
+from pipeline.graph.plan import Admission, Plan, Task
+from pipeline.store import ResultStore
+from pipeline.graph.time_budget import GraphCut, TimeBudget
+
+__all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
+
+log = logging.getLogger(__name__)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        plan: Plan,
+        backend: Backend,
+        store: ResultStore,
+        trials,  # hpo.TrialSource
+        prototypes: dict,  # model name -> unfitted TabularModel
+        data,  # TabularData
+        metric: Metric,
+        *,
+        seed: int,
+        max_retries: int = 1,
+        hooks: Optional[Hooks] = None,
+        pruning: bool = False,
+        task_timeout_s: Optional[float] = None,
+        unseen_categories: str = "missing",
+        budget: Optional[TimeBudget] = None,
+    ):
+        self.plan, self.backend, self.store = plan, backend, store
+        self.max_retries, self.hooks, self.task_timeout_s = max_retries, hooks, task_timeout_s
+        self.ctx = GraphContext(plan, data, metric, seed, trials, store, prototypes, pruning=pruning, hooks=hooks,
+                                unseen_categories=unseen_categories)
+        self.kinds = {kind: node_kind(kind) for kind in dict.fromkeys(t.kind for t in plan.tasks)}
+        self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
+        self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
+        self.budget = budget
+        self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs)
+        self.cancelled = 0  # fits stopped past the deadline's grace
+        self.abandoned = 0  # running fits stopped because their trial could no longer finish
+        order = {t.id: i for i, t in enumerate(plan.tasks)}
+        # under a budget, trial by trial across the models; else the plan's order
+        self._priority = lambda t: ((t.trial or 0) if budget is not None else 0, order[t.id])
+
+    def run(self) -> Outcome:
+        """Run every task of the plan (under a budget, those it did not cut); the outcome holds each
+        task's result under its id."""
+        ctx = self.ctx
+        admission = Admission(self.plan.hardware, self.plan.allocations, self.plan.ram_for_fits)
+        self.blocked: list[Task] = list(self.plan.tasks)  # waiting for their dependencies
+        self.queued: list[Task] = []  # worker tasks waiting for admission, in priority order
+        self.running: dict[object, tuple[Task, tuple, Any]] = {}
+        attempts: dict[str, int] = defaultdict(int)
+        ctx.data_ref = self.backend.prepare(self.plan, ctx.data)
+        if self.budget is not None:  # the clock starts with the first fit
+            ctx.deadline = self.budget.begin()
+        self._release()
+        while self.queued or self.running:
+            # a pass may release more fits (a result from the store feeding a stacked level or a refit, the
+            # cuts settling a node's inputs): they are admitted in the same turn
+            progressed = False
+            while self._admit(admission, attempts):
+                progressed = True
+                self._release()
+            self._release()
+            self._stop_unused(admission)
+            if not self.running:
+                if self.queued and not progressed:  # cannot happen for a valid plan
+                    raise RuntimeError(f"scheduler stalled with {len(self.queued)} tasks pending")
+                continue
+            for handle, result in self._wait(self.running):
+                task, shares, request = self.running.pop(handle)
+                self.started.pop(handle, None)
+                self.submitted_at.pop(handle, None)
+                admission.release(task, shares)
+                if result is None:  # stopped past the deadline's grace
+                    self._cut(task, "overran")
+                    self._release()
+                    continue
+                if isinstance(result, TaskFailure):
+                    attempts[task.id] += 1
+                    if attempts[task.id] > self.max_retries:
+                        raise TaskFailedError(
+                            f"task {task.id} failed after {attempts[task.id]} attempt(s): {result.message}. "
+                            f"Finished tasks are kept in {self.store.dir}; fix the cause and re-run with "
+                            "resume=true to reuse them"
+                        )
+                    log.warning("task %s failed (attempt %d of %d): %s; retrying", task.id, attempts[task.id],
+                                self.max_retries + 1, result.message)
+                    self.queued.insert(0, task)
+                    continue
+                result.attempt = attempts[task.id]
+                if not getattr(result, "stopped_by_budget", False):  # a shortened fit is not its key's result
+                    self.store.put(request.key, result)
+                self._complete(task, result, request)
+        if self.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan
+            raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {self.blocked[0].id}")
+        return ctx.outcome
+
+    def _admit(self, admission: Admission, attempts: dict) -> bool:
+        """Start (or take from the store) every queued task that admission and the budget allow, in
+        priority order; then, on what is left, the fits held back while their model's first fit runs.
+        Whether any task left the queue."""
+        progressed, held_back = False, []
+        for task in list(self.queued):
+            go = task.id not in self.cut.cut and self._in_time(task, admission)
+            if go is None:
+                held_back.append(task)
+            elif go is False:
+                self.queued.remove(task)
+                progressed = True
+            else:
+                progressed = self._start(task, admission, attempts) or progressed
+        for task in held_back:  # places nothing else could take: no reason to wait for the estimate
+            progressed = self._start(task, admission, attempts) or progressed
+        return progressed
+
+    def _start(self, task: Task, admission: Admission, attempts: dict) -> bool:
+        """Submit `task` if admission allows (or complete it from the store); whether it left the queue."""
+        shares = admission.try_admit(task)
+        if shares is None:
+            return False
+        self.queued.remove(task)
+        self.cut.started.add(task.id)
+        request = self.kinds[task.kind].request(task, shares, self.ctx, attempts[task.id])
+        cached = self.store.get(request.key)
+        if cached is not None:
+            admission.release(task, shares)
+            cached.cached = True
+            self._complete(task, cached, request)
+            return True
+        if self.hooks:
+            self.hooks.on_task_start(task)
+        handle = self.backend.submit(request)
+        self.running[handle] = (task, shares, request)
+        self.started[handle] = time.monotonic()
+        if self.budget is not None:
+            self.submitted_at[handle] = self.budget.clock()
+        return True
+
+    def _in_time(self, task: Task, admission: Admission) -> Optional[bool]:
+        """True: `task` may start (always, without a budget); None: only on a place nothing else takes,
+        while the model's first fit, which tells how long one takes, runs; False: it and the rest of its
+        trial cannot end by the deadline, and it is cut."""
+        if self.budget is None:
+            return True
+        fits = self.cut.siblings_left(task)
+        slots, after = self._slots(task, admission)
+        if not self.budget.can_finish(task, fits, slots, after):
+            log.debug("cut %s: %d fit(s) of about %s s each on %d place(s) do not end in the %.1f s left", task.id,
+                      fits, self.budget.estimate(task), len(slots), self.budget.remaining())
+            self._cut(task, "budget")
+            return False
+        if self.budget.estimate(task) is None and any(
+                (t.model, getattr(t, "level", None)) == (task.model, getattr(task, "level", None))
+                for t, _, _ in self.running.values()):
+            return None
+        return True
+
+    def _slots(self, task: Task, admission: Admission) -> tuple[list[float], float]:
+        """Where the rest of `task`'s trial can run, as the times those places free (at most the plan's
+        folds in parallel): CPUs free now, those of its own running folds, and those of running fits
+        that come after it in the queue's order (it takes them as they free; an estimate says when);
+        fits ahead of it keep theirs. And when its own running folds end."""
+        now, cpus = self.budget.clock(), max(1, task.resources.num_cpus)
+        slots, after = [now] * (admission.pool.free_cpus // cpus), now
+        for handle, (t, _, _) in self.running.items():
+            mine = (t.model, t.trial) == (task.model, task.trial)
+            seconds = self.budget.estimate(t)
+            if seconds is None or not (mine or self._priority(t) > self._priority(task)):
+                continue
+            end = self.submitted_at[handle] + seconds
+            after = max(after, end) if mine else after
+            slots += [end] * (t.resources.num_cpus // cpus)
+        limit = admission.limits.get(task.model)
+        return sorted(slots)[:limit.folds_parallel if limit is not None else 1], after
+
+    def _stop_unused(self, admission: Admission) -> None:
+        """Stop each running fit whose every consumer was cut (the other folds of its trial cannot
+        end in time): its result would go unused."""
+        for handle, (task, shares, _) in list(self.running.items()):
+            consumers = self.cut.consumers[task.id]
+            if consumers and all(c in self.cut.cut for c in consumers):
+                self.backend.cancel(handle)
+                del self.running[handle]
+                self.started.pop(handle, None)
+                self.submitted_at.pop(handle, None)
+                admission.release(task, shares)
+                self.cut.cut[task.id] = "unused"
+                self.abandoned += 1
+
+    def _cut(self, task: Task, why: str) -> None:
+        for tid in self.cut.cut_task(task.id, why):
+            cut = self.cut.tasks[tid]
+            self.kinds[cut.kind].cut(cut, self.ctx)
+            if tid not in self.ctx.outcome.results and self.hooks and hasattr(self.hooks, "on_task_cut"):
+                self.hooks.on_task_cut(cut)
+
+    def _complete(self, task: Task, result, request) -> None:
+        if self.budget is not None and hasattr(result, "end") and not getattr(result, "cached", False):
+            self.budget.record(task, result.end - result.start, getattr(result, "stopped_by_budget", False))
+        self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
+        self._release()
+
+    def _release(self) -> None:
+        """Every task whose dependencies are settled (done, or cut) leaves `blocked`: a cut one is
+        dropped, a driver task runs now on the inputs that were made (and may release others), a
+        worker task joins the admission queue."""
+        done, cut = self.ctx.outcome.results, self.cut.cut
+        settled = lambda t: t.id in cut or all(d in done or d in cut for d in t.depends_on)  # noqa: E731
+        ready = next((t for t in self.blocked if settled(t)), None)
+        while ready is not None:
+            self.blocked.remove(ready)
+            kind = self.kinds[ready.kind]
+            if ready.id in cut:
+                pass
+            elif kind.on_worker:
+                self.queued.append(ready)
+                self.queued.sort(key=self._priority)
+            else:
+                self.cut.started.add(ready.id)
+                done[ready.id] = kind.run(ready, {d: done[d] for d in ready.depends_on if d in done}, self.ctx)
+                if self.hooks and hasattr(self.hooks, "on_node_end"):  # the root writes and logs what it computed
+                    self.hooks.on_node_end(ready, done[ready.id])
+            ready = next((t for t in self.blocked if settled(t)), None)
+
+    def _wait(self, running: dict) -> list:
+        """The backend's finished fits; with a task time limit, also each fit past it, stopped and
+        failed; with a budget, each fit still running past the deadline's grace, stopped (None)."""
+        timeouts = []
+        if self.task_timeout_s is not None:
+            oldest = min(self.started[h] for h in running)
+            timeouts.append(oldest + self.task_timeout_s - time.monotonic())
+        if self.budget is not None:
+            timeouts.append(self.budget.stop_at - self.budget.clock())
+        done = self.backend.wait(list(running), timeout=max(0.0, min(timeouts)) if timeouts else None)
+        finished = {h for h, _ in done}
+        now = time.monotonic()
+        for handle, (task, _, _) in running.items():
+            if handle in finished:
+                continue
+            if self.budget is not None and self.budget.clock() >= self.budget.stop_at:
+                log.warning("fit %s was still running %.0f s past the time limit; its worker is stopped",
+                            task.id, self.budget.clock() - self.budget.deadline)
+                self.backend.cancel(handle)
+                self.cancelled += 1
+                done.append((handle, None))
+            elif self.task_timeout_s is not None and now - self.started[handle] >= self.task_timeout_s:
+                self.backend.cancel(handle)
+                done.append((handle, TaskFailure(task.id, f"the fit ran longer than executor.task_timeout_s="
+                                                          f"{self.task_timeout_s:g} s and was stopped")))
+        return done

@@ -1,0 +1,233 @@
+"""The run's time budget (`time_limit_s`): a deadline the scheduler plans to, and what it cut.
+
+The deadline is `time_limit_s` seconds after the scheduler starts the graph, once the backend holds
+the data (start-up comes before: config, plan, data loading, workers or Ray starting), as an absolute
+`time.time()`, so every worker process and Ray node reads the same instant. It covers the fits and the bag nodes; the driver's
+tail (ensemble selection, the test rows scored, models saved and logged) runs after the last fit.
+
+- `TimeBudget` estimates how long a fit takes, from the fits of the same model that finished
+  (mean per fold; a fit stopped early gives a floor); a model with none finished starts. A better
+  estimate (the device choice's cost model) plugs in as `prior`, one function of the task. It says
+  whether a trial's remaining fits, laid on the places (CPUs) that free when, end by the deadline.
+- `GraphCut` is the cut over any plan's tasks: a task is cut when a task it needs was cut, except
+  for node kinds that run on whichever of their inputs finished (`partial_inputs`: the ensemble,
+  the evaluation), which are cut only when all were; a task not started yet is cut when every task
+  that would use its result was cut (the other folds of a trial that cannot finish).
+- `BudgetSummary` says what the budget cut, for the terminal, MLflow and the run directory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from pipeline.errors import TimeLimitError
+
+FitEstimate = Callable[[Any], Optional[float]]  # a task -> the seconds one fit of it takes; None: unknown
+
+
+def no_estimate(task) -> Optional[float]:
+    """The prior without a cost model: nothing is known before a model's first fit finishes."""
+    return None
+
+
+def stop_grace_s(limit_s: float) -> float:
+    """How long past the deadline a fit may take to stop at its next round or epoch and predict its
+    rows before its worker is stopped (a model with no stop callback)."""
+    return max(10.0, 0.1 * limit_s)
+
+
+def _level(task) -> Optional[int]:
+    return getattr(task, "level", None)
+
+
+class TimeBudget:
+    """The deadline, and the fit-time estimates that decide whether a fit may still start."""
+
+    def __init__(self, limit_s: float, *, start: Optional[float] = None, prior: FitEstimate = no_estimate,
+                 clock: Callable[[], float] = time.time):
+        self.limit_s, self.prior, self.clock = float(limit_s), prior, clock
+        self.begin(start)
+        self._complete: dict[tuple, list[float]] = defaultdict(list)  # (model, level) -> seconds of whole fits
+        self._stopped: dict[tuple, list[float]] = defaultdict(list)  # ... of fits stopped early: floors
+
+    def begin(self, start: Optional[float] = None) -> float:
+        """Start the clock (now, or at `start`); the deadline, as a time.time()."""
+        self.start = self.clock() if start is None else start
+        self.deadline = self.start + self.limit_s
+        self.stop_at = self.deadline + stop_grace_s(self.limit_s)  # running fits past it are stopped
+        return self.deadline
+
+    def record(self, task, seconds: float, stopped: bool = False) -> None:
+        """A finished fit of `task`'s model took `seconds` (`stopped`: it was cut short)."""
+        (self._stopped if stopped else self._complete)[(task.model, _level(task))].append(seconds)
+
+    def estimate(self, task) -> Optional[float]:
+        """Seconds one fit of `task` takes: the mean of the model's complete fits at its level, else
+        at any level, else the longest of its stopped fits (it took at least that), else the prior."""
+        key = (task.model, _level(task))
+        if self._complete.get(key):
+            return fmean(self._complete[key])
+        same_model = [s for (m, _), seconds in self._complete.items() if m == task.model for s in seconds]
+        if same_model:
+            return fmean(same_model)
+        floors = [s for (m, _), seconds in self._stopped.items() if m == task.model for s in seconds]
+        return max(floors) if floors else self.prior(task)
+
+    def can_finish(self, task, fits: int = 1, slots: Sequence[float] = (), after: float = 0.0,
+                   now: Optional[float] = None) -> bool:
+        """Whether `fits` fits of `task`'s model end by the deadline, each started on the first of
+        `slots` (the times, as the clock's, at which a place to run one frees; none: one place, free
+        now) that is free, and the fits already running for the same result, ending at `after`, too.
+        With no estimate, only whether the deadline is still ahead."""
+        now = self.clock() if now is None else now
+        seconds = self.estimate(task) or 0.0
+        free = sorted(max(now, s) for s in slots) or [now]
+        heapq.heapify(free)
+        end = max(now, after)
+        for _ in range(fits):
+            start = heapq.heappop(free)
+            end = max(end, start + seconds)
+            heapq.heappush(free, start + seconds)
+        return end < self.deadline
+
+    def remaining(self, now: Optional[float] = None) -> float:
+        return self.deadline - (self.clock() if now is None else now)
+
+
+class GraphCut:
+    """The tasks of a plan the budget cut, and the cut's spread through the graph (module docstring)."""
+
+    def __init__(self, tasks: Iterable, partial_inputs: Callable[[Any], bool]):
+        self.tasks = {t.id: t for t in tasks}
+        self.partial_inputs = partial_inputs
+        self.consumers: dict[str, list[str]] = defaultdict(list)
+        for t in self.tasks.values():
+            for d in t.depends_on:
+                self.consumers[d].append(t.id)
+        self.cut: dict[str, str] = {}  # task id -> why: "budget" (did not fit), "input" or "unused"
+        self.started: set[str] = set()  # started, running or done: never cut as unused
+
+    def cut_task(self, task_id: str, why: str = "budget") -> list[str]:
+        """Cut `task_id` and whatever the cut leaves without a use or without its inputs; the ids newly cut."""
+        new, stack = [], [(task_id, why)]
+        while stack:
+            tid, reason = stack.pop()
+            if tid in self.cut:
+                continue
+            self.cut[tid] = reason
+            new.append(tid)
+            for c in self.consumers[tid]:
+                if c not in self.cut and (not self.partial_inputs(self.tasks[c])
+                                          or all(d in self.cut for d in self.tasks[c].depends_on)):
+                    stack.append((c, "input"))
+            for d in self.tasks[tid].depends_on:
+                if d not in self.started and d not in self.cut and all(c in self.cut for c in self.consumers[d]):
+                    stack.append((d, "unused"))
+        return new
+
+    def siblings_left(self, task) -> int:
+        """How many fits, this one included, a consumer that needs all its inputs (a trial's bag)
+        still waits for before it can run: they must all end by the deadline for this one to count."""
+        left = [
+            sum(d not in self.started and d not in self.cut for d in self.tasks[c].depends_on)
+            for c in self.consumers[task.id] if not self.partial_inputs(self.tasks[c])
+        ]
+        return max(left, default=1)
+
+
+@dataclass
+class BudgetSummary:
+    """What the budget cut in one run."""
+
+    limit_s: float
+    fits_ended_s: float  # the last fit's end, seconds after the budget's start
+    trials: int
+    trials_not_run: int  # no fold of theirs started
+    trials_dropped: int  # some folds ran, not all: dropped, not scored
+    fits: int
+    fits_not_run: int
+    fits_stopped: int  # stopped at the deadline by their round or epoch callback; kept as finished
+    fits_cancelled: int = 0  # still running past the deadline's grace: their workers were stopped
+    fits_abandoned: int = 0  # running when the rest of their trial was cut: stopped, their result unused
+    other_cut: dict[str, int] = field(default_factory=dict)  # node kind -> how many were cut
+    left_out: list[str] = field(default_factory=list)  # models without one complete trial
+
+    @property
+    def cut_anything(self) -> bool:
+        return bool(self.trials_not_run or self.trials_dropped or self.fits_not_run or self.fits_stopped
+                    or self.fits_cancelled or self.fits_abandoned or self.other_cut or self.left_out)
+
+    @property
+    def nothing_finished(self) -> bool:
+        return self.trials > 0 and self.trials_not_run + self.trials_dropped == self.trials
+
+    def line(self) -> str:
+        parts = [f"{self.trials_not_run} of {self.trials} trials not run"]
+        if self.trials_dropped:
+            parts.append(f"{self.trials_dropped} dropped unfinished (not all their folds ran)")
+        parts.append(f"{self.fits_not_run} of {self.fits} fits not started")
+        parts.append(f"{self.fits_stopped} fit{'' if self.fits_stopped == 1 else 's'} stopped early")
+        if self.fits_cancelled:
+            parts.append(f"{self.fits_cancelled} stopped past the deadline")
+        if self.fits_abandoned:
+            parts.append(f"{self.fits_abandoned} stopped when their trial could no longer finish")
+        parts += [f"{n} {kind} node(s) not run" for kind, n in self.other_cut.items()]
+        if self.left_out:
+            parts.append("left out (no complete trial): " + ", ".join(self.left_out))
+        return f"time limit {self.limit_s:g} s: " + ", ".join(parts) + f"; the fits ended after {self.fits_ended_s:.1f} s"
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"line": self.line()}
+
+
+def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict], cancelled: int = 0,
+              abandoned: int = 0) -> BudgetSummary:
+    """The summary of a finished graph: `done` holds each task's result by id, `timeline` the fits'."""
+    tasks = list(cut.tasks.values())
+    fits = [t for t in tasks if t.kind == "fit"]
+    bags = [t for t in tasks if t.kind == "bag"]
+    cut_bags = [b for b in bags if b.id in cut.cut]
+    dropped = sum(any(d in cut.started for d in b.depends_on) for b in cut_bags)
+    other: dict[str, int] = defaultdict(int)
+    for t in tasks:
+        if t.id in cut.cut and t.kind not in ("fit", "bag"):
+            other[t.kind] += 1
+    levels = {_level(t) for t in bags}
+    names = lambda b: b.model if len(levels) <= 1 else f"{b.model} (level {_level(b)})"  # noqa: E731
+    finished = {names(b) for b in bags if b.id in done}
+    ends = [e["end"] for e in timeline if not e.get("cached")]
+    return BudgetSummary(
+        limit_s=budget.limit_s,
+        fits_ended_s=max(ends, default=budget.start) - budget.start,
+        trials=len(bags), trials_not_run=len(cut_bags) - dropped, trials_dropped=dropped,
+        fits=len(fits), fits_not_run=sum(f.id in cut.cut and f.id not in cut.started for f in fits),
+        fits_stopped=sum(bool(e.get("stopped_by_budget")) for e in timeline), fits_cancelled=cancelled,
+        fits_abandoned=abandoned,
+        other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
+    )
+
+
+def record(summary: BudgetSummary, run_dir, tracker) -> None:
+    """Print the summary, keep it in the run's state.json and on its MLflow run; when nothing
+    finished, a TimeLimitError saying to raise time_limit_s."""
+    from pipeline import report
+    from pipeline.store import write_state
+
+    for line in report.budget_lines(summary):
+        report.console.print(line, highlight=False, soft_wrap=True)
+    write_state(run_dir, time_budget=summary.to_json())
+    tracker.set_tags({"pipeline.time_limit": summary.line()})
+    tracker.log_metrics({"time_limit/trials_not_run": float(summary.trials_not_run),
+                         "time_limit/trials_dropped": float(summary.trials_dropped),
+                         "time_limit/fits_not_run": float(summary.fits_not_run),
+                         "time_limit/fits_stopped": float(summary.fits_stopped)})
+    if summary.nothing_finished:
+        raise TimeLimitError(
+            f"time_limit_s={summary.limit_s:g}: no model finished a complete trial (every fold of it) within the "
+            f"limit, so there is no leaderboard; raise time_limit_s (or fit less: fewer folds, a smaller model)"
+        )

@@ -1,0 +1,39 @@
+"""The problem type a label column holds (binary, multiclass, regression): the declared one,
+checked against the values, or inferred from them. Loading and the checks before loading share it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeline.errors import DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MAX_CLASSES = 20  # integral labels with more distinct values than this are a regression target
+
+
+def problem_type_of(y: "pd.Series", declared: str, label: str) -> str:
+    """`declared` when the values allow it (a DataError says why not), else what the values suggest."""
+    import numpy as np
+    import pandas as pd
+
+    numeric = pd.api.types.is_numeric_dtype(y) and not pd.api.types.is_bool_dtype(y)
+    n_unique = y.nunique()
+    if declared == "regression":
+        if not numeric:
+            raise DataError(f"data.problem_type=regression but data.label={label!r} holds text values such as {y.iloc[0]!r}")
+        return declared
+    if declared in ("binary", "multiclass"):
+        if declared == "binary" and n_unique != 2:
+            raise DataError(f"data.problem_type=binary but data.label={label!r} has {n_unique} distinct values")
+        return declared
+    if not numeric:
+        return "binary" if n_unique == 2 else "multiclass"
+    values = y.to_numpy()
+    integral = np.all(np.equal(np.mod(values, 1), 0))
+    if n_unique == 2:
+        return "binary"
+    if integral and n_unique <= MAX_CLASSES:
+        return "multiclass"
+    return "regression"

@@ -1,0 +1,90 @@
+"""A fit that would run past the run's deadline stops cleanly and keeps what it trained: LightGBM and
+XGBoost through their callbacks, the network at an epoch's end."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.models import FitContext, LightGBMModel, Placement, TorchMLPModel, XGBoostModel
+
+ROUNDS = {  # many rounds, no early stopping: only the deadline stops them
+    LightGBMModel: {"num_iterations": 200, "early_stopping_round": 0, "verbosity": -1, "min_data_in_leaf": 5},
+    XGBoostModel: {"num_boost_round": 200},
+    TorchMLPModel: {"max_epochs": 20, "patience": 0, "batch_size": 64, "hidden_sizes": [16]},
+}
+
+
+def tiny(n=300, seed=0):
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame(rng.normal(size=(n, 4)), columns=list("abcd"))
+    y = (X["a"] + 0.5 * X["b"] > 0).to_numpy().astype(int)
+    return X, y
+
+
+def fit(cls, deadline):
+    X, y = tiny()
+    ctx = FitContext("binary", 2, Placement(1), seed=0, deadline=deadline)
+    model = cls(ROUNDS[cls], cls.__name__).fit(X[:200], y[:200], X[200:], y[200:], ctx)
+    return model, ctx, X[200:]
+
+
+def length(model) -> int:
+    """Boosting rounds or epochs the model trained."""
+    if isinstance(model, LightGBMModel):
+        return model.booster_.current_iteration()
+    if isinstance(model, XGBoostModel):
+        return model.booster_.num_boosted_rounds()
+    return len(model.history_["val_loss"])
+
+
+@pytest.mark.parametrize("cls", list(ROUNDS), ids=lambda c: c.__name__)
+def test_a_deadline_in_the_past_stops_the_fit_after_one_round_and_the_model_predicts(cls):
+    model, ctx, X_val = fit(cls, deadline=time.time() - 1)
+    assert length(model) == 1 and ctx.stopped_by_budget
+    proba = model.predict_proba(X_val)
+    assert proba.shape == (len(X_val), 2) and np.isfinite(proba).all()
+
+
+@pytest.mark.parametrize("cls", [LightGBMModel, XGBoostModel], ids=lambda c: c.__name__)
+def test_a_deadline_ahead_lets_every_round_run(cls):
+    model, ctx, _ = fit(cls, deadline=time.time() + 3600)
+    assert length(model) == 200 and not ctx.stopped_by_budget
+
+
+def test_the_network_stops_at_the_epoch_whose_successor_would_end_past_the_deadline(monkeypatch):
+    from pipeline.metrics import METRICS
+    from pipeline.nn import loop as loop_module
+    from pipeline.nn.loop import Arrays, Loop, LoopConfig, NetSpec
+
+    class Clock:  # the loop's `time`: every reading of the wall clock is 10 s later, so an epoch takes 10 s
+        perf_counter = staticmethod(time.perf_counter)
+        readings = iter(range(0, 10_000, 10))
+
+        def time(self):
+            return float(next(self.readings))
+
+    monkeypatch.setattr(loop_module, "time", Clock())
+    x, c = np.random.default_rng(0).normal(size=(64, 3)).astype("float32"), np.zeros((64, 1), dtype="int64")
+    import torch
+
+    y = torch.as_tensor((x[:, 0] > 0).astype("int64"))
+    arrays = Arrays(torch.from_numpy(x), torch.from_numpy(c), y, torch.from_numpy(x), torch.from_numpy(c), y)
+    spec = NetSpec(num_numeric=3, cardinalities=(2,), out_dim=2, hidden_sizes=(8,), dropout=0.0, max_embedding_dim=2)
+    config = LoopConfig.from_params({"max_epochs": 20, "patience": 0, "batch_size": 32}, "params")
+    # epochs start at 0, 20, 40 ...; each checks at its end (10, 30, 50 ...) whether one more ends by 55
+    result = Loop(spec, config, "binary", METRICS["accuracy"], torch.device("cpu"), deadline=55.0).run(arrays)
+    assert result.epochs_run == 3 and result.stopped_by_budget and result.state_dict
+
+
+def test_the_fold_result_says_the_fit_was_stopped_by_the_budget(adult):
+    from pipeline.graph.tasks import DataRef, FitRequest, run_fit
+
+    request = FitRequest("fit/lightgbm/t0/f0", "k", LightGBMModel(ROUNDS[LightGBMModel], "lightgbm"), {}, "lightgbm",
+                         0, 0, 2, 0, 0, "roc_auc", 1, (), (), DataRef(obj=adult), deadline=time.time() - 1)
+    result = run_fit(request)
+    assert result.stopped_by_budget and result.model.booster_.current_iteration() == 1
+    assert not run_fit(FitRequest(**{**vars(request), "deadline": None})).stopped_by_budget

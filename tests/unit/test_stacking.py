@@ -1,0 +1,207 @@
+"""Stacking levels: the plan's shape, the checks of stack_levels, and no leakage of a fold model's
+validation labels into what it learnt from or into its validation rows' features."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.graph import stacking
+from pipeline.errors import ConfigError
+
+KINDS = ("prov_a", "prov_b")
+
+
+def stacked_plan(num_folds=5, stack_levels=1, kinds=KINDS, num_trials=1, refit=False, evaluate=False):
+    from pipeline.hardware import Machine, resolve
+    from pipeline.graph.plan import build_plan
+    from pipeline.resources import ModelNeeds, Request, allocate
+
+    hw = resolve(None, Machine(2), dry_run=False)
+    allocations = [allocate(hw.total, Request.parse(None, None, "b"), Request.parse(1, None, "f"),
+                            ModelNeeds(kind, False, False, 1), num_folds=num_folds, num_trials=num_trials)
+                   for kind in kinds]
+    return build_plan(hw, allocations, evaluate=evaluate, refit=refit, stack_levels=stack_levels)
+
+
+def run_stacked(plan, data, tmp_path, submitted=None):
+    from pipeline.config import HpoConf
+    from pipeline.executors.local import InProcessBackend
+    from pipeline.graph.scheduler import Scheduler
+    from pipeline.hpo import TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.store import ResultStore
+    from tests.stack_models import ProvenanceModel
+
+    class Recording(InProcessBackend):
+        def submit(self, request):
+            if submitted is not None:
+                submitted.append(request.task_id)
+            return super().submit(request)
+
+    prototypes = {a.model: ProvenanceModel({}, a.model) for a in plan.allocations}
+    with Recording() as backend:
+        return Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
+                         prototypes, data, METRICS["roc_auc"], seed=0).run()
+
+
+def leaks(plan, outcome) -> list[str]:
+    """Every fold model (at every level) whose validation rows' labels it learnt from, directly or
+    through its stacked features, or whose validation rows' features carry them."""
+    from tests.stack_models import LEARNT
+
+    found = []
+    for level in range(1, plan.stack_levels + 2):
+        for kind in (a.model for a in plan.allocations):
+            bag = outcome.best(stacking.level_name(kind, level), _Higher())
+            for k, fold in enumerate(bag.folds):
+                validation, record = set(fold.held_out.tolist()), LEARNT[fold.model.id_]
+                if validation & record["learnt"]:
+                    count = len(validation & record["learnt"])
+                    found.append(f"{bag.model} fold {k} learnt {count} validation label(s)")
+                if validation & record["val_features"]:
+                    found.append(f"{bag.model} fold {k}: its validation rows' features carry their labels")
+    return found
+
+
+class _Higher:
+    def better(self, a, b):
+        return a > b
+
+
+def plain_out_of_fold(fold_set, num_folds):
+    """The usual scheme: a training row of fold j gets the fold model M(l-1, {j})'s prediction."""
+    return [((j,), j) for j in range(num_folds) if j not in fold_set] + [(fold_set, None)]
+
+
+@pytest.mark.parametrize("num_folds, stack_levels", [(5, 1), (4, 2)])
+def test_no_fold_model_at_any_level_learns_or_is_fed_its_validation_labels(adult, tmp_path, num_folds, stack_levels):
+    from tests.stack_models import LEARNT
+
+    plan = stacked_plan(num_folds, stack_levels)
+    outcome = run_stacked(plan, adult, tmp_path)
+    assert leaks(plan, outcome) == []
+    rows = set(adult.fit_idx(True).tolist())
+    top = stacking.level_name("prov_a", stack_levels + 1)
+    for k, fold in enumerate(outcome.best(top, _Higher()).folds):
+        record = LEARNT[fold.model.id_]
+        # learnt from every other row (through the levels below), and fed one column per kind of the level below
+        assert record["learnt"] == rows - set(fold.held_out.tolist())
+        assert record["columns"] == (f"stack_l{stack_levels}_prov_a_p1", f"stack_l{stack_levels}_prov_b_p1")
+
+
+def test_plain_out_of_fold_stacking_leaks_and_the_provenance_check_sees_it(adult, tmp_path, monkeypatch):
+    monkeypatch.setattr(stacking, "feature_sources", plain_out_of_fold)
+    plan = stacked_plan(4, 1)
+    found = leaks(plan, run_stacked(plan, adult, tmp_path))
+    assert len(found) == 2 * 4  # each level-2 fold model of each kind learnt its validation labels
+    assert all("learnt" in f for f in found)
+
+
+def test_five_folds_and_one_level_fit_twenty_models_per_kind_each_after_its_features():
+    plan = stacked_plan(5, 1)
+    fits = [t for t in plan.fit_tasks if t.model == "prov_a"]
+    assert stacking.fits_per_kind(5, 1, refit=False) == len(fits) == 5 + 10 + 5
+    assert sum(t.level == 2 for t in fits) == 5
+    ids = {t.id: t for t in plan.tasks}
+    l2 = ids["fit/prov_a/l2/f3"]
+    assert (l2.level, l2.fold, l2.fold_set) == (2, 3, (3,))
+    assert set(l2.depends_on) == {f"fit/{kind}/l1/f{min(3, j)}+{max(3, j)}" for kind in KINDS for j in (0, 1, 2, 4)} \
+        | {"bag/prov_a/t0", "bag/prov_b/t0"}
+    assert ids["fit/prov_b/l1/f0+4"].depends_on == ("bag/prov_b/t0",)  # the best trial's parameters
+    assert ids["bag/prov_a/l2"].depends_on == tuple(f"fit/prov_a/l2/f{k}" for k in range(5))
+    inner_wave = min(t.wave for t in plan.fit_tasks if t.level == 1 and t.fold_set)
+    assert inner_wave > max(t.wave for t in plan.fit_tasks if t.fold_set is None)
+    assert min(t.wave for t in fits if t.level == 2) > inner_wave
+
+
+def test_every_level_shows_in_the_plan_json_and_the_printed_plan(tmp_path):
+    import json
+
+    from pipeline import report
+
+    plan = stacked_plan(3, 1, refit=True, evaluate=True)
+    tasks = {t["id"]: t for t in json.loads(plan.write(tmp_path / "plan.json").read_text())["tasks"]}
+    assert tasks["fit/prov_a/l2/f1"]["level"] == 2 and tasks["fit/prov_a/l2/f1"]["fold_set"] == [1]
+    assert tasks["fit/prov_a/t0/f1"]["level"] == 1 and "fold_set" not in tasks["fit/prov_a/t0/f1"]
+    assert tasks["fit/prov_b/l2/refit"]["fold_set"] == [] and tasks["bag/prov_b/l2"]["level"] == 2
+    assert tasks["refit"]["depends_on"] == ["ensemble", "fit/prov_a/l1/refit", "fit/prov_b/l1/refit",
+                                            "fit/prov_a/l2/refit", "fit/prov_b/l2/refit"]
+    with report.console.capture() as printed:
+        report.print_plan(plan)
+    text = printed.get()
+    assert "levels: 1 (3 fold fit(s), 3 without 2+ folds, refit); 2 (3 fold fit(s), refit)" in text
+    assert ("fit ×6 → bag ×2 → fit L1 ×6 → fit L2 ×6 → bag L2 ×2 → ensemble → refit fit ×4 → refit → evaluate"
+            in text)
+    assert "l2/f0" in text
+
+
+def test_admission_counts_a_stacked_level_as_one_more_trial_of_its_model():
+    from pipeline.graph.plan import Admission
+
+    plan = stacked_plan(3, 1, kinds=("prov_a",))
+    admission = Admission(plan.hardware, plan.allocations)
+    alloc = plan.allocations[0]
+    level2 = [t for t in plan.fit_tasks if t.level == 2]
+    admitted = [t for t in level2 if admission.try_admit(t) is not None]
+    assert len(admitted) == alloc.folds_parallel
+    assert {t.slot for t in admitted} == {("prov_a", "level 2")}
+
+
+@pytest.mark.parametrize("value, folds, message", [
+    (-1, 5, "stack_levels=-1 must be a whole number from 0 \\(no stacking\\) to 2"),
+    (3, 5, "stack_levels=3 must be a whole number from 0 \\(no stacking\\) to 2: leak-free stacking"),
+    (1, 2, "stack_levels=1 needs parallelism.num_folds >= 3 \\(it is 2\\)"),
+    (2, 3, "stack_levels=2 needs parallelism.num_folds >= 4 \\(it is 3\\)"),
+    (1, 1, "stack_levels=1 needs parallelism.num_folds >= 3 \\(it is 1\\)"),
+])
+def test_stack_levels_is_checked_against_its_range_and_the_folds(compose, value, folds, message):
+    from pipeline.settings import read_settings
+
+    cfg = compose(["model=lightgbm", f"stack_levels={value}", f"parallelism.num_folds={folds}"])
+    with pytest.raises(ConfigError, match=message):
+        read_settings(cfg)
+
+
+def test_stack_levels_defaults_to_none_and_is_read_into_the_settings(compose):
+    from pipeline.settings import read_settings
+
+    assert read_settings(compose(["model=lightgbm"])).conf.stack_levels == 0
+    assert read_settings(compose(["model=lightgbm", "parallelism=bag5", "stack_levels=2"])).conf.stack_levels == 2
+
+
+def test_a_stacked_plan_run_again_on_its_store_fits_nothing_anew(adult, tmp_path):
+    """Its features are the same (the level below is the same): every stacked fit's key is found."""
+    plan = stacked_plan(3, 1)
+    first, again = [], []
+    outcome = run_stacked(plan, adult, tmp_path, first)
+    rerun = run_stacked(plan, adult, tmp_path, again)
+    assert len(first) == len(plan.fit_tasks) and again == []
+    assert rerun.best("prov_a_l2", _Higher()).score == outcome.best("prov_a_l2", _Higher()).score
+
+
+def test_the_progress_counts_every_fit_of_a_model_at_every_level():
+    from pipeline.report import FitProgress
+
+    plan = stacked_plan(5, 1, refit=True, evaluate=True)
+    progress = FitProgress(plan, enabled=False)
+    totals = {model: progress.progress.tasks[i].total for model, i in progress.ids.items()}
+    assert totals == {"prov_a": 5 + 10 + 5 + 2, "prov_b": 22}
+
+
+def test_three_levels_with_refit_run_to_a_leaderboard_whose_predictors_chain_every_level(adult, tmp_path):
+    import numpy as np
+
+    from pipeline.graph.plan import EVALUATE
+
+    plan = stacked_plan(4, 2, refit=True, evaluate=True)
+    outcome = run_stacked(plan, adult, tmp_path)
+    rows = {r["model"]: r["level"] for r in outcome.results[EVALUATE].rows}
+    assert rows == {"prov_a": 1, "prov_b": 1, "prov_a_l2": 2, "prov_b_l2": 2, "prov_a_l3": 3, "prov_b_l3": 3,
+                    "ensemble": 4, "prov_a_refit": 1, "prov_b_refit": 1, "prov_a_l2_refit": 2, "prov_b_l2_refit": 2,
+                    "prov_a_l3_refit": 3, "prov_b_l3_refit": 3, "ensemble_refit": 4}
+    predictors = {**outcome.results["ensemble"].predictors, **outcome.results["refit"].predictors}
+    X_test = adult.X.iloc[adult.test_idx]
+    for name in ("prov_a_l3", "prov_b_l3_refit", "ensemble", "ensemble_refit"):
+        predictors[name].predict_typed(X_test)  # every model of the chain is fed the columns it learnt from
+    refit = outcome.results["fit/prov_a/l3/refit"]
+    np.testing.assert_allclose(predictors["prov_a_l3_refit"].predict_typed(X_test), refit.test_pred)

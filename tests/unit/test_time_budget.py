@@ -1,0 +1,298 @@
+"""The time budget: fit-time estimates, the cut through the graph, and the scheduler planning to a
+deadline, on a simulated clock (fits take the seconds their model is given, instantly)."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pipeline.graph.backend import Backend
+from pipeline.graph.tasks import DataRef, FoldResult
+from pipeline.graph.plan import DRIVER, Task, bag_id, fit_id
+from pipeline.graph.time_budget import GraphCut, TimeBudget, record, summarize
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def graph(models=("a", "b"), trials=3, folds=2, level2=False):
+    """Fits, a bag per trial, a partial ensemble over the bags, an evaluation; with `level2`, a
+    level-2 fit per model fed by its level-1 bags, and their bag, before the ensemble."""
+    tasks = [Task(fit_id(m, t, f), "fit", DRIVER, model=m, trial=t, fold=f)
+             for m in models for t in range(trials) for f in range(folds)]
+    bags = [Task(bag_id(m, t), "bag", DRIVER, tuple(fit_id(m, t, f) for f in range(folds)), model=m, trial=t)
+            for m in models for t in range(trials)]
+    tasks += bags
+    last = [b.id for b in bags]
+    if level2:
+        for m in models:
+            fit2 = Task(f"fit/{m}_l2/f0", "fit", DRIVER, tuple(bag_id(m, t) for t in range(trials)), model=m)
+            tasks += [fit2, Task(f"bag/{m}_l2", "bag", DRIVER, (fit2.id,), model=m)]
+        last = [f"bag/{m}_l2" for m in models]
+    tasks += [Task("ensemble", "ensemble", DRIVER, tuple(last)), Task("evaluate", "evaluate", DRIVER, ("ensemble",))]
+    return tasks
+
+
+def partial(task) -> bool:
+    return task.kind in ("ensemble", "evaluate")
+
+
+class TestEstimates:
+    def test_no_estimate_before_a_fit_then_the_mean_per_fold_and_a_stopped_fit_as_a_floor(self):
+        budget = TimeBudget(60, clock=Clock())
+        a0, a1 = Task("x", "fit", DRIVER, model="a"), Task("y", "fit", DRIVER, model="a")
+        assert budget.estimate(a0) is None
+        budget.record(a0, 9.0, stopped=True)
+        assert budget.estimate(a1) == 9.0  # it took at least that
+        budget.record(a0, 2.0)
+        budget.record(a1, 4.0)
+        assert budget.estimate(a0) == 3.0  # complete fits win over the floor
+
+    def test_a_level_uses_its_own_fits_else_the_same_model_at_another_level_else_the_prior(self):
+        budget = TimeBudget(60, clock=Clock(), prior=lambda task: 7.0 if task.model == "b" else None)
+        level1 = SimpleNamespace(model="a", level=1)
+        level2 = SimpleNamespace(model="a", level=2)
+        budget.record(level1, 2.0)
+        assert budget.estimate(level2) == 2.0
+        budget.record(level2, 6.0)
+        assert budget.estimate(level2) == 6.0 and budget.estimate(level1) == 2.0
+        assert budget.estimate(SimpleNamespace(model="b", level=1)) == 7.0  # the pluggable cost model
+
+    def test_can_finish_places_the_fits_on_the_first_free_places_against_the_deadline(self):
+        clock = Clock()
+        budget = TimeBudget(10, clock=clock)
+        task = Task("x", "fit", DRIVER, model="a")
+        assert budget.can_finish(task, fits=3)  # unknown: it starts while the deadline is ahead
+        budget.record(task, 3.0)
+        now = clock.now
+        assert budget.can_finish(task, fits=3) and not budget.can_finish(task, fits=4)  # one place: 9 s, 12 s
+        assert budget.can_finish(task, fits=5, slots=[now, now + 3])  # two places, one free at 3 s: 9 s
+        assert not budget.can_finish(task, fits=5, slots=[now, now + 5])  # one free at 5 s: 0-3-6-9, 5-8-11
+        assert not budget.can_finish(task, fits=1, after=now + 11)  # a fold already running ends too late
+        clock.now += 8
+        assert not budget.can_finish(task)
+        clock.now += 2
+        assert not budget.can_finish(Task("z", "fit", DRIVER, model="new"))  # past the deadline: nothing starts
+
+
+class TestGraphCut:
+    def test_a_cut_fit_cuts_its_bag_and_the_unstarted_folds_of_its_trial_not_the_started_ones(self):
+        cut = GraphCut(graph(folds=3), partial)
+        cut.started.add(fit_id("a", 0, 0))
+        new = cut.cut_task(fit_id("a", 0, 1))
+        assert set(new) == {fit_id("a", 0, 1), bag_id("a", 0), fit_id("a", 0, 2)}
+        assert cut.cut[fit_id("a", 0, 2)] == "unused" and cut.cut[bag_id("a", 0)] == "input"
+        assert fit_id("a", 0, 0) not in cut.cut  # started: it runs on (and is stopped as unused)
+
+    def test_the_ensemble_and_evaluation_run_on_what_finished_and_are_cut_only_when_nothing_did(self):
+        tasks = graph(models=("a",), trials=2, folds=1)
+        cut = GraphCut(tasks, partial)
+        cut.cut_task(fit_id("a", 0, 0))
+        assert "ensemble" not in cut.cut
+        cut.cut_task(fit_id("a", 1, 0))
+        assert {"ensemble", "evaluate"} <= set(cut.cut)
+
+    def test_later_levels_downstream_of_a_cut_are_cut_transitively(self):
+        cut = GraphCut(graph(models=("a", "b"), trials=2, folds=2, level2=True), partial)
+        cut.cut_task(fit_id("a", 1, 0))  # one level-1 trial of a: a's level-2 fit needs every one
+        assert {bag_id("a", 1), "fit/a_l2/f0", "bag/a_l2"} <= set(cut.cut)
+        assert not any(t.startswith(("fit/b", "bag/b")) for t in cut.cut) and "ensemble" not in cut.cut
+
+    def test_siblings_left_are_the_unstarted_fits_a_bag_still_waits_for(self):
+        cut = GraphCut(graph(folds=5), partial)
+        task = cut.tasks[fit_id("a", 0, 3)]
+        assert cut.siblings_left(task) == 5
+        cut.started.update({fit_id("a", 0, 0), fit_id("a", 0, 1)})
+        assert cut.siblings_left(task) == 3
+
+
+# ---------------------------------------------------------------- the scheduler on a simulated clock
+class SimulatedBackend(Backend):
+    """No fit runs: one of model m takes seconds[m] on the clock (or, for a list, its next entry), and
+    wait() moves the clock to the next end (or by its timeout). Each result holds out the fold's rows,
+    predicting 0.5."""
+
+    def __init__(self, seconds: dict, clock: Clock, rows: int):
+        self.seconds, self.clock, self.rows = seconds, clock, rows
+        self.running: dict[int, tuple] = {}
+        self.submitted: list[tuple[str, float, float]] = []  # (task id, start, end)
+        self.deadlines: set = set()
+        self.cancelled: list[str] = []
+        self.counter = itertools.count()
+
+    def prepare(self, plan, data):
+        return DataRef(obj=data)
+
+    def submit(self, request):
+        handle, start = next(self.counter), self.clock.now
+        seconds = self.seconds[request.model_name]
+        end = start + (seconds.pop(0) if isinstance(seconds, list) else seconds)
+        self.running[handle] = (start, end, request)
+        self.submitted.append((request.task_id, start, end))
+        self.deadlines.add(request.deadline)
+        return handle
+
+    def wait(self, handles, timeout=None):
+        handle = min(handles, key=lambda h: self.running[h][1])
+        start, end, request = self.running[handle]
+        if timeout is not None and end > self.clock.now + timeout:
+            self.clock.now += timeout
+            return []
+        del self.running[handle]
+        self.clock.now = max(self.clock.now, end)
+        held_out = np.arange(request.fold, self.rows, request.num_folds)
+        return [(handle, FoldResult(request.task_id, request.key, None, held_out, np.full((len(held_out), 2), 0.5),
+                                    np.full((4, 2), 0.5), end - start, 0.0, "cpu", start, end, 0, "sim"))]
+
+    def cancel(self, handle):
+        self.cancelled.append(self.running.pop(handle)[2].task_id)
+
+
+def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2):
+    from pipeline.config import HpoConf
+    from pipeline.graph.scheduler import Scheduler
+    from pipeline.hardware import Machine, resolve
+    from pipeline.hpo import TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.graph.plan import build_plan
+    from pipeline.resources import ModelNeeds, Request, allocate
+    from pipeline.store import ResultStore
+    from tests.fault_models import SleepModel
+
+    hw = resolve(None, Machine(2), dry_run=False)
+    allocations = [allocate(hw.total, Request.parse(None, None, "b"), Request.parse(1, None, "f"),
+                            ModelNeeds(m, False, False, 1), num_folds=folds, num_trials=trials) for m in seconds]
+    plan = build_plan(hw, allocations)
+    bags = tuple(t.id for t in plan.tasks if t.kind == "bag")
+    plan = plan.with_task(Task("collect", "collect", DRIVER, bags))
+    rows = 8
+    data = SimpleNamespace(y=np.tile([0, 1], rows // 2), fingerprint="simulated")
+    clock = Clock()
+    backend = SimulatedBackend(seconds, clock, rows)
+    budget = TimeBudget(limit_s, clock=clock)
+    scheduler = Scheduler(plan, backend, ResultStore(tmp_path), TrialSource(HpoConf(), {}, {}, "maximize"),
+                          {m: SleepModel({}, m) for m in seconds}, data, METRICS["roc_auc"], seed=0, budget=budget)
+    outcome = scheduler.run()
+    return plan, backend, budget, scheduler, outcome
+
+
+def _register_collect():
+    from pipeline.graph.nodes import NodeKind, register
+
+    @register
+    class Collect(NodeKind):
+        """Like the ensemble: runs on the bags that finished."""
+
+        name = "collect"
+        partial_inputs = True
+
+        def run(self, task, inputs, ctx):
+            return sorted(inputs)
+
+
+_register_collect()
+
+
+def test_the_scheduler_starts_only_fits_that_end_by_the_deadline_and_cuts_the_rest(tmp_path):
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"fast": 1.0, "slow": 8.0}, limit_s=20.0)
+    ends = {tid: end for tid, _, end in backend.submitted}
+    starts = {tid: start for tid, start, _ in backend.submitted}
+    assert starts[fit_id("slow", 0, 1)] == ends[fit_id("slow", 0, 0)]  # it waited for the first to tell its time
+    assert max(ends.values()) <= budget.deadline  # every fit that started ended in time
+    assert backend.deadlines == {budget.deadline}  # and carried the deadline
+    done_bags = outcome.results["collect"]
+    # the slow model's first fit (8 s) runs alone; its second fold fits (16 s), a second trial would not
+    assert [b for b in done_bags if "slow" in b] == [bag_id("slow", 0)]
+    assert not any(t.startswith("fit/slow/t1") for t in ends)
+    # the fast model fills the rest, trial after trial; no trial is started that cannot finish
+    fast = [b for b in done_bags if "fast" in b]
+    assert len(fast) >= 3
+    depends_on = {t.id: t.depends_on for t in plan.tasks}
+    assert {t for t in ends if "fast" in t} == {f for b in fast for f in depends_on[b]}
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline)
+    assert summary.trials == 8 and summary.trials_not_run == 8 - len(done_bags) and summary.trials_dropped == 0
+    assert summary.fits_not_run == 16 - len(ends) and summary.left_out == []
+    assert summary.line().startswith(f"time limit 20 s: {8 - len(done_bags)} of 8 trials not run")
+
+
+def test_a_fit_that_does_not_stop_is_stopped_past_the_grace_and_nothing_finished_is_an_error(tmp_path):
+    from pipeline.errors import TimeLimitError
+    from pipeline.tracking import NullTracker
+
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"stuck": 1000.0}, limit_s=5.0, trials=2)
+    # its second fold waits for the first to tell its time, but takes the CPU nothing else wants
+    assert sorted(backend.cancelled) == [fit_id("stuck", 0, 0), fit_id("stuck", 0, 1)]
+    assert "collect" not in outcome.results
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled)
+    assert summary.nothing_finished and summary.left_out == ["stuck"] and scheduler.cancelled == 2
+    (tmp_path / "run").mkdir()
+    with pytest.raises(TimeLimitError, match="time_limit_s=5: no model finished a complete trial.*raise time_limit_s"):
+        record(summary, tmp_path / "run", NullTracker())
+    assert "2 stopped past the deadline" in summary.line()
+
+
+def test_an_ample_budget_cuts_nothing(tmp_path):
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"fast": 1.0, "slow": 3.0}, limit_s=1e6, trials=3)
+    assert len(outcome.results["collect"]) == 6 and not scheduler.cut.cut
+    assert not summarize(budget, scheduler.cut, outcome.results, outcome.timeline).cut_anything
+
+
+def test_a_running_fold_whose_trial_can_no_longer_finish_is_stopped(tmp_path):
+    # m (3 folds): its first fit takes 1 s, so at 1 s its second starts (2 fits of 1 s, one CPU free, end
+    # by 3 s) but runs 6 s; its third waits for x's CPU, freed at 4 s, and would end at 5 s, past the
+    # 4.5 s deadline: the trial is cut, and its running second fold stopped
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"m": [1.0, 6.0, 1.0], "x": 4.0}, limit_s=4.5,
+                                                         trials=1, folds=3)
+    assert backend.cancelled == [fit_id("m", 0, 1)] and scheduler.abandoned == 1
+    assert fit_id("m", 0, 2) not in {tid for tid, _, _ in backend.submitted}
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
+                        scheduler.abandoned)
+    assert (summary.trials_dropped, summary.fits_abandoned, summary.left_out) == (2, 1, ["m", "x"])
+    assert "2 dropped unfinished" in summary.line() and "1 stopped when their trial could no longer finish" in summary.line()
+
+
+def test_a_trial_counts_the_cpus_of_fits_behind_it_in_the_queue_not_those_ahead_of_it(tmp_path):
+    # b (2 s, 3 folds) starts beside a's first fit, whose time is unknown and which comes first: b's
+    # other two folds get one CPU, 2 + 2 + 2 = 6 s, past the 5 s deadline (two at once would end at 4 s)
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"a": 20.0, "b": 2.0}, limit_s=5.0,
+                                                         trials=1, folds=3)
+    assert not any(tid in (fit_id("b", 0, 1), fit_id("b", 0, 2)) for tid, _, _ in backend.submitted)
+    # c (4 s, 3 folds) comes first; when its first fit ends at 4 s, d's second trial holds a CPU until
+    # 4.5 s: c's other folds run on the free CPU and on d's as it frees, ending at 8.5 s, by the 9 s deadline
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path / "2", {"c": 4.0, "d": 1.5}, limit_s=9.0,
+                                                         trials=2, folds=2 + 1)
+    assert bag_id("c", 0) in outcome.results["collect"]
+    assert {tid: (start - 1000, end - 1000) for tid, start, end in backend.submitted}[fit_id("c", 0, 2)] == (4.5, 8.5)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_a_time_limit_that_is_no_positive_number_of_seconds_is_refused_naming_the_key(compose, value):
+    from pipeline.errors import ConfigError
+    from pipeline.settings import read_settings
+
+    with pytest.raises(ConfigError, match=f"time_limit_s={value}.* must be a positive number of seconds.*or null"):
+        read_settings(compose([f"time_limit_s={value}"]))
+    assert read_settings(compose(["time_limit_s=40"])).conf.time_limit_s == 40.0
+    assert read_settings(compose([])).conf.time_limit_s is None
+
+
+def test_a_dropped_trial_is_told_to_optuna_as_failed_and_a_trial_never_asked_is_no_trial():
+    import optuna
+
+    from pipeline.config import HpoConf, SearchDimConf
+    from pipeline.hpo import TrialSource
+
+    source = TrialSource(HpoConf("random", 3, seed=0), {"m": {"x": SearchDimConf("float", 0.0, 1.0)}}, {}, "maximize")
+    source.params("m", 0)
+    source.drop("m", 0)
+    source.drop("m", 1)
+    assert source.dropped == {("m", 0)}
+    assert [t.state for t in source._study("m").trials] == [optuna.trial.TrialState.FAIL]
