@@ -23,14 +23,15 @@ from bench.common import Options, cpu_cores, figure, guarded, log, ratios
 SIZES = {"200k": 200_000, "2M": 2_000_000, "10M": 10_000_000}
 QUICK_SIZES = {"20k": 20_000, "50k": 50_000}
 FEATURES = 20
-ROUNDS, EPOCHS, BATCH = 300, 2, 4096  # the network's batch as model=nn_gpu sets it: an epoch of 6.4M rows in minutes
+ROUNDS, EPOCHS = 300, 2
+BATCH = 4096  # the network's batch as model=nn_gpu sets it: an epoch of 6.4M rows in minutes on 2 cores
 # model -> (the engine's overrides, the plain twin's arguments): fixed rounds (early stopping as
 # configured) or epochs (no early stopping)
 MODELS = {
     "lightgbm": ([f"model.lightgbm.params.num_iterations={ROUNDS}"], ["--rounds", str(ROUNDS)]),
     "xgboost": ([f"model.xgboost.params.num_boost_round={ROUNDS}"], ["--rounds", str(ROUNDS)]),
-    "nn": ([f"model.nn.params.max_epochs={EPOCHS}", "model.nn.params.patience=0", f"model.nn.params.batch_size={BATCH}"],
-           ["--epochs", str(EPOCHS), "--batch-size", str(BATCH)]),
+    "nn": ([f"model.nn.params.max_epochs={EPOCHS}", "model.nn.params.patience=0",
+            f"model.nn.params.batch_size={BATCH}"], ["--epochs", str(EPOCHS), "--batch-size", str(BATCH)]),
 }
 TARGETS = {"wall": ("<=", 1.02), "rss": ("<=", 1.05), "estimate": ("between", (0.85, 1.15))}
 FIGURES = ("engine / plain wall", "engine / plain peak RSS", "memory estimate / peak")
@@ -129,7 +130,8 @@ def run(opts: Options, models: tuple[str, ...] = tuple(MODELS)) -> dict:
         write_table(path, rows)
         for model in models:
             group = f"{model} · {label} rows"
-            figures += guarded(group, FIGURES, lambda: _compare(sides, model, path, group, n, warm_up=rows == smallest))
+            warm_up = rows == smallest
+            figures += guarded(group, FIGURES, lambda: _compare(sides, model, path, group, n, warm_up))
             loads[group] = os.getloadavg()
         path.unlink()
     return {
@@ -147,7 +149,8 @@ def run(opts: Options, models: tuple[str, ...] = tuple(MODELS)) -> dict:
                         "(order rotating); one untimed run of each side per model at the smallest size first",
             "estimate": "memory.json of the engine's run: the plan's estimate of one fit against the peak the fit "
                         "measured (VmHWM from the fit's start)",
-            "load_average_1_5_15_min": {k: [round(x, 2) for x in v] for k, v in {**loads, "end": os.getloadavg()}.items()},
+            "load_average_1_5_15_min": {k: [round(x, 2) for x in v]
+                                        for k, v in {**loads, "end": os.getloadavg()}.items()},
         },
         "figures": figures,
         "notes": ["Timings on a shared machine are noisy: the ratios pair the two sides of each repeat, and the "
