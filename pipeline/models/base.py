@@ -115,13 +115,16 @@ class TabularModel(ABC):
 
     # ---- the template
     def fit(self, X: pd.DataFrame, y: np.ndarray, X_val: pd.DataFrame, y_val: np.ndarray, ctx: FitContext):
-        return self._timed(ctx, lambda: self._fit(X, y, X_val, y_val, ctx))
+        self._timed(ctx, lambda: self._fit(X, y, X_val, y_val, ctx))
+        self.__dict__.pop("validation_raw_", None)  # the validation scores are handed over by fit_rows only
+        return self
 
     def fit_rows(self, X: pd.DataFrame, y: np.ndarray, train_rows: np.ndarray, val_rows: np.ndarray,
                  ctx: FitContext):
         """fit() on rows of one table picked by position, as the engine fits a fold. The rows' frames
         are built where the library reads them (`_fit_rows`), so they can go as soon as it has made its
-        own matrices; by default `_fit` gets them."""
+        own matrices; by default `_fit` gets them. The validation rows' scores the fit kept wait for
+        `take_validation_proba`."""
         return self._timed(ctx, lambda: self._fit_rows(X, y, train_rows, val_rows, ctx))
 
     def _timed(self, ctx: FitContext, fit: Callable[[], None]):

@@ -62,3 +62,6 @@ def test_the_kept_validation_scores_are_handed_over_once(adult):
     assert model.take_validation_proba().shape == (len(adult.val_idx), 2)
     assert model.take_validation_proba() is None
     assert "validation_raw_" not in model.__dict__  # not pickled with the model
+    model.fit(adult.X.iloc[adult.train_idx], adult.y[adult.train_idx], adult.X.iloc[adult.val_idx],
+              adult.y[adult.val_idx], FitContext("binary", 2, Placement(1)))
+    assert model.take_validation_proba() is None  # a user's fit keeps nothing it will not be asked for
