@@ -579,6 +579,7 @@ def _reproduce() -> list[str]:
         "of suites",
         "- `--quick`: fewer repeats and smaller data, for development (its results are marked as such)",
         "- `--repeats N`: the same number of repeats for every figure",
+        "- `--sizes 200k,2M`: the scale suite's table sizes (default 200k, 2M and 10M; `--quick`: 20k and 50k)",
         "- `--bio-train PATH`: bio_train.parquet (default `/work/shared/data/bio_train.parquet`)",
         "- `--out DIR`: where the JSON goes (default `bench/results/`); `python -m bench.report --results DIR` "
         "renders another folder",
