@@ -2,9 +2,9 @@
 64/16/20 with the engine's seeded splitter (the same rows), train with the engine's parameters, threads,
 seed and early stopping, and score the test rows.
 
-`python -m bench.plain_scale MODEL PATH [--label label] [--rounds N] [--epochs N]` prints one JSON line:
-the test ROC AUC, the rounds or epochs kept and the seconds of the test predictions. MODEL is lightgbm, xgboost or nn; the parameters are
-those of conf/model/MODEL.yaml with the rounds or epochs given.
+`python -m bench.plain_scale MODEL PATH [--label label] [--rounds N] [--epochs N] [--batch-size N]` prints
+one JSON line: the test ROC AUC, the rounds or epochs kept and the seconds of the test predictions. MODEL
+is lightgbm, xgboost or nn; the parameters are those of conf/model/MODEL.yaml with the values given.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import numpy as np
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 
 
-def engine_params(model: str, rounds: int | None = None, epochs: int | None = None) -> dict:
-    """The parameters of conf/model/MODEL.yaml, with the fixed rounds (GBMs) or epochs (network)."""
+def engine_params(model: str, rounds: int | None = None, epochs: int | None = None,
+                  batch_size: int | None = None) -> dict:
+    """The parameters of conf/model/MODEL.yaml, with the fixed rounds (GBMs) or epochs and batch size
+    (network)."""
     import yaml
 
     params = yaml.safe_load((CONF / f"{model}.yaml").read_text())[model]["params"]
@@ -29,6 +31,8 @@ def engine_params(model: str, rounds: int | None = None, epochs: int | None = No
         params["num_iterations" if model == "lightgbm" else "num_boost_round"] = rounds
     if epochs is not None:
         params.update(max_epochs=epochs, patience=0)
+    if batch_size is not None:
+        params["batch_size"] = batch_size
     return params
 
 
@@ -159,20 +163,28 @@ def nn(path: str, label: str, params: dict, seed: int, threads: int) -> dict:
 MODELS = {"lightgbm": lightgbm, "xgboost": xgboost, "nn": nn}
 
 
-def main(argv=None) -> int:
-    from pipeline.graph.tasks import task_seed
+def task_seed(seed: int, model: str) -> int:
+    """The seed the engine gives trial 0, fold 0 of `model` (pipeline.graph.tasks.task_seed), computed here so
+    that the plain process imports nothing of the engine but its splitter; equal test scores confirm it."""
+    import hashlib
 
+    digest = hashlib.sha256(f"{seed}/{model}/0/0".encode()).digest()
+    return int.from_bytes(digest[:4], "little") % (2**31 - 1)
+
+
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.plain_scale", description=__doc__.split("\n\n")[0])
     p.add_argument("model", choices=sorted(MODELS))
     p.add_argument("path")
     p.add_argument("--label", default="label")
     p.add_argument("--rounds", type=int, default=None, help="boosting rounds (GBMs)")
     p.add_argument("--epochs", type=int, default=None, help="epochs (network), without early stopping")
+    p.add_argument("--batch-size", type=int, default=None, help="rows per batch (network)")
     p.add_argument("--seed", type=int, default=0, help="the engine's seed")
     args = p.parse_args(argv)
-    params = engine_params(args.model, args.rounds, args.epochs)
+    params = engine_params(args.model, args.rounds, args.epochs, args.batch_size)
     threads = len(os.sched_getaffinity(0))
-    out = MODELS[args.model](args.path, args.label, params, task_seed(args.seed, args.model, 0, 0), threads)
+    out = MODELS[args.model](args.path, args.label, params, task_seed(args.seed, args.model), threads)
     print(json.dumps(out))
     return 0
 

@@ -83,7 +83,8 @@ SUITES = {
         "Scale: the engine vs plain scripts at 200k, 2M and 10M rows",
         "Whole processes side by side on a Parquet file of N rows × 20 float32 features (scikit-learn's "
         "`make_classification`, seed 0): `python -m pipeline data=parquet … model=M tracking=none` with fixed "
-        "rounds (300, early stopping as configured) or epochs (2) against `python -m bench.plain_scale M` (pandas "
+        "rounds (300, early stopping as configured) or epochs (2, batches of 4,096 rows) against "
+        "`python -m bench.plain_scale M` (pandas "
         "reads the file, the engine's split, `lgb.train` / `xgb.train` with the engine's parameters, threads, "
         "seed and early stopping, or the engine's network in a plain torch loop over the same standardized "
         "tensors). Wall seconds and peak resident memory of each process (wait4's `ru_maxrss`, measured from a "

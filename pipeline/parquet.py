@@ -48,7 +48,8 @@ def read_parquet(path: Path) -> pd.DataFrame:
         rest = source.read(columns=[schema[p].name for p in others], use_pandas_metadata=False).to_pandas()
         for position, column in zip(others, rest.columns):
             values = rest[column].array
-            values = values.to_numpy().reshape(1, -1) if isinstance(values, pd.arrays.NumpyExtensionArray) else values
+            if isinstance(values, pd.arrays.NumpyExtensionArray):  # a numpy column: a 2D block of one row
+                values = values.to_numpy().reshape(1, -1)
             blocks.append((values, np.asarray([position])))
     from pandas.api.internals import create_dataframe_from_blocks
 

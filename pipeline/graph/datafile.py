@@ -79,7 +79,8 @@ def read_data_file(path: str, fingerprint: str):
     with open(path, "rb") as fh:
         written_for = pickle.load(fh)
         if written_for != fingerprint:
-            raise RuntimeError(f"{path} holds other data (fingerprint {written_for}, this run's is {fingerprint})")
+            raise RuntimeError(f"{path} holds other data (fingerprint {written_for}, "
+                               f"this run's is {fingerprint})")
         index = pickle.load(fh)
         start = _aligned(fh.tell())
         mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)

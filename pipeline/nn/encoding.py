@@ -13,11 +13,13 @@ import numpy as np
 import pandas as pd
 
 CHUNK_ROWS = 65_536  # rows gathered or reduced at a time: temporaries stay this small
+MEDIAN_ROWS = 200_000  # training rows, evenly spaced, a missing value's fill (the median) is taken from
 
 
 @dataclass
 class TabularEncoder:
-    """Fitted on training rows: numeric medians/means/stds and each categorical column's categories.
+    """Fitted on training rows: numeric medians (of at most MEDIAN_ROWS of them), means and stds,
+    and each categorical column's categories.
 
     Code 0 of a categorical column is 'missing or unseen', so embeddings have cardinality + 1 rows.
     """
@@ -39,8 +41,9 @@ class TabularEncoder:
         self.categorical = [c for c in X.columns if isinstance(X[c].dtype, pd.CategoricalDtype)]
         self.categories_ = [list(X[c].cat.categories) for c in self.categorical]
         num = _numbers(X, self.numeric, rows)
+        sample = num[:: max(1, len(num) // MEDIAN_ROWS)]
         with np.errstate(all="ignore"):
-            self.medians_ = (np.nan_to_num(np.nanmedian(num, axis=0)).astype(np.float32) if num.size
+            self.medians_ = (np.nan_to_num(np.nanmedian(sample, axis=0)).astype(np.float32) if num.size
                              else np.empty(0, np.float32))
         _fill(num, self.medians_)
         self.means_ = num.mean(axis=0, dtype=np.float64).astype(np.float32) if num.size else np.empty(0, np.float32)

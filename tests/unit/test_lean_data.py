@@ -36,8 +36,9 @@ def test_the_column_reader_gives_what_pandas_gives(mixed, tmp_path):
 
     path, frame = mixed
     pd.testing.assert_frame_equal(read_parquet(path), pd.read_parquet(path))
-    frame.set_index("i").to_parquet(tmp_path / "indexed.parquet")  # a stored index: pandas reads it
-    pd.testing.assert_frame_equal(read_parquet(tmp_path / "indexed.parquet"), pd.read_parquet(tmp_path / "indexed.parquet"))
+    indexed = tmp_path / "indexed.parquet"
+    frame.set_index("i").to_parquet(indexed)  # a stored index: pandas reads it
+    pd.testing.assert_frame_equal(read_parquet(indexed), pd.read_parquet(indexed))
 
 
 def test_float32_numbers_reach_the_table_where_they_were_read(mixed, monkeypatch):
