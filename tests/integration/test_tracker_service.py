@@ -237,7 +237,7 @@ def test_cluster_jobs_and_sweep_jobs_log_through_processes_of_their_own(tmp_path
         assert tracker._process is not None and not runtime.exists()
     finally:
         tracker.end("FAILED")
-    conf = read_settings(compose([])).tracking
+    conf = read_settings(compose([])).conf.tracking
     assert trackers.mlflow_tracker(conf, tmp_path)._keep_alive_s == conf.keep_alive_s == 600
     assert trackers.mlflow_tracker(conf, tmp_path, sweep_dir=tmp_path / "multirun")._keep_alive_s == 0
 
