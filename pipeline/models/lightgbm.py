@@ -29,6 +29,15 @@ class LightGBMModel(TabularModel):
     library = "LightGBM"
     library_modules = ("lightgbm",)
     memory_estimator = "lightgbm"
+    # The CUDA learner (device_type=cuda) computes gradients, histograms and splits on the device: 1 thread.
+    # The OpenCL learner (device_type=gpu) builds only the histograms there; gradients, split finding and
+    # the row partition stay on the CPU's OpenMP threads, so it keeps OPENCL_FIT_CPUS.
+    gpu_fit_cpus = 1
+    OPENCL_FIT_CPUS = 4
+
+    @classmethod
+    def cpus_on_gpu(cls, params):
+        return cls.OPENCL_FIT_CPUS if _device(params) == "gpu" else cls.gpu_fit_cpus
 
     @classmethod
     def gpu_request(cls, params):
