@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install bytecode run test test-gpu bench docs clean
+.PHONY: install install-gpu bytecode run test test-gpu bench docs clean
 
 install: $(STAMP) bytecode
 
@@ -22,6 +22,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test,ray]'
 	touch $(STAMP)
+
+# LightGBM with its CUDA learner (device_type=cuda), built from the sdist of the version installed:
+# needs nvcc (CUDA toolkit), CMake and a C++ compiler; ninja speeds it up. The PyPI wheel carries
+# only the OpenCL learner. LIGHTGBM_SDIST=path/to/lightgbm-X.tar.gz builds from a local sdist.
+LIGHTGBM_VERSION = $(shell $(PY) -c "import importlib.metadata as m; print(m.version('lightgbm'))" 2>/dev/null)
+install-gpu: install
+	@command -v nvcc >/dev/null || { echo "install-gpu: nvcc not found (install the CUDA toolkit, or put it on PATH)"; exit 1; }
+	@command -v cmake >/dev/null || { echo "install-gpu: cmake not found"; exit 1; }
+	$(PY) -m pip install --force-reinstall --no-deps --no-binary lightgbm \
+		--config-settings=cmake.define.USE_CUDA=ON \
+		$(if $(LIGHTGBM_SDIST),$(LIGHTGBM_SDIST),lightgbm==$(LIGHTGBM_VERSION))
+	$(PY) -c "from pipeline.models.lightgbm_build import cuda_unavailable_reason as r; print('LightGBM CUDA learner:', r() or 'available')"
 
 run: install
 	$(PY) -m pipeline $(ARGS)

@@ -162,6 +162,7 @@ class ModelNeeds:
     gpu_param: str = ""  # the parameter that asks, for messages: "params.device=cuda"
     library: str = ""
     serial_share: float = 0.3  # of a fit's one-thread time that more threads do not shorten (pipeline.payoff)
+    gpu_fit_cpus: int = 1  # CPU threads a fit on a GPU holds when no level sets them (the model's own figure)
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,9 @@ def allocate(
         if needs.wants_gpu and bag.num_gpus > 0:
             concurrent = min(jobs(bag_gpus_set), bag.num_cpus // fit_cpus)
             fit_gpus = derived_gpu_share(bag.num_gpus, concurrent)
+    if fit_request.num_cpus is None and fit_gpus > 0:
+        # a GPU fit holds only the threads its host side uses; the rest stay for fits on the CPUs beside it
+        fit_cpus = min(fit_cpus, needs.gpu_fit_cpus)
     fit = Resources(fit_cpus, fit_gpus)
     _check_model_devices(needs, fit, fit_request, f"{bag_keys[1]}={fmt(bag.num_gpus)}", warn)
 
@@ -278,6 +282,12 @@ def allocate(
         )
     return Allocation(needs.name, folds, num_trials, bag, fit, folds_parallel, trials_parallel,
                       parallel_reason=choice.reason if choice else "")
+
+
+def cpus_beside_gpu_fits(total_cpus: int, allocations: Iterable[Allocation]) -> int:
+    """The CPUs left for models fitting on the CPUs while every GPU model's fits run at once: the
+    total less the threads those fits hold (0 or less: none left, the CPU fits wait for them)."""
+    return total_cpus - sum(a.used.num_cpus for a in allocations if a.fit.num_gpus > 0)
 
 
 def _check_within(request: Request, parent: Resources, parent_keys: tuple[str, str]) -> None:

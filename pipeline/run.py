@@ -23,7 +23,7 @@ from pipeline.errors import ConfigError, Interrupted
 from pipeline.levels import ineffective_bag
 from pipeline.graph.plan import EVALUATE, Plan, build_plan
 from pipeline.quantities import fmt
-from pipeline.resources import allocate
+from pipeline.resources import Resources, allocate, cpus_beside_gpu_fits
 from pipeline.settings import Settings, read_settings
 
 log = logging.getLogger("pipeline")
@@ -141,19 +141,26 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
     memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
     allocations = []
     gpu_capacities = list(hardware.capacities().values())
+    models = []
     for spec in settings.models:
         _warn_overridden(settings, spec)
         needs = spec.cls.needs(spec.name, spec.params)
         num_trials = conf.hpo.trials_for(spec.name, spec.search_space)
 
-        def allocate_for(fit_request, warn=log.warning, needs=needs, num_trials=num_trials):
+        def allocate_for(fit_request, warn=log.warning, needs=needs, num_trials=num_trials, total=hardware.total):
             return allocate(
-                hardware.total, par.bag.request, fit_request, needs, num_folds=par.num_folds, num_trials=num_trials,
+                total, par.bag.request, fit_request, needs, num_folds=par.num_folds, num_trials=num_trials,
                 sequential=par.sequential, gpu_capacities=gpu_capacities, warn=warn,
             )
 
         fit_request = spec.resources.over(par.fit.request)
-        allocation = allocate_for(fit_request)
+        models.append((spec, allocate_for, fit_request, allocate_for(fit_request)))
+    beside = cpus_beside_gpu_fits(hardware.total.num_cpus, [a for *_, a in models])
+    for spec, allocate_for, fit_request, allocation in models:
+        if allocation.fit.num_gpus == 0 and 0 < beside < hardware.total.num_cpus and not par.sequential \
+                and max(fit_request.num_cpus or 0, par.bag.request.num_cpus or 0) <= beside:
+            # the GPU models' fits hold their few threads; this CPU model takes the rest, at the same time
+            allocation = allocate_for(fit_request, warn=None, total=Resources(beside, hardware.total.num_gpus))
         check = getattr(spec.cls, "check_placement", None)
         if check is not None:
             check(spec.name, spec.params, allocation.fit)

@@ -61,7 +61,9 @@ XGB_FIGURES = ("CPU hist seconds", "CUDA seconds", "speed-up CPU/CUDA (wall)", "
 LGB_FIGURES = ("CPU seconds", "OpenCL gpu seconds", "speed-up CPU/GPU (wall)", "speed-up CPU/GPU (model.fit)")
 NN_FIGURES = tuple((f"network on CUDA · {p}", name, unit) for p in ("fp32", "bf16-mixed")
                    for name, unit in (("engine loop rows/s", "rows/s"), ("DataLoader loop rows/s", "rows/s"),
-                                      ("speed-up engine/DataLoader", "x")))
+                                      ("speed-up engine/DataLoader", "x"))) + (
+    ("network on CUDA · fp32", "engine loop rows/s · compile=reduce-overhead", "rows/s"),
+    ("network on CUDA · fp32", "speed-up CUDA graphs/eager", "x"))
 PACK_GROUP = "two 0.5-GPU network fits"
 PACK_FIGURES = ("one after the other seconds", "packed on one GPU seconds", "speed-up (wall)", "speed-up (fit phase)")
 

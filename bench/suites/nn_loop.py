@@ -9,6 +9,7 @@ import time
 from bench.common import Options, cpu_cores, figure, load_data, log, ratios
 
 MEASURED = ("32", "bf16-mixed")  # the precisions a CPU and a GPU both run
+COMPILED = "engine loop rows/s · compile=reduce-overhead"
 
 
 def settings_for(device: str, quick: bool) -> dict:
@@ -39,14 +40,14 @@ def prepare(rows: int, scratch):
     return arrays, spec
 
 
-def engine_loop(arrays, spec, device, precision: str, batch: int, epochs: int) -> list[float]:
+def engine_loop(arrays, spec, device, precision: str, batch: int, epochs: int, compile=False) -> list[float]:
     """rows/s of each training epoch, as the engine's loop records them (evaluation excluded)."""
     import torch
 
     from pipeline import metrics
     from pipeline.nn.loop import Loop, LoopConfig
 
-    config = LoopConfig(batch_size=batch, max_epochs=epochs, patience=0, precision=precision)
+    config = LoopConfig(batch_size=batch, max_epochs=epochs, patience=0, precision=precision, compile=compile)
     loop = Loop(spec, config, "binary", metrics.resolve("auto", "binary"), torch.device(device), seed=0)
     return list(loop.run(arrays).history["rows_per_second"])
 
@@ -105,6 +106,13 @@ def measure(opts: Options, device: str, group_prefix: str, device_name: str) -> 
             figure("DataLoader loop rows/s", plain, "rows/s", group=group, device=device_name),
             figure("speed-up engine/DataLoader", ratios(engine, plain), "x", group=group, device=device_name),
         ]
+        if device == "cuda" and precision == "32":  # the switch params.compile=reduce-overhead, measured
+            graphs = engine_loop(arrays, spec, device, precision, s["batch_size"], s["epochs"] + 1,
+                                 compile="reduce-overhead")[2:]  # epochs 0-1: compile and graph capture
+            figures += [
+                figure(COMPILED, graphs, "rows/s", group=group, device=device_name),
+                figure("speed-up CUDA graphs/eager", ratios(graphs, engine), "x", group=group, device=device_name),
+            ]
     settings = dict(s, train_rows=len(arrays.y), features="20 (4 categorical, embedded)", device=device_name,
                     measured_epochs=s["epochs"] - 1, threads=cpu_cores(), optimizer="AdamW lr 1e-3",
                     network="TabularMLP hidden [256, 128], dropout 0.1")

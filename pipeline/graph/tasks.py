@@ -113,6 +113,7 @@ class FoldResult:
     curve: dict = field(default_factory=dict)  # step -> validation loss, as reported for pruning
     peak_ram: int = 0  # bytes: the fit process's peak resident memory while it fitted and predicted
     peak_gpu: int = 0  # bytes: its peak memory on its most used GPU
+    nvml_devices: tuple = ()  # NVML's indices of the devices it saw the fit's process on
     stopped_by_budget: bool = False  # stopped at a round or epoch for the deadline: a usable, shorter model
 
 
@@ -288,7 +289,7 @@ def run_fit(request: FitRequest) -> FoldResult:
         pid=os.getpid(), host=socket.gethostname(), gpu_ids=request.gpu_ids,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), num_cpus=request.num_cpus,
         pruned=bool(report and report.pruned), curve=dict(report.values) if report else {},
-        peak_ram=peak.ram, peak_gpu=peak.gpu, stopped_by_budget=ctx.stopped_by_budget,
+        peak_ram=peak.ram, peak_gpu=peak.gpu, nvml_devices=tuple(sorted(peak.gpu_devices)), stopped_by_budget=ctx.stopped_by_budget,
     )
 
 

@@ -45,12 +45,14 @@ def _rss() -> int:
 
 
 class PeakMemory:
-    """`with PeakMemory(gpu=True) as peak: ...` then `peak.ram`, `peak.gpu` (bytes)."""
+    """`with PeakMemory(gpu=True) as peak: ...` then `peak.ram`, `peak.gpu` (bytes), and `peak.gpu_devices`:
+    the NVML indices of the devices NVML saw this process use (the plan's device ids)."""
 
     def __init__(self, gpu: bool = False):
         self.watch_gpu = gpu
         self.ram = 0
         self.gpu = 0
+        self.gpu_devices: set[int] = set()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._exact_ram = False
@@ -79,7 +81,7 @@ class PeakMemory:
         if not self._exact_ram:
             self.ram = max(self.ram, _rss())
         if self._nvml is not None:
-            self.gpu = max(self.gpu, self._nvml.used())
+            self.gpu = max(self.gpu, self._nvml.used(self.gpu_devices))
 
     def __exit__(self, *exc) -> None:
         self._sample_once()
@@ -119,9 +121,10 @@ class _NvmlProcess:
             return None
         return cls(pynvml, handles)
 
-    def used(self) -> int:
+    def used(self, seen_on: Optional[set] = None) -> int:
+        """This process's memory on its most used device; the index of each device it is on joins `seen_on`."""
         most = 0
-        for handle in self.handles:
+        for index, handle in enumerate(self.handles):
             try:
                 processes = self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)
             except Exception:
@@ -129,6 +132,8 @@ class _NvmlProcess:
             for p in processes:
                 if p.pid == self.pid and p.usedGpuMemory:
                     most = max(most, int(p.usedGpuMemory))
+                    if seen_on is not None:
+                        seen_on.add(index)
         return most
 
     def close(self) -> None:

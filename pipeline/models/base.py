@@ -74,6 +74,15 @@ class TabularModel(ABC):
     # the share of a fit's one-thread time that more threads do not shorten, which decides how many folds
     # run at once (pipeline.payoff); GBMs on tabular data at a few threads per fit
     thread_serial_share: ClassVar[float] = 0.3
+    # CPU threads a fit on a GPU holds when parallelism.fit.num_cpus (or the model's resources) leaves them
+    # to the engine: what the library does on the host beside the device. The other CPUs stay free, so a
+    # model fitting on the CPUs runs at the same time (pipeline.resources.cpus_beside_gpu_fits).
+    gpu_fit_cpus: ClassVar[int] = 1
+
+    @classmethod
+    def cpus_on_gpu(cls, params: dict) -> int:
+        """`gpu_fit_cpus` for these params (a library whose GPU learners differ overrides it)."""
+        return cls.gpu_fit_cpus
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
@@ -88,7 +97,8 @@ class TabularModel(ABC):
     @classmethod
     def needs(cls, name: str, params: dict) -> ModelNeeds:
         wants, requires, param = cls.gpu_request(params)
-        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library, cls.thread_serial_share)
+        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library, cls.thread_serial_share,
+                          cls.cpus_on_gpu(params))
 
     @classmethod
     def memory_estimate(cls, params: dict, fit, on_gpu: bool):

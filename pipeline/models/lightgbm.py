@@ -29,6 +29,15 @@ class LightGBMModel(TabularModel):
     library = "LightGBM"
     library_modules = ("lightgbm",)
     memory_estimator = "lightgbm"
+    # The CUDA learner (device_type=cuda) computes gradients, histograms and splits on the device: 1 thread.
+    # The OpenCL learner (device_type=gpu) builds only the histograms there; gradients, split finding and
+    # the row partition stay on the CPU's OpenMP threads, so it keeps OPENCL_FIT_CPUS.
+    gpu_fit_cpus = 1
+    OPENCL_FIT_CPUS = 4
+
+    @classmethod
+    def cpus_on_gpu(cls, params):
+        return cls.OPENCL_FIT_CPUS if _device(params) == "gpu" else cls.gpu_fit_cpus
 
     @classmethod
     def gpu_request(cls, params):
@@ -58,7 +67,10 @@ class LightGBMModel(TabularModel):
         device = _device(params)
         if device not in ("gpu", "cuda"):
             return
-        error = probe({**params, "device_type": device}, env or {})
+        checked = {**params, "device_type": device}
+        if device == "gpu" and "gpu_platform_id" not in params:
+            checked.update(_opencl_platform())  # the platform the fit will use
+        error = probe(checked, env or {})
         if error is not None:
             raise HardwareError(
                 f"model.{name}.params.device_type={device}: this LightGBM cannot train on the GPU "
@@ -89,9 +101,11 @@ class LightGBMModel(TabularModel):
         on_gpu = _device(params) in ("gpu", "cuda")
         if on_gpu and ctx.placement.local_gpus:
             params["gpu_device_id"] = lightgbm_device_id(ctx.placement.local_gpus)
+        if _device(params) == "gpu" and "gpu_platform_id" not in params:
+            params.update(_opencl_platform())
         if on_gpu:
             announced = device_log()
-            announced.device = None
+            announced.device = announced.vendor = None
             # Info level, so the learner names its device; DeviceLog keeps LightGBM's lines at debug level.
             params["verbosity"] = max(1, int(params.get("verbosity", 1)))
         record: dict = {}
@@ -112,6 +126,7 @@ class LightGBMModel(TabularModel):
         if on_gpu and announced.device:
             kind = "opencl" if _device(params) == "gpu" else "cuda"
             self.device_ = f"{kind}:{lightgbm_device_id(ctx.placement.local_gpus) or 0} ({announced.device})"
+            self.device_vendor_ = announced.vendor
         self.history_ = {f"valid_{k}": list(v) for k, v in record.get("valid", {}).items()}
 
     def _predict(self, X):
@@ -128,6 +143,15 @@ class LightGBMModel(TabularModel):
     def feature_importance(self) -> Optional[dict[str, float]]:
         gains = self.booster_.feature_importance(importance_type="gain")
         return dict(zip(self.booster_.feature_name(), map(float, gains)))
+
+
+def _opencl_platform() -> dict:
+    """The first OpenCL platform with a GPU device, for the OpenCL learner: LightGBM's default platform
+    may be another runtime's (PoCL's CPU device) on a box that has both. {} when none has a GPU."""
+    from pipeline.models.lightgbm_build import opencl_gpu_platforms
+
+    platforms = opencl_gpu_platforms()
+    return {"gpu_platform_id": platforms[0]} if platforms else {}
 
 
 def _validation_scores(booster):

@@ -18,7 +18,7 @@ from typing import Mapping, Optional
 
 GPU_KEYS = ("device_type", "max_bin", "gpu_platform_id", "gpu_use_dp")  # what selects the kernels the probe builds
 PROBE_TIMEOUT_S = 900  # an OpenCL runtime compiling its kernels for the first time (PoCL: ~40 s)
-_DEVICE_LINE = re.compile(r"Using (?:GPU|CUDA) Device: ?(?P<name>[^,]+)")
+_DEVICE_LINE = re.compile(r"Using (?:GPU|CUDA) Device: ?(?P<name>[^,]+)(?:, Vendor: ?(?P<vendor>.+))?")
 
 log = logging.getLogger("lightgbm")
 PROBE = "import sys; from pipeline.models.lightgbm_gpu import _main; sys.exit(_main(sys.argv[1:]))"
@@ -46,15 +46,18 @@ def probe(params: dict, env: Mapping[str, str]) -> Optional[str]:
 
 class DeviceLog:
     """LightGBM's log as debug lines of the `lightgbm` logger (hydra.verbose=lightgbm shows them),
-    remembering the device a GPU learner announced."""
+    remembering the device a GPU learner announced and its vendor (the OpenCL learner names both:
+    PoCL's CPU device shows as a CPU vendor, an NVIDIA card as NVIDIA Corporation)."""
 
     def __init__(self):
         self.device: Optional[str] = None
+        self.vendor: Optional[str] = None
 
     def info(self, message: str) -> None:
         match = _DEVICE_LINE.search(message)
         if match:
             self.device = match.group("name").strip()
+            self.vendor = (match.group("vendor") or "").strip() or None
         log.debug(message.rstrip())
 
     def warning(self, message: str) -> None:

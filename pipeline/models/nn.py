@@ -15,6 +15,9 @@ class TorchMLPModel(TabularModel):
     # at a time with 2 threads and 31.5 s two at once with 1 thread each, which this share reproduces.
     thread_serial_share = 0.75
 
+    # On a GPU the training rows sit on the device and batches are gathered there: one thread launches
+    # the kernels (the encoding of the frame before the loop is single-threaded pandas/numpy)
+    gpu_fit_cpus = 1
     memory_hint = "a smaller model.{name}.params.batch_size or hidden_sizes"
     memory_estimator = "network"
 

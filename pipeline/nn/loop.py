@@ -27,7 +27,8 @@ from pipeline.errors import HardwareError
 from pipeline.metrics import Metric
 from pipeline.nn.network import NetSpec
 from pipeline.nn.options import (
-    EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, largest_batch, scaled_lr,
+    COMPILE_MODES, EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, largest_batch,
+    optimizer_options, scaled_lr,
 )
 
 log = logging.getLogger(__name__)
@@ -119,9 +120,10 @@ class Loop:
 
             model = DistributedDataParallel(module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if self.cfg.compile:
-            model = torch.compile(model)
+            model = torch.compile(model, mode=COMPILE_MODES[self.cfg.compile])
         lr = scaled_lr(self.cfg.learning_rate, self.world, self.cfg.lr_scaling)
-        optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=self.cfg.weight_decay)
+        optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=self.cfg.weight_decay,
+                                      **optimizer_options(self.device.type))
         scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype is torch.float16)
         generator = torch.Generator().manual_seed(self.seed)
         result = LoopResult(state_dict={}, batch_size=batch)

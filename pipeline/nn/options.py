@@ -29,6 +29,8 @@ DEFAULTS = {
     "compile": False,
 }
 DEVICES = ("auto", "cpu", "cuda")
+COMPILE_MODES = {False: None, True: "default", "default": "default", "reduce-overhead": "reduce-overhead",
+                 "max-autotune": "max-autotune"}  # params.compile -> torch.compile's mode (None: eager)
 PRECISIONS = {"32": None, "16-mixed": "float16", "bf16-mixed": "bfloat16"}  # Lightning's names -> autocast dtype
 LR_SCALING = {"none": lambda n: 1.0, "linear": float, "sqrt": math.sqrt}  # learning-rate factor for n devices
 EVAL_BATCH = 65_536  # rows the network scores at a time (validation, test, prediction)
@@ -61,8 +63,9 @@ def check(params: dict, key: str = "params") -> dict:
         raise ConfigError(f"{key}.learning_rate={p['learning_rate']!r} must be > 0")
     if not _number(key, "weight_decay", p["weight_decay"]) >= 0:
         raise ConfigError(f"{key}.weight_decay={p['weight_decay']!r} must be >= 0")
-    if not isinstance(p["compile"], bool):
-        raise ConfigError(f"{key}.compile={p['compile']!r} must be true or false")
+    if not isinstance(p["compile"], (bool, str)) or p["compile"] not in COMPILE_MODES:
+        raise ConfigError(f"{key}.compile={p['compile']!r} must be false, true (torch.compile's default mode), "
+                          "reduce-overhead (CUDA graphs: one launch a step on a GPU) or max-autotune")
     hidden = p["hidden_sizes"]
     if isinstance(hidden, (str, bytes)) or not all(_is_int(h, 1) for h in _iterable(hidden)):
         raise ConfigError(f"{key}.hidden_sizes={hidden!r} must be a list of positive ints")
@@ -76,6 +79,12 @@ def check_precision(precision: str, on_cuda: bool, key: str = "params") -> None:
             f"{key}.precision=16-mixed needs a CUDA device but this fit has none; "
             "on the CPU use precision=bf16-mixed or 32"
         )
+
+
+def optimizer_options(device_type: str) -> dict:
+    """AdamW's implementation for a device: on CUDA the fused kernel (one launch updates every parameter,
+    where the default for-each path launches several a step); on the CPU the default, unchanged."""
+    return {"fused": True} if device_type == "cuda" else {}
 
 
 def scaled_lr(lr: float, world_size: int, rule: str) -> float:
@@ -101,7 +110,7 @@ class LoopConfig:
     weight_decay: float = DEFAULTS["weight_decay"]
     precision: str = DEFAULTS["precision"]
     accumulate_grad_batches: int = DEFAULTS["accumulate_grad_batches"]
-    compile: bool = DEFAULTS["compile"]
+    compile: Union[bool, str] = DEFAULTS["compile"]
     lr_scaling: str = DEFAULTS["lr_scaling"]
 
     def __post_init__(self):

@@ -257,3 +257,24 @@ def test_peak_memory_sees_a_transient_allocation_and_resets_between_blocks():
     with PeakMemory() as small:
         pass
     assert big.ram - small.ram > 300 * MiB
+
+
+def test_the_devices_nvml_sees_a_process_on_are_recorded(monkeypatch):
+    """NVML lists this process on device 1 of three: the peak is its memory there, and device 1 is recorded."""
+    import os
+    import sys
+    from types import SimpleNamespace
+
+    from pipeline.memory.measure import PeakMemory
+
+    me, other = os.getpid(), os.getpid() + 1
+    on = {0: [SimpleNamespace(pid=other, usedGpuMemory=9 << 20)], 1: [SimpleNamespace(pid=me, usedGpuMemory=5 << 20)],
+          2: []}
+    fake = SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 3,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetComputeRunningProcesses=lambda h: on[h],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with PeakMemory(gpu=True) as peak:
+        pass
+    assert peak.gpu == 5 << 20 and peak.gpu_devices == {1}

@@ -153,7 +153,7 @@ def test_network_loop_does_not_import_the_model_and_options_import_no_torch():
         ({"patience": -1}, r"params\.patience=-1 must be an integer >= 0"),
         ({"learning_rate": 0}, r"params\.learning_rate=0 must be > 0"),
         ({"hidden_sizes": "64"}, r"params\.hidden_sizes='64' must be a list of positive ints"),
-        ({"compile": "yes"}, r"params\.compile='yes' must be true or false"),
+        ({"compile": "yes"}, r"params\.compile='yes' must be false, true"),
     ],
 )
 def test_network_options_are_checked_in_one_place(params, message):

@@ -193,3 +193,23 @@ def test_torch_compile_trains():
     result = run(LoopConfig(batch_size=64, max_epochs=2, patience=0, compile=True, learning_rate=0.01))
     assert np.isfinite(result.history["train_loss"]).all()
     assert result.history["train_loss"][1] < result.history["train_loss"][0]
+
+
+def test_adamw_is_fused_on_cuda_and_unchanged_on_the_cpu():
+    """One kernel updates every parameter on a GPU; CPU fits keep the default path (and their results)."""
+    from pipeline.nn.options import optimizer_options
+
+    assert optimizer_options("cuda") == {"fused": True}
+    assert optimizer_options("cpu") == {}
+
+
+@pytest.mark.parametrize("value, ok", [(True, True), (False, True), ("reduce-overhead", True),
+                                       ("max-autotune", True), ("fast", False), (1, False)])
+def test_compile_takes_torch_compiles_modes(value, ok):
+    from pipeline.nn.options import check
+
+    if ok:
+        check({"compile": value})
+    else:
+        with pytest.raises(ConfigError, match="compile=.* must be false, true .*reduce-overhead"):
+            check({"compile": value})

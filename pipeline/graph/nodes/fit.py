@@ -50,6 +50,7 @@ class FitNode(NodeKind):
                 "num_cpus": request.num_cpus, "device_ids": list(result.gpu_ids),
                 "gpu_shares": [float(s) for s in request.gpu_shares],
                 "cuda_visible_devices": result.cuda_visible_devices, "device": result.device,
+                "nvml_devices": list(getattr(result, "nvml_devices", ())),  # () for a result kept before it was recorded
                 "cached": result.cached, "attempt": result.attempt, "pruned": result.pruned,
                 "stopped_by_budget": getattr(result, "stopped_by_budget", False),  # False: a result cached before it was kept
                 **_memory(ctx.plan.allocation(task.model).memory, result),
