@@ -62,7 +62,7 @@ def check_after_loading(settings: Settings, checked: Checked, problem_type: str)
 def check_params(settings: Settings, problem_type: Optional[str]) -> None:
     """Every model's library parameters (a misspelt one is a ConfigError naming the closest)."""
     for spec in settings.models:
-        spec.cls.check_params(spec.name, spec.params, problem_type)
+        spec.cls.check_params(spec.name, spec.all_params, problem_type)
 
 
 def check_gpu_models(settings: Settings, hardware) -> None:

@@ -72,6 +72,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
     cluster = _look_at_cluster(settings)
     plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)
+    settings = settings.on_devices({a.model: a.device for a in plan.allocations})  # the library params follow
     if cluster is not None:
         cluster.check(plan)
     check_environment(settings, plan, on_cluster=cluster is not None)
@@ -141,28 +142,45 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
     memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
     allocations = []
     gpu_capacities = list(hardware.capacities().values())
+    fit_shape = memory.fit_shape(memory.shape) if memory.shape is not None else None
     for spec in settings.models:
         _warn_overridden(settings, spec)
-        needs = spec.cls.needs(spec.name, spec.params)
         num_trials = conf.hpo.trials_for(spec.name, spec.search_space)
 
-        def allocate_for(fit_request, warn=log.warning, needs=needs, num_trials=num_trials):
+        def allocate_for(fit_request, needs, warn=log.warning, num_trials=num_trials):
             return allocate(
                 hardware.total, par.bag.request, fit_request, needs, num_folds=par.num_folds, num_trials=num_trials,
                 sequential=par.sequential, gpu_capacities=gpu_capacities, warn=warn,
             )
 
         fit_request = spec.resources.over(par.fit.request)
-        allocation = allocate_for(fit_request)
+        choice = _device(spec, hardware, fit_shape, lambda needs, r=fit_request: allocate_for(r, needs, None))
+        spec = spec.on(choice.device)
+        needs = spec.cls.needs(spec.name, spec.params)
+        allocation = allocate_for(fit_request, needs)
         check = getattr(spec.cls, "check_placement", None)
         if check is not None:
             check(spec.name, spec.params, allocation.fit)
         # GPU memory may raise a fit's share: the same request with that share, already warned about
-        raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
-            dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
-        allocations.append(memory.plan(spec, allocation, raised))
+        raised = lambda share, r=fit_request, needs=needs: allocate_for(  # noqa: E731
+            dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), needs, None)
+        allocation = memory.plan(spec, allocation, raised)
+        allocations.append(dataclasses.replace(allocation, device=choice.device, device_reason=choice.reason))
     return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=conf.refit,
                       stack_levels=conf.stack_levels)
+
+
+def _device(spec, hardware, fit_shape, allocate_needs):
+    """The model's device (pipeline.device_choice). Its CPU estimate is for the threads the model's fit
+    would get on the CPU: `allocate_needs(needs)` allocates the fit for `needs`."""
+    from pipeline.device_choice import choose
+
+    cpu_threads = hardware.num_cpus
+    if hardware.num_gpus > 0 and fit_shape is not None:
+        on_cpu = spec.cls.needs(spec.name, spec.on("cpu").params)
+        cpu_threads = allocate_needs(dataclasses.replace(on_cpu, wants_gpu=False, requires_gpu=False)).fit.num_cpus
+    return choose(spec.name, spec.conf.device, spec.cls, spec.all_params, fit_shape, hardware.num_gpus, cpu_threads,
+                  log.warning)
 
 
 def _warn_overridden(settings: Settings, spec) -> None:

@@ -74,6 +74,7 @@ class TabularModel(ABC):
     # the share of a fit's one-thread time that more threads do not shorten, which decides how many folds
     # run at once (pipeline.payoff); GBMs on tabular data at a few threads per fit
     thread_serial_share: ClassVar[float] = 0.3
+    cost_library: ClassVar[str] = ""  # the library's name in the fit-time calibration (pipeline/fit_costs.yaml)
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
@@ -87,8 +88,34 @@ class TabularModel(ABC):
 
     @classmethod
     def needs(cls, name: str, params: dict) -> ModelNeeds:
+        from pipeline.fit_cost import calibration
+
         wants, requires, param = cls.gpu_request(params)
-        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library, cls.thread_serial_share)
+        packs, why = calibration().packing_pays(cls.cost_library) if cls.cost_library else (True, "")
+        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library, cls.thread_serial_share,
+                          packs, why)
+
+    # ---- the device (pipeline.device_choice)
+    @classmethod
+    def explicit_device(cls, params: dict) -> Optional[tuple[str, str]]:
+        """('cpu' or 'cuda', 'params.<key>=<value>') when the params name the library's device themselves."""
+        return None
+
+    @classmethod
+    def on_device(cls, params: dict, device: str) -> dict:
+        """The params with the library's device parameters for `device` ('cpu' or 'cuda'); a device the
+        params name themselves stays."""
+        return dict(params)
+
+    @classmethod
+    def cost_learners(cls, params: dict) -> tuple[str, str, str]:
+        """The calibration's CPU and GPU learners for these params, and the GPU learner's name for messages."""
+        return f"{cls.cost_library}/cpu", f"{cls.cost_library}/cuda", "CUDA"
+
+    @classmethod
+    def fit_work(cls, params: dict, fit) -> float:
+        """One fit's work in the calibration's unit, for a pipeline.memory.estimates.FitShape."""
+        return 0.0
 
     @classmethod
     def memory_estimate(cls, params: dict, fit, on_gpu: bool):

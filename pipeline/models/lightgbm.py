@@ -16,6 +16,10 @@ GPU_HELP = (
     "pip install lightgbm --no-binary lightgbm --config-settings=cmake.define.USE_CUDA=ON"
 )
 OBJECTIVES = {"binary": "binary", "multiclass": "multiclass", "regression": "regression"}
+# num_iterations and its aliases, as LightGBM reads them; the first present sets a fit's most rounds
+ROUNDS = ("num_iterations", "num_iteration", "n_iter", "num_tree", "num_trees", "num_round", "num_rounds",
+          "nrounds", "num_boost_round", "n_estimators", "max_iter")
+DEFAULT_ROUNDS = 100
 
 
 def _device(params: dict) -> str:
@@ -29,6 +33,37 @@ class LightGBMModel(TabularModel):
     library = "LightGBM"
     library_modules = ("lightgbm",)
     memory_estimator = "lightgbm"
+    cost_library = "lightgbm"
+
+    @classmethod
+    def explicit_device(cls, params):
+        for key in ("device_type", "device"):
+            if key in params:
+                device = str(params[key]).lower()
+                return ("cuda" if device in ("gpu", "cuda") else "cpu"), f"params.{key}={device}"
+        return None
+
+    @classmethod
+    def on_device(cls, params, device):
+        """The CUDA learner where this LightGBM has one, else the OpenCL learner (device_type=gpu)."""
+        from pipeline.models.lightgbm_build import lightgbm_cuda_available
+
+        if device != "cuda" or cls.explicit_device(params) is not None:
+            return dict(params)
+        return {**params, "device_type": "cuda" if lightgbm_cuda_available() else "gpu"}
+
+    @classmethod
+    def cost_learners(cls, params):
+        from pipeline.models.lightgbm_build import lightgbm_cuda_available
+
+        device = _device(params)
+        cuda = device == "cuda" or (device != "gpu" and lightgbm_cuda_available())
+        return ("lightgbm/cpu", "lightgbm/cuda", "CUDA") if cuda else ("lightgbm/cpu", "lightgbm/opencl", "OpenCL")
+
+    @classmethod
+    def fit_work(cls, params, fit):
+        rounds = next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS)
+        return fit.train * fit.features * int(rounds) / 1e9
 
     @classmethod
     def gpu_request(cls, params):

@@ -32,6 +32,28 @@ class XGBoostModel(TabularModel):
     library = "XGBoost"
     library_modules = ("xgboost",)
     memory_estimator = "xgboost"
+    cost_library = "xgboost"
+
+    @classmethod
+    def explicit_device(cls, params):
+        if "device" not in params:
+            return None
+        device = _device(params)
+        return ("cuda" if device.startswith("cuda") or device == "gpu" else "cpu"), f"params.device={device}"
+
+    @classmethod
+    def on_device(cls, params, device):
+        if cls.explicit_device(params) is not None:
+            return dict(params)
+        return {**params, "device": device}
+
+    @classmethod
+    def cost_learners(cls, params):
+        return "xgboost/hist", "xgboost/cuda", "CUDA"
+
+    @classmethod
+    def fit_work(cls, params, fit):
+        return fit.train * fit.features * int(params.get("num_boost_round", 1000)) / 1e9
 
     @classmethod
     def gpu_request(cls, params):
