@@ -70,8 +70,13 @@ def check_gpu_models(settings: Settings, hardware) -> None:
     that would put them on the CPU."""
     if hardware.total.num_gpus:
         return
-    asking = [(spec.name, needs.gpu_param) for spec in settings.models
-              if (needs := spec.cls.needs(spec.name, spec.params)).requires_gpu]
+    asking = []
+    for spec in settings.models:
+        needs = spec.cls.needs(spec.name, spec.params)
+        if needs.requires_gpu:
+            asking.append((spec.name, needs.gpu_param))
+        elif spec.conf.device == "cuda" and spec.cls.explicit_device(spec.params) is None:
+            asking.append((spec.name, "device=cuda"))
     if not asking:
         return
     named = ", ".join(f"{name} ({param})" for name, param in asking)

@@ -91,14 +91,14 @@ def test_lightgbm_opencl_learner_trains_on_the_gpu(adult):
 def test_gbm_gpu_lightgbm_fits_are_repeatable_on_the_gpu(adult, compose):
     """model=gbm_gpu's LightGBM params (gpu_use_dp) on NVIDIA's OpenCL runtime: three fits with one seed, one
     model. In single precision the test ROC AUC on bio_train varied from 0.99388 to 0.99464 on an H100."""
-    from omegaconf import OmegaConf
-
     from pipeline.models.lightgbm_gpu import probe
+    from pipeline.settings import read_settings
 
     error = probe({"device_type": "gpu"}, {"CUDA_VISIBLE_DEVICES": "0"})
     if error is not None:
         pytest.skip(f"no OpenCL device for LightGBM ({error})")
-    params = OmegaConf.to_container(compose(["model=gbm_gpu"]).model.lightgbm.params)
+    (spec,) = [s for s in read_settings(compose(["model=gbm_gpu"])).models if s.name == "lightgbm"]
+    params = spec.on("cuda").params  # as on the GPU: gbm_gpu's gpu_params laid over its params
     params.update(num_iterations=100, early_stopping_round=0, verbosity=-1)
     test = adult.X.iloc[adult.test_idx]
     predictions = [fit(LightGBMModel(params, "lightgbm"), adult).predict_proba(test) for _ in range(3)]
@@ -125,8 +125,8 @@ def test_two_half_gpu_network_fits_share_one_device(cli, tmp_path):
 
 @pytest.mark.skipif("device_count() < 2")
 def test_gbm_fits_on_two_devices_at_once(cli, tmp_path):
-    cli("+hardware=2gpu", "model=gbm_gpu", "parallelism.fit.num_cpus=1", "model.lightgbm.params.device_type=cpu",
-        "model.lightgbm.resources.num_gpus=0", "data.max_rows=20000", "tracking=none", check=True, timeout=600)
+    cli("+hardware=2gpu", "model=gbm_gpu", "parallelism.fit.num_cpus=1", "model.lightgbm.device=cpu",
+        "model.xgboost.device=cuda", "model.lightgbm.resources.num_gpus=0", "data.max_rows=20000", "tracking=none", check=True, timeout=600)
     (run_dir,) = run_dirs(tmp_path)
     timeline = json.loads((run_dir / "timeline.json").read_text())
     xgb = [e for e in timeline if e["model"] == "xgboost"]
@@ -158,7 +158,7 @@ def test_ddp_on_two_gpus_matches_one_gpu():
 
 @pytest.mark.parametrize("model,overrides", [
     ("nn_gpu", ["model.nn.params.max_epochs=1"]),
-    ("xgboost", ["model.xgboost.params.device=cuda", "model.xgboost.params.num_boost_round=20"]),
+    ("xgboost", ["model.xgboost.device=cuda", "model.xgboost.params.num_boost_round=20"]),
 ])
 def test_gpu_memory_estimates_are_within_a_factor_of_two_of_the_measured_peaks(cli, tmp_path, model, overrides):
     """The GPU estimate (CUDA context, device matrix or tensors, activations) beside NVML's peak for the
