@@ -93,3 +93,16 @@ def choose(name: str, requested: str, cls, params: dict, fit, gpus: Fraction, cp
         learner = cls.cost_learners(params)[1]
         return DeviceChoice("cpu", f"cpu: auto, and {learner} has no measured fit times (pipeline/fit_costs.yaml)")
     return DeviceChoice(est.faster, f"{est.faster}: {est.says(est.faster)}")
+
+
+def model_device(spec, hardware, fit, allocate_needs, warn=None) -> DeviceChoice:
+    """`choose` for a configured model (a pipeline.settings.ModelSpec) on the run's hardware. Its CPU
+    estimate is for the threads the model's fit would get on the CPU: `allocate_needs(needs)` allocates
+    the fit for a pipeline.resources.ModelNeeds."""
+    import dataclasses
+
+    cpu_threads = hardware.num_cpus
+    if hardware.num_gpus > 0 and fit is not None:
+        on_cpu = spec.cls.needs(spec.name, spec.on("cpu").params)
+        cpu_threads = allocate_needs(dataclasses.replace(on_cpu, wants_gpu=False, requires_gpu=False)).fit.num_cpus
+    return choose(spec.name, spec.conf.device, spec.cls, spec.all_params, fit, hardware.num_gpus, cpu_threads, warn)

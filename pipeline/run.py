@@ -131,6 +131,7 @@ class Components:
 def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Optional[hw.Machine] = None) -> Plan:
     """Validate the resource hierarchy and the memory of every model and build the execution graph, for
     `machine` (a Ray cluster's, from the root's look at it), else this machine."""
+    from pipeline.device_choice import model_device
     from pipeline.memory.planner import MemoryPlanner
 
     machine = machine or hw.detect()
@@ -154,7 +155,8 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
             )
 
         fit_request = spec.resources.over(par.fit.request)
-        choice = _device(spec, hardware, fit_shape, lambda needs, r=fit_request: allocate_for(r, needs, None))
+        choice = model_device(spec, hardware, fit_shape, lambda needs, r=fit_request: allocate_for(r, needs, None),
+                              log.warning)
         spec = spec.on(choice.device)
         needs = spec.cls.needs(spec.name, spec.params)
         allocation = allocate_for(fit_request, needs)
@@ -168,19 +170,6 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
         allocations.append(dataclasses.replace(allocation, device=choice.device, device_reason=choice.reason))
     return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=conf.refit,
                       stack_levels=conf.stack_levels)
-
-
-def _device(spec, hardware, fit_shape, allocate_needs):
-    """The model's device (pipeline.device_choice). Its CPU estimate is for the threads the model's fit
-    would get on the CPU: `allocate_needs(needs)` allocates the fit for `needs`."""
-    from pipeline.device_choice import choose
-
-    cpu_threads = hardware.num_cpus
-    if hardware.num_gpus > 0 and fit_shape is not None:
-        on_cpu = spec.cls.needs(spec.name, spec.on("cpu").params)
-        cpu_threads = allocate_needs(dataclasses.replace(on_cpu, wants_gpu=False, requires_gpu=False)).fit.num_cpus
-    return choose(spec.name, spec.conf.device, spec.cls, spec.all_params, fit_shape, hardware.num_gpus, cpu_threads,
-                  log.warning)
 
 
 def _warn_overridden(settings: Settings, spec) -> None:
