@@ -62,7 +62,7 @@ def check_after_loading(settings: Settings, checked: Checked, problem_type: str)
 def check_params(settings: Settings, problem_type: Optional[str]) -> None:
     """Every model's library parameters (a misspelt one is a ConfigError naming the closest)."""
     for spec in settings.models:
-        spec.cls.check_params(spec.name, spec.params, problem_type)
+        spec.cls.check_params(spec.name, spec.all_params, problem_type)
 
 
 def check_gpu_models(settings: Settings, hardware) -> None:
@@ -70,8 +70,13 @@ def check_gpu_models(settings: Settings, hardware) -> None:
     that would put them on the CPU."""
     if hardware.total.num_gpus:
         return
-    asking = [(spec.name, needs.gpu_param) for spec in settings.models
-              if (needs := spec.cls.needs(spec.name, spec.params)).requires_gpu]
+    asking = []
+    for spec in settings.models:
+        needs = spec.cls.needs(spec.name, spec.params)
+        if needs.requires_gpu:
+            asking.append((spec.name, needs.gpu_param))
+        elif spec.conf.device == "cuda" and spec.cls.explicit_device(spec.params) is None:
+            asking.append((spec.name, "device=cuda"))
     if not asking:
         return
     named = ", ".join(f"{name} ({param})" for name, param in asking)

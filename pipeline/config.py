@@ -68,10 +68,12 @@ class ParallelismConf:
 
 @dataclass
 class ModelSpecConf:
-    """One model: its class, the library's own parameters, its base-model resources."""
+    """One model: its class, the library's own parameters, its device, its base-model resources."""
 
     _target_: str = MISSING
     params: Dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"  # auto | cpu | cuda; auto: the planner's estimate picks (pipeline.device_choice)
+    gpu_params: Dict[str, Any] = field(default_factory=dict)  # laid over params when the model runs on a GPU
     resources: ResourcesConf = field(default_factory=ResourcesConf)
     search_space: Dict[str, SearchDimConf] = field(default_factory=dict)
 

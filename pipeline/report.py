@@ -51,6 +51,10 @@ def plan_tree(plan: Plan) -> Tree:
             f"{a.trials_parallel} in parallel; uses {used.num_cpus} CPU / {fmt(used.num_gpus)} GPU "
             f"({a.folds_parallel * a.trials_parallel} fits at once)"
         )
+        if a.device_reason:
+            node.add(f"device {a.device_reason}")
+        if a.packing_reason:
+            node.add(f"[dim]{a.packing_reason}[/dim]")
         if a.parallel_reason:
             node.add(f"[dim]{a.parallel_reason}[/dim]")
         levels = level_counts(by_model[a.model])

@@ -163,6 +163,8 @@ class ModelNeeds:
     library: str = ""
     serial_share: float = 0.3  # of a fit's one-thread time that more threads do not shorten (pipeline.payoff)
     gpu_fit_cpus: int = 1  # CPU threads a fit on a GPU holds when no level sets them (the model's own figure)
+    gpu_packing: bool = True  # derived fractional GPU shares may share a device (pipeline.fit_cost's packing)
+    packing_reason: str = ""  # why not, when they may not
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,9 @@ class Allocation:
     trials_parallel: int
     memory: Any = None  # pipeline.memory.budget.ModelMemory, once memory is planned
     parallel_reason: str = ""  # why this many folds run at once, when the engine chose it
+    device: str = "cpu"  # cpu | cuda: where the model fits (pipeline.device_choice)
+    device_reason: str = ""
+    packing_reason: str = ""  # why its derived GPU shares do not share a device, when packing would lose
 
     @property
     def reservation(self) -> Resources:
@@ -241,11 +246,14 @@ def allocate(
     if fit_cpus is None:
         fit_cpus = max(1, bag.num_cpus // jobs(bag_cpus_set))
     fit_gpus = fit_request.num_gpus
+    packing_reason = ""
     if fit_gpus is None:
         fit_gpus = ZERO
         if needs.wants_gpu and bag.num_gpus > 0:
             concurrent = min(jobs(bag_gpus_set), bag.num_cpus // fit_cpus)
             fit_gpus = derived_gpu_share(bag.num_gpus, concurrent)
+            if fit_gpus < 1 and not needs.gpu_packing:  # one fit per device: the others wait their turn
+                fit_gpus, packing_reason = min(Fraction(1), bag.num_gpus), needs.packing_reason
     if fit_request.num_cpus is None and fit_gpus > 0:
         # a GPU fit holds only the threads its host side uses; the rest stay for fits on the CPUs beside it
         fit_cpus = min(fit_cpus, needs.gpu_fit_cpus)
@@ -281,7 +289,7 @@ def allocate(
             f"({fmt(total.num_gpus)} GPU); {fix}"
         )
     return Allocation(needs.name, folds, num_trials, bag, fit, folds_parallel, trials_parallel,
-                      parallel_reason=choice.reason if choice else "")
+                      parallel_reason=choice.reason if choice else "", packing_reason=packing_reason)
 
 
 def cpus_beside_gpu_fits(total_cpus: int, allocations: Iterable[Allocation]) -> int:
@@ -341,7 +349,8 @@ def gpu_slots(share: Fraction, capacities: Sequence[Fraction]) -> int:
 
 
 class DevicePool:
-    """Free CPUs and per-device GPU capacity; packs shares first-fit, filling a device before the next."""
+    """Free CPUs and per-device GPU capacity. A share of a device goes to the device with the most room
+    left (lowest id first), so fits spread over idle devices and share one only when they outnumber them."""
 
     def __init__(self, num_cpus: int, capacities: dict[int, Fraction]):
         self.num_cpus = num_cpus
@@ -369,11 +378,11 @@ class DevicePool:
     def _place(self, gpus: Fraction) -> Optional[tuple[tuple[int, Fraction], ...]]:
         if gpus == 0:
             return ()
-        if gpus < 1:
-            for device, free in self.free.items():
-                if free >= gpus:
-                    return ((device, gpus),)
-            return None
+        if gpus < 1:  # the device with the most room: idle devices first, shared only when all are busy
+            fits = [d for d, free in self.free.items() if free >= gpus]
+            if not fits:
+                return None
+            return ((max(fits, key=lambda d: (self.free[d], -d)), gpus),)
         whole = [d for d, free in self.free.items() if free == self.capacity[d] and free >= 1]
         if len(whole) < gpus:
             return None

@@ -72,6 +72,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
     cluster = _look_at_cluster(settings)
     plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)
+    settings = settings.on_devices({a.model: a.device for a in plan.allocations})  # the library params follow
     if cluster is not None:
         cluster.check(plan)
     check_environment(settings, plan, on_cluster=cluster is not None)
@@ -130,6 +131,7 @@ class Components:
 def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Optional[hw.Machine] = None) -> Plan:
     """Validate the resource hierarchy and the memory of every model and build the execution graph, for
     `machine` (a Ray cluster's, from the root's look at it), else this machine."""
+    from pipeline.device_choice import model_device
     from pipeline.memory.planner import MemoryPlanner
 
     machine = machine or hw.detect()
@@ -141,33 +143,38 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
     memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
     allocations = []
     gpu_capacities = list(hardware.capacities().values())
+    fit_shape = memory.fit_shape(memory.shape) if memory.shape is not None else None
     models = []
     for spec in settings.models:
         _warn_overridden(settings, spec)
-        needs = spec.cls.needs(spec.name, spec.params)
         num_trials = conf.hpo.trials_for(spec.name, spec.search_space)
 
-        def allocate_for(fit_request, warn=log.warning, needs=needs, num_trials=num_trials, total=hardware.total):
+        def allocate_for(fit_request, needs, warn=log.warning, num_trials=num_trials, total=hardware.total):
             return allocate(
                 total, par.bag.request, fit_request, needs, num_folds=par.num_folds, num_trials=num_trials,
                 sequential=par.sequential, gpu_capacities=gpu_capacities, warn=warn,
             )
 
         fit_request = spec.resources.over(par.fit.request)
-        models.append((spec, allocate_for, fit_request, allocate_for(fit_request)))
-    beside = cpus_beside_gpu_fits(hardware.total.num_cpus, [a for *_, a in models])
-    for spec, allocate_for, fit_request, allocation in models:
+        choice = model_device(spec, hardware, fit_shape, lambda needs, r=fit_request, a=allocate_for: a(r, needs, None),
+                              log.warning)
+        spec = spec.on(choice.device)
+        needs = spec.cls.needs(spec.name, spec.params)
+        models.append((spec, needs, choice, allocate_for, fit_request, allocate_for(fit_request, needs)))
+    beside = cpus_beside_gpu_fits(hardware.total.num_cpus, [m[-1] for m in models])
+    for spec, needs, choice, allocate_for, fit_request, allocation in models:
         if allocation.fit.num_gpus == 0 and 0 < beside < hardware.total.num_cpus and not par.sequential \
                 and max(fit_request.num_cpus or 0, par.bag.request.num_cpus or 0) <= beside:
             # the GPU models' fits hold their few threads; this CPU model takes the rest, at the same time
-            allocation = allocate_for(fit_request, warn=None, total=Resources(beside, hardware.total.num_gpus))
+            allocation = allocate_for(fit_request, needs, warn=None, total=Resources(beside, hardware.total.num_gpus))
         check = getattr(spec.cls, "check_placement", None)
         if check is not None:
             check(spec.name, spec.params, allocation.fit)
         # GPU memory may raise a fit's share: the same request with that share, already warned about
-        raised = lambda share, r=fit_request: allocate_for(  # noqa: E731
-            dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), warn=None)
-        allocations.append(memory.plan(spec, allocation, raised))
+        raised = lambda share, r=fit_request, needs=needs, a=allocate_for: a(  # noqa: E731
+            dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), needs, None)
+        allocation = memory.plan(spec, allocation, raised)
+        allocations.append(dataclasses.replace(allocation, device=choice.device, device_reason=choice.reason))
     return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=conf.refit,
                       stack_levels=conf.stack_levels)
 

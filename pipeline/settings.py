@@ -8,12 +8,14 @@ below `pipeline.run` reads those dataclasses; it never sees a DictConfig.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config import Config, DataConf, ModelSpecConf, PredictConfig, Resume, SearchDimConf
+from pipeline.device_choice import check_device
 from pipeline.errors import ConfigError
 from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
@@ -28,15 +30,30 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One configured model: its name under `model`, its checked config, and the class it names."""
+    """One configured model: its name under `model`, its checked config, and the class it names; once
+    planned, the device the planner chose for it, whose library parameters `params` then holds."""
 
     name: str
     conf: ModelSpecConf  # its resources checked: conf.resources.request / .memory_request
     cls: type[TabularModel]
+    device: Optional[str] = None  # cpu | cuda, once planned (pipeline.device_choice)
 
     @property
     def params(self) -> dict:
-        return self.conf.params
+        """The library's parameters: as configured before planning; on the chosen device after."""
+        if self.device is None:
+            return self.conf.params
+        gpu = self.conf.gpu_params if self.device == "cuda" else {}
+        return self.cls.on_device({**self.conf.params, **gpu}, self.device)
+
+    @property
+    def all_params(self) -> dict:
+        """params with gpu_params laid over them: every parameter the model may be given, for checks."""
+        return {**self.conf.params, **self.conf.gpu_params}
+
+    def on(self, device: str) -> "ModelSpec":
+        """This model placed on `device` (cpu or cuda)."""
+        return dataclasses.replace(self, device=device)
 
     @property
     def search_space(self) -> dict[str, SearchDimConf]:
@@ -70,6 +87,11 @@ class Settings:
     allowed_targets: tuple[str, ...]  # module prefixes a _target_ may name
     params: dict  # the resolved config, flattened and redacted, for MLflow
     config_yaml: str  # the resolved config, redacted
+
+    def on_devices(self, devices: dict[str, str]) -> "Settings":
+        """These settings with each model on its planned device ({model name: cpu | cuda})."""
+        return dataclasses.replace(self, models=tuple(m.on(devices[m.name]) if m.name in devices else m
+                                                      for m in self.models))
 
     @property
     def library_modules(self) -> tuple[str, ...]:
@@ -145,4 +167,5 @@ def _model_spec(name: str, spec: ModelSpecConf, allowed: tuple[str, ...]) -> Mod
     key = f"model.{name}"
     cls = check_component(key, spec._target_, allowed, "pipeline.models.base.TabularModel", "a model class")
     spec.resources.check(f"{key}.resources")
+    spec.device = check_device(spec.device, f"{key}.device")
     return ModelSpec(name, spec, cls)

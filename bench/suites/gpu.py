@@ -145,7 +145,7 @@ def _xgboost(engine: Engine, ov, name: str, rounds: int, n: int, device: str, op
         return [not_measured(f, f"{opts.bio_train} does not exist", group=group) for f in XGB_FIGURES]
     common = ov + ["model=xgboost", "tracking=none", "hpo=none", "parallelism=default",
                    f"model.xgboost.params.num_boost_round={rounds}", "model.xgboost.params.early_stopping_rounds=null"]
-    gpu_ov = common + ["model.xgboost.params.device=cuda", "model.xgboost.resources.num_gpus=1"]
+    gpu_ov = common + ["++model.xgboost.params.device=cuda", "model.xgboost.resources.num_gpus=1"]
     return guarded(group, XGB_FIGURES, lambda: _compare(
         engine, data_for(name), "xgboost", group, n, device, ("CPU hist", common), ("CUDA", gpu_ov)))
 

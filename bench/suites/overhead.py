@@ -76,7 +76,7 @@ def model_overrides(model: str, spec: dict, device: str = "cpu") -> list[str]:
     if model == "nn":
         # Every epoch runs on both sides (no early stopping), so both do the same work.
         out += [f"model.nn.params.max_epochs={spec['epochs']}", "model.nn.params.patience=0",
-                f"model.nn.params.device={device}"]
+                f"++model.nn.params.device={device}"]
     return out
 
 

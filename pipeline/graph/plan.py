@@ -86,6 +86,9 @@ class Plan:
             "models": [
                 {
                     "name": a.model,
+                    "device": a.device,
+                    "device_reason": a.device_reason,
+                    **({"gpu_packing_reason": a.packing_reason} if a.packing_reason else {}),
                     "num_folds": a.num_folds,
                     "num_trials": a.num_trials,
                     "folds_parallel": a.folds_parallel,

@@ -84,6 +84,8 @@ class TabularModel(ABC):
         """`gpu_fit_cpus` for these params (a library whose GPU learners differ overrides it)."""
         return cls.gpu_fit_cpus
 
+    cost_library: ClassVar[str] = ""  # the library's name in the fit-time calibration (pipeline/fit_costs.yaml)
+
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
         self.name = name or type(self).__name__
@@ -96,9 +98,34 @@ class TabularModel(ABC):
 
     @classmethod
     def needs(cls, name: str, params: dict) -> ModelNeeds:
+        from pipeline.fit_cost import calibration
+
         wants, requires, param = cls.gpu_request(params)
+        packs, why = calibration().packing_pays(cls.cost_library) if cls.cost_library else (True, "")
         return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library, cls.thread_serial_share,
-                          cls.cpus_on_gpu(params))
+                          gpu_fit_cpus=cls.cpus_on_gpu(params), gpu_packing=packs, packing_reason=why)
+
+    # ---- the device (pipeline.device_choice)
+    @classmethod
+    def explicit_device(cls, params: dict) -> Optional[tuple[str, str]]:
+        """('cpu' or 'cuda', 'params.<key>=<value>') when the params name the library's device themselves."""
+        return None
+
+    @classmethod
+    def on_device(cls, params: dict, device: str) -> dict:
+        """The params with the library's device parameters for `device` ('cpu' or 'cuda'); a device the
+        params name themselves stays."""
+        return dict(params)
+
+    @classmethod
+    def cost_learners(cls, params: dict) -> tuple[str, str, str]:
+        """The calibration's CPU and GPU learners for these params, and the GPU learner's name for messages."""
+        return f"{cls.cost_library}/cpu", f"{cls.cost_library}/cuda", "CUDA"
+
+    @classmethod
+    def fit_work(cls, params: dict, fit) -> float:
+        """One fit's work in the calibration's unit, for a pipeline.memory.estimates.FitShape."""
+        return 0.0
 
     @classmethod
     def memory_estimate(cls, params: dict, fit, on_gpu: bool):

@@ -120,8 +120,10 @@ def xgboost_configure(params: list[tuple[str, str]], num_feature: int = 2) -> tu
     configuration and the warnings XGBoost gave; XGBoostRejected for a value it refuses.
 
     Creating a booster starts XGBoost's CUDA runtime, which on a machine with an NVIDIA driver
-    initialises the devices (seconds, even for a CPU booster). The answer depends only on the library
-    build and the parameters, so an accepted configuration is kept in the user's cache, keyed by both."""
+    initialises the devices (seconds, even for a CPU booster). On such a machine the booster is made in
+    a child process that sees no device, so this process (the driver of a run) never starts CUDA for a
+    check. The answer depends only on the library build and the parameters, so an accepted
+    configuration is kept in the user's cache, keyed by both."""
     entry = _cache_entry(params, num_feature)
     if entry is not None:
         try:
@@ -129,7 +131,7 @@ def xgboost_configure(params: list[tuple[str, str]], num_feature: int = 2) -> tu
             return kept["config"], kept["said"]
         except (OSError, ValueError, KeyError, TypeError):
             pass  # absent or unreadable: ask the library
-    config, said = _xgboost_configure(params, num_feature)
+    config, said = _configure_apart(params, num_feature) if cuda_driver_present() else _xgboost_configure(params, num_feature)
     if entry is not None:
         from pipeline.store import atomic_write_bytes
 
@@ -182,6 +184,43 @@ def _xgboost_configure(params: list[tuple[str, str]], num_feature: int) -> tuple
     finally:
         lib.XGBoosterFree(handle)
     return config, [str(w.message) for w in caught]
+
+
+def cuda_driver_present() -> bool:
+    """Whether this machine has an NVIDIA driver, which a library's CUDA runtime would start."""
+    return any(Path(p).exists() for p in ("/dev/nvidiactl", "/proc/driver/nvidia"))
+
+
+_CONFIGURE = ("import sys; from pipeline.models.native import _configure_main; "
+              "sys.exit(_configure_main(sys.argv[1:]))")
+_REJECTED = 3
+
+
+def _configure_apart(params: list[tuple[str, str]], num_feature: int) -> tuple[dict, list[str]]:
+    """_xgboost_configure in a child process that sees no CUDA device (CUDA_VISIBLE_DEVICES empty)."""
+    import subprocess
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", _CONFIGURE, json.dumps([params, num_feature])], env=env,
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode == _REJECTED:
+        raise XGBoostRejected(proc.stdout.strip())
+    if proc.returncode != 0:
+        raise RuntimeError(f"checking XGBoost's parameters in a child process failed (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[-2000:]}")
+    answer = json.loads(proc.stdout)
+    return answer["config"], answer["said"]
+
+
+def _configure_main(argv: list[str]) -> int:
+    params, num_feature = json.loads(argv[0])
+    try:
+        config, said = _xgboost_configure([tuple(p) for p in params], num_feature)
+    except XGBoostRejected as exc:
+        print(str(exc))
+        return _REJECTED
+    print(json.dumps({"config": config, "said": said}))
+    return 0
 
 
 def config_keys(config: Optional[dict]) -> set[str]:

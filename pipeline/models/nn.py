@@ -20,6 +20,22 @@ class TorchMLPModel(TabularModel):
     gpu_fit_cpus = 1
     memory_hint = "a smaller model.{name}.params.batch_size or hidden_sizes"
     memory_estimator = "network"
+    cost_library = "network"
+
+    @classmethod
+    def explicit_device(cls, params):
+        device = str(params.get("device", "auto")).lower()
+        return None if device == "auto" else (device, f"params.device={device}")
+
+    @classmethod
+    def on_device(cls, params, device):
+        if cls.explicit_device(params) is not None:
+            return dict(params)
+        return {**params, "device": device}
+
+    @classmethod
+    def fit_work(cls, params, fit):
+        return fit.train * int({**DEFAULTS, **params}["max_epochs"]) / 1e6
 
     @classmethod
     def gpu_request(cls, params):

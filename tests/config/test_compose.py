@@ -56,11 +56,36 @@ def test_model_all_holds_three_models(compose):
     assert list(compose(["model=all"]).model) == ["lightgbm", "xgboost", "nn"]
 
 
-def test_gbm_gpu_asks_for_gpus(compose):
+def test_gbm_gpu_lets_the_planner_pick_each_device(compose):
     cfg = compose(["model=gbm_gpu"])
-    assert cfg.model.lightgbm.params.device_type == "gpu"
-    assert cfg.model.xgboost.params.device == "cuda"
+    assert (cfg.model.lightgbm.device, cfg.model.xgboost.device) == ("auto", "auto")
+    assert "device_type" not in cfg.model.lightgbm.params and "device" not in cfg.model.xgboost.params
+    assert dict(cfg.model.lightgbm.gpu_params) == {"max_bin": 63, "gpu_use_dp": True}  # only on the GPU
     assert cfg.model.lightgbm.resources.num_gpus is None  # derived: one GPU per fit at most
+
+
+def test_gbm_is_the_cpu_twin_of_gbm_gpu(compose):
+    cpu, gpu = compose(["model=gbm"]), compose(["model=gbm_gpu"])
+    assert list(cpu.model) == list(gpu.model) == ["lightgbm", "xgboost"]
+    assert (cpu.model.lightgbm.device, cpu.model.xgboost.device) == ("cpu", "cpu")
+    for name in ("lightgbm", "xgboost"):
+        assert cpu.model[name].params == gpu.model[name].params  # the same models wherever they fit
+
+
+@pytest.mark.parametrize("option, device", [("lightgbm", "cpu"), ("xgboost", "cpu"), ("nn", "cpu"),
+                                            ("nn_gpu", "auto")])
+def test_model_devices(compose, option, device):
+    cfg = compose([f"model={option}"])
+    assert {spec.device for spec in cfg.model.values()} == {device}
+    assert all("device" not in spec.params for spec in cfg.model.values())  # it follows the model's device
+
+
+def test_a_device_that_is_none_of_auto_cpu_cuda_names_the_key(compose):
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model.xgboost.device='gpu' is not a device; use one of auto, cpu, cuda"):
+        read_settings(compose(["model=xgboost", "model.xgboost.device=gpu"]))
+    assert read_settings(compose(["model=xgboost", "model.xgboost.device=CUDA"])).models[0].conf.device == "cuda"
 
 
 def test_without_hardware_nothing_is_declared(compose):

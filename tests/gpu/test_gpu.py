@@ -173,9 +173,8 @@ def test_lightgbm_cuda_learner_trains_on_the_gpu():
 def test_gbm_gpu_lightgbm_fits_are_repeatable_on_the_gpu(adult, compose):
     """model=gbm_gpu's LightGBM params (gpu_use_dp) on NVIDIA's OpenCL runtime: three fits with one seed, one
     model. In single precision the test ROC AUC on bio_train varied from 0.99388 to 0.99464 on an H100."""
-    from omegaconf import OmegaConf
-
     from pipeline.models.lightgbm_gpu import probe
+    from pipeline.settings import read_settings
 
     from pipeline.models.lightgbm_build import opencl_gpu_platforms
 
@@ -184,7 +183,8 @@ def test_gbm_gpu_lightgbm_fits_are_repeatable_on_the_gpu(adult, compose):
     error = probe({"device_type": "gpu", "gpu_platform_id": opencl_gpu_platforms()[0]}, {"CUDA_VISIBLE_DEVICES": "0"})
     if error is not None:
         pytest.skip(f"no OpenCL device for LightGBM ({error})")
-    params = OmegaConf.to_container(compose(["model=gbm_gpu"]).model.lightgbm.params)
+    (spec,) = [s for s in read_settings(compose(["model=gbm_gpu"])).models if s.name == "lightgbm"]
+    params = spec.on("cuda").params  # as on the GPU: gbm_gpu's gpu_params laid over its params
     params.update(num_iterations=100, early_stopping_round=0, verbosity=-1)
     test = adult.X.iloc[adult.test_idx]
     predictions = [fit(LightGBMModel(params, "lightgbm"), adult).predict_proba(test) for _ in range(3)]
@@ -216,7 +216,7 @@ def overlap(a: dict, b: dict) -> float:
 @pytest.mark.skipif("device_count() < 2", reason="needs two CUDA devices")
 def test_gbm_fits_on_two_devices_at_once(cli, tmp_path):
     """Two XGBoost folds, a device each: NVML saw them on different devices, and their times overlap."""
-    cli("+hardware=2gpu", "model=xgboost", "model.xgboost.params.device=cuda", "parallelism.num_folds=2",
+    cli("+hardware=2gpu", "model=xgboost", "model.xgboost.device=cuda", "parallelism.num_folds=2",
         "parallelism.fit.num_gpus=1", "parallelism.fit.num_cpus=1", "executor.in_process=never",
         "data=synthetic", "data.rows=300000", "model.xgboost.params.num_boost_round=300",
         "model.xgboost.params.early_stopping_rounds=null", "tracking=none", check=True, timeout=600)
@@ -230,7 +230,7 @@ def test_gbm_fits_on_two_devices_at_once(cli, tmp_path):
 
 def test_a_gpu_fit_runs_beside_a_cpu_fit(cli, tmp_path):
     """model=gbm_gpu with LightGBM on the CPUs: XGBoost on the GPU holds 1 thread, and both fit at once."""
-    cli("+hardware=1gpu", "model=gbm_gpu", "model.lightgbm.params.device_type=cpu", "data=synthetic",
+    cli("+hardware=1gpu", "model=gbm_gpu", "model.lightgbm.device=cpu", "model.xgboost.device=cuda", "data=synthetic",
         "data.rows=300000", "model.xgboost.params.num_boost_round=300", "model.lightgbm.params.num_iterations=300",
         "tracking=none", check=True, timeout=600)
     (run_dir,) = run_dirs(tmp_path)
@@ -265,7 +265,7 @@ def test_ddp_on_two_gpus_matches_one_gpu():
 
 @pytest.mark.parametrize("model,overrides", [
     ("nn_gpu", ["model.nn.params.max_epochs=1"]),
-    ("xgboost", ["model.xgboost.params.device=cuda", "model.xgboost.params.num_boost_round=20"]),
+    ("xgboost", ["model.xgboost.device=cuda", "model.xgboost.params.num_boost_round=20"]),
 ])
 def test_gpu_memory_estimates_are_within_a_factor_of_two_of_the_measured_peaks(cli, tmp_path, model, overrides):
     """The GPU estimate (CUDA context, device matrix or tensors, activations) beside NVML's peak for the

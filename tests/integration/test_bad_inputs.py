@@ -141,11 +141,12 @@ CASES = [
     ("regression on text", [*CSV, "data.path=good.csv", "data.problem_type=regression"],
      ["data.problem_type=regression but data.label='income' holds text"]),
     # ---- environment
-    ("GPU asked for, none present", ["model=gbm_gpu"],
+    ("GPU asked for, none present", ["model=gbm", "+model.lightgbm.params.device_type=gpu",
+                                     "+model.xgboost.params.device=cuda"],
      ["models lightgbm (params.device_type=gpu), xgboost (params.device=cuda) ask for a GPU, but this run has "
       "none (hardware.num_gpus=0)", "model.lightgbm.params.device_type=cpu model.xgboost.params.device=cpu"]),
-    ("network on cuda, none present", ["model=nn_gpu"],
-     ["model nn (params.device=cuda) asks for a GPU", "run it on the CPU: model.nn.params.device=cpu"]),
+    ("network on cuda, none present", ["model=nn_gpu", "model.nn.device=cuda"],
+     ["model nn (device=cuda) asks for a GPU", "run it on the CPU: model.nn.device=cpu"]),
     ("declared box larger than this machine", ["+hardware=1gpu"],
      ["+hardware=1gpu is larger than this machine", "add dry_run=true"]),
     ("fp16 on the CPU", ["model=nn", "model.nn.params.precision=16-mixed"],
@@ -154,11 +155,11 @@ CASES = [
 
 ENV_CASES = [
     # OCL_ICD_VENDORS at a folder that does not exist: the OpenCL loader finds no runtime, on any machine.
-    ("LightGBM without GPU support (OpenCL)", ["model=gbm_gpu", "+hardware=1gpu"],
+    ("LightGBM without GPU support (OpenCL)", ["model=gbm_gpu", "+hardware=1gpu", "model.lightgbm.device=cuda"],
      {"PIPELINE_SIMULATE_GPUS": "1", "OCL_ICD_VENDORS": "/nonexistent/opencl-vendors"},
      ["model.lightgbm.params.device_type=gpu: this LightGBM cannot train on the GPU", "OpenCL runtime",
       "pip install lightgbm --no-binary lightgbm --config-settings=cmake.define.USE_CUDA=ON"]),
-    ("LightGBM without a CUDA build", ["model=gbm_gpu", "+hardware=1gpu", "model.lightgbm.params.device_type=cuda"],
+    ("LightGBM without a CUDA build", ["model=gbm_gpu", "+hardware=1gpu", "+model.lightgbm.params.device_type=cuda"],
      {"PIPELINE_SIMULATE_GPUS": "1"}, ["CUDA Tree Learner was not enabled", "--config-settings=cmake.define.USE_CUDA=ON"]),
 ]
 

@@ -30,13 +30,14 @@ def test_columns_are_checked_against_the_files_header_before_reading_it(cli, tmp
 
 
 def test_gpu_models_on_a_box_without_gpus_are_all_named_with_the_overrides_that_fix_them(cli):
-    proc = cli("model=gbm_gpu", "dry_run=true")
+    asked = ["model=gbm_gpu", "+model.lightgbm.params.device_type=gpu", "model.xgboost.device=cuda", "dry_run=true"]
+    proc = cli(*asked)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     message = proc.stderr
-    assert "lightgbm (params.device_type=gpu)" in message and "xgboost (params.device=cuda)" in message
-    fixes = ["model.lightgbm.params.device_type=cpu", "model.xgboost.params.device=cpu"]
+    assert "lightgbm (params.device_type=gpu)" in message and "xgboost (device=cuda)" in message
+    fixes = ["model.lightgbm.params.device_type=cpu", "model.xgboost.device=cpu"]
     assert all(fix in message for fix in fixes) and "+hardware=1gpu" in message
-    assert cli("model=gbm_gpu", "dry_run=true", *fixes, check=True).returncode == 0  # the fix it names works
+    assert cli(*asked, *fixes, check=True).returncode == 0  # the fix it names works
 
 
 def test_an_experiment_made_before_it_was_tagged_opens_on_its_training_runs(tmp_path):

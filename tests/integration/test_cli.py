@@ -158,8 +158,8 @@ def test_bad_input_is_one_clear_message(cli, args, expected):
 
 
 def test_dry_run_gbm_gpu_on_4gpu_box(cli, tmp_path):
-    proc = cli("+hardware=4gpu", "hardware.num_cpus=8", "parallelism.fit.num_cpus=4", "model=gbm_gpu", "dry_run=true",
-               check=True)
+    proc = cli("+hardware=4gpu", "hardware.num_cpus=8", "parallelism.fit.num_cpus=4", "model=gbm_gpu",
+               "model.lightgbm.device=cuda", "model.xgboost.device=cuda", "dry_run=true", check=True)
     assert "nothing was fitted" in proc.stdout
     (run_dir,) = run_dirs(tmp_path)
     plan = json.loads((run_dir / "plan.json").read_text())
@@ -175,14 +175,16 @@ def test_dry_run_gbm_gpu_on_4gpu_box(cli, tmp_path):
 
 
 def test_dry_run_gbm_gpu_each_fit_taking_the_whole_box_runs_in_turn(cli, tmp_path):
-    cli("+hardware=4gpu", "model=gbm_gpu", "dry_run=true", check=True)  # 2 CPUs here: each fit takes both
+    cli("+hardware=4gpu", "model=gbm_gpu", "model.lightgbm.device=cuda", "model.xgboost.device=cuda", "dry_run=true",
+        check=True)  # 2 CPUs here: each fit takes both
     (run_dir,) = run_dirs(tmp_path)
     fits = [t for t in json.loads((run_dir / "plan.json").read_text())["tasks"] if t["kind"] == "fit"]
     assert [(t["wave"], t["device_ids"]) for t in fits] == [(0, [0]), (1, [0])]
 
 
 def test_dry_run_nn_on_8gpu_box(cli, tmp_path):
-    cli("+hardware=8gpu", "hardware.num_cpus=16", "model=nn", "parallelism=bag8", "dry_run=true", check=True)
+    cli("+hardware=8gpu", "hardware.num_cpus=16", "model=nn", "model.nn.device=cuda", "parallelism=bag8",
+        "dry_run=true", check=True)
     (run_dir,) = run_dirs(tmp_path)
     plan = json.loads((run_dir / "plan.json").read_text())
     (nn,) = plan["models"]
@@ -202,7 +204,7 @@ def test_dry_run_on_the_8gpu_profile_takes_this_machines_cpus(cli, tmp_path):
 
 
 def test_dry_run_reproduces_the_seed_example(cli, tmp_path):
-    cli("+hardware=4gpu", "hardware.num_cpus=32", "model=nn", "parallelism.num_folds=2",
+    cli("+hardware=4gpu", "hardware.num_cpus=32", "model=nn", "model.nn.device=cuda", "parallelism.num_folds=2",
         "parallelism.bag.num_cpus=10", "parallelism.bag.num_gpus=2", "parallelism.fit.num_cpus=4",
         "parallelism.fit.num_gpus=0.5", "hpo.num_trials=2", "dry_run=true", check=True)
     (run_dir,) = run_dirs(tmp_path)

@@ -28,7 +28,8 @@ def fits(run_dir: Path) -> list[dict]:
 ])
 def test_derived_gpu_shares_pack(cli, tmp_path, overrides, share):
     """The GBM fits' derived share is a whole device or 1/k of one; no key the user never set is blamed."""
-    proc = cli("model=gbm_gpu", *overrides, "dry_run=true", "tracking=none")
+    proc = cli("model=gbm_gpu", "model.lightgbm.device=cuda", "model.xgboost.device=cuda", *overrides, "dry_run=true",
+               "tracking=none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tasks = fits(only_run(tmp_path))
     assert {t["num_gpus"] for t in tasks} == {share}
@@ -99,7 +100,7 @@ def test_lightgbm_trains_on_the_opencl_device(cli, tmp_path, opencl_device):
     OpenCL device, and the scores are close to the CPU learner's on the same data."""
     for name in ("gpu", "cpu"):
         (tmp_path / name).mkdir()
-    cli("model=gbm_gpu", "~model.xgboost", "+hardware=1gpu", *GBM_SMALL, env={"PIPELINE_SIMULATE_GPUS": "1"},
+    cli("model=gbm_gpu", "~model.xgboost", "model.lightgbm.device=cuda", "+hardware=1gpu", *GBM_SMALL, env={"PIPELINE_SIMULATE_GPUS": "1"},
         cwd=tmp_path / "gpu", timeout=600, check=True)
     cli("model=lightgbm", *GBM_SMALL, cwd=tmp_path / "cpu", check=True)
     gpu_dir, cpu_dir = only_run(tmp_path / "gpu"), only_run(tmp_path / "cpu")
@@ -121,14 +122,15 @@ def test_gbm_gpu_lightgbm_fits_are_repeatable(compose, opencl_device):
     (LightGBM's default, single precision, let the float atomics' order change the predictions, by up to 0.01 on
     Adult here; so gbm_gpu sets gpu_use_dp.)"""
     import numpy as np
-    from omegaconf import OmegaConf
 
     from pipeline.config import DataConf
     from pipeline.data import load
     from pipeline.models import FitContext, LightGBMModel, Placement
+    from pipeline.settings import read_settings
 
-    params = OmegaConf.to_container(compose(["model=gbm_gpu"]).model.lightgbm.params)
-    assert params["gpu_use_dp"] is True
+    (spec,) = [s for s in read_settings(compose(["model=gbm_gpu"])).models if s.name == "lightgbm"]
+    params = spec.on("cuda").params  # as on the GPU: gbm_gpu's gpu_params laid over its params
+    assert params["gpu_use_dp"] is True and params["device_type"] == "gpu"
     params.update(num_iterations=100, early_stopping_round=0)
     data = load(DataConf(max_rows=20_000), Path(__file__).resolve().parents[2])
     ctx = FitContext(data.problem_type, data.num_classes, Placement(2, gpu_ids=(0,), local_gpus=(0,)), seed=0,
@@ -141,7 +143,7 @@ def test_gbm_gpu_lightgbm_fits_are_repeatable(compose, opencl_device):
 
 
 def test_lightgbm_without_an_opencl_runtime_is_refused_before_fitting(cli, tmp_path):
-    proc = cli("model=gbm_gpu", "~model.xgboost", "+hardware=1gpu", *GBM_SMALL,
+    proc = cli("model=gbm_gpu", "~model.xgboost", "model.lightgbm.device=cuda", "+hardware=1gpu", *GBM_SMALL,
                env={"PIPELINE_SIMULATE_GPUS": "1", **NO_OPENCL})
     assert proc.returncode != 0
     assert "model.lightgbm.params.device_type=gpu: this LightGBM cannot train on the GPU (No OpenCL device found)" \

@@ -61,7 +61,7 @@ def test_the_plan_runs_the_cpu_model_beside_the_gpu_model(compose):
     from pipeline.run import make_plan
     from pipeline.settings import read_settings
 
-    cfg = compose(["+hardware=1gpu", "hardware.num_cpus=16", "model=gbm_gpu", "model.lightgbm.params.device_type=cpu",
+    cfg = compose(["+hardware=1gpu", "hardware.num_cpus=16", "model=gbm_gpu", "model.lightgbm.device=cpu", "model.xgboost.device=cuda",
                    "tracking=none", "dry_run=true"])
     plan = make_plan(read_settings(cfg), machine=GPU_BOX)
     fits = {t.model: t for t in plan.fit_tasks}
@@ -74,7 +74,7 @@ def test_a_cpu_request_larger_than_what_is_left_runs_after_the_gpu_fits(compose)
     from pipeline.run import make_plan
     from pipeline.settings import read_settings
 
-    cfg = compose(["+hardware=1gpu", "hardware.num_cpus=16", "model=gbm_gpu", "model.lightgbm.params.device_type=cpu",
+    cfg = compose(["+hardware=1gpu", "hardware.num_cpus=16", "model=gbm_gpu", "model.lightgbm.device=cpu", "model.xgboost.device=cuda",
                    "+model.lightgbm.resources.num_cpus=16", "tracking=none", "dry_run=true"])
     fits = {t.model: t for t in make_plan(read_settings(cfg), machine=GPU_BOX).fit_tasks}
     assert fits["lightgbm"].resources.num_cpus == 16 and fits["lightgbm"].wave != fits["xgboost"].wave
