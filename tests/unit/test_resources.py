@@ -230,7 +230,7 @@ class TestPacking:
         hw = resolve(HardwareConf(name="4gpu", num_cpus=32, num_gpus=4, devices=4), Machine(2), dry_run=True)
         a = allocate(hw.total, req(prefix="parallelism.bag"), req(), GBM_GPU, num_folds=5, num_trials=1,
                      gpu_capacities=list(hw.capacities().values()))
-        assert a.fit == Resources(6, F(1, 2))
+        assert a.fit == Resources(1, F(1, 2))  # a GPU fit holds its host threads only
         fits = build_plan(hw, [a]).fit_tasks
         assert [t.wave for t in fits] == [0] * 5
         assert [t.device_ids[0] for t in fits] == [0, 1, 2, 3, 0]
