@@ -72,7 +72,7 @@ def test_out_of_fold_predictions_cover_every_row_once(adult):
     assert 0.85 < trial.score < 1.0 and y.size == trial.val_pred.shape[0]
 
 
-@pytest.mark.parametrize("share, expected_devices", [(0.5, {"0"}), (0.75, {"0", "1"})])
+@pytest.mark.parametrize("share, expected_devices", [(0.5, {"0", "1"}), (0.75, {"0", "1"})])
 def test_workers_see_only_their_devices_and_never_overfill_one(cli, tmp_path, share, expected_devices):
     """Simulated GPUs: each worker's CUDA_VISIBLE_DEVICES is its slot; shares on a device never pass 1.0."""
     searchpath, record = sleep_model(tmp_path)

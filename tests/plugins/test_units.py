@@ -91,7 +91,7 @@ def slots_for(num_jobs, machine, gpus_per_job=1.0, cpus_per_job=None, n_jobs=Non
 def test_eight_half_gpu_jobs_use_each_of_four_devices_twice(simulated):
     slots, notes = slots_for(8, simulated(4), gpus_per_job=0.5)
     assert len(slots) == 8
-    assert [s.device_ids for s in slots] == [(0,), (0,), (1,), (1,), (2,), (2,), (3,), (3,)]
+    assert [s.device_ids for s in slots] == [(0,), (1,), (2,), (3,), (0,), (1,), (2,), (3,)]
     assert Counter(s.env()["CUDA_VISIBLE_DEVICES"] for s in slots) == {"0": 2, "1": 2, "2": 2, "3": 2}
     assert all(s.env()[SLOT_GPUS_ENV] == "0.5" and s.num_gpus == Fraction(1, 2) for s in slots)
 
@@ -120,14 +120,14 @@ def test_cpus_are_divided_among_the_jobs_that_run_at_once():
     slots, notes = slots_for(8, machine, gpus_per_job=0.5)
     assert {s.num_cpus for s in slots} == {2} and not notes
     slots, _ = slots_for(3, machine, gpus_per_job=0.5)
-    assert [s.device_ids for s in slots] == [(0,), (0,), (1,)] and {s.num_cpus for s in slots} == {5}
+    assert [s.device_ids for s in slots] == [(0,), (1,), (2,)] and {s.num_cpus for s in slots} == {5}
     slots, _ = slots_for(8, machine, gpus_per_job=0.5, n_jobs=2)
-    assert [s.device_ids for s in slots] == [(0,), (0,)] and {s.num_cpus for s in slots} == {8}
+    assert [s.device_ids for s in slots] == [(0,), (1,)] and {s.num_cpus for s in slots} == {8}
 
 
 def test_chosen_devices_keep_their_physical_ids(simulated):
     slots, _ = slots_for(4, simulated(4), gpus_per_job=0.5, devices=[2, 3])
-    assert [s.env()["CUDA_VISIBLE_DEVICES"] for s in slots] == ["2", "2", "3", "3"]
+    assert [s.env()["CUDA_VISIBLE_DEVICES"] for s in slots] == ["2", "3", "2", "3"]
 
 
 def test_a_visible_device_subset_maps_to_its_tokens(simulated, monkeypatch):

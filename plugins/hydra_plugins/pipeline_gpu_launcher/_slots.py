@@ -54,8 +54,8 @@ class Slot:
 def plan_slots(settings: GpuLauncherConf, machine: Machine, num_jobs: int) -> tuple[list[Slot], list[str]]:
     """The slots for a batch of `num_jobs` jobs, and warnings for the log.
 
-    GPU shares pack first-fit, filling a device to 1.0 before the next (0.5 each on 4 devices:
-    0, 0, 1, 1, 2, 2, 3, 3); whole numbers take whole free devices.
+    GPU shares go to idle devices first and share one only when all are busy (0.5 each on 4
+    devices: 0, 1, 2, 3, 0, 1, 2, 3); whole numbers take whole free devices.
     """
     settings.check()
     notes: list[str] = []
