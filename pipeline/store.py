@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from pipeline.errors import ConfigError
-from pipeline.trusted import FILE_MODE, FOLDER_MODE, UnsafeFile, copy_trusted, create_file, make_folders, open_trusted
+from pipeline.trusted import (
+    FILE_MODE, FOLDER_MODE, UnsafeFile, copy_trusted, create_file, make_folders, open_trusted,
+)
 
 if TYPE_CHECKING:
     from pipeline.config import Resume
@@ -96,7 +98,8 @@ class RunDirectoryLock:
         import fcntl
 
         make_folders(self.path.parent)
-        fh = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE), "r+")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        fh = os.fdopen(fd, "r+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

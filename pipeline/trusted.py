@@ -41,7 +41,7 @@ from pipeline.errors import PipelineError
 FILE_MODE = 0o644
 FOLDER_MODE = 0o755
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
-_TRUSTED_OWNERS = ("this user", "root")
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class UnsafeFile(OSError):
@@ -59,7 +59,7 @@ def _owner_trusted(uid: int) -> bool:
 def _refuse(path: Union[str, Path], problem: str, fix: str) -> UntrustedFile:
     return UntrustedFile(
         f"{path} {problem}: the engine refuses to load it, since loading it would run code its writer "
-        f"chose; it reads only files that {' or '.join(_TRUSTED_OWNERS)} wrote and no one else can change. {fix}"
+        f"chose; it reads only files that this user or root wrote and no one else can change. {fix}"
     )
 
 
@@ -97,10 +97,11 @@ def open_trusted(path: Union[str, Path]) -> BinaryIO:
         folder = os.fstat(folder_fd)
         _check_folder(folder, path)
         try:
-            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder_fd)
+            fd = os.open(path.name, _READ_FLAGS, dir_fd=folder_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise _refuse(path, "is a symbolic link", "Remove it; the engine reads only the file itself.") from None
+                raise _refuse(path, "is a symbolic link",
+                              "Remove it; the engine reads only the file itself.") from None
             raise
     finally:
         os.close(folder_fd)
