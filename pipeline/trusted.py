@@ -101,7 +101,7 @@ def open_trusted(path: Union[str, Path]) -> BinaryIO:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _refuse(path, "is a symbolic link",
-                              "Remove it; the engine reads only the file itself.") from None
+                              "Remove the link; the engine reads only files, never links.") from None
             raise
     finally:
         os.close(folder_fd)
