@@ -100,9 +100,8 @@ class TrialSource:
     def _save(self, model: str) -> None:
         if self.store_dir is None:
             return
-        self.store_dir.mkdir(parents=True, exist_ok=True)
         mine = {str(t): p for (m, t), p in self.asked.items() if m == model}
-        from pipeline.store import atomic_write_bytes
+        from pipeline.store import atomic_write_bytes  # it makes the folder too
 
         atomic_write_bytes(self.store_dir / f"{model}.json", json.dumps(mine, indent=2, default=str).encode())
 

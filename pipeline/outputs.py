@@ -212,7 +212,7 @@ def _log_memory(plan, outcome, run_dir: Path, tracker, report) -> None:
         return
     report.console.print(report.memory_table(rows))
     path = run_dir / "memory.json"
-    path.write_text(json.dumps(rows, indent=1))
+    atomic_write_bytes(path, json.dumps(rows, indent=1).encode())
     tracker.log_artifact(path)
     on_gpu = {a.model for a in plan.allocations if a.fit.num_gpus}  # a CPU model's GPU figures are no figures
     tracker.log_metrics({f"{r['model']}/{key}": float(r[key]) for r in rows for key in

@@ -1,17 +1,20 @@
 """Find a trained predictor: in a run directory, by MLflow run id, or by a models:/ or runs:/ URI.
 
 Every source gives the same object (pipeline.ensemble's BaggedPredictor, StackedPredictor or EnsemblePredictor),
-so batch prediction does not depend on where the model was found.
+so batch prediction does not depend on where the model was found. A run directory's predictors (and its
+BEST file, which names one) are read only after pipeline.trusted's checks: UntrustedFile otherwise.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 from pathlib import Path
 from typing import Optional
 
 from pipeline.errors import ConfigError, TrackingError, closest
+from pipeline.trusted import open_trusted
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 PREDICTORS_DIR, BEST_FILE = "predictors", "BEST"
@@ -39,13 +42,14 @@ def _from_run_dir(run_dir: Path, name: str, source: str):
         raise ConfigError(f"source={source!r} holds no trained predictors ({PREDICTORS_DIR}/ is missing): "
                           "name the directory of a run that finished")
     if name == "best":
-        name = (folder / BEST_FILE).read_text().strip()
+        with open_trusted(folder / BEST_FILE) as fh:
+            name = fh.read().decode().strip()
     path = folder / f"{name}.pkl"
-    if not path.exists():
+    if not os.path.lexists(path):  # a dangling symlink is there, and refused by open_trusted
         names = sorted(p.stem for p in folder.glob("*.pkl"))
         raise ConfigError(f"predictor={name!r} is not a model of run {source}{closest(name, names)}; "
                           f"its models: best, {', '.join(names)}")
-    with open(path, "rb") as fh:
+    with open_trusted(path) as fh:
         return pickle.load(fh)
 
 

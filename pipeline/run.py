@@ -25,6 +25,7 @@ from pipeline.graph.plan import EVALUATE, Plan, build_plan
 from pipeline.quantities import fmt
 from pipeline.resources import Resources, allocate, cpus_beside_gpu_fits
 from pipeline.settings import Settings, read_settings
+from pipeline.trusted import make_folders
 
 log = logging.getLogger("pipeline")
 
@@ -69,7 +70,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime = runtime or Runtime.from_hydra()
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)
-    runtime.run_dir.mkdir(parents=True, exist_ok=True)
+    make_folders(runtime.run_dir)
     cluster = _look_at_cluster(settings)
     plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)
     settings = settings.on_devices({a.model: a.device for a in plan.allocations})  # the library params follow

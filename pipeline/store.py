@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from pipeline.errors import ConfigError
+from pipeline.trusted import (
+    FILE_MODE, FOLDER_MODE, UnsafeFile, copy_trusted, create_file, make_folders, open_trusted,
+)
 
 if TYPE_CHECKING:
     from pipeline.config import Resume
@@ -32,12 +35,12 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:
-    """Write to a temporary name beside `path`, then rename: a reader never sees half a file. `mode`
-    (less the umask) is the file's permissions from its creation on."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temporary name beside `path`, then rename: a reader never sees half a file. The file
+    is never group or other writable (pipeline.trusted.create_file), nor is a folder made for it."""
+    make_folders(path.parent)
     tmp = temporary_name(path)
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as fh:
+    with create_file(tmp) as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
@@ -45,23 +48,33 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:
 
 
 def atomic_copy_file(source: Path, target: Path) -> None:
-    """Copy to a temporary name beside `target`, then rename: a crash never leaves half a file."""
+    """Copy `source` (checked: pipeline.trusted.copy_trusted) to a temporary name beside `target`, then
+    rename: a crash never leaves half a file."""
     tmp = temporary_name(target)
     try:
-        shutil.copyfile(source, tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        copy_trusted(source, tmp)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
 
 
+def _copy_tree_trusted(source: Path, target: Path) -> None:
+    os.mkdir(target, FOLDER_MODE)
+    for entry in os.scandir(source):
+        if entry.is_dir(follow_symlinks=False):
+            _copy_tree_trusted(Path(entry.path), target / entry.name)
+        else:  # a symlink, to a file or a folder, is refused by the check
+            copy_trusted(entry.path, target / entry.name)
+
+
 def atomic_copy_tree(source: Path, target: Path) -> None:
-    """copytree into a temporary folder beside `target`, then rename it: all of it or nothing."""
+    """Copy the folder `source`, every file checked (pipeline.trusted.copy_trusted), into a temporary
+    folder beside `target`, then rename it: all of it or nothing."""
     tmp = temporary_name(target)
     shutil.rmtree(tmp, ignore_errors=True)
+    make_folders(target.parent)
     try:
-        shutil.copytree(source, tmp)
+        _copy_tree_trusted(source, tmp)
         os.rename(tmp, target)
     except OSError:
         if not target.exists():  # another process may have put it there first; that copy is whole too
@@ -84,8 +97,9 @@ class RunDirectoryLock:
     def __enter__(self) -> "RunDirectoryLock":
         import fcntl
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")
+        make_folders(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        fh = os.fdopen(fd, "r+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -133,7 +147,7 @@ _TEMPORARY = re.compile(r"^\..+\.\d+\.tmp$")  # temporary_name's pattern
 def _remove_temporaries(run_dir: Path) -> None:
     """Temporaries a killed run left in the folders the engine writes (never read: only a rename
     publishes a file). Only those folders: hydra.run.dir may name a directory shared with others."""
-    folders = [run_dir, *(run_dir / f for f in ("tasks", "trials", "checkpoints", "predictors"))]
+    folders = [run_dir, *(run_dir / f for f in ("data", "tasks", "trials", "checkpoints", "predictors"))]
     folders += [p for p in (run_dir / "checkpoints").glob("*") if p.is_dir()]
     for folder in folders:
         for path in folder.glob(".*.tmp"):
@@ -169,32 +183,41 @@ def reuse_summary(reused: list[Reused], total: int, run_dir: Path) -> Optional[s
 
 
 class ResultStore:
-    """tasks/<key>.pkl in the run directory; optionally read-through from earlier run directories."""
+    """tasks/<key>.pkl in the run directory; optionally read-through from earlier run directories.
+
+    Every result is unpickled only after pipeline.trusted's checks: one that fails them (a symlink,
+    another user's file, a file or folder others may write) stops the run with UntrustedFile rather
+    than being fitted again over it, so that whoever can write into the run directory is noticed.
+    """
 
     def __init__(self, run_dir: Path, sources: Iterable[Path] = ()):
         self.dir = run_dir / "tasks"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_folders(self.dir)
         self.sources = [Path(s) / "tasks" for s in sources if Path(s).resolve() != run_dir.resolve()]
         self.reused: list[Reused] = []  # the finished results get() handed out, in order
 
     def get(self, key: str) -> Optional[Any]:
         """The finished result stored under `key` (here, or in an earlier run directory, copied here
-        first), noted in `reused`; None if there is none."""
+        first), noted in `reused`; None if there is none. UntrustedFile if it fails the checks."""
         path = self.dir / f"{key}.pkl"
         origin = path
-        if not path.exists():
+        if not os.path.lexists(path):  # a dangling symlink is there, and refused below
             for source in self.sources:
                 candidate = source / f"{key}.pkl"
-                if candidate.exists():
+                if os.path.lexists(candidate):
+                    finished = os.lstat(candidate).st_mtime
                     atomic_copy_file(candidate, path)
                     origin = candidate
                     break
             else:
                 return None
         try:
-            finished = origin.stat().st_mtime
-            with open(path, "rb") as fh:
+            with open_trusted(path) as fh:
+                if origin == path:
+                    finished = os.fstat(fh.fileno()).st_mtime
                 result = pickle.load(fh)
+        except UnsafeFile:
+            raise
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
             log.warning("ignoring the unreadable cached result %s (%s)", path.name, exc)
             return None

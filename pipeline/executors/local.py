@@ -104,7 +104,7 @@ class ProcessBackend(Backend):
 
     def prepare(self, plan: Plan, data) -> DataRef:
         self._ready()
-        path = self.run_dir / "data.pkl"
+        path = self.run_dir / "data" / "data.pkl"  # a folder made 0755 (Hydra makes the run directory under the umask)
         write_data_file(path, data)
         return DataRef(path=str(path), fingerprint=data.fingerprint)
 

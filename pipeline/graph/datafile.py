@@ -8,6 +8,9 @@ read it, and pages the kernel may drop and read again rather than swap.
 
 Layout: pickle(fingerprint), pickle(index), then from the next ALIGN boundary the payload and the
 buffers at the offsets the index gives (relative to that boundary).
+
+The file is unpickled only after pipeline.trusted's checks (in the driver, which reads the fingerprint
+of one already there, and in every worker); one that fails them stops the run with UntrustedFile.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import os
 import pickle
 from pathlib import Path
 from typing import Any, Optional
+
+from pipeline.trusted import UnsafeFile, create_file, make_folders, open_trusted
 
 ALIGN = 64  # bytes: every array starts at a cache line (and any dtype's alignment)
 
@@ -43,10 +48,10 @@ def write_data_file(path: Path, data) -> None:
         end = _aligned(end + view.nbytes)
     head = pickle.dumps(data.fingerprint) + pickle.dumps({"payload": len(payload), "buffers": offsets})
     start = _aligned(len(head))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     tmp = temporary_name(path)
     try:
-        with open(tmp, "wb") as fh:
+        with create_file(tmp) as fh:
             fh.write(head)
             _write_at(fh, start, payload)
             for (offset, _), view in zip(offsets, views):
@@ -64,10 +69,13 @@ def _write_at(fh, offset: int, data) -> None:
 
 
 def read_data_fingerprint(path: Path) -> Optional[str]:
-    """The fingerprint a data file was written for; None when there is no readable one."""
+    """The fingerprint a data file was written for; None when there is no readable one; UntrustedFile
+    when there is one that fails pipeline.trusted's checks."""
     try:
-        with open(path, "rb") as fh:
+        with open_trusted(path) as fh:
             value = pickle.load(fh)
+    except UnsafeFile:
+        raise
     except (OSError, pickle.UnpicklingError, EOFError, ValueError):
         return None
     return value if isinstance(value, str) else None
@@ -75,8 +83,8 @@ def read_data_fingerprint(path: Path) -> Optional[str]:
 
 def read_data_file(path: str, fingerprint: str):
     """The data of a data file, its arrays views of the file's pages; RuntimeError when the file was
-    written for other data."""
-    with open(path, "rb") as fh:
+    written for other data; UntrustedFile when it fails pipeline.trusted's checks."""
+    with open_trusted(path) as fh:
         written_for = pickle.load(fh)
         if written_for != fingerprint:
             raise RuntimeError(f"{path} holds other data (fingerprint {written_for}, "

@@ -16,6 +16,7 @@ import torch
 from pipeline.devices import torch_device
 from pipeline.metrics import Metric
 from pipeline.nn.loop import Arrays, Loop, LoopConfig, LoopResult, NetSpec
+from pipeline.trusted import create_file, open_trusted
 
 
 def fit_distributed(
@@ -53,7 +54,8 @@ def fit_distributed(
             join=True,
             start_method="spawn",
         )
-        return torch.load(out, weights_only=False)
+        with open_trusted(out) as fh:
+            return LoopResult(**torch.load(fh, weights_only=True))
 
 
 def _rank_main(rank, world_size, devices, backend, rendezvous, spec, config, problem_type, metric, arrays, seed,
@@ -71,8 +73,9 @@ def _rank_main(rank, world_size, devices, backend, rendezvous, spec, config, pro
         loop = Loop(spec, config, problem_type, metric, device, seed=seed, rank=rank, world_size=world_size,
                     checkpoint_dir=checkpoint_dir, y_scale=y_scale, deadline=deadline)
         result = loop.run(arrays)
-        if rank == 0:
-            torch.save(result, out)
+        if rank == 0:  # its fields: tensors and plain values, which load with weights_only
+            with create_file(out) as fh:
+                torch.save(vars(result), fh)
         dist.barrier()
     finally:
         dist.destroy_process_group()

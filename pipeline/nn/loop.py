@@ -30,9 +30,9 @@ from pipeline.nn.options import (
     COMPILE_MODES, EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, largest_batch,
     optimizer_options, scaled_lr,
 )
+from pipeline.trusted import create_file, make_folders, open_trusted
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -325,16 +325,19 @@ class Loop:
         return self.checkpoint_dir / "last.pt" if self.checkpoint_dir is not None else None
 
     def _load_checkpoint(self) -> Optional[dict]:
+        """The last checkpoint, if any: tensors and plain values only (weights_only), from a file that
+        passes pipeline.trusted's checks (UntrustedFile otherwise)."""
         path = self._checkpoint_path()
-        if path is None or not path.exists():
+        if path is None or not os.path.lexists(path):
             return None
-        return torch.load(path, map_location=self.device, weights_only=False)
+        with open_trusted(path) as fh:
+            return torch.load(fh, map_location=self.device, weights_only=True)
 
     def _save_checkpoint(self, epoch, module, optimizer, scaler, generator, best_state, bad_epochs, batch, result):
         path = self._checkpoint_path()
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(path.parent)
         state = {
             "epoch": epoch,
             "model": module.state_dict(),
@@ -354,7 +357,8 @@ class Loop:
         from pipeline.store import temporary_name
 
         tmp = temporary_name(path)
-        torch.save(state, tmp)
+        with create_file(tmp) as fh:
+            torch.save(state, fh)
         os.replace(tmp, path)
 
 

@@ -20,13 +20,11 @@ import struct
 from pathlib import Path
 from typing import Optional, Union
 
+from pipeline.trusted import UnsafeFile
+
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
 _FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class UnsafeFile(OSError):
-    """A file, folder or socket another user could have written or could be listening on."""
 
 
 def check_private(fd: int, path: Union[str, Path], *, folder: bool = False) -> None:

@@ -1,12 +1,22 @@
 """Attacks through the command line, each run as a user would type it: a `_target_` smuggled into a
 value, a component target that walks attributes or leaves the allowed modules, secrets in override
-values, a dangerous Hydra callback. Each must be refused before it has any effect, or logged masked."""
+values, a dangerous Hydra callback, a pickle planted where the engine reads its own. Each must be refused
+before it has any effect, or logged masked."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from tests.conftest import ROOT, run_cli
 from tests.integration.mlflow_helpers import runs
+from tests.unit.test_trusted import malicious, needs_root
 
 SECRET = "S3cr3tV4lue"
 SAS = f"https://acct.blob.core.windows.net/c/f.csv?sv=2022-11-02&sp=r&sig={SECRET}"
@@ -103,3 +113,71 @@ def test_a_dangerous_hydra_callback_is_refused(cli, tmp_path, target, option):
     assert proc.returncode != 0 and f"Target '{target}' is blocklisted" in proc.stderr, proc.stderr
     assert "dry run: plan written" not in proc.stdout
     assert sorted(p.name for p in victim.iterdir()) == ["kept"]
+
+
+# ---- door 8: what the engine unpickles from a run directory is read only if this user (or root) alone wrote it
+
+RUN = ["model=lightgbm", "model.lightgbm.params.num_iterations=5", "data.max_rows=2000", "parallelism.num_folds=2",
+       "parallelism.fit.num_cpus=1", "tracking=none"]  # two worker processes: the data goes through data/data.pkl
+
+
+@pytest.fixture(scope="module")
+def umask_0_run(tmp_path_factory) -> Path:
+    """A finished run made under umask 0: Hydra makes its run directory 0777 then."""
+    root = tmp_path_factory.mktemp("umask_0")
+    old = os.umask(0)
+    try:
+        run_cli([*RUN, f"hydra.run.dir={root / 'run'}"], root, check=True)
+    finally:
+        os.umask(old)
+    return root / "run"
+
+
+def a_copy(run_dir: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, symlinks=True)
+    return copy
+
+
+def test_what_a_run_writes_under_umask_0_no_one_else_may_write_and_a_rerun_reads_it(umask_0_run, tmp_path, cli):
+    assert stat.S_IMODE(umask_0_run.stat().st_mode) == 0o777  # Hydra's, as are .hydra/ and pipeline.log
+    engine = {p.relative_to(umask_0_run).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in umask_0_run.rglob("*")
+              if ".hydra" not in p.parts and p.name != "pipeline.log"}
+    assert {"data", "data/data.pkl", "tasks", "predictors", "predictors/lightgbm.pkl", ".lock"} <= engine.keys()
+    assert len([p for p in engine if p.startswith("tasks/")]) == 2
+    assert {p: oct(mode) for p, mode in engine.items() if mode & 0o022} == {}
+    proc = cli(*RUN, f"hydra.run.dir={a_copy(umask_0_run, tmp_path)}", check=True)
+    assert "reused 2 of 2 fit(s)" in proc.stdout
+
+
+def test_a_finished_fit_planted_as_a_symlink_is_refused_and_never_runs(umask_0_run, tmp_path, cli):
+    run_dir, marker = a_copy(umask_0_run, tmp_path), tmp_path / "the_payload_ran"
+    malicious(tmp_path / "evil.pkl", marker)
+    planted = sorted((run_dir / "tasks").glob("*.pkl"))[0]
+    planted.unlink()
+    planted.symlink_to(tmp_path / "evil.pkl")
+    refused(cli(*RUN, f"hydra.run.dir={run_dir}"), f"{planted} is a symbolic link")
+    assert not marker.exists() and planted.is_symlink()  # refused, not fitted again over it
+
+
+@needs_root
+def test_a_data_file_of_another_user_is_refused_and_never_runs(umask_0_run, tmp_path, cli):
+    run_dir, marker = a_copy(umask_0_run, tmp_path), tmp_path / "the_payload_ran"
+    planted = run_dir / "data" / "data.pkl"
+    malicious(planted, marker)
+    os.chown(planted, 65534, 65534)
+    refused(cli(*RUN, f"hydra.run.dir={run_dir}"), f"{planted} belongs to uid 65534")
+    assert not marker.exists()
+
+
+def test_a_predictor_others_may_write_is_refused_by_batch_prediction_and_never_runs(umask_0_run, tmp_path):
+    run_dir, marker = a_copy(umask_0_run, tmp_path), tmp_path / "the_payload_ran"
+    planted = run_dir / "predictors" / "lightgbm.pkl"
+    malicious(planted, marker)
+    planted.chmod(0o666)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.predict", f"source={run_dir}", "data=parquet",
+         f"data.path={ROOT / 'pipeline' / 'datasets' / 'adult.parquet'}", f"output={tmp_path / 'out.csv'}"],
+        cwd=tmp_path, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=300)
+    refused(proc, f"{planted} is writable by other users (mode 0666")
+    assert not marker.exists() and not (tmp_path / "out.csv").exists()

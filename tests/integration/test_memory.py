@@ -71,7 +71,7 @@ def test_a_fit_that_fits_nowhere_is_an_error_before_anything_starts(cli, tmp_pat
     message = proc.stdout + proc.stderr
     assert "model 'lightgbm': one fit needs about" in message
     assert "hardware.memory_gb=0.9" in message and "data.max_rows=" in message
-    assert not list(tmp_path.glob("outputs/runs/*/*/data.pkl"))  # nothing was loaded or fitted
+    assert not list(tmp_path.glob("outputs/runs/*/*/data/data.pkl"))  # nothing was loaded or fitted
 
 
 def test_a_stated_fit_limit_below_the_estimate_is_an_error_naming_the_key(cli, tmp_path):

@@ -31,15 +31,16 @@ def _crash_while_copying(code: str, tmp_path, files_before_crash: int = 0):
 import os, shutil, pickle
 from pathlib import Path
 from pipeline.store import ResultStore
-real, done = shutil.copyfile, []
-def dying_copy(src, dst, **kw):
+real, done = shutil.copyfileobj, []
+def dying_copy(src, dst, *args):
     if len(done) == {files_before_crash}:
-        data = Path(src).read_bytes()
-        Path(dst).write_bytes(data[: len(data) // 2])
+        data = src.read()
+        dst.write(data[: len(data) // 2])
+        dst.flush()
         os._exit(9)
     done.append(src)
-    return real(src, dst, **kw)
-shutil.copyfile = dying_copy
+    return real(src, dst, *args)
+shutil.copyfileobj = dying_copy
 """
     proc = subprocess.run([sys.executable, "-c", prelude + code], cwd=tmp_path)
     assert proc.returncode == 9  # it did die mid-copy

@@ -1,0 +1,153 @@
+"""Files the engine unpickles are read only when no one but this user (or root) could have written them.
+
+Unpickling (and torch.load) runs whatever code the file's writer chose, so every such file the engine
+reads back (the workers' data file, the run directory's finished fits, network checkpoints and
+predictors, a DDP rank's result) is opened by `open_trusted`, which refuses it unless:
+
+- the name is the file itself, not a symbolic link (O_NOFOLLOW; O_NONBLOCK, so a FIFO planted there
+  cannot hang the open) — the folders on the way may be links: what counts is the folder reached;
+- by its descriptor (fstat: the file checked is the file read), it is a regular file owned by this
+  user or by root, writable by no one else (no group or other write bit); others may read it;
+- the folder holding it, opened first and fstat'd (the file is then opened relative to that
+  descriptor, so a folder swapped after its check is not followed), is owned by this user or root and
+  writable by no one else, unless it has the sticky bit (as /tmp has: no one else may rename or
+  remove this user's files there) and the file has a single link (a hard link is how another user
+  could place a file of this user's, with content they chose, under a name the engine reads).
+
+Root is trusted because it can replace any file and this user's programs anyway; files owned by root
+appear in a user's folders legitimately (a container running as root writing into a mounted folder),
+and refusing them would protect nothing.
+
+A file that fails is never read and never silently written over: UntrustedFile names the path and
+what is wrong, and the run stops (a planted file means someone else can write where the engine keeps
+its results; the user should see that, not have it replaced).
+
+The engine writes these files with `create_file` (mode 0644 less the umask, never through a symlink)
+into folders made by `make_folders` (0755 less the umask), so what it writes passes these checks
+under umask 0 too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import BinaryIO, Union
+
+from pipeline.errors import PipelineError
+
+FILE_MODE = 0o644
+FOLDER_MODE = 0o755
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class UnsafeFile(OSError):
+    """A file, folder or socket another user could have written or could be listening on."""
+
+
+class UntrustedFile(UnsafeFile, PipelineError):
+    """A file the engine would unpickle that someone other than this user (or root) could have written."""
+
+
+def _owner_trusted(uid: int) -> bool:
+    return uid in (os.geteuid(), 0)
+
+
+def _refuse(path: Union[str, Path], problem: str, fix: str) -> UntrustedFile:
+    return UntrustedFile(
+        f"{path} {problem}: the engine refuses to load it, since loading it would run code its writer "
+        f"chose; it reads only files that this user or root wrote and no one else can change. {fix}"
+    )
+
+
+def _check_folder(st: os.stat_result, path: Path) -> None:
+    mode, folder = stat.S_IMODE(st.st_mode), path.parent
+    if not _owner_trusted(st.st_uid):
+        raise _refuse(path, f"is in a folder ({folder}) that belongs to uid {st.st_uid}, not to this user "
+                      f"(uid {os.geteuid()}) or root", "Copy what you trust into a folder of your own.")
+    if mode & _OTHERS_WRITE and not mode & stat.S_ISVTX:
+        raise _refuse(path, f"is in a folder ({folder}) writable by other users (mode {mode:04o})",
+                      f"If no one else wrote into it, `chmod go-w {folder}`.")
+
+
+def _check_file(st: os.stat_result, path: Path, folder_shared: bool) -> None:
+    mode = stat.S_IMODE(st.st_mode)
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(path, "is not a regular file", "Remove it; the engine writes its own files.")
+    if not _owner_trusted(st.st_uid):
+        raise _refuse(path, f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}) or root",
+                      "Remove it, or, if you trust who wrote it, copy it: the copy is yours.")
+    if mode & _OTHERS_WRITE:
+        raise _refuse(path, f"is writable by other users (mode {mode:04o}; {FILE_MODE:04o} expected)",
+                      f"If no one else changed it, `chmod go-w {path}`.")
+    if folder_shared and st.st_nlink != 1:
+        raise _refuse(path, f"has {st.st_nlink} hard links in a folder other users may write into",
+                      "Remove it; the engine writes its own files.")
+
+
+def open_trusted(path: Union[str, Path]) -> BinaryIO:
+    """`path` opened for reading after the checks of this module's docstring; UntrustedFile if it fails
+    them, FileNotFoundError (or another OSError) if it or its folder is not there."""
+    path = Path(path)
+    folder_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        folder = os.fstat(folder_fd)
+        _check_folder(folder, path)
+        try:
+            fd = os.open(path.name, _READ_FLAGS, dir_fd=folder_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _refuse(path, "is a symbolic link",
+                              "Remove the link; the engine reads only files, never links.") from None
+            raise
+    finally:
+        os.close(folder_fd)
+    try:
+        _check_file(os.fstat(fd), path, bool(stat.S_IMODE(folder.st_mode) & _OTHERS_WRITE))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def create_file(path: Union[str, Path]) -> BinaryIO:
+    """`path` created (or emptied) for writing, never through a symlink, with mode 0644 less the umask:
+    never writable by group or others, whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & _OTHERS_WRITE:  # a file that was there keeps its mode through O_TRUNC
+            os.fchmod(fd, mode & ~_OTHERS_WRITE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb")
+
+
+def make_folders(path: Union[str, Path]) -> None:
+    """`path` and the folders missing above it, each made 0755 whatever the umask (os.makedirs gives
+    the folders above the last only the umask's mode)."""
+    missing = []
+    path = Path(path)
+    while not path.is_dir() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, FOLDER_MODE)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+
+
+def copy_trusted(source: Union[str, Path], target: Union[str, Path]) -> None:
+    """Copy `source`, checked by open_trusted (a copy must not make another user's file this user's),
+    into a new file `target` (create_file's mode)."""
+    with open_trusted(source) as src, create_file(target) as dst:
+        shutil.copyfileobj(src, dst)
+        dst.flush()
+        os.fsync(dst.fileno())
