@@ -57,11 +57,27 @@ def main(cfg: DictConfig):
         sys.exit(exc.exit_code)
 
 
+def refuse_former_keys(argv: list[str]) -> None:
+    """Exit with a ConfigError's message and code when an override names a component the old way
+    (`executor.name=ray`: now `executor=ray`), before Hydra composes."""
+    from pipeline.errors import ConfigError
+    from pipeline.targets import check_overrides
+
+    try:
+        check_overrides(argv, Path(CONFIG_DIR))
+    except ConfigError as exc:
+        from pipeline.report import err_console
+
+        err_console.print(f"[bold red]error:[/bold red] {exc}", soft_wrap=True)
+        sys.exit(exc.exit_code)
+
+
 def entry() -> None:
     """The `tabular-pipeline` console script."""
     from pipeline.exiting import exit_quickly
 
     try:
+        refuse_former_keys(sys.argv[1:])
         main()
     finally:
         exit_quickly()

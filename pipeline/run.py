@@ -97,13 +97,11 @@ class Components:
 
     @classmethod
     def resolve(cls, settings: Settings) -> "Components":
-        from pipeline.executors import executor_target
         from pipeline.targets import resolve
-        from pipeline.tracking.factory import tracker_target
 
-        ex, tr = settings.conf.executor, settings.conf.tracking
-        return cls(resolve("executor._target_", executor_target(ex.name, ex._target_), settings.allowed_targets),
-                   resolve("tracking._target_", tracker_target(tr.backend, tr._target_), settings.allowed_targets))
+        conf, allowed = settings.conf, settings.allowed_targets
+        return cls(resolve("executor._target_", conf.executor._target_, allowed),
+                   resolve("tracking._target_", conf.tracking._target_, allowed))
 
     def build_tracker(self, settings: Settings, runtime: Runtime):
         conf = settings.conf.tracking
@@ -175,11 +173,13 @@ def _warn_overridden(settings: Settings, spec) -> None:
 
 
 def _on_cluster(settings: Settings) -> bool:
-    """The fits run on the Ray cluster at executor.address, not on this machine."""
-    from pipeline.executors import EXECUTORS, executor_target
+    """The fits run on the Ray cluster at executor.address, not on this machine: the executor is of
+    kind `ray` (pipeline.executors.ray_backend)."""
+    from pipeline.targets import resolve
 
     ex = settings.conf.executor
-    return executor_target(ex.name, ex._target_) == EXECUTORS["ray"] and bool(ex.address)
+    executor = resolve("executor._target_", ex._target_, settings.allowed_targets)
+    return getattr(executor, "kind", None) == "ray" and bool(ex.address)
 
 
 def _look_at_cluster(settings: Settings):
@@ -239,7 +239,8 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         # not waited for: the tracker's process starts the MLflow run while this one fits
         from pipeline.tracking.naming import comparable_params
 
-        params = comparable_params(settings.params, [s.name for s in settings.models], settings.conf.data.source)
+        params = comparable_params(settings.params, [s.name for s in settings.models],
+                                   settings.conf.data.make_source().kind, settings.conf.hpo.searches)
         tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
         record.started()
         tracker.log_artifact(runtime.run_dir / "plan.json")

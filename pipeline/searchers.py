@@ -1,5 +1,6 @@
-"""Searchers: what samples each model's trials. `hpo.searcher` names a built-in one; `hpo._target_`
-names any Searcher class (a module allowed_targets lets in), built with `hpo.options` as its keywords.
+"""Searchers: what samples each model's trials. `hpo._target_` names the Searcher class: the engine's
+(conf/hpo/*.yaml: NoSearch, RandomSearch, TpeSearch, GridSearch) or any other in a module
+allowed_targets lets in, built with `hpo.options` as its keywords.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class Searcher:
 
 
 class NoSearch(Searcher):
-    """hpo.searcher=none: every trial fits the model's own params (with its own seed)."""
+    """hpo=none: every trial fits the model's own params (with its own seed)."""
 
     searches = False
 
