@@ -38,8 +38,15 @@ def _compose_once() -> None:
 _compose_once()
 
 
+def main():
+    """`python -m pipeline [overrides]`: the overrides checked for keys that once named a component,
+    then Hydra composes the config and runs it."""
+    refuse_former_keys(sys.argv[1:])
+    return _composed_main()
+
+
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="config")
-def main(cfg: DictConfig):
+def _composed_main(cfg: DictConfig):
     from pipeline.errors import Interrupted, PipelineError
     from pipeline.run import run
 
@@ -66,9 +73,10 @@ def refuse_former_keys(argv: list[str]) -> None:
     try:
         check_overrides(argv, Path(CONFIG_DIR))
     except ConfigError as exc:
+        from pipeline.redact import redact_text
         from pipeline.report import err_console
 
-        err_console.print(f"[bold red]error:[/bold red] {exc}", soft_wrap=True)
+        err_console.print(f"[bold red]error:[/bold red] {redact_text(str(exc))}", soft_wrap=True)
         sys.exit(exc.exit_code)
 
 
@@ -77,7 +85,6 @@ def entry() -> None:
     from pipeline.exiting import exit_quickly
 
     try:
-        refuse_former_keys(sys.argv[1:])
         main()
     finally:
         exit_quickly()

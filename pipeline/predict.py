@@ -26,8 +26,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("pipeline")
 
 
+def main():
+    """`python -m pipeline.predict [overrides]`: checked for keys that once named a component, composed, run."""
+    refuse_former_keys(sys.argv[1:])
+    return _composed_main()
+
+
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="predict")
-def main(cfg: DictConfig):
+def _composed_main(cfg: DictConfig):
     from pipeline.errors import PipelineError
 
     try:
@@ -157,5 +163,4 @@ def _no_rows(settings):
 
 
 if __name__ == "__main__":
-    refuse_former_keys(sys.argv[1:])
     main()

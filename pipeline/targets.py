@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, closest
 from pipeline.redact import MASK, STORAGE_OPTIONS, is_secret_key, redact
 
 ALWAYS_ALLOWED = ("pipeline.",)
@@ -161,7 +161,8 @@ def check_overrides(overrides, conf_dir: Path) -> None:
             continue
         group, example = FORMER_NAME_KEYS[key]
         options = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
-        choose = f"{group}={value}" if value in options else f"one of {', '.join(f'{group}={o}' for o in options)}"
+        choose = (f"{group}={value}" if value in options else
+                  f"one of {', '.join(f'{group}={o}' for o in options)}{closest(value, options)}")
         raise ConfigError(f"{key}={value!r}: {key} is not a key; the {group} component is named by its config "
                           f"group or its _target_: use {choose}, or {group}._target_={example} for your own "
                           "(its module in allowed_targets)")
