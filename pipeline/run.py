@@ -103,6 +103,15 @@ class Components:
         return cls(resolve("executor._target_", conf.executor._target_, allowed),
                    resolve("tracking._target_", conf.tracking._target_, allowed))
 
+    def kinds(self, settings: Settings) -> dict[str, str]:
+        """The searcher's and the executor's kinds (`tpe`, `local`; a user's by its `_target_`), for the
+        run's parameters."""
+        from pipeline.targets import kind_of
+
+        conf = settings.conf
+        return {"hpo": kind_of(conf.hpo.make_searcher(), conf.hpo._target_),
+                "executor": kind_of(self.executor, conf.executor._target_)}
+
     def build_tracker(self, settings: Settings, runtime: Runtime):
         conf = settings.conf.tracking
         tracker = self.tracker(conf=conf, launch_dir=runtime.launch_dir, sweep_dir=runtime.sweep_dir)
@@ -219,7 +228,7 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Compo
         except BaseException:
             tracker.end("FAILED")  # no run was started: this only stops the tracker's process
             raise
-        return _fit(settings, plan, runtime, data, metric, tracker, backend, signals)
+        return _fit(settings, plan, runtime, data, metric, tracker, backend, signals, components.kinds(settings))
 
 
 def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()):
@@ -231,7 +240,7 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
 
 
 def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker, backend,
-         signals) -> Union[float, list[float]]:
+         signals, kinds: dict[str, str]) -> Union[float, list[float]]:
     from pipeline.outputs import RunRecord
 
     record, status = RunRecord(runtime.run_dir), "FAILED"
@@ -239,8 +248,9 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         # not waited for: the tracker's process starts the MLflow run while this one fits
         from pipeline.tracking.naming import comparable_params
 
-        params = comparable_params(settings.params, [s.name for s in settings.models],
-                                   settings.conf.data.make_source().kind, settings.conf.hpo.searches)
+        conf = settings.conf
+        params = comparable_params(settings.params, [s.name for s in settings.models], kinds,
+                                   conf.hpo.searches, conf.data.make_source().kind)
         tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
         record.started()
         tracker.log_artifact(runtime.run_dir / "plan.json")

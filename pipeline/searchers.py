@@ -15,6 +15,7 @@ class Searcher:
     """Makes the Optuna sampler of one model's study; `searches = False` fits the model's own params."""
 
     searches = True
+    kind: str = ""  # the engine's: none | random | tpe | grid (the run's records show a user's by its class)
 
     def sampler(self, hpo, model: str, space: dict) -> Any:
         """An optuna.samplers.BaseSampler for `model`'s study (hpo: the run's HpoConf)."""
@@ -29,12 +30,15 @@ class NoSearch(Searcher):
     """hpo=none: every trial fits the model's own params (with its own seed)."""
 
     searches = False
+    kind = "none"
 
     def sampler(self, hpo, model: str, space: dict) -> None:
         return None
 
 
 class RandomSearch(Searcher):
+    kind = "random"
+
     def sampler(self, hpo, model: str, space: dict):
         import optuna
 
@@ -42,6 +46,8 @@ class RandomSearch(Searcher):
 
 
 class TpeSearch(Searcher):
+    kind = "tpe"
+
     def __init__(self, n_startup_trials: Optional[int] = None):
         self.n_startup_trials = n_startup_trials  # null: a third of the trials, 2 to 10
 
@@ -56,6 +62,8 @@ class TpeSearch(Searcher):
 
 class GridSearch(Searcher):
     """Every choice, every value of a stepped range, and hpo.grid_points values of each continuous range."""
+
+    kind = "grid"
 
     def sampler(self, hpo, model: str, space: dict):
         import optuna

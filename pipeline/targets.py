@@ -104,6 +104,12 @@ def resolve(key: str, target: str, allowed: tuple[str, ...], kind: Optional[Kind
     return obj
 
 
+def kind_of(component: object, target: str) -> str:
+    """What a run's records call a component: its `kind` (the engine's: local, ray, tpe, ...), else
+    the `_target_` that names it."""
+    return getattr(component, "kind", None) or target
+
+
 # Where a `_target_` names a component; anywhere else in the config it would only be a value.
 COMPONENT_GROUPS = ("data", "hpo", "executor", "tracking")
 

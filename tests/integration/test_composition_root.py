@@ -27,7 +27,7 @@ def test_a_users_own_executor_and_tracker_run_the_job(cli, tmp_path):
     calls = [json.loads(line) for line in (tmp_path / "recorded_tracking.jsonl").read_text().splitlines()]
     assert [c["call"] for c in calls][:2] == ["connect", "start"]
     assert calls[-1] == {"call": "end", "status": "FINISHED"}
-    assert "seed" in calls[1]["params"]
+    assert {"seed", "hpo", "executor"} <= set(calls[1]["params"])
     assert any("lightgbm/val_roc_auc" in c.get("keys", ()) for c in calls)
     assert not (tmp_path / "outputs" / "mlflow.db").exists()  # the engine's MLflow tracker was not used
 

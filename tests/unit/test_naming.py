@@ -39,12 +39,13 @@ def test_parameters_are_what_a_user_compares():
         "hpo._target_": "pipeline.searchers.NoSearch", "hpo.pruning": True,
         "data._target_": "pipeline.data_sources.BundledSource",
     }
-    assert naming.comparable_params(flat, ["lightgbm"], "bundled", searches=False) == {
+    kinds = {"hpo": "none", "executor": "local"}
+    assert naming.comparable_params(flat, ["lightgbm"], kinds, False, "bundled") == {
         "model": "lightgbm", "model.lightgbm.params.learning_rate": 0.05, "data.name": "adult", "seed": 1,
-        "hpo._target_": "pipeline.searchers.NoSearch", "data._target_": "pipeline.data_sources.BundledSource",
+        "hpo": "none", "executor": "local",
     }
-    synthetic = naming.comparable_params(flat, ["lightgbm"], "synthetic", searches=False)
+    synthetic = naming.comparable_params(flat, ["lightgbm"], kinds, False, "synthetic")
     assert synthetic["data.features"] == 20 and synthetic["data.categorical_features"] == 0
     searched = naming.comparable_params({**flat, "hpo._target_": "pipeline.searchers.TpeSearch"}, ["lightgbm"],
-                                        "bundled", searches=True)
-    assert searched["hpo.pruning"] is True and searched["hpo._target_"] == "pipeline.searchers.TpeSearch"
+                                        {**kinds, "hpo": "tpe"}, True, "bundled")
+    assert searched["hpo.pruning"] is True and searched["hpo"] == "tpe"
