@@ -38,8 +38,15 @@ def _compose_once() -> None:
 _compose_once()
 
 
+def main():
+    """`python -m pipeline [overrides]`: the overrides checked for keys that once named a component,
+    then Hydra composes the config and runs it."""
+    refuse_former_keys(sys.argv[1:])
+    return _composed_main()
+
+
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="config")
-def main(cfg: DictConfig):
+def _composed_main(cfg: DictConfig):
     from pipeline.errors import Interrupted, PipelineError
     from pipeline.run import run
 
@@ -50,6 +57,22 @@ def main(cfg: DictConfig):
             from pipeline.signals import ignore_stop_signals
 
             ignore_stop_signals()  # the exit code says which signal stopped the run; a repeat must not change it
+        from pipeline.redact import redact_text
+        from pipeline.report import err_console
+
+        err_console.print(f"[bold red]error:[/bold red] {redact_text(str(exc))}", soft_wrap=True)
+        sys.exit(exc.exit_code)
+
+
+def refuse_former_keys(argv: list[str]) -> None:
+    """Exit with a ConfigError's message and code when an override names a component the old way
+    (`executor.name=ray`: now `executor=ray`), before Hydra composes."""
+    from pipeline.errors import ConfigError
+    from pipeline.targets import check_overrides
+
+    try:
+        check_overrides(argv, Path(CONFIG_DIR))
+    except ConfigError as exc:
         from pipeline.redact import redact_text
         from pipeline.report import err_console
 

@@ -53,14 +53,14 @@ def mlflow_settings(config):
     (a config error is left to the jobs, which report it)."""
     from omegaconf import OmegaConf
 
+    from pipeline.config import MLFLOW_TRACKER
     from pipeline.errors import ConfigError
-    from pipeline.tracking.factory import MLFLOW, tracker_target
 
     if "tracking" not in config:
         return None
     try:
         conf = OmegaConf.to_object(config.tracking)  # its checks run here
-        return conf if tracker_target(conf.backend, conf._target_) == MLFLOW else None
+        return conf if conf._target_ == MLFLOW_TRACKER else None
     except ConfigError:
         return None
 

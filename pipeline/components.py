@@ -12,23 +12,13 @@ from typing import Any, Dict, List, Optional
 from omegaconf import MISSING
 
 from pipeline.errors import ConfigError, closest
-from pipeline.targets import imported, target_or_builtin
+from pipeline.targets import imported
 
 log = logging.getLogger(__name__)
 
-# The engine's classes the names of `data.source` and `hpo.searcher` stand for; `_target_` names any other.
-DATA_SOURCES = {
-    "bundled": "pipeline.data_sources.BundledSource",
-    "csv": "pipeline.data_sources.FileSource",
-    "parquet": "pipeline.data_sources.FileSource",
-    "synthetic": "pipeline.data_sources.SyntheticSource",
-}
-SEARCHERS = {
-    "none": "pipeline.searchers.NoSearch",
-    "random": "pipeline.searchers.RandomSearch",
-    "tpe": "pipeline.searchers.TpeSearch",
-    "grid": "pipeline.searchers.GridSearch",
-}
+# The defaults' classes, as conf/data/adult.yaml and conf/hpo/none.yaml name them.
+BUNDLED_SOURCE = "pipeline.data_sources.BundledSource"
+NO_SEARCH = "pipeline.searchers.NoSearch"
 BUNDLED = {"adult": "income", "california_housing": "MedHouseVal"}  # bundled data set -> its label
 PROBLEM_TYPES = ("auto", "binary", "multiclass", "regression")
 UNSEEN_POLICIES = ("missing", "error")
@@ -98,26 +88,20 @@ class SearchDimConf:
 class HpoConf:
     """In-run search: which searcher, how many trials; checked when the config becomes settings."""
 
-    searcher: str = "none"  # none | random | tpe | grid; with _target_, your searcher's name
     num_trials: int = 1
     seed: Optional[int] = None  # null: the run's seed
     start_from_defaults: bool = True  # trial 0 fits the model's own params
     pruning: bool = False  # stop bad trials early (network epochs, boosting rounds)
     grid_points: int = 3  # grid: values per continuous dimension (stepped ranges and choices in full)
-    _target_: Optional[str] = None  # a pipeline.searchers.Searcher class; null: the one `searcher` names
+    # a pipeline.searchers.Searcher class: hpo=random, tpe, grid name the engine's; or your own
+    _target_: str = NO_SEARCH
     options: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of that class
 
     def __post_init__(self) -> None:
-        self.target = target_or_builtin("hpo.searcher", self.searcher, self._target_, SEARCHERS)
         if self.num_trials < 1:
             raise ConfigError(f"hpo.num_trials={self.num_trials} must be >= 1")
         if self.grid_points < 2:
             raise ConfigError(f"hpo.grid_points={self.grid_points} must be >= 2")
-        if self.searcher == "none" and self.num_trials > 1:
-            log.warning(
-                "hpo.searcher=none: the %d trials fit each model's own params with different seeds; "
-                "choose hpo=random, hpo=tpe or hpo=grid to search", self.num_trials,
-            )
 
     @property
     def searches(self) -> bool:
@@ -128,16 +112,23 @@ class HpoConf:
         """The searcher object (the target's class, given `options` as keywords), made once."""
         if getattr(self, "_searcher", None) is None:
             # the target was checked by settings.read_settings; options are values, never built into objects
-            self._searcher = imported(self.target)(**copy.deepcopy(self.options))
+            self._searcher = imported(self._target_)(**copy.deepcopy(self.options))
         return self._searcher
 
     def check(self, spaces: dict[str, dict[str, SearchDimConf]]) -> None:
-        """The search spaces against the searcher: each dimension valid, none empty when searching."""
+        """The search spaces against the searcher (its class already checked): each dimension valid,
+        none empty when searching."""
         for model, space in spaces.items():
             for name, dim in space.items():
                 dim.check(f"model.{model}.search_space.{name}")
             if self.searches and not space:
-                raise ConfigError(f"hpo.searcher={self.searcher} but model.{model}.search_space is empty")
+                raise ConfigError(f"hpo._target_={self._target_} searches, but model.{model}.search_space is "
+                                  "empty; give it a search space, or choose hpo=none")
+        if not self.searches and self.num_trials > 1:
+            log.warning(
+                "hpo._target_=%s does not search: the %d trials fit each model's own params with different "
+                "seeds; choose hpo=random, hpo=tpe or hpo=grid to search", self._target_, self.num_trials,
+            )
 
     def trials_for(self, model: str, space: dict[str, SearchDimConf]) -> int:
         """How many trials a model runs: num_trials, or fewer when the searcher has fewer points."""
@@ -149,10 +140,9 @@ class HpoConf:
 
 @dataclass
 class DataConf:
-    """What to train on: a built-in source (`source`) or a user's class (`_target_`), and how to split it."""
+    """What to train on: the source class (`_target_`, the engine's or a user's), and how to split it."""
 
-    name: str = "adult"
-    source: str = "bundled"  # bundled | csv | parquet | synthetic; with _target_, your source's name
+    name: str = "adult"  # the data set's name, for the run's records
     path: Optional[str] = None  # csv/parquet file; bundled: adult | california_housing (null: name)
     label: Optional[str] = None  # bundled: null is the data set's own label
     problem_type: str = "auto"  # auto | binary | multiclass | regression
@@ -170,11 +160,11 @@ class DataConf:
     classes: int = 2  # 0: regression
     categorical_features: int = 0
     seed: Optional[int] = None  # the split's and subsample's seed; null: the run's seed
-    _target_: Optional[str] = None  # a pipeline.data_sources.DataSource class; null: the one `source` names
+    # a pipeline.data_sources.DataSource class: data=csv, parquet, synthetic name the engine's; or your own
+    _target_: str = BUNDLED_SOURCE
     options: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of that class
 
     def __post_init__(self) -> None:
-        self.target = target_or_builtin("data.source", self.source, self._target_, DATA_SOURCES)
         one_of("data.problem_type", self.problem_type, PROBLEM_TYPES)
         one_of("data.unseen_categories", self.unseen_categories, UNSEEN_POLICIES)
         for key in ("test_size", "val_size"):
@@ -183,7 +173,7 @@ class DataConf:
                 raise ConfigError(f"data.{key}={value} must be a fraction between 0 and 1")
         if self.max_rows is not None and self.max_rows < 10:
             raise ConfigError(f"data.max_rows={self.max_rows} must be at least 10")
-        if self.source == "bundled" and self._target_ is None:
+        if self._target_ == BUNDLED_SOURCE:
             self.path = self.path or self.name
             if self.path not in BUNDLED:
                 raise ConfigError(f"data.path={self.path!r} is not a bundled data set; bundled: "
@@ -195,7 +185,7 @@ class DataConf:
         made once: the checks before loading and the load use the same object."""
         if getattr(self, "_source", None) is None:
             # the target was checked by settings; options are values, never built into objects
-            self._source = imported(self.target)(self, **copy.deepcopy(self.options))
+            self._source = imported(self._target_)(self, **copy.deepcopy(self.options))
         return self._source
 
     def __getstate__(self) -> dict:  # the source is made again where it is needed

@@ -15,11 +15,15 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from pipeline.components import (  # noqa: F401  (the schema of every group is importable from here)
-    BUNDLED, DATA_SOURCES, SEARCHERS, DataConf, HpoConf, SearchDimConf,
+    BUNDLED, BUNDLED_SOURCE, NO_SEARCH, DataConf, HpoConf, SearchDimConf,
 )
 from pipeline.errors import ConfigError
 
 IN_PROCESS = ("auto", "always", "never")
+# The engine's own executor and trackers, as conf/executor/local.yaml and conf/tracking/*.yaml name them.
+LOCAL_EXECUTOR = "pipeline.executors.local_backend"
+MLFLOW_TRACKER = "pipeline.tracking.factory.mlflow_tracker"
+NO_TRACKER = "pipeline.tracking.factory.no_tracker"
 
 
 @dataclass
@@ -80,8 +84,7 @@ class ModelSpecConf:
 
 @dataclass
 class ExecutorConf:
-    name: str = "local"  # local | ray; with _target_, your executor's name
-    _target_: Optional[str] = None  # null: the engine's executor `name`; else your Backend class (see allowed_targets)
+    _target_: str = LOCAL_EXECUTOR  # executor=ray: pipeline.executors.ray_backend; or your own (see allowed_targets)
     max_retries: int = 1
     in_process: str = "auto"  # local: auto | always | never
     task_timeout_s: Optional[float] = None  # a fit running longer fails like a crash (retried); null: no limit
@@ -96,7 +99,7 @@ class ExecutorConf:
         timeout = self.task_timeout_s
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"executor.task_timeout_s={timeout} must be > 0 seconds (or null: no limit)")
-        if timeout is not None and self.name == "local" and self.in_process == "always":
+        if timeout is not None and self._target_ == LOCAL_EXECUTOR and self.in_process == "always":
             raise ConfigError(
                 f"executor.task_timeout_s={timeout} needs fits in worker processes, which can be stopped, but "
                 "executor.in_process=always fits in the driver; use in_process=auto or never"
@@ -105,8 +108,7 @@ class ExecutorConf:
 
 @dataclass
 class TrackingConf:
-    backend: str = "mlflow"  # mlflow | none; with _target_, your tracker's name
-    _target_: Optional[str] = None  # null: the engine's tracker `backend`; else your tracker class (see allowed_targets)
+    _target_: str = MLFLOW_TRACKER  # tracking=none: pipeline.tracking.factory.no_tracker; or your own tracker
     uri: Optional[str] = None  # null: sqlite:///outputs/mlflow.db under the launch directory
     experiment: str = "pipeline"
     run_name: Optional[str] = None  # null: the job's overrides
@@ -122,7 +124,7 @@ class TrackingConf:
     def __post_init__(self) -> None:
         if self.system_metrics_interval_s <= 0:
             raise ConfigError(f"tracking.system_metrics_interval_s={self.system_metrics_interval_s} must be > 0")
-        if self.register_model is not None and self.backend == "none":
+        if self.register_model is not None and self._target_ == NO_TRACKER:
             raise ConfigError(f"tracking.register_model={self.register_model!r} needs MLflow tracking: "
                               "drop tracking=none, or drop tracking.register_model")
         if self.register_model is not None and not self.log_models:

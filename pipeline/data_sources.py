@@ -1,8 +1,8 @@
 """Data sources: where the table of a `data` config comes from.
 
-`data.source` names a built-in source (bundled, csv, parquet, synthetic); `data._target_` names any
-DataSource class (a module allowed_targets lets in), built with the `data` config and `data.options`
-as its keywords. pandas is imported only when a table is read.
+`data._target_` names the DataSource class: the engine's (conf/data/*.yaml: BundledSource,
+CsvSource, ParquetSource, SyntheticSource) or any other in a module allowed_targets lets in, built with
+the `data` config and `data.options` as its keywords. pandas is imported only when a table is read.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 class DataSource:
     """Reads one table, label column included; subclasses override `read` (and `check`, `label`)."""
+
+    kind: Optional[str] = None  # the engine's sources: bundled | csv | parquet | synthetic (how its shape is had)
 
     def __init__(self, spec: DataConf, **options):
         self.spec = spec
@@ -86,6 +88,8 @@ class DataSource:
 class BundledSource(DataSource):
     """A data set shipped with the engine (data.path: adult | california_housing)."""
 
+    kind = "bundled"
+
     def check(self) -> None:  # the config checked the name and filled in the label
         pass
 
@@ -119,18 +123,18 @@ class BundledSource(DataSource):
 
 
 class FileSource(DataSource):
-    """A CSV or Parquet file (data.source), local or remote (s3://, gs://, https:// through fsspec)."""
+    """A CSV or Parquet file, told apart by its suffix; local or remote (s3://, gs://, https:// through
+    fsspec). CsvSource and ParquetSource read their format whatever the suffix."""
 
     def check(self) -> None:
         if not self.spec.path:
-            raise ConfigError(
-                f"data.path is required with data.source={self.spec.source}: data.path=my_table.{self.spec.source}"
-            )
+            suffix = self.kind or "csv"
+            raise ConfigError(f"data.path is required with data._target_={self.spec._target_}: name the "
+                              f"file, as in data.path=my_table.{suffix}")
         super().check()
 
     def read(self, base_dir: Path) -> pd.DataFrame:
-        kind = self.spec.source if self.spec.source in ("csv", "parquet") else None
-        return read_file(resolve(self.spec.path, base_dir), "data.path", kind, self.spec.storage_options)
+        return read_file(resolve(self.spec.path, base_dir), "data.path", self.kind, self.spec.storage_options)
 
     def local_path(self, base_dir: Path) -> Optional[Path]:
         path = resolve(self.spec.path, base_dir) if self.spec.path else None
@@ -141,17 +145,29 @@ class FileSource(DataSource):
 
     def columns(self, base_dir: Path) -> Optional[list[str]]:
         path = self.local_path(base_dir)
-        kind = self.spec.source if self.spec.source in ("csv", "parquet") else None
-        return None if path is None else header(path, kind, "data.path")
+        return None if path is None else header(path, self.kind, "data.path")
 
     def label_values(self, base_dir: Path) -> Optional[pd.Series]:
         path = self.local_path(base_dir)
-        kind = self.spec.source if self.spec.source in ("csv", "parquet") else None
-        return None if path is None else label_column(path, kind, self.label, "data.path")
+        return None if path is None else label_column(path, self.kind, self.label, "data.path")
+
+
+class CsvSource(FileSource):
+    """A CSV file (data=csv)."""
+
+    kind = "csv"
+
+
+class ParquetSource(FileSource):
+    """A Parquet file (data=parquet)."""
+
+    kind = "parquet"
 
 
 class SyntheticSource(DataSource):
     """A seeded scikit-learn classification or regression table; some columns binned into categories."""
+
+    kind = "synthetic"
 
     @property
     def label(self) -> str:

@@ -18,7 +18,7 @@ import hydra
 from omegaconf import DictConfig
 
 import pipeline.config  # noqa: F401  (registers the schemas in Hydra's ConfigStore)
-from pipeline.__main__ import CONFIG_DIR
+from pipeline.__main__ import CONFIG_DIR, refuse_former_keys
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,8 +26,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("pipeline")
 
 
+def main():
+    """`python -m pipeline.predict [overrides]`: checked for keys that once named a component, composed, run."""
+    refuse_former_keys(sys.argv[1:])
+    return _composed_main()
+
+
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="predict")
-def main(cfg: DictConfig):
+def _composed_main(cfg: DictConfig):
     from pipeline.errors import PipelineError
 
     try:
@@ -115,7 +121,7 @@ def input_chunks(settings, base_dir: Path, schema, path) -> Iterator[pd.DataFram
         _check_columns(schema, list(frame.columns), settings)
         yield from io.frame_chunks(frame, settings.chunk_rows)
         return
-    kind = settings.data.source
+    kind = settings.data.make_source().kind
     _check_columns(schema, io.columns_of(path, kind), settings)
     columns = list(dict.fromkeys([*wanted, *schema.columns]))
     yield from io.read_chunks(path, kind, columns, set(schema.categories), set(schema.numeric), settings.chunk_rows)

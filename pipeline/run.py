@@ -99,13 +99,20 @@ class Components:
 
     @classmethod
     def resolve(cls, settings: Settings) -> "Components":
-        from pipeline.executors import executor_target
         from pipeline.targets import resolve
-        from pipeline.tracking.factory import tracker_target
 
-        ex, tr = settings.conf.executor, settings.conf.tracking
-        return cls(resolve("executor._target_", executor_target(ex.name, ex._target_), settings.allowed_targets),
-                   resolve("tracking._target_", tracker_target(tr.backend, tr._target_), settings.allowed_targets))
+        conf, allowed = settings.conf, settings.allowed_targets
+        return cls(resolve("executor._target_", conf.executor._target_, allowed),
+                   resolve("tracking._target_", conf.tracking._target_, allowed))
+
+    def kinds(self, settings: Settings) -> dict[str, str]:
+        """The searcher's and the executor's kinds (`tpe`, `local`; a user's by its `_target_`), for the
+        run's parameters."""
+        from pipeline.targets import kind_of
+
+        conf = settings.conf
+        return {"hpo": kind_of(conf.hpo.make_searcher(), conf.hpo._target_),
+                "executor": kind_of(self.executor, conf.executor._target_)}
 
     def build_tracker(self, settings: Settings, runtime: Runtime):
         conf = settings.conf.tracking
@@ -190,11 +197,13 @@ def _warn_overridden(settings: Settings, spec) -> None:
 
 
 def _on_cluster(settings: Settings) -> bool:
-    """The fits run on the Ray cluster at executor.address, not on this machine."""
-    from pipeline.executors import EXECUTORS, executor_target
+    """The fits run on the Ray cluster at executor.address, not on this machine: the executor is of
+    kind `ray` (pipeline.executors.ray_backend)."""
+    from pipeline.targets import resolve
 
     ex = settings.conf.executor
-    return executor_target(ex.name, ex._target_) == EXECUTORS["ray"] and bool(ex.address)
+    executor = resolve("executor._target_", ex._target_, settings.allowed_targets)
+    return getattr(executor, "kind", None) == "ray" and bool(ex.address)
 
 
 def _look_at_cluster(settings: Settings):
@@ -234,7 +243,7 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Compo
         except BaseException:
             tracker.end("FAILED")  # no run was started: this only stops the tracker's process
             raise
-        return _fit(settings, plan, runtime, data, metric, tracker, backend, signals)
+        return _fit(settings, plan, runtime, data, metric, tracker, backend, signals, components.kinds(settings))
 
 
 def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()):
@@ -246,7 +255,7 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
 
 
 def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker, backend,
-         signals) -> Union[float, list[float]]:
+         signals, kinds: dict[str, str]) -> Union[float, list[float]]:
     from pipeline.outputs import RunRecord
 
     record, status = RunRecord(runtime.run_dir), "FAILED"
@@ -254,7 +263,9 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         # not waited for: the tracker's process starts the MLflow run while this one fits
         from pipeline.tracking.naming import comparable_params
 
-        params = comparable_params(settings.params, [s.name for s in settings.models], settings.conf.data.source)
+        conf = settings.conf
+        params = comparable_params(settings.params, [s.name for s in settings.models], kinds,
+                                   conf.hpo.searches, conf.data.make_source().kind)
         tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
         record.started()
         tracker.log_artifact(runtime.run_dir / "plan.json")

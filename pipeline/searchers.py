@@ -1,5 +1,6 @@
-"""Searchers: what samples each model's trials. `hpo.searcher` names a built-in one; `hpo._target_`
-names any Searcher class (a module allowed_targets lets in), built with `hpo.options` as its keywords.
+"""Searchers: what samples each model's trials. `hpo._target_` names the Searcher class: the engine's
+(conf/hpo/*.yaml: NoSearch, RandomSearch, TpeSearch, GridSearch) or any other in a module
+allowed_targets lets in, built with `hpo.options` as its keywords.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ class Searcher:
     """Makes the Optuna sampler of one model's study; `searches = False` fits the model's own params."""
 
     searches = True
+    kind: str = ""  # the engine's: none | random | tpe | grid (the run's records show a user's by its class)
 
     def sampler(self, hpo, model: str, space: dict) -> Any:
         """An optuna.samplers.BaseSampler for `model`'s study (hpo: the run's HpoConf)."""
@@ -25,15 +27,18 @@ class Searcher:
 
 
 class NoSearch(Searcher):
-    """hpo.searcher=none: every trial fits the model's own params (with its own seed)."""
+    """hpo=none: every trial fits the model's own params (with its own seed)."""
 
     searches = False
+    kind = "none"
 
     def sampler(self, hpo, model: str, space: dict) -> None:
         return None
 
 
 class RandomSearch(Searcher):
+    kind = "random"
+
     def sampler(self, hpo, model: str, space: dict):
         import optuna
 
@@ -41,6 +46,8 @@ class RandomSearch(Searcher):
 
 
 class TpeSearch(Searcher):
+    kind = "tpe"
+
     def __init__(self, n_startup_trials: Optional[int] = None):
         self.n_startup_trials = n_startup_trials  # null: a third of the trials, 2 to 10
 
@@ -55,6 +62,8 @@ class TpeSearch(Searcher):
 
 class GridSearch(Searcher):
     """Every choice, every value of a stepped range, and hpo.grid_points values of each continuous range."""
+
+    kind = "grid"
 
     def sampler(self, hpo, model: str, space: dict):
         import optuna

@@ -128,7 +128,7 @@ def read_settings(cfg: DictConfig) -> Settings:
     models = tuple(_model_spec(name, spec, allowed) for name, spec in conf.model.items())
     if conf.hpo.seed is None:
         conf.hpo.seed = conf.seed
-    check_component("hpo", conf.hpo.target, allowed, "pipeline.searchers.Searcher", "a searcher class")
+    check_component("hpo", conf.hpo._target_, allowed, "pipeline.searchers.Searcher", "a searcher class")
     conf.hpo.check({m.name: m.search_space for m in models})
     check_data(conf.data, allowed, conf.seed)
     conf.objectives = list(check_objectives(conf.objectives))
@@ -143,7 +143,7 @@ def check_data(data: DataConf, allowed: tuple[str, ...], seed: int) -> None:
     is the run's."""
     if data.seed is None:
         data.seed = seed
-    check_component("data", data.target, allowed, "pipeline.data_sources.DataSource", "a data source class")
+    check_component("data", data._target_, allowed, "pipeline.data_sources.DataSource", "a data source class")
 
 
 def check_component(key: str, target: str, allowed: tuple[str, ...], base: str, what: str = "") -> type:

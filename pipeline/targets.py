@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
 from pipeline.errors import ConfigError, closest
@@ -103,6 +104,12 @@ def resolve(key: str, target: str, allowed: tuple[str, ...], kind: Optional[Kind
     return obj
 
 
+def kind_of(component: object, target: str) -> str:
+    """What a run's records call a component: its `kind` (the engine's: local, ray, tpe, ...), else
+    the `_target_` that names it."""
+    return getattr(component, "kind", None) or target
+
+
 # Where a `_target_` names a component; anywhere else in the config it would only be a value.
 COMPONENT_GROUPS = ("data", "hpo", "executor", "tracking")
 
@@ -137,12 +144,31 @@ def check_allowed_targets(entries) -> tuple[str, ...]:
     return tuple(entries)
 
 
-def target_or_builtin(key: str, name: str, target: Optional[str], builtins: dict[str, str]) -> str:
-    """`target` when one is given, else the engine's own component called `name` (the value of `key`)."""
-    if target is not None:
-        return target
-    if name not in builtins:
-        group = key.rpartition(".")[0]
-        raise ConfigError(f"{key}={name!r} is not one of {', '.join(builtins)}{closest(name, builtins)}; "
-                          f"to use your own, set {group}._target_")
-    return builtins[name]
+
+# Keys that once named a component: its config group (or its `_target_`) names it now.
+FORMER_NAME_KEYS = {
+    "executor.name": ("executor", "my_pkg.MyBackend"),
+    "tracking.backend": ("tracking", "my_pkg.MyTracker"),
+    "data.source": ("data", "my_pkg.MySource"),
+    "hpo.searcher": ("hpo", "my_pkg.MySearcher"),
+}
+
+
+def check_overrides(overrides, conf_dir: Path) -> None:
+    """A ConfigError for a command-line override of a key that once named a component
+    (`executor.name=ray`), saying what names it now (`executor=ray`, or `executor._target_=...`);
+    Hydra's own error would say only that the key is not in the schema."""
+    for override in overrides:
+        if override.startswith("-"):
+            continue
+        key, _, value = override.partition("=")
+        key = key.lstrip("+~")
+        if key not in FORMER_NAME_KEYS:
+            continue
+        group, example = FORMER_NAME_KEYS[key]
+        options = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+        choose = (f"{group}={value}" if value in options else
+                  f"one of {', '.join(f'{group}={o}' for o in options)}{closest(value, options)}")
+        raise ConfigError(f"{key}={value!r}: {key} is not a key; the {group} component is named by its config "
+                          f"group or its _target_: use {choose}, or {group}._target_={example} for your own "
+                          "(its module in allowed_targets)")

@@ -1,24 +1,15 @@
 """Executors run a Plan; they never read config. `local` is the embedded default, `ray` scales out.
 
-An executor is named by `executor._target_` (or, when that is null, by `executor.name`: one of the
-engine's own). The composition root calls the target with keyword arguments `conf` (the typed
-`executor` settings), `plan`, `run_dir` and `preload` (the model libraries workers import early), once
-every check has passed; it must return a `pipeline.graph.backend.Backend`.
+An executor is named by `executor._target_` (conf/executor/local.yaml names `local_backend`,
+ray.yaml `ray_backend`). The composition root calls the target with keyword arguments `conf` (the
+typed `executor` settings), `plan`, `run_dir` and `preload` (the model libraries workers import
+early), once every check has passed; it must return a `pipeline.graph.backend.Backend`. Its `kind`
+attribute, where it has one, tells the run what it is (`ray`: the fits may run on a cluster).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-EXECUTORS = {"local": "pipeline.executors.local_backend", "ray": "pipeline.executors.ray_backend"}
-
-
-def executor_target(name: str, target: str | None) -> str:
-    """What `executor._target_` names, or the engine's executor `executor.name`."""
-    from pipeline.targets import target_or_builtin
-
-    return target_or_builtin("executor.name", name, target, EXECUTORS)
-
 
 def local_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
     """Worker processes on this machine, or the driver itself when one slot covers the plan."""
@@ -29,8 +20,14 @@ def local_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
     return make_local_backend(in_process, plan, run_dir, preload)
 
 
+local_backend.kind = "local"
+
+
 def ray_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
     """Ray tasks, on a local instance or the cluster at `executor.address`."""
     from pipeline.executors.ray import RayBackend
 
     return RayBackend(address=conf.address, init_kwargs=conf.ray_init)
+
+
+ray_backend.kind = "ray"

@@ -52,7 +52,7 @@ def data_shape(spec, base_dir: Path) -> Optional[DataShape]:
     """The shape of the table `spec` (a DataConf) names, or None when it cannot be had cheaply
     (a remote URL, a file that does not exist yet: loading reports that)."""
     try:
-        shape = _shape(spec, spec.path, base_dir, spec.source)
+        shape = _shape(spec, spec.path, base_dir, spec.make_source().kind)
     except (OSError, ValueError):
         return None
     if shape is None:

@@ -1,4 +1,4 @@
-"""Which tracker a run logs to, built from `tracking._target_` (or the engine's own `tracking.backend`).
+"""The engine's trackers, which `tracking._target_` names (conf/tracking/mlflow.yaml, none.yaml).
 
 The composition root calls the target with keyword arguments `conf` (the typed `tracking` settings),
 `launch_dir` (where the run was started) and `sweep_dir` (the sweep's directory when the run is a job
@@ -10,16 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
-
-TRACKERS = {"mlflow": "pipeline.tracking.factory.mlflow_tracker", "none": "pipeline.tracking.factory.no_tracker"}
-MLFLOW = TRACKERS["mlflow"]
-
-
-def tracker_target(backend: str, target: Optional[str]) -> str:
-    """What `tracking._target_` names, or the engine's tracker `tracking.backend`."""
-    from pipeline.targets import target_or_builtin
-
-    return target_or_builtin("tracking.backend", backend, target, TRACKERS)
 
 
 def mlflow_store(conf, launch_dir: Path):

@@ -74,21 +74,23 @@ def sweep_name(sweep_overrides: Sequence[str], sweeper: Optional[dict] = None, o
     return "sweep: " + (" × ".join(varying + params) or " ".join(shown) or "default")
 
 
-def comparable_params(flat: dict[str, Any], models: Sequence[str], data_source: str) -> dict[str, Any]:
+def comparable_params(flat: dict[str, Any], models: Sequence[str], components: dict[str, str],
+                      searches: bool, data_kind: Optional[str]) -> dict[str, Any]:
     """The run's parameters for MLflow from its flattened config: `model` (the kinds), each model's
     library parameters under `model.<name>.params.` (the key a sweep overrides; it sorts right after
-    `model`, which MLflow's compare view plots first), the rest as configured; no `_target_`s, plumbing, unset
-    values, empty lists or maps, tracking settings, a search's settings without a search, nor the
-    synthetic generator's settings for other data."""
-    out: dict[str, Any] = {"model": ",".join(models)}
-    no_search = flat.get("hpo.searcher") == "none"
+    `model`, which MLflow's compare view plots first), the kind of each of `components` by group
+    (`hpo`: tpe, `executor`: local, as a user picks them), the rest as configured; no `_target_`s,
+    plumbing, unset values, empty lists or maps, tracking settings, a search's settings where the
+    searcher does not search (`searches`), nor the synthetic generator's settings for other data
+    (`data_kind`, the data source's kind)."""
+    out: dict[str, Any] = {"model": ",".join(models), **components}
     for key, value in flat.items():
         parts = key.split(".")
         if value is None or value in ([], {}, "") or parts[-1] == "_target_" or key in PLUMBING:
             continue
-        if parts[0] == "tracking" or (no_search and parts[0] == "hpo" and key != "hpo.searcher"):
+        if parts[0] == "tracking" or (not searches and parts[0] == "hpo"):
             continue  # where the run is logged; a search's settings where there is no search
-        if parts[0] == "data" and len(parts) == 2 and parts[1] in SYNTHETIC_KEYS and data_source != "synthetic":
+        if parts[0] == "data" and len(parts) == 2 and parts[1] in SYNTHETIC_KEYS and data_kind != "synthetic":
             continue
         if parts[0] == "model" and len(parts) >= 3 and parts[2] == "search_space":
             continue  # the search space is the sweep's, not a value of this run: hpo.* and the trials say it

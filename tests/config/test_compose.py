@@ -140,3 +140,67 @@ def test_hydra_copies_of_the_config_store_share_it():
 
     store = ConfigStore.instance()
     assert copy.deepcopy(store) is store
+
+
+# The groups whose option is a component named by `_target_`, and the kind each must be.
+COMPONENTS = {
+    "data": "pipeline.data_sources.DataSource",
+    "hpo": "pipeline.searchers.Searcher",
+    "executor": "pipeline.graph.backend.Backend",
+    "tracking": "pipeline.tracking.NullTracker",
+}
+
+
+@pytest.mark.parametrize("group, option", [(g, o) for g in COMPONENTS for o in options(g)])
+def test_every_component_option_names_its_own_target(group, option):
+    """Each option's YAML names its class or function, of the group's kind, with no name key beside it."""
+    import yaml
+
+    from pipeline.targets import ALWAYS_ALLOWED, Kind, resolve
+
+    values = yaml.safe_load((CONF / group / f"{option}.yaml").read_text())
+    assert values["_target_"].startswith("pipeline.")
+    kind = Kind(COMPONENTS[group], group, functions=group in ("executor", "tracking"))
+    resolve(f"{group}._target_", values["_target_"], ALWAYS_ALLOWED, kind)
+    assert not {"backend", "source", "searcher"} & set(values)
+    assert group == "data" or "name" not in values  # data.name is the data set's name, not its source's
+
+
+def test_the_schemas_default_to_the_default_options_targets(compose):
+    """A config composed without a group's YAML (the schema alone) names the same component."""
+    import yaml
+
+    from pipeline.config import DataConf, ExecutorConf, HpoConf, TrackingConf
+
+    defaults = {next(iter(d)): d[next(iter(d))] for d in
+                yaml.safe_load((CONF / "config.yaml").read_text())["defaults"] if isinstance(d, dict)}
+    for group, schema in (("data", DataConf), ("hpo", HpoConf), ("executor", ExecutorConf), ("tracking", TrackingConf)):
+        option = yaml.safe_load((CONF / group / f"{defaults[group]}.yaml").read_text())
+        assert schema()._target_ == option["_target_"], group
+
+
+@pytest.mark.parametrize("override, key", [
+    ("executor.name=ray", "name"), ("tracking.backend=none", "backend"), ("data.source=csv", "source"),
+    ("hpo.searcher=tpe", "searcher"),
+])
+def test_a_former_name_key_is_not_in_the_schema(compose, override, key):
+    """Composed through Hydra's API, a key that once named a component fails as any unknown key does."""
+    with pytest.raises(ConfigCompositionException) as info:
+        compose([override])
+    assert f"Key '{key}' not in" in str(info.value.__cause__ or info.value)
+
+
+@pytest.mark.parametrize("override, advice", [
+    ("executor.name=ray", "use executor=ray, or executor._target_=my_pkg.MyBackend"),
+    ("+tracking.backend=none", "use tracking=none, or tracking._target_="),
+    ("data.source=bundled", "use one of data=adult, data=california, data=csv"),
+    ("hpo.searcher=tpee", "(did you mean 'tpe'?), or hpo._target_="),
+])
+def test_a_former_name_key_on_the_command_line_says_what_names_the_component_now(override, advice):
+    from pipeline.errors import ConfigError
+    from pipeline.targets import check_overrides
+
+    check_overrides(["model=lightgbm", "executor=ray", "data.name=x", "--multirun"], CONF)  # nothing to say
+    with pytest.raises(ConfigError, match="is not a key") as info:
+        check_overrides(["model=lightgbm", override], CONF)
+    assert advice in str(info.value)

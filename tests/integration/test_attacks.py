@@ -66,8 +66,7 @@ def test_a_target_in_a_value_is_refused_by_the_dry_run(cli, tmp_path, override, 
      ["tracking._target_='pipeline.run.Path' is defined in pathlib, outside the allowed modules"]),
     (["tracking._target_=pipeline.errors.ConfigError"],
      ["tracking._target_='pipeline.errors.ConfigError' is not a tracker", "pipeline.tracking.NullTracker"]),
-    (["allowed_targets=[tests.user]", "executor._target_=tests.user_components.InlineBackend",
-      "executor.name=inline"],
+    (["allowed_targets=[tests.user]", "executor._target_=tests.user_components.InlineBackend"],
      ["executor._target_='tests.user_components.InlineBackend' is outside the allowed modules"]),
 ])
 def test_a_component_target_outside_its_rules_is_refused(cli, overrides, phrases):

@@ -30,6 +30,7 @@ def test_default_job(cli, tmp_path):
     # one prefix per model, the key a sweep overrides; the kind, to plot a score against
     assert params["data.name"] == "adult" and params["model.lightgbm.params.learning_rate"] == "0.05"
     assert params["model"] == "lightgbm,xgboost,nn"
+    assert params["hpo"] == "none" and params["executor"] == "local"  # the components' kinds, as a user picks them
     # nothing that does not apply: no _target_ plumbing, no empty lists, no synthetic settings for Adult
     assert not [k for k in params if k.endswith("_target_") or k.startswith("tracking.") or ".search_space." in k]
     assert not {"allowed_targets", "data.features", "data.categorical_features", "data.drop_columns"} & set(params)

@@ -1,4 +1,4 @@
-"""Data sources chosen by name (data.source) or by class (data._target_), a user's own included."""
+"""Data sources and searchers named by their class (`_target_`), a user's own included."""
 
 import pandas as pd
 import pytest
@@ -9,7 +9,7 @@ from pipeline.settings import read_settings
 
 def test_a_users_own_data_source_by_target(cli, tmp_path):
     record = tmp_path / "read.txt"
-    cli("data.source=custom", "data._target_=tests.user_sources.Halves", "+data.options.rows=600",
+    cli("data._target_=tests.user_sources.Halves", "+data.options.rows=600",
         f"+data.options.record={record}",
         "allowed_targets=[tests.]", "model=lightgbm", "model.lightgbm.params.num_iterations=30", "seed=7",
         "tracking=none", check=True)
@@ -22,19 +22,17 @@ def test_a_users_own_data_source_by_target(cli, tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["data.source=custom"], "data.source='custom' is not one of bundled, csv, parquet, synthetic; to use your own, "
-                                 "set data._target_"),
-        (["data.source=parquett"], "data.source='parquett' is not one of bundled, csv, parquet, synthetic "
-                                   "(did you mean 'parquet'?)"),
-        (["data.source=custom", "data._target_=tests.user_sources.Halves"],
+        (["data._target_=pipeline.data_sources.ParquettSource"],
+         "data._target_='pipeline.data_sources.ParquettSource' cannot be imported"),
+        (["data._target_=tests.user_sources.Halves"],
          "data._target_='tests.user_sources.Halves' is outside the allowed modules (pipeline.)"),
-        (["data.source=custom", "data._target_=tests.user_sources.Listed", "allowed_targets=[tests.]"],
+        (["data._target_=tests.user_sources.Listed", "allowed_targets=[tests.]"],
          "data._target_='tests.user_sources.Listed' is not a data source class"),
         (["data.path=adullt"], "data.path='adullt' is not a bundled data set; bundled: adult, california_housing "
                                "(did you mean 'adult'?)"),
-        (["hpo.searcher=tpee"], "hpo.searcher='tpee' is not one of none, random, tpe, grid (did you mean 'tpe'?)"),
-        (["hpo.searcher=cmaes"], "hpo.searcher='cmaes' is not one of none, random, tpe, grid; to use your own, set "
-                                "hpo._target_"),
+        (["hpo._target_=pipeline.searchers.TpeSerch"], "hpo._target_='pipeline.searchers.TpeSerch' cannot be imported"),
+        (["hpo._target_=tests.user_sources.Halves", "allowed_targets=[tests.]"],
+         "hpo._target_='tests.user_sources.Halves' is not a searcher class"),
     ],
 )
 def test_component_choices_are_checked_when_the_config_is_read(compose, overrides, message):
@@ -50,7 +48,7 @@ def test_the_config_groups_are_the_settings(compose):
 
     assert isinstance(settings.conf.data, DataConf) and settings.conf.data.label == "MedHouseVal"
     assert settings.conf.data.seed == 5 and settings.conf.hpo.seed == 5  # null: the run's seed
-    assert isinstance(settings.conf.hpo, HpoConf) and settings.conf.hpo.target == "pipeline.searchers.TpeSearch"
+    assert isinstance(settings.conf.hpo, HpoConf) and settings.conf.hpo._target_ == "pipeline.searchers.TpeSearch"
     assert isinstance(settings.conf.hardware, HardwareConf) and settings.conf.hardware.num_gpus == 2
     assert settings.resume == Resume(newest=True)
     assert read_settings(compose(["model=lightgbm", "resume=runs/a"])).resume == Resume(directory="runs/a")

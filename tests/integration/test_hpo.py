@@ -20,13 +20,18 @@ SPACE = {
 }
 
 
+def hpo(searcher: str, num_trials: int, **values) -> HpoConf:
+    """The hpo settings of conf/hpo/<searcher>.yaml: its class named by `_target_`."""
+    return HpoConf(num_trials=num_trials, _target_=f"pipeline.searchers.{searcher}", **values)
+
+
 def run_dirs(workdir: Path):
     return sorted((workdir / "outputs" / "runs").glob("*/*"))
 
 
 class TestTrialSource:
     def test_random_samples_inside_the_space_and_starts_from_the_defaults(self):
-        source = TrialSource(HpoConf("random", 6, seed=1), {"m": SPACE}, {"m": {"learning_rate": 0.05, "num_leaves": 63}},
+        source = TrialSource(hpo("RandomSearch", 6, seed=1), {"m": SPACE}, {"m": {"learning_rate": 0.05, "num_leaves": 63}},
                              "maximize")
         first = source.params("m", 0)
         assert first["learning_rate"] == 0.05 and first["num_leaves"] == 63
@@ -39,7 +44,7 @@ class TestTrialSource:
 
     def test_same_seed_same_trials(self):
         def sample(seed):
-            s = TrialSource(HpoConf("tpe", 4, seed=seed), {"m": SPACE}, {}, "maximize")
+            s = TrialSource(hpo("TpeSearch", 4, seed=seed), {"m": SPACE}, {}, "maximize")
             return [s.params("m", t) for t in range(4)]
 
         assert sample(7) == sample(7)
@@ -47,7 +52,7 @@ class TestTrialSource:
 
     def test_grid_covers_a_finite_space(self):
         space = {"a": SearchDimConf("categorical", choices=(1, 2)), "b": SearchDimConf("int", 0, 4, step=2)}
-        source = TrialSource(HpoConf("grid", 6, seed=0, start_from_defaults=False), {"m": space}, {}, "minimize")
+        source = TrialSource(hpo("GridSearch", 6, seed=0, start_from_defaults=False), {"m": space}, {}, "minimize")
         seen = set()
         for t in range(6):
             p = source.params("m", t)
@@ -60,9 +65,9 @@ class TestTrialSource:
         assert SearchDimConf("int", 16, 64).grid(3) == [16, 40, 64]
 
     def test_trials_are_saved_and_reused_on_resume(self, tmp_path):
-        a = TrialSource(HpoConf("random", 3, seed=0), {"m": SPACE}, {}, "maximize", store_dir=tmp_path)
+        a = TrialSource(hpo("RandomSearch", 3, seed=0), {"m": SPACE}, {}, "maximize", store_dir=tmp_path)
         asked = [a.params("m", t) for t in range(3)]
-        b = TrialSource(HpoConf("random", 3, seed=99), {"m": SPACE}, {}, "maximize", store_dir=tmp_path)
+        b = TrialSource(hpo("RandomSearch", 3, seed=99), {"m": SPACE}, {}, "maximize", store_dir=tmp_path)
         assert [b.params("m", t) for t in range(3)] == asked
 
     @pytest.mark.parametrize(
@@ -77,15 +82,11 @@ class TestTrialSource:
     )
     def test_bad_search_space(self, dim, message):
         with pytest.raises(ConfigError, match=message):
-            HpoConf("random", 2).check({"m": {"x": dim}})
+            hpo("RandomSearch", 2).check({"m": {"x": dim}})
 
     def test_searcher_without_a_space(self):
         with pytest.raises(ConfigError, match="model.m.search_space is empty"):
-            HpoConf("tpe", 2).check({"m": {}})
-
-    def test_unknown_searcher(self):
-        with pytest.raises(ConfigError, match="hpo.searcher='tpee' is not one of .*did you mean 'tpe'"):
-            HpoConf("tpee", 2).check({})
+            hpo("TpeSearch", 2).check({"m": {}})
 
 
 @pytest.mark.slow
@@ -145,7 +146,7 @@ def test_pruning_stops_bad_trials(cli, tmp_path):
 
 def test_a_users_own_searcher_by_target(cli, tmp_path):
     """hpo._target_ names a Searcher class from the user's module; hpo.options are its keywords."""
-    cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_sources.Listed",
+    cli("model=lightgbm", "hpo._target_=tests.user_sources.Listed",
         "+hpo.options.values={learning_rate: [0.0123, 0.0456]}", "hpo.num_trials=2",
         "hpo.start_from_defaults=false", "allowed_targets=[tests.]", "data.max_rows=1000",
         "model.lightgbm.params.num_iterations=20", "tracking=none", check=True)
@@ -156,7 +157,7 @@ def test_a_users_own_searcher_by_target(cli, tmp_path):
 
 
 def test_a_searcher_target_outside_allowed_targets_is_refused(cli, tmp_path):
-    proc = cli("model=lightgbm", "hpo.searcher=custom", "hpo._target_=tests.user_sources.Listed",
+    proc = cli("model=lightgbm", "hpo._target_=tests.user_sources.Listed",
                "dry_run=true", "tracking=none")
     assert proc.returncode == 2
     assert "hpo._target_='tests.user_sources.Listed' is outside the allowed modules" in proc.stderr

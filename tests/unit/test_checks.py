@@ -47,25 +47,25 @@ def test_the_problem_type_before_loading_is_what_loading_finds(tmp_path, suffix,
         y = y.astype(float)
         y[3] = np.nan  # a row without a label, dropped before the sample, as loading drops it
     path = _table(tmp_path / f"t{suffix}", y)
-    spec = _spec(name="t", source=suffix[1:], path=str(path), label="y", max_rows=max_rows, seed=3)
+    spec = _spec(name="t", _target_=f"pipeline.data_sources.{suffix[1:].capitalize()}Source", path=str(path), label="y", max_rows=max_rows, seed=3)
     before = spec.make_source().problem_type(tmp_path)
     assert before == data_module.load(spec, tmp_path).problem_type
 
 
 def test_a_declared_or_generated_problem_type_needs_no_read(tmp_path):
-    assert _spec(name="t", source="csv", path="absent.csv", label="y", problem_type="regression") \
+    assert _spec(name="t", _target_="pipeline.data_sources.CsvSource", path="absent.csv", label="y", problem_type="regression") \
         .make_source().problem_type(tmp_path) == "regression"
     for classes, expected in ((0, "regression"), (2, "binary"), (4, "multiclass")):
-        assert _spec(name="s", source="synthetic", classes=classes).make_source().problem_type(tmp_path) == expected
+        assert _spec(name="s", _target_="pipeline.data_sources.SyntheticSource", classes=classes).make_source().problem_type(tmp_path) == expected
     assert _spec().make_source().problem_type(tmp_path) == "binary"  # bundled adult: its label column
 
 
 def test_a_remote_table_leaves_the_problem_type_to_loading(tmp_path):
-    assert _spec(name="t", source="csv", path="s3://bucket/t.csv", label="y").make_source().problem_type(tmp_path) is None
+    assert _spec(name="t", _target_="pipeline.data_sources.CsvSource", path="s3://bucket/t.csv", label="y").make_source().problem_type(tmp_path) is None
 
 
 def test_the_data_source_is_made_once(tmp_path):
-    spec = _spec(name="t", source="csv", path=str(_table(tmp_path / "t.csv", np.arange(200) % 2)), label="y")
+    spec = _spec(name="t", _target_="pipeline.data_sources.CsvSource", path=str(_table(tmp_path / "t.csv", np.arange(200) % 2)), label="y")
     assert spec.make_source() is spec.make_source()
     import pickle
 

@@ -52,7 +52,7 @@ def test_float32_numbers_reach_the_table_where_they_were_read(mixed, monkeypatch
     frame = pd.DataFrame({f"x{i}": np.arange(400, dtype=np.float32) * i for i in range(5)})
     frame["label"] = np.arange(400) % 2
     frame.to_parquet(path, row_group_size=100)
-    data = load(DataConf(name="p", source="parquet", path=str(path), label="label"), Path("."))
+    data = load(DataConf(name="p", _target_="pipeline.data_sources.ParquetSource", path=str(path), label="label"), Path("."))
     values = data.X.to_numpy()
     assert values.dtype == np.float32
     assert np.shares_memory(values, read[0][list(data.X.columns)].to_numpy())  # typed without a copy

@@ -49,19 +49,19 @@ def test_max_rows_and_a_separate_test_file_shape_the_rows(tmp_path):
     frame = pd.DataFrame({"a": range(500), "b": ["x", "y"] * 250, "target": [0, 1] * 250})
     frame.to_csv(tmp_path / "train.csv", index=False)
     frame.iloc[:100].to_parquet(tmp_path / "test.parquet")
-    spec = DataConf(name="t", source="csv", path="train.csv", label="target", test_path="test.parquet", max_rows=300)
+    spec = DataConf(name="t", _target_="pipeline.data_sources.CsvSource", path="train.csv", label="target", test_path="test.parquet", max_rows=300)
     shape = data_shape(spec, tmp_path)
     assert (shape.rows, shape.test_rows, shape.numeric, shape.categorical) == (400, 100, 1, 1)
 
 
 def test_synthetic_shape_is_the_generators_declared_size():
-    spec = DataConf(name="s", source="synthetic", rows=1_000_000, features=20, categorical_features=2, classes=3)
+    spec = DataConf(name="s", _target_="pipeline.data_sources.SyntheticSource", rows=1_000_000, features=20, categorical_features=2, classes=3)
     shape = data_shape(spec, Path.cwd())
     assert (shape.rows, shape.numeric, shape.categorical, shape.classes) == (1_000_000, 18, 2, 3)
 
 
 def test_a_remote_file_has_no_shape_before_loading():
-    assert data_shape(DataConf(name="r", source="parquet", path="s3://bucket/t.parquet", label="y"), Path.cwd()) is None
+    assert data_shape(DataConf(name="r", _target_="pipeline.data_sources.ParquetSource", path="s3://bucket/t.parquet", label="y"), Path.cwd()) is None
 
 
 def test_fit_shape_of_folds_and_holdout():

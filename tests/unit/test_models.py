@@ -27,7 +27,7 @@ MODELS = list(FAST)
 def datasets():
     return {
         "binary": load(DataConf(max_rows=3000), ROOT),
-        "multiclass": load(DataConf(name="s", source="synthetic", rows=1500, features=8, classes=3,
+        "multiclass": load(DataConf(name="s", _target_="pipeline.data_sources.SyntheticSource", rows=1500, features=8, classes=3,
                                     categorical_features=2), ROOT),
         "regression": load(DataConf(name="c", path="california_housing", label="MedHouseVal", max_rows=2000), ROOT),
     }

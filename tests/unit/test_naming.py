@@ -35,12 +35,17 @@ def test_parameters_are_what_a_user_compares():
         "model.lightgbm.params.learning_rate": 0.05, "model.lightgbm.search_space.learning_rate.low": 0.01,
         "model.lightgbm.resources.num_cpus": None, "allowed_targets": [], "data.drop_columns": [],
         "data.features": 20, "data.categorical_features": 0, "data.name": "adult", "seed": 1,
-        "tracking.keep_alive_s": 600, "hpo.searcher": "none", "hpo.pruning": True, "data._target_": None,
+        "tracking.keep_alive_s": 600, "tracking._target_": "pipeline.tracking.factory.mlflow_tracker",
+        "hpo._target_": "pipeline.searchers.NoSearch", "hpo.pruning": True,
+        "data._target_": "pipeline.data_sources.BundledSource",
     }
-    assert naming.comparable_params(flat, ["lightgbm"], "bundled") == {
-        "model": "lightgbm", "model.lightgbm.params.learning_rate": 0.05, "data.name": "adult", "seed": 1, "hpo.searcher": "none",
+    kinds = {"hpo": "none", "executor": "local"}
+    assert naming.comparable_params(flat, ["lightgbm"], kinds, False, "bundled") == {
+        "model": "lightgbm", "model.lightgbm.params.learning_rate": 0.05, "data.name": "adult", "seed": 1,
+        "hpo": "none", "executor": "local",
     }
-    synthetic = naming.comparable_params(flat, ["lightgbm"], "synthetic")
+    synthetic = naming.comparable_params(flat, ["lightgbm"], kinds, False, "synthetic")
     assert synthetic["data.features"] == 20 and synthetic["data.categorical_features"] == 0
-    searched = naming.comparable_params({**flat, "hpo.searcher": "tpe"}, ["lightgbm"], "bundled")
-    assert searched["hpo.pruning"] is True
+    searched = naming.comparable_params({**flat, "hpo._target_": "pipeline.searchers.TpeSearch"}, ["lightgbm"],
+                                        {**kinds, "hpo": "tpe"}, True, "bundled")
+    assert searched["hpo.pruning"] is True and searched["hpo"] == "tpe"

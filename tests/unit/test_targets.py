@@ -64,6 +64,31 @@ def test_the_engines_and_a_users_components_resolve(key, target):
     assert f"{obj.__module__}.{obj.__qualname__}" == target
 
 
+@pytest.mark.parametrize("target, kind", [
+    ("pipeline.executors.local_backend", "local"),
+    ("pipeline.executors.ray_backend", "ray"),
+    ("tests.user_components.InlineBackend", "tests.user_components.InlineBackend"),  # no kind: its target
+])
+def test_a_components_kind_is_its_own_attribute_else_its_target(target, kind):
+    from pipeline.targets import kind_of
+
+    assert kind_of(resolve("executor._target_", target, USER), target) == kind
+
+
+@pytest.mark.parametrize("overrides, on_cluster", [
+    (["executor=ray", "executor.address=auto"], True),
+    (["executor=ray"], False),  # a local Ray instance
+    (["executor.address=auto"], False),  # the local executor: an address means nothing to it
+    (["executor._target_=tests.user_components.InlineBackend", "executor.address=auto"], False),
+])
+def test_the_fits_run_on_a_cluster_when_the_ray_executor_has_an_address(compose, overrides, on_cluster):
+    from pipeline.run import _on_cluster
+    from pipeline.settings import read_settings
+
+    settings = read_settings(compose(["model=lightgbm", "allowed_targets=[tests.]", *overrides]))
+    assert _on_cluster(settings) is on_cluster
+
+
 def test_an_explicit_kind_is_checked():
     kind = Kind("pipeline.models.base.TabularModel", "a model class")
     model = resolve("model.x._target_", "pipeline.models.LightGBMModel", ALWAYS_ALLOWED, kind)

@@ -290,7 +290,7 @@ def test_a_dropped_trial_is_told_to_optuna_as_failed_and_a_trial_never_asked_is_
     from pipeline.config import HpoConf, SearchDimConf
     from pipeline.hpo import TrialSource
 
-    source = TrialSource(HpoConf("random", 3, seed=0), {"m": {"x": SearchDimConf("float", 0.0, 1.0)}}, {}, "maximize")
+    source = TrialSource(HpoConf(num_trials=3, seed=0, _target_="pipeline.searchers.RandomSearch"), {"m": {"x": SearchDimConf("float", 0.0, 1.0)}}, {}, "maximize")
     source.params("m", 0)
     source.drop("m", 0)
     source.drop("m", 1)
