@@ -309,7 +309,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
     from pipeline.hpo import TrialSource
     from pipeline.outputs import HookList, OutputHooks, RunHooks, RunOutputs
     from pipeline.report import FitProgress
-    from pipeline.store import ResultStore, resume_sources
+    from pipeline.store import ResultStore, prior_trials, resume_sources
 
     sources = resume_sources(settings.resume, runtime.run_dir, runtime.launch_dir / "outputs")
     trials = TrialSource(
@@ -318,7 +318,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
         {s.name: s.params for s in settings.models},
         "maximize" if metric.greater_is_better else "minimize",
         store_dir=runtime.run_dir / "trials",
-        prior=_prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
+        prior=prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
     )
     outputs = RunOutputs(runtime.run_dir, tracker, settings.conf.tracking.register_model,
                          settings.conf.tracking.register_alias)
@@ -351,17 +351,6 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
         record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
                          scheduler.abandoned), runtime.run_dir, tracker)
     return outcome.results[EVALUATE].rows
-
-
-def _prior_trials(directories: list[Path]) -> dict:
-    """Trials recorded in these run directories, by name; a later directory's win."""
-    import json
-
-    prior = {}
-    for directory in directories:
-        for path in (directory / "trials").glob("*.json"):
-            prior[path.stem] = json.loads(path.read_text())
-    return prior
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:

@@ -285,3 +285,12 @@ def resume_sources(resume: Resume, run_dir: Path, outputs_root: Path) -> list[Pa
     if not (path / "tasks").is_dir():
         raise ConfigError(f"resume={resume.directory!r}: not a run directory (it has no tasks/ folder)")
     return [path]
+
+
+def prior_trials(directories: list[Path]) -> dict:
+    """Trials recorded in these run directories, by name; a later directory's win."""
+    prior = {}
+    for directory in directories:
+        for path in (directory / "trials").glob("*.json"):
+            prior[path.stem] = json.loads(path.read_text())
+    return prior
