@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from pipeline.errors import ResourceError
+from pipeline.errors import HardwareError, ResourceError
 
 if TYPE_CHECKING:
     from pipeline.metrics import Metric
@@ -93,9 +93,14 @@ def check_environment(settings: Settings, plan: Plan, on_cluster: bool) -> None:
     """Probe each model's library where its first fit will run (a GPU build), unless the fits run elsewhere."""
     if plan.hardware.planned_only or on_cluster:
         return
+    reasons = {a.model: a.device_reason for a in plan.allocations}
     for spec in settings.models:
         if spec.cls.needs(spec.name, spec.params).requires_gpu:
-            spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
+            try:
+                spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))
+            except HardwareError as exc:  # say which setting put the model on the GPU, and the way off it
+                raise HardwareError(f"{exc} It is on the GPU by {reasons.get(spec.name) or 'its params'}; "
+                                    f"model.{spec.name}.device=cpu trains it on the CPU.") from None
 
 
 def first_fit_env(plan: Plan, model: str) -> dict[str, str]:

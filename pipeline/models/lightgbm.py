@@ -112,7 +112,7 @@ class LightGBMModel(TabularModel):
         error = probe(checked, env or {})
         if error is not None:
             raise HardwareError(
-                f"model.{name}.params.device_type={device}: this LightGBM cannot train on the GPU "
+                f"model.{name} (LightGBM with device_type={device}): this LightGBM cannot train on the GPU "
                 f"({error}). {GPU_HELP}"
             )
 

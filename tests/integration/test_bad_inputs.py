@@ -161,7 +161,8 @@ ENV_CASES = [
     # OCL_ICD_VENDORS at a folder that does not exist: the OpenCL loader finds no runtime, on any machine.
     ("LightGBM without GPU support (OpenCL)", ["model=gbm_gpu", "+hardware=1gpu", "model.lightgbm.device=cuda"],
      {"PIPELINE_SIMULATE_GPUS": "1", "OCL_ICD_VENDORS": "/nonexistent/opencl-vendors"},
-     ["model.lightgbm.params.device_type=gpu: this LightGBM cannot train on the GPU", "OpenCL runtime",
+     ["model.lightgbm (LightGBM with device_type=gpu): this LightGBM cannot train on the GPU", "OpenCL runtime",
+      "It is on the GPU by cuda: model.lightgbm.device=cuda; model.lightgbm.device=cpu trains it on the CPU",
       "pip install lightgbm --no-binary lightgbm --config-settings=cmake.define.USE_CUDA=ON"]),
     ("LightGBM without a CUDA build", ["model=gbm_gpu", "+hardware=1gpu", "+model.lightgbm.params.device_type=cuda"],
      {"PIPELINE_SIMULATE_GPUS": "1"}, ["CUDA Tree Learner was not enabled", "--config-settings=cmake.define.USE_CUDA=ON"]),

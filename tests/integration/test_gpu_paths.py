@@ -146,7 +146,8 @@ def test_lightgbm_without_an_opencl_runtime_is_refused_before_fitting(cli, tmp_p
     proc = cli("model=gbm_gpu", "~model.xgboost", "model.lightgbm.device=cuda", "+hardware=1gpu", *GBM_SMALL,
                env={"PIPELINE_SIMULATE_GPUS": "1", **NO_OPENCL})
     assert proc.returncode != 0
-    assert "model.lightgbm.params.device_type=gpu: this LightGBM cannot train on the GPU (No OpenCL device found)" \
-        in proc.stdout + proc.stderr
+    assert "model.lightgbm (LightGBM with device_type=gpu): this LightGBM cannot train on the GPU (No OpenCL " \
+           "device found)" in proc.stdout + proc.stderr
+    assert "It is on the GPU by cuda: model.lightgbm.device=cuda;" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (only_run(tmp_path) / "timeline.json").exists()
