@@ -21,7 +21,7 @@ from bench.common import (
 
 HERE = Path(__file__).resolve().parents[1]
 RUNNER = HERE / "autogluon_runner.py"
-TARGET = (">=", 2.0)
+TARGET = (">=", 5.0)
 MODELS = "GBM,XGB,NN_TORCH"
 # --quick only: short fits on both sides, to check the plumbing.
 QUICK_ENGINE = ["model.lightgbm.params.num_iterations=100", "model.xgboost.params.num_boost_round=100",
