@@ -85,6 +85,7 @@ class TabularModel(ABC):
         return cls.gpu_fit_cpus
 
     cost_library: ClassVar[str] = ""  # the library's name in the fit-time calibration (pipeline/fit_costs.yaml)
+    device_param: ClassVar[str] = ""  # the library parameter that takes 'cpu' or 'cuda' as it is, if any
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
@@ -115,7 +116,9 @@ class TabularModel(ABC):
     def on_device(cls, params: dict, device: str) -> dict:
         """The params with the library's device parameters for `device` ('cpu' or 'cuda'); a device the
         params name themselves stays."""
-        return dict(params)
+        if not cls.device_param or cls.explicit_device(params) is not None:
+            return dict(params)
+        return {**params, cls.device_param: device}
 
     @classmethod
     def cost_learners(cls, params: dict) -> tuple[str, str, str]:

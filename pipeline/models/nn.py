@@ -21,17 +21,12 @@ class TorchMLPModel(TabularModel):
     memory_hint = "a smaller model.{name}.params.batch_size or hidden_sizes"
     memory_estimator = "network"
     cost_library = "network"
+    device_param = "device"
 
     @classmethod
     def explicit_device(cls, params):
         device = str(params.get("device", "auto")).lower()
         return None if device == "auto" else (device, f"params.device={device}")
-
-    @classmethod
-    def on_device(cls, params, device):
-        if cls.explicit_device(params) is not None:
-            return dict(params)
-        return {**params, "device": device}
 
     @classmethod
     def fit_work(cls, params, fit):
