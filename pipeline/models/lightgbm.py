@@ -127,9 +127,12 @@ class LightGBMModel(TabularModel):
 
         # the rows' frames belong to the datasets alone, which drop them once binned (as lgb.train would)
         train = lgb.Dataset(X.iloc[train_rows], y[train_rows], free_raw_data=True)
-        self._train(train, lgb.Dataset(X.iloc[val_rows], y[val_rows], reference=train), ctx)
+        self._train(train, lgb.Dataset(X.iloc[val_rows], y[val_rows], reference=train), ctx,
+                    validation_rows=lambda: X.iloc[val_rows])
 
-    def _train(self, train, valid, ctx: FitContext) -> None:
+    def _train(self, train, valid, ctx: FitContext, validation_rows=None) -> None:
+        """`validation_rows` (the validation frame, made on demand) asks for the kept model's validation
+        scores in `validation_raw_`."""
         import lightgbm as lgb
 
         params = {"objective": OBJECTIVES[ctx.problem_type], "verbosity": -1, **self.params}
@@ -158,8 +161,10 @@ class LightGBMModel(TabularModel):
             booster = lgb.train(params, train, valid_sets=[valid], valid_names=["valid"], callbacks=callbacks,
                                 keep_training_booster=True)
         self.best_iteration_ = booster.best_iteration or booster.current_iteration()
-        if booster.current_iteration() == self.best_iteration_:
-            self.validation_raw_ = _validation_scores(booster)
+        if validation_rows is not None:
+            scores = _kept_validation_scores(booster, self.best_iteration_, params, validation_rows)
+            if scores is not None:
+                self.validation_raw_ = scores
         # what lgb.train does unless asked to keep the training booster: the kept iterations, no datasets
         self.booster_ = booster.model_from_string(booster.model_to_string()).free_dataset()
         if on_gpu and announced.device:
@@ -193,10 +198,26 @@ def _opencl_platform() -> dict:
     return {"gpu_platform_id": platforms[0]} if platforms else {}
 
 
-def _validation_scores(booster):
-    """The validation rows' predictions as the booster scored them while it trained (what its metric
-    and early stopping read), in `Booster.predict`'s shape: they are the kept model's when no round
-    came after the best one. Read through a custom metric, which the booster hands its scores."""
+# LightGBM's output for each objective the engine sets (and their aliases), as a function of the raw
+# score, and the raw score (up to a constant per row, which softmax ignores) from the output
+LINKS = {
+    "binary": "sigmoid",
+    "multiclass": "softmax", "softmax": "softmax",
+    "regression": "identity", "regression_l2": "identity", "l2": "identity", "mean_squared_error": "identity",
+    "mse": "identity",
+}
+OBJECTIVE_KEYS = ("objective", "objective_type", "app", "application", "loss")
+BOOSTING_KEYS = ("boosting", "boosting_type", "boost")
+
+
+def _kept_validation_scores(booster, best: int, params: dict, validation_rows):
+    """The validation rows' predictions of the kept model (its first `best` rounds), in
+    `Booster.predict`'s shape, from the scores the booster kept for its metric while it trained (read
+    through a custom metric, which the booster hands them). When early stopping left rounds after the
+    best one, their raw scores (predicted alone, a fraction of a full pass) are taken off through the
+    objective's link. None where that cannot be done exactly (DART or random-forest boosting, whose
+    earlier trees change or average; an objective with another link; a saturated score): the caller
+    predicts the rows."""
     import numpy as np
 
     kept = []
@@ -206,7 +227,45 @@ def _validation_scores(booster):
         return "validation_scores", 0.0, False
 
     booster.eval_valid(feval=capture)
-    return kept[0]
+    scores, after = kept[0], booster.current_iteration() - best
+    if after == 0:
+        return scores
+    link = _link(params)
+    if link is None:
+        return None
+    trailing = booster.predict(validation_rows(), start_iteration=best, num_iteration=after, raw_score=True)
+    return without_rounds(scores, trailing, link, float(params.get("sigmoid", 1.0)))
+
+
+def _link(params: dict) -> Optional[str]:
+    boosting = next((str(params[k]).lower() for k in BOOSTING_KEYS if k in params), "gbdt")
+    objectives = [str(params[k]).lower() for k in OBJECTIVE_KEYS if k in params]
+    if boosting not in ("gbdt", "goss") or len(objectives) != 1 or params.get("reg_sqrt"):
+        return None
+    return LINKS.get(objectives[0])
+
+
+def without_rounds(scores, trailing, link: str, sigmoid: float = 1.0):
+    """Predictions `scores` with the raw scores `trailing` of some rounds taken off, through `link`
+    (sigmoid, softmax or identity); None when a score saturated (a probability of exactly 0 or 1 has
+    lost its raw score)."""
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if link == "identity":
+            out = scores - trailing
+        elif link == "sigmoid":
+            logit = np.log(scores) - np.log1p(-scores)
+            out = 1.0 / (1.0 + np.exp(-(logit - sigmoid * trailing)))
+            out = out if np.isfinite(logit).all() else None
+        else:
+            logits = np.log(scores) - trailing
+            if not np.isfinite(logits).all():
+                return None
+            logits -= logits.max(axis=1, keepdims=True)
+            out = np.exp(logits)
+            out /= out.sum(axis=1, keepdims=True)
+    return out if out is not None and np.isfinite(out).all() else None
 
 
 def _deadline_callback(ctx: FitContext):

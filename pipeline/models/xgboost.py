@@ -13,6 +13,8 @@ from pipeline.models.base import FitContext, TabularModel
 TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds")  # xgb.train's arguments, not booster params
 DATA_SHAPED = ("monotone_constraints", "interaction_constraints")  # keyed by feature: need the data
 OBJECTIVES = {"binary": "binary:logistic", "multiclass": "multi:softprob", "regression": "reg:squarederror"}
+# how each of those objectives turns the summed margin into its prediction
+LINKS = {"binary:logistic": "sigmoid", "multi:softprob": "softmax", "reg:squarederror": "identity"}
 
 
 def _device(params: dict) -> str:
@@ -151,9 +153,34 @@ class XGBoostModel(TabularModel):
             )
         self.best_iteration_ = getattr(self.booster_, "best_iteration", self.booster_.num_boosted_rounds() - 1)
         self.history_ = {f"valid_{k}": list(v) for k, v in record.get("valid", {}).items()}
-        # The validation matrix the booster scored every round: its predictions up to the last round are
-        # cached, so with no round after the best one they cost nothing; else the rounds kept are summed again.
-        self.validation_raw_ = self._predict_matrix(valid)
+        self.validation_raw_ = self._kept_validation_scores(valid, params)
+
+    def _kept_validation_scores(self, valid, params: dict):
+        """The kept model's predictions of the validation matrix, which the booster scored every round:
+        its scores after the last round are cached, so with no round after the best one they cost
+        nothing. Rounds after the best one are taken off those scores (their sum predicted alone, a
+        fraction of a full pass) through the objective's link; for another objective or booster the
+        rounds kept are summed again."""
+        import numpy as np
+
+        rounds = self.booster_.num_boosted_rounds()
+        link = LINKS.get(str(params["objective"]))
+        if self.best_iteration_ + 1 >= rounds or link is None or params.get("booster", "gbtree") != "gbtree":
+            return self._predict_matrix(valid)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*mismatched devices.*")
+            margin = self.booster_.predict(valid, output_margin=True)  # the cache
+            # with a base margin of zero the later rounds' trees alone, without the model's base score
+            valid.set_base_margin(np.zeros(margin.size, dtype=np.float32))
+            margin -= self.booster_.predict(valid, output_margin=True,
+                                            iteration_range=(self.best_iteration_ + 1, rounds))
+        if link == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-margin))
+        if link == "softmax":
+            margin -= margin.max(axis=1, keepdims=True)
+            np.exp(margin, out=margin)
+            return margin / margin.sum(axis=1, keepdims=True)
+        return margin
 
     def _predict(self, X):
         import xgboost as xgb

@@ -1,6 +1,7 @@
 """One pass per prediction: a fold's fit scores the test rows once, and its validation rows once, in
 training where the library scored them there (LightGBM's and XGBoost's boosters every round, the
-network every epoch), else once after it. The passes are counted on the models' `_predict`."""
+network every epoch), else once after it. LightGBM's rounds after the best one are taken off its
+scores by predicting those rounds alone. The passes are counted on the models' `_predict`."""
 
 from fractions import Fraction
 
@@ -46,12 +47,59 @@ def test_a_fold_predicts_its_test_rows_once_and_its_validation_rows_not_again(ad
     np.testing.assert_array_equal(result.val_pred, result.model.predict_proba(adult.X.iloc[result.held_out]))
 
 
-def test_rounds_after_the_best_one_cost_one_validation_pass(adult):
+def test_rounds_after_the_best_one_are_taken_off_the_booster_s_own_scores(adult):
     model_cls = counting(LightGBMModel)
     result = fold(adult, model_cls({"num_iterations": 400, "learning_rate": 0.5, "early_stopping_round": 3}))
-    assert result.model.best_iteration_ < 400  # it stopped early
+    model = result.model
+    assert model.best_iteration_ < 400  # it stopped early, with rounds after the best one
+    assert model_cls.passes == [len(adult.test_idx)]  # no full pass over the validation rows
+    np.testing.assert_allclose(result.val_pred, model.predict_proba(adult.X.iloc[result.held_out]), rtol=0,
+                               atol=1e-12)
+    assert model.take_validation_proba() is None  # nothing kept beyond the fit
+
+
+def test_an_objective_of_another_link_predicts_the_validation_rows_once_after_the_fit(adult):
+    """cross_entropy's scores are not undone through a link the engine knows: the rows are predicted
+    again, once."""
+    model_cls = counting(LightGBMModel)
+    params = {"objective": "cross_entropy", "num_iterations": 400, "learning_rate": 0.5, "early_stopping_round": 3}
+    result = fold(adult, model_cls(params))
+    assert result.model.best_iteration_ < 400
     assert model_cls.passes == [len(adult.val_idx), len(adult.test_idx)]
-    assert result.model.take_validation_proba() is None  # nothing kept beyond the fit
+    np.testing.assert_array_equal(result.val_pred, result.model.predict_proba(adult.X.iloc[result.held_out]))
+
+
+@pytest.mark.parametrize("problem", ["binary", "multiclass", "regression"])
+def test_taking_rounds_off_gives_the_kept_model_s_predictions(problem):
+    import lightgbm as lgb
+    from sklearn.datasets import make_classification, make_regression
+
+    from pipeline.models.lightgbm import _kept_validation_scores
+
+    if problem == "regression":
+        X, y = make_regression(3000, 10, noise=5, random_state=0)
+    else:
+        X, y = make_classification(3000, 10, n_informative=6, n_classes=2 if problem == "binary" else 4,
+                                   random_state=0)
+    params = {"objective": problem, "verbosity": -1, "learning_rate": 0.5, "early_stopping_round": 5,
+              "num_iterations": 300, **({"num_class": 4} if problem == "multiclass" else {})}
+    train = lgb.Dataset(X[:2000], y[:2000])
+    booster = lgb.train(params, train, valid_sets=[lgb.Dataset(X[2000:], y[2000:], reference=train)],
+                        keep_training_booster=True)
+    best = booster.best_iteration
+    assert 0 < best < booster.current_iteration()
+    kept = _kept_validation_scores(booster, best, params, lambda: X[2000:])
+    np.testing.assert_allclose(kept, booster.predict(X[2000:], num_iteration=best), rtol=1e-12, atol=1e-12)
+
+
+def test_a_saturated_score_is_not_taken_apart():
+    from pipeline.models.lightgbm import without_rounds
+
+    np.testing.assert_allclose(without_rounds(np.array([0.5, 0.75]), np.array([0.0, np.log(3.0)]), "sigmoid"),
+                               [0.5, 0.5])
+    assert without_rounds(np.array([0.5, 1.0]), np.array([0.0, 1.0]), "sigmoid") is None
+    assert without_rounds(np.array([[0.5, 0.5, 0.0]]), np.zeros((1, 3)), "softmax") is None
+    np.testing.assert_allclose(without_rounds(np.array([3.0]), np.array([1.0]), "identity"), [2.0])
 
 
 def test_the_kept_validation_scores_are_handed_over_once(adult):
@@ -65,3 +113,39 @@ def test_the_kept_validation_scores_are_handed_over_once(adult):
     model.fit(adult.X.iloc[adult.train_idx], adult.y[adult.train_idx], adult.X.iloc[adult.val_idx],
               adult.y[adult.val_idx], FitContext("binary", 2, Placement(1)))
     assert model.take_validation_proba() is None  # a user's fit keeps nothing it will not be asked for
+
+
+@pytest.mark.parametrize("problem", ["binary", "multiclass", "regression"])
+def test_xgboost_takes_the_rounds_after_the_best_one_off_its_cached_scores(problem):
+    import pandas as pd
+    from sklearn.datasets import make_classification, make_regression
+
+    from pipeline.models.base import FitContext, Placement
+
+    if problem == "regression":
+        X, y = make_regression(3000, 10, noise=5, random_state=0)
+    else:
+        X, y = make_classification(3000, 10, n_informative=6, n_classes=2 if problem == "binary" else 4,
+                                   random_state=0)
+    X = pd.DataFrame(X.astype(np.float32), columns=[f"c{i}" for i in range(10)])
+    summed = []
+    model_cls = type("Counted", (XGBoostModel,), {
+        "_predict_matrix": lambda self, matrix: summed.append(matrix) or XGBoostModel._predict_matrix(self, matrix)})
+    model = model_cls({"num_boost_round": 300, "early_stopping_rounds": 5, "learning_rate": 0.5})
+    classes = {"binary": 2, "multiclass": 4, "regression": 0}[problem]
+    model.fit_rows(X, y, np.arange(2000), np.arange(2000, 3000), FitContext(problem, classes, Placement(1)))
+    assert model.best_iteration_ + 1 < model.booster_.num_boosted_rounds()  # rounds after the best one
+    kept = model.take_validation_proba()
+    assert summed == []  # the kept rounds were not summed again over the validation rows
+    reference = model.predict_proba(X.iloc[2000:])
+    np.testing.assert_allclose(kept, reference, rtol=1e-5, atol=1e-6 * np.abs(reference).max())
+
+
+def test_xgboost_sums_the_kept_rounds_again_for_an_objective_of_another_link(adult):
+    from pipeline.models.base import FitContext, Placement
+
+    model = XGBoostModel({"objective": "binary:hinge", "num_boost_round": 300, "early_stopping_rounds": 3,
+                          "learning_rate": 0.5})
+    model.fit_rows(adult.X, adult.y, adult.train_idx, adult.val_idx, FitContext("binary", 2, Placement(1)))
+    assert model.best_iteration_ + 1 < model.booster_.num_boosted_rounds()
+    np.testing.assert_array_equal(model.take_validation_proba(), model.predict_proba(adult.X.iloc[adult.val_idx]))
