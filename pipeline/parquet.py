@@ -4,7 +4,10 @@ pyarrow's whole-table read holds the file's pages and the decoded table at once,
 of several row groups into pandas blocks copies it again: about 2.5x the table at the peak. Here the
 numeric columns without missing values are decoded one at a time into one 2D block per dtype (the
 block pandas would build), so the peak is the table plus one column; every other column (text,
-categories, dates, numbers with missing values) goes through pyarrow's own conversion. The frame is
+categories, dates, numbers with missing values) goes through pyarrow's own conversion. The columns
+are decoded on as many threads as the process may run on (pyarrow lets go of the GIL while it
+decodes), each with its own handle on the file, so the peak is the table plus one column per thread.
+The frame is
 assembled from those blocks without a copy (`pandas.api.internals.create_dataframe_from_blocks`, the
 function pyarrow itself uses). A file whose pandas metadata stores an index, or with nested columns,
 is read by `pd.read_parquet`.
@@ -36,12 +39,12 @@ def read_parquet(path: Path) -> pd.DataFrame:
             dtype = np.dtype(field.type.to_pandas_dtype())
             if dtype.itemsize >= 4:  # float16 and small integers: pandas' own conversion
                 by_dtype.setdefault(dtype, []).append(position)
-    blocks = []
+    blocks, columns = [], []
     for dtype, positions in by_dtype.items():
         block = np.empty((len(positions), rows), dtype=dtype)
-        for row, position in enumerate(positions):
-            _read_into(source, schema[position].name, block[row])
+        columns += [(schema[position].name, block[row]) for row, position in enumerate(positions)]
         blocks.append((block, np.asarray(positions)))
+    _read_columns(path, columns)
     in_blocks = {p for positions in by_dtype.values() for p in positions}
     others = [p for p in range(len(schema)) if p not in in_blocks]
     if others:
@@ -68,6 +71,31 @@ def _without_missing(source) -> set[str]:
             if stats is None or not stats.has_null_count or stats.null_count:
                 complete.discard(name)
     return complete
+
+
+def _read_columns(path: Path, columns: list[tuple[str, np.ndarray]]) -> None:
+    """Decode each (name, out) column of the file into `out`, on up to one thread per usable core."""
+    import os
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    threads = min(len(os.sched_getaffinity(0)), len(columns))
+    if threads <= 1:
+        source = pq.ParquetFile(path)
+        for name, out in columns:
+            _read_into(source, name, out)
+        return
+    local = threading.local()
+
+    def read(column: tuple[str, np.ndarray]) -> None:
+        if not hasattr(local, "source"):
+            local.source = pq.ParquetFile(path)
+        _read_into(local.source, *column)
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="parquet") as pool:
+        list(pool.map(read, columns))
 
 
 def _read_into(source, name: str, out: np.ndarray) -> None:

@@ -41,6 +41,26 @@ def test_the_column_reader_gives_what_pandas_gives(mixed, tmp_path):
     pd.testing.assert_frame_equal(read_parquet(indexed), pd.read_parquet(indexed))
 
 
+@pytest.mark.parametrize("cores", [1, 3])
+def test_columns_are_decoded_on_a_thread_per_usable_core(mixed, monkeypatch, cores):
+    import threading
+
+    import pipeline.parquet
+
+    path, _ = mixed
+    readers = []
+    original = pipeline.parquet._read_into
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(pipeline.parquet, "_read_into",
+                        lambda *a: readers.append(threading.current_thread().name) or original(*a))
+    pd.testing.assert_frame_equal(pipeline.parquet.read_parquet(path), pd.read_parquet(path))
+    assert len(readers) == 5  # a, b, i, h, label: the complete numbers of 4 or 8 bytes
+    if cores == 1:
+        assert set(readers) == {threading.main_thread().name}
+    else:
+        assert all(name.startswith("parquet") for name in readers)
+
+
 def test_float32_numbers_reach_the_table_where_they_were_read(mixed, monkeypatch):
     import pipeline.parquet
     from pipeline.data import load
