@@ -8,6 +8,7 @@ from typing import Optional
 from pipeline.devices import lightgbm_device_id
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models.lightgbm_gpu import device_log, probe
+from pipeline.models.links import from_raw, to_raw
 from pipeline.models.base import FitContext, TabularModel
 
 GPU_HELP = (
@@ -198,8 +199,7 @@ def _opencl_platform() -> dict:
     return {"gpu_platform_id": platforms[0]} if platforms else {}
 
 
-# LightGBM's output for each objective the engine sets (and their aliases), as a function of the raw
-# score, and the raw score (up to a constant per row, which softmax ignores) from the output
+# the link (pipeline.models.links) of each objective the engine sets, and of their aliases
 LINKS = {
     "binary": "sigmoid",
     "multiclass": "softmax", "softmax": "softmax",
@@ -247,25 +247,15 @@ def _link(params: dict) -> Optional[str]:
 
 def without_rounds(scores, trailing, link: str, sigmoid: float = 1.0):
     """Predictions `scores` with the raw scores `trailing` of some rounds taken off, through `link`
-    (sigmoid, softmax or identity); None when a score saturated (a probability of exactly 0 or 1 has
-    lost its raw score)."""
+    (sigmoid, softmax or identity; LightGBM's sigmoid scales the raw score by `sigmoid`); None when a
+    score saturated (a probability of exactly 0 or 1 has lost its raw score)."""
     import numpy as np
 
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if link == "identity":
-            out = scores - trailing
-        elif link == "sigmoid":
-            logit = np.log(scores) - np.log1p(-scores)
-            out = 1.0 / (1.0 + np.exp(-(logit - sigmoid * trailing)))
-            out = out if np.isfinite(logit).all() else None
-        else:
-            logits = np.log(scores) - trailing
-            if not np.isfinite(logits).all():
-                return None
-            logits -= logits.max(axis=1, keepdims=True)
-            out = np.exp(logits)
-            out /= out.sum(axis=1, keepdims=True)
-    return out if out is not None and np.isfinite(out).all() else None
+    raw = to_raw(scores, link)
+    if not np.isfinite(raw).all():
+        return None
+    out = from_raw(raw - (sigmoid if link == "sigmoid" else 1.0) * trailing, link)
+    return out if np.isfinite(out).all() else None
 
 
 def _deadline_callback(ctx: FitContext):

@@ -9,11 +9,12 @@ from typing import Optional
 from pipeline.devices import xgboost_device
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models.base import FitContext, TabularModel
+from pipeline.models.links import from_raw
 
 TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds")  # xgb.train's arguments, not booster params
 DATA_SHAPED = ("monotone_constraints", "interaction_constraints")  # keyed by feature: need the data
 OBJECTIVES = {"binary": "binary:logistic", "multiclass": "multi:softprob", "regression": "reg:squarederror"}
-# how each of those objectives turns the summed margin into its prediction
+# how each of those objectives turns the summed margin into its prediction (pipeline.models.links)
 LINKS = {"binary:logistic": "sigmoid", "multi:softprob": "softmax", "reg:squarederror": "identity"}
 
 
@@ -174,13 +175,7 @@ class XGBoostModel(TabularModel):
             valid.set_base_margin(np.zeros(margin.size, dtype=np.float32))
             margin -= self.booster_.predict(valid, output_margin=True,
                                             iteration_range=(self.best_iteration_ + 1, rounds))
-        if link == "sigmoid":
-            return 1.0 / (1.0 + np.exp(-margin))
-        if link == "softmax":
-            margin -= margin.max(axis=1, keepdims=True)
-            np.exp(margin, out=margin)
-            return margin / margin.sum(axis=1, keepdims=True)
-        return margin
+        return from_raw(margin, link)
 
     def _predict(self, X):
         import xgboost as xgb

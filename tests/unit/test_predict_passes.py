@@ -1,7 +1,7 @@
 """One pass per prediction: a fold's fit scores the test rows once, and its validation rows once, in
 training where the library scored them there (LightGBM's and XGBoost's boosters every round, the
-network every epoch), else once after it. LightGBM's rounds after the best one are taken off its
-scores by predicting those rounds alone. The passes are counted on the models' `_predict`."""
+network every epoch), else once after it. LightGBM's and XGBoost's rounds after the best one are
+taken off their scores by predicting those rounds alone. The passes are counted on the models' `_predict`."""
 
 from fractions import Fraction
 
@@ -29,6 +29,16 @@ def fold(adult, model):
         data=DataRef(obj=adult),
     )
     return run_fit(request)
+
+
+def synthetic(problem: str):
+    """3,000 rows x 10 features of a binary, 4-class or regression problem."""
+    from sklearn.datasets import make_classification, make_regression
+
+    if problem == "regression":
+        return make_regression(3000, 10, noise=5, random_state=0)
+    return make_classification(3000, 10, n_informative=6, n_classes=2 if problem == "binary" else 4,
+                               random_state=0)
 
 
 FIXED_LENGTH = {  # no round or epoch after the best one: the kept model is the last one scored
@@ -72,15 +82,10 @@ def test_an_objective_of_another_link_predicts_the_validation_rows_once_after_th
 @pytest.mark.parametrize("problem", ["binary", "multiclass", "regression"])
 def test_taking_rounds_off_gives_the_kept_model_s_predictions(problem):
     import lightgbm as lgb
-    from sklearn.datasets import make_classification, make_regression
 
     from pipeline.models.lightgbm import _kept_validation_scores
 
-    if problem == "regression":
-        X, y = make_regression(3000, 10, noise=5, random_state=0)
-    else:
-        X, y = make_classification(3000, 10, n_informative=6, n_classes=2 if problem == "binary" else 4,
-                                   random_state=0)
+    X, y = synthetic(problem)
     params = {"objective": problem, "verbosity": -1, "learning_rate": 0.5, "early_stopping_round": 5,
               "num_iterations": 300, **({"num_class": 4} if problem == "multiclass" else {})}
     train = lgb.Dataset(X[:2000], y[:2000])
@@ -118,15 +123,10 @@ def test_the_kept_validation_scores_are_handed_over_once(adult):
 @pytest.mark.parametrize("problem", ["binary", "multiclass", "regression"])
 def test_xgboost_takes_the_rounds_after_the_best_one_off_its_cached_scores(problem):
     import pandas as pd
-    from sklearn.datasets import make_classification, make_regression
 
     from pipeline.models.base import FitContext, Placement
 
-    if problem == "regression":
-        X, y = make_regression(3000, 10, noise=5, random_state=0)
-    else:
-        X, y = make_classification(3000, 10, n_informative=6, n_classes=2 if problem == "binary" else 4,
-                                   random_state=0)
+    X, y = synthetic(problem)
     X = pd.DataFrame(X.astype(np.float32), columns=[f"c{i}" for i in range(10)])
     summed = []
     model_cls = type("Counted", (XGBoostModel,), {
