@@ -7,9 +7,8 @@ block pandas would build), so the peak is the table plus one column; every other
 categories, dates, numbers with missing values) goes through pyarrow's own conversion. The columns
 are decoded on as many threads as the process may run on (pyarrow lets go of the GIL while it
 decodes), each with its own handle on the file, so the peak is the table plus one column per thread.
-The frame is
-assembled from those blocks without a copy (`pandas.api.internals.create_dataframe_from_blocks`, the
-function pyarrow itself uses). A file whose pandas metadata stores an index, or with nested columns,
+The frame is assembled from those blocks without a copy
+(`pandas.api.internals.create_dataframe_from_blocks`, the function pyarrow itself uses). A file whose pandas metadata stores an index, or with nested columns,
 is read by `pd.read_parquet`.
 """
 
@@ -44,7 +43,7 @@ def read_parquet(path: Path) -> pd.DataFrame:
         block = np.empty((len(positions), rows), dtype=dtype)
         columns += [(schema[position].name, block[row]) for row, position in enumerate(positions)]
         blocks.append((block, np.asarray(positions)))
-    _read_columns(path, columns)
+    _read_columns(source, path, columns)
     in_blocks = {p for positions in by_dtype.values() for p in positions}
     others = [p for p in range(len(schema)) if p not in in_blocks]
     if others:
@@ -73,27 +72,28 @@ def _without_missing(source) -> set[str]:
     return complete
 
 
-def _read_columns(path: Path, columns: list[tuple[str, np.ndarray]]) -> None:
-    """Decode each (name, out) column of the file into `out`, on up to one thread per usable core."""
+def _read_columns(source, path: Path, columns: list[tuple[str, np.ndarray]]) -> None:
+    """Decode each (name, out) column of the file into `out`, on up to one thread per usable core:
+    this thread reads through `source`, every other opens its own handle on `path`."""
     import os
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow.parquet as pq
 
-    threads = min(len(os.sched_getaffinity(0)), len(columns))
-    if threads <= 1:
-        source = pq.ParquetFile(path)
-        for name, out in columns:
-            _read_into(source, name, out)
-        return
     local = threading.local()
+    local.source = source
 
     def read(column: tuple[str, np.ndarray]) -> None:
         if not hasattr(local, "source"):
             local.source = pq.ParquetFile(path)
         _read_into(local.source, *column)
 
+    threads = min(len(os.sched_getaffinity(0)), len(columns))
+    if threads <= 1:
+        for column in columns:
+            read(column)
+        return
     with ThreadPoolExecutor(threads, thread_name_prefix="parquet") as pool:
         list(pool.map(read, columns))
 
