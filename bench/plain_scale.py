@@ -98,8 +98,8 @@ def xgboost(path: str, label: str, params: dict, seed: int, threads: int) -> dic
 
 def nn(path: str, label: str, params: dict, seed: int, threads: int) -> dict:
     """The engine's network (pipeline.nn.network.TabularMLP) trained by a plain loop over tensors of the
-    standardized rows: a shuffled permutation per epoch, AdamW, cross-entropy; the epoch with the best
-    validation AUC is kept and scores the test rows."""
+    standardized rows: a shuffled permutation per epoch, AdamW (fused, as the engine's), cross-entropy;
+    the epoch with the best validation AUC is kept and scores the test rows."""
     import copy
 
     import torch
@@ -128,7 +128,7 @@ def nn(path: str, label: str, params: dict, seed: int, threads: int) -> dict:
     model = TabularMLP(num.shape[1], [], 2, tuple(params["hidden_sizes"]), float(params["dropout"]),
                        int(params["max_embedding_dim"]))
     opt = torch.optim.AdamW(model.parameters(), lr=float(params["learning_rate"]),
-                            weight_decay=float(params["weight_decay"]))
+                            weight_decay=float(params["weight_decay"]), fused=True)
     batch = int(params["batch_size"])
     generator = torch.Generator().manual_seed(seed)
 

@@ -62,6 +62,7 @@ class ProcessBackend(Backend):
         self.hardware, self.run_dir = hardware, run_dir
         # Workers fork from a server process that imported the model libraries once and never touches
         # a GPU: each starts in milliseconds, with no CUDA context, and sets CUDA_VISIBLE_DEVICES first.
+        self.preload = preload
         self.pool = WorkerPool("forkserver", safe_run_fit, detach=True,
                                preload=("pipeline.graph.tasks", *preload), max_idle=max_idle, name="fit-worker")
         self.handles: dict[int, Worker] = {}
@@ -71,9 +72,11 @@ class ProcessBackend(Backend):
 
     def start(self, plan: Plan) -> None:
         """Spawn the workers the plan's first waves need, in a background thread, while the driver
-        loads the data: starting the forkserver (it imports the model libraries) blocks for a while."""
+        loads the data: starting the forkserver (it imports the model libraries) blocks for a while.
+        Meanwhile the driver imports those libraries too (`import_in_background`)."""
         self._starting = threading.Thread(target=self._start, args=(plan,), name="worker-start", daemon=True)
         self._starting.start()
+        import_in_background(self.preload)
 
     def _join_start(self) -> None:
         if self._starting is not None:
@@ -134,6 +137,27 @@ class ProcessBackend(Backend):
         self._join_start()
         self.pool.shutdown(grace=2.0)  # a run that stops early: its fits are killed after a short grace
         self.handles.clear()
+
+
+def import_in_background(modules: tuple[str, ...]) -> threading.Thread:
+    """Import `modules` in a daemon thread of the driver. The driver unpickles each fitted model a
+    worker sends; the first of each kind would import its library there (torch takes over a second),
+    while the workers wait for their next fit. Started with the workers, the imports run while the
+    forkserver does the same on the other core. A module that fails to import is left to the unpickling
+    that needs it, which reports it."""
+
+    def load() -> None:
+        import importlib
+
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001
+                log.debug("the driver could not import %s ahead of the results", name, exc_info=True)
+
+    thread = threading.Thread(target=load, name="driver-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def make_local_backend(mode: str, plan: Plan, run_dir: Path, preload: tuple[str, ...] = ()):

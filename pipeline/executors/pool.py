@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_ready
 from typing import Any, Callable, Optional
 
-from pipeline.executors.worker import environment
+from pipeline.executors.worker import environment, send
 
 _ids = itertools.count()
 
@@ -118,7 +118,7 @@ class WorkerPool:
         self.busy[worker.id] = worker
         worker.busy_since = time.monotonic()
         try:
-            worker.conn.send(message)
+            send(worker.conn, message)
         except (BrokenPipeError, OSError):
             pass  # the worker died: wait() reports it through its sentinel
         return worker

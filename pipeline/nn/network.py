@@ -6,8 +6,36 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from pipeline.nn.options import embedding_dim
+
+
+class Dropout(nn.Module):
+    """Dropout whose CPU mask costs a quarter of the random draws: each 64-bit draw of torch's generator
+    gives four 16-bit lanes, and a lane below round(p * 65536) drops its unit. The CPU's own dropout
+    draws a Mersenne Twister number per unit, a fifth of a training step of this network. So p is
+    kept to 1/65536 and the kept units are scaled by 1 / (1 - that p). Other devices (CUDA's Philox
+    generator is fast) and p of 0 or 1 use torch's dropout. No parameters: state dicts are unchanged."""
+
+    LANES = 65536
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+        self.dropped = round(p * self.LANES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or x.device.type != "cpu" or not 0 < self.dropped < self.LANES:
+            return F.dropout(x, self.p, self.training)
+        n = x.numel()
+        draws = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64)
+        lanes = draws.view(torch.int16)[:n].view(x.shape)  # uniform over -32768 .. 32767
+        keep = lanes >= self.dropped - self.LANES // 2
+        return x * keep.to(x.dtype).mul_(self.LANES / (self.LANES - self.dropped))
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
 
 
 class TabularMLP(nn.Module):
@@ -25,7 +53,7 @@ class TabularMLP(nn.Module):
         width = num_numeric + sum(e.embedding_dim for e in self.embeddings)
         layers: list[nn.Module] = []
         for size in hidden_sizes:
-            layers += [nn.Linear(width, size), nn.LayerNorm(size), nn.ReLU(), nn.Dropout(dropout)]
+            layers += [nn.Linear(width, size), nn.LayerNorm(size), nn.ReLU(), Dropout(dropout)]
             width = size
         layers.append(nn.Linear(width, out_dim))
         self.mlp = nn.Sequential(*layers)

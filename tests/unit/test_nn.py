@@ -195,12 +195,58 @@ def test_torch_compile_trains():
     assert result.history["train_loss"][1] < result.history["train_loss"][0]
 
 
-def test_adamw_is_fused_on_cuda_and_unchanged_on_the_cpu():
-    """One kernel updates every parameter on a GPU; CPU fits keep the default path (and their results)."""
+def test_adamw_is_fused_on_cuda_and_on_the_cpu():
+    """One kernel (CUDA) or one pass per parameter (CPU) updates the weights; the loop builds it so."""
     from pipeline.nn.options import optimizer_options
 
     assert optimizer_options("cuda") == {"fused": True}
-    assert optimizer_options("cpu") == {}
+    assert optimizer_options("cpu") == {"fused": True}
+    built = []
+    real = torch.optim.AdamW
+
+    class Spy(real):
+        def __init__(self, *args, **kwargs):
+            built.append(kwargs.get("fused"))
+            super().__init__(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.optim, "AdamW", Spy)
+        run(LoopConfig(batch_size=64, max_epochs=1))
+    assert built == [True]
+
+
+def test_cpu_dropout_draws_a_quarter_of_the_numbers_and_keeps_the_rate(monkeypatch):
+    """The network's dropout on the CPU: no call to torch's own (a draw per unit), the units kept at
+    the rate 1 - p and scaled by its inverse, the same mask from the same seed, identity in eval."""
+    from torch.nn import functional as F
+
+    from pipeline.nn.network import Dropout, TabularMLP
+
+    layer = Dropout(0.25)
+    x = torch.ones(1000, 400)
+    real_dropout = F.dropout
+
+    def per_unit_draws(*args, **kwargs):
+        raise AssertionError("the CPU path must not draw one number per unit")
+
+    monkeypatch.setattr(F, "dropout", per_unit_draws)
+    torch.manual_seed(0)
+    out = layer(x)
+    assert torch.unique(out).tolist() == [0.0, pytest.approx(1 / 0.75)]
+    assert (out > 0).float().mean().item() == pytest.approx(0.75, abs=0.005)  # 400,000 units: sd 0.0007
+    torch.manual_seed(0)
+    assert torch.equal(layer(x), out)
+    assert not torch.equal(layer(x), out)  # the generator moved on
+    y = x.clone().requires_grad_()
+    torch.manual_seed(0)
+    layer(y).sum().backward()
+    assert torch.equal(y.grad, out)  # gradients pass where units were kept, scaled alike
+    net = TabularMLP(3, [4], 2, dropout=0.1)
+    assert [type(m) for m in net.mlp if "Dropout" in type(m).__name__] == [Dropout, Dropout]
+    net(torch.randn(8, 3), torch.zeros(8, 1, dtype=torch.long))
+    monkeypatch.setattr(F, "dropout", real_dropout)
+    assert torch.equal(layer.eval()(x), x)
+    assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
 
 
 @pytest.mark.parametrize("value, ok", [(True, True), (False, True), ("reduce-overhead", True),

@@ -71,3 +71,22 @@ def test_stop_escalates_to_sigkill_for_a_worker_that_does_not_stop():
     pool.shutdown(grace=1.0)
     assert busy.process.exitcode == -signal.SIGKILL  # killed in its 60 s sleep, not waited for
     assert idle.process.exitcode == 0  # asked to exit, it did
+
+
+def fitted_weights(n: int):
+    """What a network's fit answers with: tensors (imported here, as a worker imports torch for a fit)."""
+    import torch
+
+    return {"weight": torch.arange(float(n)), "bias": torch.ones(2)}
+
+
+def test_tensors_come_back_as_plain_pickled_bytes_not_shared_memory():
+    # torch registers reductions with multiprocessing's pickler: sent through it, each tensor would
+    # arrive as a shared-memory segment whose fd the driver fetches over a socket, one per tensor
+    pool = WorkerPool("spawn", fitted_weights, detach=True, name="test-tensors")
+    try:
+        _, answer = ask(pool, {"SLOT": "a"}, 5)
+    finally:
+        pool.shutdown(grace=2.0)
+    assert answer["weight"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert not any(t.is_shared() for t in answer.values())
