@@ -69,6 +69,7 @@ class ProcessBackend(Backend):
         self.counter = itertools.count()
         self._starting: Optional[threading.Thread] = None
         self._start_error: Optional[BaseException] = None
+        self.importing: Optional[threading.Thread] = None  # the driver's imports of the preload modules
 
     def start(self, plan: Plan) -> None:
         """Spawn the workers the plan's first waves need, in a background thread, while the driver
@@ -76,7 +77,7 @@ class ProcessBackend(Backend):
         Meanwhile the driver imports those libraries too (`import_in_background`)."""
         self._starting = threading.Thread(target=self._start, args=(plan,), name="worker-start", daemon=True)
         self._starting.start()
-        import_in_background(self.preload)
+        self.importing = import_in_background(self.preload)
 
     def _join_start(self) -> None:
         if self._starting is not None:

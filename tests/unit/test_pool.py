@@ -90,3 +90,20 @@ def test_tensors_come_back_as_plain_pickled_bytes_not_shared_memory():
         pool.shutdown(grace=2.0)
     assert answer["weight"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert not any(t.is_shared() for t in answer.values())
+
+
+def test_the_driver_imports_the_model_libraries_while_the_workers_start(tmp_path, monkeypatch):
+    """The driver unpickles the models the workers send: it imports their libraries in a thread as the
+    workers start, so the first result of each kind does not stall the scheduler on an import."""
+    import sys
+
+    from pipeline.executors.local import ProcessBackend
+
+    (tmp_path / "library_for_the_driver.py").write_text("import time\ntime.sleep(0.2)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(ProcessBackend, "_start", lambda self, plan: None)  # no forkserver here
+    backend = ProcessBackend(None, tmp_path, preload=("no_such_library_here", "library_for_the_driver"))
+    backend.start(None)
+    backend.importing.join(10)
+    assert "library_for_the_driver" in sys.modules  # a module that fails to import does not stop the rest
+    backend.shutdown()
