@@ -129,7 +129,7 @@ class Components:
         from pipeline.graph.backend import Backend
 
         conf = settings.conf.executor
-        backend = self.executor(conf=conf, plan=plan, run_dir=runtime.run_dir, preload=settings.library_modules)
+        backend = self.executor(conf=conf, plan=plan, run_dir=runtime.run_dir, preload=settings.worker_modules)
         if not isinstance(backend, Backend):
             raise ConfigError(f"executor._target_={conf._target_!r} built a {type(backend).__name__}, "
                               "not a pipeline.graph.backend.Backend")

@@ -98,6 +98,12 @@ class Settings:
         """The modules the run's models import to fit (each once, in model order)."""
         return tuple(dict.fromkeys(m for spec in self.models for m in spec.cls.library_modules))
 
+    @property
+    def worker_modules(self) -> tuple[str, ...]:
+        """What a fit process imports ahead of its first fit: the libraries, then what their fits import."""
+        return tuple(dict.fromkeys(m for spec in self.models for m in (*spec.cls.library_modules,
+                                                                       *spec.cls.worker_modules)))
+
 
 def typed(cfg: DictConfig, schema: type):
     """The composed config as its schema's dataclasses (OmegaConf.to_object runs their checks)."""

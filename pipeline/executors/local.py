@@ -74,10 +74,11 @@ class ProcessBackend(Backend):
     def start(self, plan: Plan) -> None:
         """Spawn the workers the plan's first waves need, in a background thread, while the driver
         loads the data: starting the forkserver (it imports the model libraries) blocks for a while.
-        Meanwhile the driver imports those libraries too (`import_in_background`)."""
+        Meanwhile the driver imports those libraries too (`import_in_background`): their packages,
+        which unpickling the fitted models needs, not the modules only a fit uses."""
         self._starting = threading.Thread(target=self._start, args=(plan,), name="worker-start", daemon=True)
         self._starting.start()
-        self.importing = import_in_background(self.preload)
+        self.importing = import_in_background(tuple(dict.fromkeys(m.split(".")[0] for m in self.preload)))
 
     def _join_start(self) -> None:
         if self._starting is not None:

@@ -68,7 +68,8 @@ class TabularModel(ABC):
 
     library: ClassVar[str] = ""
     max_gpus_per_fit: ClassVar[Optional[int]] = 1  # GBMs: one device per fit; networks: None (DDP)
-    library_modules: ClassVar[tuple[str, ...]] = ()  # what a worker process imports before its first fit
+    library_modules: ClassVar[tuple[str, ...]] = ()  # its libraries: workers import them before their first fit
+    worker_modules: ClassVar[tuple[str, ...]] = ()  # what a fit imports on first use, imported by workers too
     memory_hint: ClassVar[str] = ""  # a parameter that lowers a fit's memory, for messages ({name}: the model)
     memory_estimator: ClassVar[str] = "generic"  # the function of pipeline.memory.estimates for one fit
     # the share of a fit's one-thread time that more threads do not shorten, which decides how many folds

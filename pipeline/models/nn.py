@@ -10,6 +10,7 @@ from pipeline.resources import Resources
 class TorchMLPModel(TabularModel):
     library = "PyTorch"
     library_modules = ("torch",)
+    worker_modules = ("torch._dynamo",)  # the optimizer imports it on first use: a second of a worker's first fit
     max_gpus_per_fit = None  # several whole GPUs train one network with DDP
     # A small MLP's CPU step gains little from a second thread: on Adult, 5 folds on 2 cores took 43.4 s one
     # at a time with 2 threads and 31.5 s two at once with 1 thread each, which this share reproduces.

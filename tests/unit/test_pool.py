@@ -94,16 +94,30 @@ def test_tensors_come_back_as_plain_pickled_bytes_not_shared_memory():
 
 def test_the_driver_imports_the_model_libraries_while_the_workers_start(tmp_path, monkeypatch):
     """The driver unpickles the models the workers send: it imports their libraries in a thread as the
-    workers start, so the first result of each kind does not stall the scheduler on an import."""
+    workers start, so the first result of each kind does not stall the scheduler on an import. It
+    imports the packages only, not the modules the workers preload for the fits themselves."""
     import sys
 
     from pipeline.executors.local import ProcessBackend
 
-    (tmp_path / "library_for_the_driver.py").write_text("import time\ntime.sleep(0.2)\n")
+    package = tmp_path / "library_for_the_driver"
+    package.mkdir()
+    (package / "__init__.py").write_text("import time\ntime.sleep(0.2)\n")
+    (package / "fit_only.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(ProcessBackend, "_start", lambda self, plan: None)  # no forkserver here
-    backend = ProcessBackend(None, tmp_path, preload=("no_such_library_here", "library_for_the_driver"))
+    backend = ProcessBackend(None, tmp_path, preload=("no_such_library_here", "library_for_the_driver.fit_only"))
     backend.start(None)
     backend.importing.join(10)
     assert "library_for_the_driver" in sys.modules  # a module that fails to import does not stop the rest
+    assert "library_for_the_driver.fit_only" not in sys.modules
     backend.shutdown()
+
+
+def test_workers_preload_what_a_network_fit_imports_on_first_use(compose):
+    """torch's optimizer imports torch._dynamo when first used (a second): the workers import it ahead."""
+    from pipeline.settings import read_settings
+
+    settings = read_settings(compose(["model=all"]))
+    assert settings.library_modules == ("lightgbm", "xgboost", "torch")
+    assert settings.worker_modules == ("lightgbm", "xgboost", "torch", "torch._dynamo")
