@@ -18,9 +18,11 @@ import yaml
 
 pytestmark = pytest.mark.slow
 
+# The network trains for about half a second a fold (30 epochs of 17 batches), so a kill "mid-fit" lands
+# while it trains on after its first checkpoint
 ARGS = ["model=all", "parallelism.num_folds=3", "parallelism.fit.num_cpus=1", "data.max_rows=1000",
-        "model.nn.params.max_epochs=3", "model.lightgbm.params.num_iterations=30",
-        "model.xgboost.params.num_boost_round=30", "tracking=none"]
+        "model.nn.params.max_epochs=30", "model.nn.params.patience=0", "model.nn.params.batch_size=32",
+        "model.lightgbm.params.num_iterations=30", "model.xgboost.params.num_boost_round=30", "tracking=none"]
 SEED = 13  # the order of the phases and the moments within them: a failure replays with the same draws
 PHASES = ["start-up", "a fold just finished", "mid-fit"]
 
