@@ -1,5 +1,6 @@
 """What a user's `--help` and dry run import, as whole processes (`-X importtime`): the model libraries,
-torch and scikit-learn stay off both paths, numpy and pandas off `--help`. Their wall time is a
+torch and scikit-learn stay off both paths, numpy and pandas off `--help`, psutil off both (Linux's
+/proc/meminfo gives the RAM). Their wall time is a
 benchmark (`python -m bench --suite startup,fixed_cost`), not a test."""
 
 import pytest
@@ -21,7 +22,7 @@ def imported(stderr: str) -> set[str]:
     "args, absent",
     [
         (["--help"], LIBRARIES + ("numpy", "pandas", "pyarrow", "psutil", "rich")),
-        (["+hardware=4gpu", "model=all", "dry_run=true", "tracking=none"], LIBRARIES),
+        (["+hardware=4gpu", "model=all", "dry_run=true", "tracking=none"], LIBRARIES + ("psutil",)),
     ],
     ids=["help", "dry_run"],
 )

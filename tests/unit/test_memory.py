@@ -278,3 +278,15 @@ def test_the_devices_nvml_sees_a_process_on_are_recorded(monkeypatch):
     with PeakMemory(gpu=True) as peak:
         pass
     assert peak.gpu == 5 << 20 and peak.gpu_devices == {1}
+
+
+def test_the_ram_read_from_proc_meminfo_is_psutils():
+    """The planner reads the RAM from /proc/meminfo, the file psutil reads, without importing psutil."""
+    import psutil
+
+    from pipeline.memory.budget import _system_ram
+
+    total, available = _system_ram()
+    vm = psutil.virtual_memory()
+    assert total == vm.total
+    assert abs(available - vm.available) < 256 * 2**20  # what other processes did in between
