@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -85,6 +83,8 @@ def quiet_mlflow() -> None:
 def check_server(uri: str, timeout_s: float) -> None:
     """Fail in seconds, not minutes of retries, when a tracking server does not answer."""
     import base64
+    import urllib.error
+    import urllib.request  # with http.client and ssl: 10 ms that a run without a server does not spend
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(uri.rstrip("/") + "/health")

@@ -1,11 +1,17 @@
 """What a user's `--help` and dry run import, as whole processes (`-X importtime`): the model libraries,
 torch and scikit-learn stay off both paths, numpy and pandas off `--help`, psutil off both (Linux's
-/proc/meminfo gives the RAM). Their wall time is a
+/proc/meminfo gives the RAM), and an untracked run imports no HTTP client. Their wall time is a
 benchmark (`python -m bench --suite startup,fixed_cost`), not a test."""
 
 import pytest
 
 LIBRARIES = ("torch", "sklearn", "scipy", "lightgbm", "xgboost", "mlflow", "matplotlib", "ray", "optuna")
+
+
+def modules(stderr: str) -> set[str]:
+    """Module names from Python's -X importtime lines."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}
 
 
 def imported(stderr: str) -> set[str]:
@@ -31,6 +37,8 @@ def test_start_up_path_imports(cli, args, absent):
     names = imported(proc.stderr)
     assert "hydra" in names and "pipeline" in names  # the profile was read
     assert sorted(names & set(absent)) == []
+    if "tracking=none" in args:  # no tracking server to ask: no HTTP client
+        assert sorted(modules(proc.stderr) & {"urllib.request", "http.client"}) == []
 
 
 def test_the_run_mode_is_read_without_composing_the_config_twice():
