@@ -49,13 +49,13 @@ def cpu_cores() -> int:
 
 
 def memory_gib() -> Optional[float]:
+    """The machine's RAM, as the engine's planner reads it (pipeline.memory.budget.system_ram)."""
+    from pipeline.memory.budget import system_ram
+
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    return None
+        return round(system_ram()[0] / 2**30, 1)
+    except Exception:  # noqa: BLE001  (no /proc/meminfo and no psutil: the report says unknown)
+        return None
 
 
 def cuda_device_name() -> Optional[str]:

@@ -101,8 +101,8 @@ class Settings:
     @property
     def worker_modules(self) -> tuple[str, ...]:
         """What a fit process imports ahead of its first fit: the libraries, then what their fits import."""
-        return tuple(dict.fromkeys(m for spec in self.models for m in (*spec.cls.library_modules,
-                                                                       *spec.cls.worker_modules)))
+        imported_by_fits = (m for spec in self.models for m in spec.cls.worker_modules)
+        return tuple(dict.fromkeys((*self.library_modules, *imported_by_fits)))
 
 
 def typed(cfg: DictConfig, schema: type):

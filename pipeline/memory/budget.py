@@ -76,7 +76,7 @@ class Capacity:
                 "ram_for_fits_mb": mb(self.ram_for_fits), "gpu_mb": mb(self.gpu), "gpu_source": self.gpu_source}
 
 
-def _system_ram() -> tuple[int, int]:
+def system_ram() -> tuple[int, int]:
     """(total, available) bytes: Linux's /proc/meminfo, as psutil reads it, without importing psutil (a
     fiftieth of a second of every run's start); psutil elsewhere."""
     try:
@@ -93,7 +93,7 @@ def _system_ram() -> tuple[int, int]:
 
 def detect_ram() -> tuple[int, int]:
     """(total, available) bytes of RAM, within a cgroup's limit when the process has one."""
-    total, available = _system_ram()
+    total, available = system_ram()
     for path, usage_path in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                              ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         try:

@@ -284,9 +284,9 @@ def test_the_ram_read_from_proc_meminfo_is_psutils():
     """The planner reads the RAM from /proc/meminfo, the file psutil reads, without importing psutil."""
     import psutil
 
-    from pipeline.memory.budget import _system_ram
+    from pipeline.memory.budget import system_ram
 
-    total, available = _system_ram()
+    total, available = system_ram()
     vm = psutil.virtual_memory()
     assert total == vm.total
     assert abs(available - vm.available) < 256 * 2**20  # what other processes did in between
