@@ -111,8 +111,8 @@ class Shape:
 
     def feature_deps(self, level: int, fold_set: tuple[int, ...]) -> tuple[str, ...]:
         """What M(level, fold_set)'s features come from, for every model kind (pipeline.graph.stacking)."""
-        deps = [d for a in self.allocations for source, _ in stacking.feature_sources(fold_set, self.num_folds)
-                for d in self.model_id(a.model, level - 1, source)]
+        sources = stacking.feature_sources(fold_set, level, self.top, self.num_folds)
+        deps = [d for a in self.allocations for source, _ in sources for d in self.model_id(a.model, level - 1, source)]
         return tuple(dict.fromkeys(deps))
 
 

@@ -6,26 +6,30 @@ refit on every row). Level 1 learns from the original features. Level l > 1 lear
 column per level-(l-1) model kind (one per class for multiclass), filled, for each row, by a model
 that never learnt that row's label, nor the label of any row in S:
 
-- rows of a fold j outside S (its training rows): M(l-1, S ∪ {j}), which learnt without S and j;
-- rows in S (its validation rows) and the test rows: M(l-1, S).
+- rows of a fold j outside S (its training rows): an M(l-1, C) with C containing S and j;
+- rows in S (its validation rows) and the test rows: an M(l-1, C) with C containing S (C = S where
+  that model exists, as it does for the fold models).
 
 Plain out-of-fold stacking takes M(l-1, {j}) for the rows of fold j: a model that learnt fold k's
 labels; the level-l fold model k learns from that feature, then is validated on fold k. Here, by
 induction, M(l, S) learns from no label of a row in S, directly or through its features. (Each
 model early-stops on its held-out rows, the rows of S, as a flat bag's fold model does on its fold.)
 
-So level l needs the fold sets of sizes 1 .. (top - l + 1) (and {} with refit); every set leaves at
-least one fold to learn from, so num_folds >= stack_levels + 2. With k folds and one stacking level a
-model kind fits k + C(k, 2) level-1 models and k level-2 models (20 for k = 5, where one level costs
-5). Every model beyond level 1's trials takes the parameters of its kind's best level-1 trial.
+Which sets C: the smallest choice, C = S + {j}, needs every fold set of 2 .. (top - l + 1) folds
+(C(k, 2) = 10 inner models per kind at level 1 for k = 5 and one stacking level). A model left out of
+more folds serves more (S, j) pairs: M(1, {0, 1, 2}) fills fold 1 and 2 for the level-2 fold model 0,
+fold 0 and 2 for fold model 1, and fold 0 and 1 for fold model 2. So each level's sets are a cover of
+what the level above reads, found greedily (`_cover`), with sets of up to `widest` folds: as many as
+leave every inner model, down to level 1, at least half the folds a fold model learns from (rounded
+up). For k = 5 and one level that is 4 inner models on 2 of the 5 folds each (a two-fold split of the
+4 folds outside each fold model) instead of 10 on 3: 14 fits per kind instead of 20.
 
 The math (sets, counts, names) is light: the functions on arrays import numpy and pandas when they run.
 """
 
 from __future__ import annotations
 
-from itertools import combinations
-from math import comb
+import functools
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pipeline.errors import ConfigError
@@ -33,7 +37,7 @@ from pipeline.errors import ConfigError
 if TYPE_CHECKING:
     import numpy as np
 
-MAX_STACK_LEVELS = 2  # three levels of k=5 fit 45 models per kind; four would fit 75, with k=10 over 600
+MAX_STACK_LEVELS = 2  # three levels of k=5 fit 35 models per kind; four would fit 65 (some on one fold), k=10 393
 FoldSet = tuple[int, ...]
 
 
@@ -55,23 +59,75 @@ def check(stack_levels: int, num_folds: int) -> None:
 
 
 def fold_sets(level: int, top: int, num_folds: int, refit: bool) -> list[FoldSet]:
-    """The fold sets S of every M(level, S) a stack of `top` levels needs, smaller sets first."""
-    sets = [s for size in range(1, top - level + 2) for s in combinations(range(num_folds), size)]
-    return ([()] if refit else []) + sets
+    """The fold sets S of every M(level, S) a stack of `top` levels needs: the fold models first, then
+    the inner models' sets, smaller first."""
+    return ([()] if refit else []) + list(_families(top, num_folds)[level - 1])
 
 
 def fits_per_kind(num_folds: int, stack_levels: int, refit: bool) -> int:
     """How many models of one kind a stack fits (level 1's best trial counted once, HPO trials aside)."""
     top = stack_levels + 1
-    return sum(refit + sum(comb(num_folds, size) for size in range(1, top - level + 2))
-               for level in range(1, top + 1))
+    return sum(len(fold_sets(level, top, num_folds, refit)) for level in range(1, top + 1))
 
 
-def feature_sources(fold_set: FoldSet, num_folds: int) -> list[tuple[FoldSet, Optional[int]]]:
-    """Where M(l, S)'s level-(l-1) features come from: (the producer's fold set, the fold whose rows it
-    fills; None: the rows in S and the test rows)."""
+def widest(level: int, num_folds: int) -> int:
+    """The most folds a level-`level` inner model is left out of, unless what the level above reads
+    needs more: every inner model, down to level 1 (which adds a fold per level), then learns from at
+    least half the k - 1 folds a fold model learns from, rounded up."""
+    return (num_folds + 1) // 2 - (level - 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _families(top: int, num_folds: int) -> tuple[tuple[FoldSet, ...], ...]:
+    """Each level's fold sets (without the refit's), from the top down: the top level's are the fold
+    models; a level below covers the sets the level above reads (its own, and each with one more fold)."""
+    families = {top: tuple((f,) for f in range(num_folds))}
+    for level in range(top - 1, 0, -1):
+        above = families[level + 1]
+        needed = set(above) | {tuple(sorted((*s, j))) for s in above for j in range(num_folds) if j not in s}
+        families[level] = _cover(needed, widest(level, num_folds), num_folds)
+    return tuple(families[level] for level in range(1, top + 1))
+
+
+def _cover(needed: set[FoldSet], widest: int, num_folds: int) -> tuple[FoldSet, ...]:
+    """Fold sets such that each needed set lies within one of them: a single fold as it is (the fold
+    models), a larger set within a set of at most max(its size, `widest`) folds. Greedy: the largest
+    needed set not yet covered grows, a fold at a time, by the fold that lets it cover the most needed
+    sets not yet covered, up to its bound; the shortest such set covering that many is kept."""
+
+    def bound(s: FoldSet) -> int:
+        return 1 if len(s) == 1 else max(len(s), widest)
+
+    def count(c: frozenset, left: list[FoldSet]) -> int:
+        return sum(len(c) <= bound(s) and c.issuperset(s) for s in left)
+
+    left = sorted(needed, key=lambda s: (-len(s), s))
+    chosen: list[FoldSet] = []
+    while left:
+        grown = frozenset(left[0])
+        best, best_count = grown, count(grown, left)
+        while len(grown) < bound(left[0]):
+            grown = max((grown | {f} for f in range(num_folds) if f not in grown),
+                        key=lambda c: (count(c, left), -sum(c)))
+            if count(grown, left) > best_count:
+                best, best_count = grown, count(grown, left)
+        chosen.append(tuple(sorted(best)))
+        left = [s for s in left if not (len(best) <= bound(s) and best.issuperset(s))]
+    return tuple(sorted(chosen, key=lambda s: (len(s), s)))
+
+
+def feature_sources(fold_set: FoldSet, level: int, top: int, num_folds: int) -> list[tuple[FoldSet, Optional[int]]]:
+    """Where M(level, S)'s level-(level-1) features come from: (the producer's fold set, the fold whose
+    rows it fills; None: the rows in S and the test rows). Each producer is the smallest level-(level-1)
+    set that holds S and the fold it fills (S for None); the refit's (S = {}) is the refit below."""
+    below = _families(top, num_folds)[level - 2]
+
+    def producer(rows: FoldSet) -> FoldSet:
+        return min((c for c in below if set(rows) <= set(c)), key=lambda c: (len(c), c))
+
     outside = [j for j in range(num_folds) if j not in fold_set]
-    return [(tuple(sorted((*fold_set, j))), j) for j in outside] + [(fold_set, None)]
+    own = producer(fold_set) if fold_set else ()
+    return [(producer(tuple(sorted((*fold_set, j)))), j) for j in outside] + [(own, None)]
 
 
 def level_name(model: str, level: int) -> str:
@@ -109,8 +165,8 @@ def join(X, names: Sequence[str], values: "np.ndarray"):
     return pd.concat([X, pd.DataFrame(values, index=X.index, columns=list(names))], axis=1)
 
 
-def feature_matrix(fold_set: FoldSet, level: int, models: Sequence[str], data, fold_of_row: "np.ndarray",
-                   num_folds: int, result: Callable[[str, int, FoldSet], object]) -> tuple[list[str], "np.ndarray"]:
+def feature_matrix(fold_set: FoldSet, level: int, top: int, models: Sequence[str], data,
+                   fold_of_row: "np.ndarray", num_folds: int, result: Callable[[str, int, FoldSet], object]) -> tuple[list[str], "np.ndarray"]:
     """The level-(level-1) columns M(level, fold_set) learns and is validated with: (names, values
     with a row per row of data.X, NaN where no row of this model's reads). `fold_of_row` holds each
     row's fold (-1: not a training row); `result(model, level, fold_set)` is that model's fold result
@@ -122,7 +178,7 @@ def feature_matrix(fold_set: FoldSet, level: int, models: Sequence[str], data, f
         names += column_names(level - 1, model, problem, data.num_classes)
         block = np.full((len(data.y), len(column_names(level - 1, model, problem, data.num_classes))), np.nan,
                         dtype=np.float32)
-        for source, fold in feature_sources(fold_set, num_folds):
+        for source, fold in feature_sources(fold_set, level, top, num_folds):
             producer = result(model, level - 1, source)
             held = np.asarray(producer.held_out)
             values = as_columns(producer.val_pred, problem)

@@ -68,12 +68,12 @@ class _Higher:
         return a > b
 
 
-def plain_out_of_fold(fold_set, num_folds):
+def plain_out_of_fold(fold_set, level, top, num_folds):
     """The usual scheme: a training row of fold j gets the fold model M(l-1, {j})'s prediction."""
     return [((j,), j) for j in range(num_folds) if j not in fold_set] + [(fold_set, None)]
 
 
-@pytest.mark.parametrize("num_folds, stack_levels", [(5, 1), (4, 2)])
+@pytest.mark.parametrize("num_folds, stack_levels", [(5, 1), (4, 2), (5, 2), (10, 1)])
 def test_no_fold_model_at_any_level_learns_or_is_fed_its_validation_labels(adult, tmp_path, num_folds, stack_levels):
     from tests.stack_models import LEARNT
 
@@ -97,21 +97,71 @@ def test_plain_out_of_fold_stacking_leaks_and_the_provenance_check_sees_it(adult
     assert all("learnt" in f for f in found)
 
 
-def test_five_folds_and_one_level_fit_twenty_models_per_kind_each_after_its_features():
+def test_five_folds_and_one_level_fit_fourteen_models_per_kind_each_after_its_features():
     plan = stacked_plan(5, 1)
     fits = [t for t in plan.fit_tasks if t.model == "prov_a"]
-    assert stacking.fits_per_kind(5, 1, refit=False) == len(fits) == 5 + 10 + 5
+    # 5 fold models, 4 inner models on 2 folds each (a two-fold split of the 4 folds outside each fold model),
+    # 5 level-2 fold models
+    assert stacking.fits_per_kind(5, 1, refit=False) == len(fits) == 5 + 4 + 5
+    assert sorted(t.fold_set for t in fits if t.level == 1 and t.fold_set) == [(0, 1, 2), (0, 3, 4), (1, 2, 3),
+                                                                              (1, 2, 4)]
     assert sum(t.level == 2 for t in fits) == 5
     ids = {t.id: t for t in plan.tasks}
     l2 = ids["fit/prov_a/l2/f3"]
     assert (l2.level, l2.fold, l2.fold_set) == (2, 3, (3,))
-    assert set(l2.depends_on) == {f"fit/{kind}/l1/f{min(3, j)}+{max(3, j)}" for kind in KINDS for j in (0, 1, 2, 4)} \
+    # folds 0 and 4 filled by the model without {0, 3, 4}, folds 1 and 2 by the one without {1, 2, 3}
+    assert set(l2.depends_on) == {f"fit/{kind}/l1/{s}" for kind in KINDS for s in ("f0+3+4", "f1+2+3")} \
         | {"bag/prov_a/t0", "bag/prov_b/t0"}
-    assert ids["fit/prov_b/l1/f0+4"].depends_on == ("bag/prov_b/t0",)  # the best trial's parameters
+    assert ids["fit/prov_b/l1/f1+2+4"].depends_on == ("bag/prov_b/t0",)  # the best trial's parameters
     assert ids["bag/prov_a/l2"].depends_on == tuple(f"fit/prov_a/l2/f{k}" for k in range(5))
     inner_wave = min(t.wave for t in plan.fit_tasks if t.level == 1 and t.fold_set)
     assert inner_wave > max(t.wave for t in plan.fit_tasks if t.fold_set is None)
     assert min(t.wave for t in fits if t.level == 2) > inner_wave
+
+
+@pytest.mark.parametrize("num_folds, stack_levels",
+                         [(k, levels) for levels in (1, 2) for k in range(levels + 2, 13)])
+def test_each_feature_comes_from_a_model_left_out_of_the_rows_it_fills_and_inner_models_keep_half_the_folds(
+        num_folds, stack_levels):
+    top = stack_levels + 1
+    for level in range(2, top + 1):
+        below = stacking.fold_sets(level - 1, top, num_folds, refit=False)
+        for fold_set in stacking.fold_sets(level, top, num_folds, refit=True):
+            sources = stacking.feature_sources(fold_set, level, top, num_folds)
+            assert [fold for _, fold in sources] == [j for j in range(num_folds) if j not in fold_set] + [None]
+            for producer, fold in sources:
+                if not fold_set:  # the refit: each row from the fold model that did not learn it, the rest from
+                    assert producer == ((fold,) if fold is not None else ())  # the refit below
+                    continue
+                assert producer in below and set(fold_set) | ({fold} if fold is not None else set()) <= set(producer)
+                assert len(producer) < num_folds  # it learnt from some fold
+    half = -(-(num_folds - 1) // 2)
+    for level in range(1, top + 1):
+        for fold_set in stacking.fold_sets(level, top, num_folds, refit=False):
+            # the folds it learns from, less the one each level below it leaves out more
+            kept = num_folds - len(fold_set) - (level - 1)
+            exact = top - level + 1  # the size the smallest scheme (S + one fold per level above) needs
+            assert kept >= half or len(fold_set) <= exact, (level, fold_set)
+    assert stacking.fits_per_kind(num_folds, stack_levels, refit=False) <= _exact_fits(num_folds, stack_levels)
+
+
+def _exact_fits(num_folds: int, stack_levels: int) -> int:
+    """Fits per kind when every fold set of 1 .. (top - l + 1) folds is fitted at level l."""
+    from math import comb
+
+    top = stack_levels + 1
+    return sum(comb(num_folds, size) for level in range(1, top + 1) for size in range(1, top - level + 2))
+
+
+def test_the_inner_models_cover_at_five_folds_is_smaller_than_every_pair_and_as_small_as_a_cover_can_be():
+    from itertools import combinations
+
+    inner = [s for s in stacking.fold_sets(1, 2, 5, refit=False) if len(s) > 1]
+    assert all(len(s) == 3 for s in inner)
+    pairs = set(combinations(range(5), 2))
+    assert all(any(set(p) <= set(s) for s in inner) for p in pairs)
+    assert len(inner) == 4  # a set of 3 folds holds 3 of the 10 pairs: 3 sets cannot cover them
+    assert stacking.fold_sets(1, 2, 3, refit=False)[3:] == [(0, 1), (0, 2), (1, 2)]  # k=3: pairs, as before
 
 
 def test_every_level_shows_in_the_plan_json_and_the_printed_plan(tmp_path):
@@ -185,7 +235,7 @@ def test_the_progress_counts_every_fit_of_a_model_at_every_level():
     plan = stacked_plan(5, 1, refit=True, evaluate=True)
     progress = FitProgress(plan, enabled=False)
     totals = {model: progress.progress.tasks[i].total for model, i in progress.ids.items()}
-    assert totals == {"prov_a": 5 + 10 + 5 + 2, "prov_b": 22}
+    assert totals == {"prov_a": 5 + 4 + 5 + 2, "prov_b": 16}
 
 
 def test_three_levels_with_refit_run_to_a_leaderboard_whose_predictors_chain_every_level(adult, tmp_path):

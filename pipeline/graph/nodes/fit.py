@@ -101,8 +101,8 @@ def _stacked_request(task, shares, ctx):
     stack = None
     if task.level > 1:
         names, values = stacking.feature_matrix(
-            task.fold_set, task.level, [a.model for a in ctx.plan.allocations], ctx.data,
-            row_folds(ctx.data, num_folds, ctx.seed), num_folds,
+            task.fold_set, task.level, ctx.plan.stack_levels + 1, [a.model for a in ctx.plan.allocations],
+            ctx.data, row_folds(ctx.data, num_folds, ctx.seed), num_folds,
             lambda model, level, fold_set: stacked_result(ctx, model, level, fold_set))
         stack = StackFeatures.of(names, values)
     seed = task_seed(ctx.seed, task.id, best.trial, -1)
