@@ -205,8 +205,10 @@ def allocate(
     sequential: bool = False,
     gpu_capacities: Sequence[Fraction] = (),
     warn=None,
+    alongside: bool = False,
 ) -> Allocation:
-    """Check total >= bag >= fit for one model and derive the unset levels.
+    """Check total >= bag >= fit for one model and derive the unset levels (`alongside`: other models of
+    the run fit several folds at once on the CPUs, see pipeline.payoff).
 
     Folds in parallel = min(k, bag.cpus // fit.cpus, bag.gpus // fit.gpus); a trial reserves
     folds_parallel x fit; trials in parallel = min(trials, total // reservation), per resource
@@ -264,7 +266,7 @@ def allocate(
     if bagging and not sequential and num_trials == 1 and fit_request.num_cpus is None and fit.num_gpus == 0:
         from pipeline.payoff import folds_at_once
 
-        choice = folds_at_once(folds, bag.num_cpus, needs.serial_share)  # threads per fit vs folds at once
+        choice = folds_at_once(folds, bag.num_cpus, needs.serial_share, alongside)  # threads vs folds at once
         fit = Resources(choice.fit_cpus, fit.num_gpus)
     if sequential:
         folds_parallel = trials_parallel = 1

@@ -157,10 +157,11 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
         _warn_overridden(settings, spec)
         num_trials = conf.hpo.trials_for(spec.name, spec.search_space)
 
-        def allocate_for(fit_request, needs, warn=log.warning, num_trials=num_trials, total=hardware.total):
+        def allocate_for(fit_request, needs, warn=log.warning, num_trials=num_trials, total=hardware.total,
+                         alongside=False):
             return allocate(
                 total, par.bag.request, fit_request, needs, num_folds=par.num_folds, num_trials=num_trials,
-                sequential=par.sequential, gpu_capacities=gpu_capacities, warn=warn,
+                sequential=par.sequential, gpu_capacities=gpu_capacities, warn=warn, alongside=alongside,
             )
 
         fit_request = spec.resources.over(par.fit.request)
@@ -170,11 +171,18 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
         needs = spec.cls.needs(spec.name, spec.params)
         models.append((spec, needs, choice, allocate_for, fit_request, allocate_for(fit_request, needs)))
     beside = cpus_beside_gpu_fits(hardware.total.num_cpus, [m[-1] for m in models])
+    parallel_on_cpus = {m[0].name for m in models if m[-1].fit.num_gpus == 0 and m[-1].folds_parallel > 1}
     for spec, needs, choice, allocate_for, fit_request, allocation in models:
+        # other models' folds run at once on the CPUs: their workers are started, and they take the CPUs a
+        # partial wave of this model's would leave (pipeline.payoff)
+        alongside = bool(parallel_on_cpus - {spec.name}) and bool(allocation.parallel_reason)
         if allocation.fit.num_gpus == 0 and 0 < beside < hardware.total.num_cpus and not par.sequential \
                 and max(fit_request.num_cpus or 0, par.bag.request.num_cpus or 0) <= beside:
             # the GPU models' fits hold their few threads; this CPU model takes the rest, at the same time
-            allocation = allocate_for(fit_request, needs, warn=None, total=Resources(beside, hardware.total.num_gpus))
+            allocation = allocate_for(fit_request, needs, warn=None, total=Resources(beside, hardware.total.num_gpus),
+                                      alongside=alongside)
+        elif alongside:
+            allocation = allocate_for(fit_request, needs, warn=None, alongside=True)
         check = getattr(spec.cls, "check_placement", None)
         if check is not None:
             check(spec.name, spec.params, allocation.fit)

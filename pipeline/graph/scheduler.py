@@ -65,9 +65,13 @@ class Scheduler:
         self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs)
         self.cancelled = 0  # fits stopped past the deadline's grace
         self.abandoned = 0  # running fits stopped because their trial could no longer finish
-        order = {t.id: i for i, t in enumerate(plan.tasks)}
-        # under a budget, trial by trial across the models; else the plan's order
-        self._priority = lambda t: ((t.trial or 0) if budget is not None else 0, order[t.id])
+        self._order = {t.id: i for i, t in enumerate(plan.tasks)}
+        self._consumers: dict[str, list[Task]] = defaultdict(list)
+        for t in plan.tasks:
+            for d in t.depends_on:
+                self._consumers[d].append(t)
+        self._fit_seconds: dict[str, list[float]] = defaultdict(list)  # model -> seconds of its finished fits
+        self._ranks: Optional[dict[str, float]] = None  # computed again after each finished fit
 
     def run(self) -> Outcome:
         """Run every task of the plan (under a budget, those it did not cut); the outcome holds each
@@ -124,11 +128,34 @@ class Scheduler:
             raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {self.blocked[0].id}")
         return ctx.outcome
 
+    def _priority(self, task: Task) -> tuple:
+        """The queue's order: under a budget, trial by trial across the models; then the fits of a model
+        none of whose fits has finished yet (in the plan's order: how long they take is learnt first);
+        then the longest path of work from the fit to the end of the graph first (critical path list
+        scheduling), so that the long chains start early and short fits fill the CPUs beside them."""
+        trial = (task.trial or 0) if self.budget is not None else 0
+        if self._ranks is None:
+            self._ranks = self._upward_ranks()
+        known = bool(self._fit_seconds.get(task.model or ""))
+        return trial, known, -self._ranks[task.id], self._order[task.id]
+
+    def _upward_ranks(self) -> dict[str, float]:
+        """Each task's seconds plus the longest such sum over the tasks that consume it: a fit takes its
+        model's mean so far (a model not yet measured, the longest mean measured), a driver task none."""
+        means = {m: sum(v) / len(v) for m, v in self._fit_seconds.items() if v}
+        unknown = max(means.values(), default=1.0)
+        ranks: dict[str, float] = {}
+        for t in reversed(self.plan.tasks):  # listed after their dependencies: consumers come first here
+            own = means.get(t.model or "", unknown) if self.kinds[t.kind].on_worker else 0.0
+            ranks[t.id] = own + max((ranks[c.id] for c in self._consumers[t.id]), default=0.0)
+        return ranks
+
     def _admit(self, admission: Admission, attempts: dict) -> bool:
         """Start (or take from the store) every queued task that admission and the budget allow, in
         priority order; then, on what is left, the fits held back while their model's first fit runs.
         Whether any task left the queue."""
         progressed, held_back = False, []
+        self.queued.sort(key=self._priority)
         for task in list(self.queued):
             go = task.id not in self.cut.cut and self._in_time(task, admission)
             if go is None:
@@ -224,8 +251,12 @@ class Scheduler:
                 self.hooks.on_task_cut(cut)
 
     def _complete(self, task: Task, result, request) -> None:
-        if self.budget is not None and hasattr(result, "end") and not getattr(result, "cached", False):
-            self.budget.record(task, result.end - result.start, getattr(result, "stopped_by_budget", False))
+        if hasattr(result, "end") and not getattr(result, "cached", False):
+            if task.model:
+                self._fit_seconds[task.model].append(result.end - result.start)
+                self._ranks = None
+            if self.budget is not None:
+                self.budget.record(task, result.end - result.start, getattr(result, "stopped_by_budget", False))
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._release()
 

@@ -308,3 +308,39 @@ class TestFoldsThatPay:
                     times = [estimate(k, cpus, p, serial) for p in range(1, min(k, cpus) + 1)]
                     assert estimate(k, cpus, choice.folds_parallel, serial) <= min(times) + 1e-9
                     assert choice.folds_parallel * choice.fit_cpus <= cpus
+
+
+class TestFoldsBesideOtherModels:
+    """Beside a model whose folds already run at once on the CPUs (the network's), a GBM's folds pay no
+    worker start and a partial wave's idle CPU goes to the other model's fits."""
+
+    def test_alongside_the_estimate_counts_no_start_and_a_partial_wave_as_a_fraction(self):
+        from pipeline.payoff import WORKER_START, estimate, fit_time
+
+        assert estimate(5, 2, 2, 0.11) == pytest.approx(3 * fit_time(1, 0.11) + WORKER_START)
+        assert estimate(5, 2, 2, 0.11, alongside=True) == pytest.approx(2.5 * fit_time(1, 0.11))
+        assert estimate(5, 2, 1, 0.11, alongside=True) == estimate(5, 2, 1, 0.11)  # one at a time: unchanged
+
+    def test_a_gbm_alone_runs_its_folds_one_at_a_time_and_beside_the_network_two_at_once(self):
+        from pipeline.models import LightGBMModel
+
+        gbm = LightGBMModel.needs("lightgbm", {})
+        alone = allocate(Resources(2, F(0)), req(prefix="parallelism.bag"), req(), gbm, num_folds=5, num_trials=1)
+        beside = allocate(Resources(2, F(0)), req(prefix="parallelism.bag"), req(), gbm, num_folds=5, num_trials=1,
+                          alongside=True)
+        assert (alone.folds_parallel, alone.fit) == (1, Resources(2, F(0)))
+        assert (beside.folds_parallel, beside.fit) == (2, Resources(1, F(0)))
+        assert "beside the other models' parallel folds" in beside.parallel_reason
+
+    @pytest.mark.parametrize("models, threads", [
+        ("lightgbm", {"lightgbm": 2}),  # alone: every thread, one fold at a time, in the driver
+        ("[lightgbm,xgboost]", {"lightgbm": 2, "xgboost": 2}),  # neither runs folds at once
+        ("all", {"lightgbm": 1, "xgboost": 1, "nn": 1}),  # beside the network's two folds at once
+    ])
+    def test_the_plan_decides_each_models_threads_from_the_whole_run(self, compose, models, threads):
+        from pipeline.run import make_plan
+        from pipeline.settings import read_settings
+
+        cfg = compose([f"model={models}", "parallelism=bag5", "tracking=none", "dry_run=true"])
+        plan = make_plan(read_settings(cfg), machine=Machine(2))
+        assert {a.model: a.fit.num_cpus for a in plan.allocations} == threads

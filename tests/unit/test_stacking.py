@@ -255,3 +255,36 @@ def test_three_levels_with_refit_run_to_a_leaderboard_whose_predictors_chain_eve
         predictors[name].predict_typed(X_test)  # every model of the chain is fed the columns it learnt from
     refit = outcome.results["fit/prov_a/l3/refit"]
     np.testing.assert_allclose(predictors["prov_a_l3_refit"].predict_typed(X_test), refit.test_pred)
+
+
+def test_the_queue_starts_the_longest_chain_of_work_first_and_unmeasured_models_before_measured_ones(tmp_path):
+    """Critical-path order: with the first kind's fits measured at 4 s and the second's at 1 s, the first
+    kind's level-1 folds (whose inner models and level-2 fits follow) lead, its inner models come
+    before the second kind's level-1 folds, the level-2 fits come last, the longest first. A kind
+    with no finished fit yet goes before every measured one."""
+    from pipeline.config import HpoConf
+    from pipeline.executors.local import InProcessBackend
+    from pipeline.graph.scheduler import Scheduler
+    from pipeline.hpo import TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.store import ResultStore
+
+    plan = stacked_plan(5, 1, evaluate=True)
+    scheduler = Scheduler(plan, InProcessBackend(), ResultStore(tmp_path), TrialSource(HpoConf(), {}, {}, "maximize"),
+                          {}, None, METRICS["roc_auc"], seed=0)
+    fits = list(plan.fit_tasks)
+
+    def order():
+        ranked = sorted(fits, key=scheduler._priority)
+        return [(t.model, "l1" if t.fold_set is None else ("inner" if len(t.fold_set) > 1 else "l2"))
+                for t in ranked]
+
+    assert order()[:5] == [("prov_a", "l1")] * 5  # nothing measured: the plan's order
+    scheduler._fit_seconds.update(prov_a=[4.0], prov_b=[1.0])
+    scheduler._ranks = None
+    groups = list(dict.fromkeys(order()))
+    assert groups == [("prov_a", "l1"), ("prov_a", "inner"), ("prov_b", "l1"), ("prov_b", "inner"),
+                      ("prov_a", "l2"), ("prov_b", "l2")]
+    scheduler._fit_seconds.pop("prov_b")
+    scheduler._ranks = None
+    assert list(dict.fromkeys(order()))[:2] == [("prov_b", "l1"), ("prov_b", "inner")]
