@@ -6,6 +6,7 @@ run per HPO trial, per-model and ensemble metrics, the models, tags, plots)."""
 from __future__ import annotations
 
 import json
+import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,15 +170,37 @@ def write_evaluation(out: RunOutputs, evaluation, plan, data, metric, outcome) -
 
 def save_predictors(run_dir: Path, predictors: dict, best: str) -> None:
     """Each predictor pickled under run_dir/predictors/, and the name of the best in predictors/BEST,
-    for batch prediction from the run directory."""
-    import pickle
+    for batch prediction from the run directory. A fold model sits in its bag, in every stacked bag
+    above it and in the ensemble: its booster is serialized once (`_OnceEach`), not once per file."""
+    import io
 
     from pipeline.predictor_source import BEST_FILE, PREDICTORS_DIR
 
-    folder = run_dir / PREDICTORS_DIR
+    folder, reductions = run_dir / PREDICTORS_DIR, {}
     for name, predictor in predictors.items():
-        atomic_write_bytes(folder / f"{name}.pkl", pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL))
+        buffer = io.BytesIO()
+        _OnceEach(buffer, reductions).dump(predictor)
+        atomic_write_bytes(folder / f"{name}.pkl", buffer.getvalue())
     atomic_write_bytes(folder / BEST_FILE, best.encode())
+
+
+class _OnceEach(pickle.Pickler):
+    """A pickler that reuses a booster's reduction (its model string, or raw bytes) across the files of one
+    save: `reductions` maps id(booster) to (booster, reduction), the booster kept referenced so that its
+    id is not reused meanwhile."""
+
+    BOOSTERS = {("lightgbm.basic", "Booster"), ("xgboost.core", "Booster")}
+
+    def __init__(self, file, reductions: dict):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.reductions = reductions
+
+    def reducer_override(self, obj):
+        if (type(obj).__module__, type(obj).__name__) not in self.BOOSTERS:
+            return NotImplemented
+        if id(obj) not in self.reductions:
+            self.reductions[id(obj)] = (obj, obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL))
+        return self.reductions[id(obj)][1]
 
 
 def _log_models(out, predictors: dict, best: str, example, tracker) -> None:
