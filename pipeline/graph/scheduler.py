@@ -71,7 +71,8 @@ class Scheduler:
             for d in t.depends_on:
                 self._consumers[d].append(t)
         self._fit_seconds: dict[str, list[float]] = defaultdict(list)  # model -> seconds of its finished fits
-        self._ranks: Optional[dict[str, float]] = None  # computed again after each finished fit
+        self._ranked: dict[str, float] = {}  # model -> the mean seconds the ranks were computed with
+        self._ranks: Optional[dict[str, float]] = None  # None: to compute (again) before the next admission
 
     def run(self) -> Outcome:
         """Run every task of the plan (under a budget, those it did not cut); the outcome holds each
@@ -136,26 +137,35 @@ class Scheduler:
         trial = (task.trial or 0) if self.budget is not None else 0
         if self._ranks is None:
             self._ranks = self._upward_ranks()
-        known = bool(self._fit_seconds.get(task.model or ""))
-        return trial, known, -self._ranks[task.id], self._order[task.id]
+        return trial, task.model in self._ranked, -self._ranks[task.id], self._order[task.id]
 
     def _upward_ranks(self) -> dict[str, float]:
         """Each task's seconds plus the longest such sum over the tasks that consume it: a fit takes its
         model's mean so far (a model not yet measured, the longest mean measured), a driver task none."""
-        means = {m: sum(v) / len(v) for m, v in self._fit_seconds.items() if v}
-        unknown = max(means.values(), default=1.0)
+        self._ranked = {m: sum(v) / len(v) for m, v in self._fit_seconds.items() if v}
+        unknown = max(self._ranked.values(), default=1.0)
         ranks: dict[str, float] = {}
         for t in reversed(self.plan.tasks):  # listed after their dependencies: consumers come first here
-            own = means.get(t.model or "", unknown) if self.kinds[t.kind].on_worker else 0.0
+            own = self._ranked.get(t.model or "", unknown) if self.kinds[t.kind].on_worker else 0.0
             ranks[t.id] = own + max((ranks[c.id] for c in self._consumers[t.id]), default=0.0)
         return ranks
+
+    def _record_seconds(self, model: str, seconds: float) -> None:
+        """A finished fit's seconds. The ranks are computed again (and the queue sorted by them) when its
+        model is measured for the first time or its mean moved by more than a tenth: a run of thousands
+        of HPO fits does not walk its graph after each."""
+        self._fit_seconds[model].append(seconds)
+        mean, before = sum(self._fit_seconds[model]) / len(self._fit_seconds[model]), self._ranked.get(model)
+        if before is None or abs(mean - before) > 0.1 * before:
+            self._ranks = None
 
     def _admit(self, admission: Admission, attempts: dict) -> bool:
         """Start (or take from the store) every queued task that admission and the budget allow, in
         priority order; then, on what is left, the fits held back while their model's first fit runs.
         Whether any task left the queue."""
         progressed, held_back = False, []
-        self.queued.sort(key=self._priority)
+        if self._ranks is None:  # the durations changed: the queue's order may have
+            self.queued.sort(key=self._priority)
         for task in list(self.queued):
             go = task.id not in self.cut.cut and self._in_time(task, admission)
             if go is None:
@@ -253,8 +263,7 @@ class Scheduler:
     def _complete(self, task: Task, result, request) -> None:
         if hasattr(result, "end") and not getattr(result, "cached", False):
             if task.model:
-                self._fit_seconds[task.model].append(result.end - result.start)
-                self._ranks = None
+                self._record_seconds(task.model, result.end - result.start)
             if self.budget is not None:
                 self.budget.record(task, result.end - result.start, getattr(result, "stopped_by_budget", False))
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
