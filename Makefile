@@ -11,8 +11,9 @@ install: $(STAMP) bytecode
 # The engine's own modules, byte-compiled: an editable install leaves them as source, and where
 # PYTHONDONTWRITEBYTECODE is set (many container images) every process would compile them again
 # (0.06 s of a dry run). Up-to-date files are skipped; a stale one is recompiled in memory, never used.
+# The bench's AutoGluon environment (bench/.venv-autogluon) is not ours to compile.
 bytecode: $(STAMP)
-	$(PY) -m compileall -q pipeline plugins bench
+	$(PY) -m compileall -q -x '/\.venv' pipeline plugins bench
 
 # torch first, pinned: on a CPU-only machine this picks the local CPU build instead of several GB of CUDA
 # packages; on a GPU machine it is the CUDA build. pyproject keeps a range (torch>=2.4) for users.

@@ -62,3 +62,42 @@ def test_folds_balanced_and_seeded(labels):
 def test_largest_remainder_adds_up():
     assert split._largest_remainder([7, 2, 1], 3) == [2, 1, 0]
     assert sum(split._largest_remainder([5, 5, 5], 7)) == 7
+
+
+def _sorted_holdout(rows, size, seed, labels=None):
+    """The split's definition, by sorting: each class's positions (classes and positions ascending)
+    shuffled by one seeded generator, the first quota held out, both parts sorted."""
+    import math
+
+    from pipeline.split import _largest_remainder
+
+    rows, rng = np.asarray(rows), np.random.default_rng(seed)
+    n_held = math.ceil(size * len(rows))
+    if labels is None:
+        order = rows[rng.permutation(len(rows))]
+        return np.sort(order[n_held:]), np.sort(order[:n_held])
+    classes = np.unique(labels)
+    groups = [np.flatnonzero(labels == c) for c in classes]
+    quotas = _largest_remainder([len(g) for g in groups], n_held)
+    kept, held = [], []
+    for group, quota in zip(groups, quotas):
+        shuffled = rows[group[rng.permutation(len(group))]]
+        held.append(shuffled[:quota])
+        kept.append(shuffled[quota:])
+    return np.sort(np.concatenate(kept)), np.sort(np.concatenate(held))
+
+
+@pytest.mark.parametrize("labels_kind", ["codes", "bool", "negative", "many", "text", "none"])
+@pytest.mark.parametrize("rows_kind", ["ascending", "shuffled"])
+def test_holdout_gives_the_rows_of_its_definition_for_every_kind_of_label(labels_kind, rows_kind):
+    """Grouping encoded classes by a pass per class, and splitting ascending rows by a mask, pick the
+    same rows as sorting does: the same seed gives the same split as before, and as the plain scripts'."""
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        n = int(rng.integers(1, 300))
+        labels = {"codes": rng.integers(0, 3, n), "bool": rng.integers(0, 2, n).astype(bool),
+                  "negative": rng.integers(-2, 3, n), "many": rng.integers(0, 200, n),
+                  "text": rng.choice(np.array(["a", "b", "c"]), n), "none": None}[labels_kind]
+        rows = np.sort(rng.choice(10 * n, n, replace=False)) if rows_kind == "ascending" else rng.permutation(n) + 5
+        got, want = split.holdout(rows, 0.2, (trial, 1), labels), _sorted_holdout(rows, 0.2, (trial, 1), labels)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want)), trial
