@@ -58,14 +58,14 @@ def folds_at_once(num_folds: int, bag_cpus: int, serial: float = SERIAL_SHARE,
     choices = range(1, min(num_folds, bag_cpus) + 1)
     times = {p: estimate(num_folds, bag_cpus, p, serial, alongside) for p in choices}
     best = min(choices, key=lambda p: (round(times[p], 6), -p))
-    seq = times[1]
+    seq, basis = times[1], _SHARED if alongside else ", worker start included"
     if best == 1:
         par = min(choices[1:], key=lambda p: times[p])
         reason = (f"{num_folds} folds on {bag_cpus} CPUs: one at a time with {bag_cpus} threads each "
                   f"(est. {seq:.2f} one-thread fits) beats {par} at once with {bag_cpus // par} "
-                  f"(est. {times[par]:.2f}{_SHARED if alongside else ', worker start included'})")
+                  f"(est. {times[par]:.2f}{basis})")
     else:
         reason = (f"{num_folds} folds on {bag_cpus} CPUs: {best} at once with {bag_cpus // best} thread(s) each "
-                  f"(est. {times[best]:.2f} one-thread fits{_SHARED if alongside else ', worker start included'}) "
-                  f"beats one at a time with {bag_cpus} (est. {seq:.2f})")
+                  f"(est. {times[best]:.2f} one-thread fits{basis}) beats one at a time with {bag_cpus} "
+                  f"(est. {seq:.2f})")
     return FoldsAtOnce(best, max(1, bag_cpus // best), reason)

@@ -70,7 +70,8 @@ class Scheduler:
         for t in plan.tasks:
             for d in t.depends_on:
                 self._consumers[d].append(t)
-        self._fit_seconds: dict[str, list[float]] = defaultdict(list)  # model -> seconds of its finished fits
+        # model -> [seconds, count] of its finished fits
+        self._fit_seconds: dict[str, list] = defaultdict(lambda: [0.0, 0])
         self._ranked: dict[str, float] = {}  # model -> the mean seconds the ranks were computed with
         self._ranks: Optional[dict[str, float]] = None  # None: to compute (again) before the next admission
 
@@ -142,7 +143,7 @@ class Scheduler:
     def _upward_ranks(self) -> dict[str, float]:
         """Each task's seconds plus the longest such sum over the tasks that consume it: a fit takes its
         model's mean so far (a model not yet measured, the longest mean measured), a driver task none."""
-        self._ranked = {m: sum(v) / len(v) for m, v in self._fit_seconds.items() if v}
+        self._ranked = {m: total / fits for m, (total, fits) in self._fit_seconds.items()}
         unknown = max(self._ranked.values(), default=1.0)
         ranks: dict[str, float] = {}
         for t in reversed(self.plan.tasks):  # listed after their dependencies: consumers come first here
@@ -154,8 +155,10 @@ class Scheduler:
         """A finished fit's seconds. The ranks are computed again (and the queue sorted by them) when its
         model is measured for the first time or its mean moved by more than a tenth: a run of thousands
         of HPO fits does not walk its graph after each."""
-        self._fit_seconds[model].append(seconds)
-        mean, before = sum(self._fit_seconds[model]) / len(self._fit_seconds[model]), self._ranked.get(model)
+        finished = self._fit_seconds[model]
+        finished[0] += seconds
+        finished[1] += 1
+        mean, before = finished[0] / finished[1], self._ranked.get(model)
         if before is None or abs(mean - before) > 0.1 * before:
             self._ranks = None
 
@@ -262,10 +265,11 @@ class Scheduler:
 
     def _complete(self, task: Task, result, request) -> None:
         if hasattr(result, "end") and not getattr(result, "cached", False):
+            seconds = result.end - result.start
             if task.model:
-                self._record_seconds(task.model, result.end - result.start)
+                self._record_seconds(task.model, seconds)
             if self.budget is not None:
-                self.budget.record(task, result.end - result.start, getattr(result, "stopped_by_budget", False))
+                self.budget.record(task, seconds, getattr(result, "stopped_by_budget", False))
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._release()
 

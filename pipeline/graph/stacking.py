@@ -107,10 +107,11 @@ def _cover(needed: set[FoldSet], widest: int, num_folds: int) -> tuple[FoldSet, 
         grown = frozenset(left[0])
         best, best_count = grown, count(grown, left)
         while len(grown) < bound(left[0]):
-            grown = max((grown | {f} for f in range(num_folds) if f not in grown),
-                        key=lambda c: (count(c, left), -sum(c)))
-            if count(grown, left) > best_count:
-                best, best_count = grown, count(grown, left)
+            candidates = [grown | {f} for f in range(num_folds) if f not in grown]
+            grown, covered = max(((c, count(c, left)) for c in candidates),
+                                 key=lambda pair: (pair[1], -sum(pair[0])))
+            if covered > best_count:
+                best, best_count = grown, covered
         chosen.append(tuple(sorted(best)))
         left = [s for s in left if not (len(best) <= bound(s) and best.issuperset(s))]
     return tuple(sorted(chosen, key=lambda s: (len(s), s)))
