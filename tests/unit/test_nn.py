@@ -39,13 +39,16 @@ def assert_same_weights(a: dict, b: dict, atol=1e-5):
         torch.testing.assert_close(a[k], b[k], atol=atol, rtol=1e-4, msg=k)
 
 
-def _listening_addresses(stop, found):
-    """Poll this process's children for listening sockets while DDP runs."""
+def _listening_addresses(stop, found, before):
+    """Poll the children this process started after `before` (the DDP ranks, not the worker servers
+    earlier tests left running) for listening sockets while DDP runs."""
     import psutil
 
     me = psutil.Process()
     while not stop.is_set():
         for child in me.children(recursive=True):
+            if child.pid in before:
+                continue
             try:
                 found.update(c.laddr.ip for c in child.net_connections("inet") if c.status == psutil.CONN_LISTEN)
             except psutil.Error:
@@ -58,10 +61,13 @@ def test_ddp_on_gloo_matches_one_process_on_the_same_global_batch():
     The ranks listen on the loopback interface only."""
     import threading
 
+    import psutil
+
     base = dict(max_epochs=2, patience=0, learning_rate=0.01, lr_scaling="none")
     single = run(LoopConfig(batch_size=128, **base))
     stop, found = threading.Event(), set()
-    watcher = threading.Thread(target=_listening_addresses, args=(stop, found))
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    watcher = threading.Thread(target=_listening_addresses, args=(stop, found, before))
     watcher.start()
     try:
         ddp = fit_distributed((0, 1), SPEC, LoopConfig(batch_size=64, **base), "binary", ACC, arrays(), backend="gloo",
