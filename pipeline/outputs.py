@@ -228,9 +228,7 @@ def _log_throughput(rows: list[dict], tracker) -> None:
 
 def _log_memory(plan, outcome, run_dir: Path, tracker, report) -> None:
     """Each model's memory estimate beside the peak its fits reached: printed, logged, memory.json."""
-    from pipeline.memory.measure import compare
-
-    rows = compare(plan, outcome.timeline)
+    rows = memory_rows(plan, outcome.timeline)
     if not any(r["fits"] for r in rows):
         return
     report.console.print(report.memory_table(rows))
@@ -241,6 +239,31 @@ def _log_memory(plan, outcome, run_dir: Path, tracker, report) -> None:
     tracker.log_metrics({f"{r['model']}/{key}": float(r[key]) for r in rows for key in
                          ("peak_ram_mb", "peak_gpu_mb", "estimate_ram_mb", "estimate_gpu_mb")
                          if r.get(key) is not None and ("gpu" not in key or r["model"] in on_gpu)})
+
+
+def memory_rows(plan, timeline: list[dict]) -> list[dict]:
+    """Per model, and with stacking per level above the first (named as the leaderboard names them,
+    lightgbm_l2): the estimate beside the largest measured peak of its fits (cached fits skipped)."""
+    from pipeline.graph.stacking import level_name
+    from pipeline.memory.estimates import MiB
+
+    rows = []
+    for a in plan.allocations:
+        for level in range(1, plan.stack_levels + 2):
+            fits = [e for e in timeline if e["model"] == a.model and e.get("level", 1) == level and not e.get("cached")]
+            if level > 1 and not fits:
+                continue
+            peak_ram = max((e.get("peak_ram_mb", 0.0) for e in fits), default=0.0)
+            peak_gpu = max((e.get("peak_gpu_mb", 0.0) for e in fits), default=0.0)
+            row = {"model": level_name(a.model, level), "fits": len(fits), "peak_ram_mb": round(peak_ram, 1),
+                   "peak_gpu_mb": round(peak_gpu, 1)}
+            if a.memory is not None:
+                est = a.memory.at(level)
+                row.update(estimate_ram_mb=round(est.ram / MiB, 1), estimate_gpu_mb=round(est.gpu / MiB, 1))
+                row["ram_ratio"] = round(est.ram / MiB / peak_ram, 2) if peak_ram else None
+                row["gpu_ratio"] = round(est.gpu / MiB / peak_gpu, 2) if peak_gpu and est.gpu else None
+            rows.append(row)
+    return rows
 
 
 def _log_artifacts(outcome, best: dict, run_dir: Path, tracker) -> None:

@@ -61,9 +61,13 @@ def plan_tree(plan: Plan) -> Tree:
         if len(levels) > 1 or any(t.fold_set == () for t in by_model[a.model]):
             node.add("levels: " + "; ".join(f"{level} ({text})" for level, text in levels.items()))
         if a.memory is not None:
-            est = a.memory.estimate
+            est, above = a.memory.estimate, a.memory.above
             gpu = f", {gb(est.gpu)} on each GPU" if a.fit.num_gpus > 0 and est.gpu else ""
-            node.add(f"memory per fit: about {gb(est.ram)} RAM{gpu} (estimated)")
+            line = f"memory per fit: about {gb(est.ram)} RAM{gpu} (estimated)"
+            if above is not None:  # stacked: the level below's outputs are columns too
+                gpu = f", {gb(above.gpu)} on each GPU" if a.fit.num_gpus > 0 and above.gpu else ""
+                line += f", {gb(above.ram)} RAM{gpu} above level 1"
+            node.add(line)
             for note in a.memory.limited:
                 node.add(f"[yellow]limited by memory[/yellow]: {note}")
         waves = defaultdict(list)

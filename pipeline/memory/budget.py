@@ -149,14 +149,22 @@ def capacity(declared, hardware, machine, shape: Optional[DataShape], *, dry_run
 class ModelMemory:
     """One model's memory in the plan: its estimate, what each fit reserves, and what memory capped."""
 
-    estimate: Estimate
+    estimate: Estimate  # a fit at level 1
     ram: int  # reserved per fit, beyond the prepared table all fits share
     gpu: int  # reserved on each device of a fit
     limited: tuple[str, ...] = ()
+    above: Optional[Estimate] = None  # a fit above level 1, with the stacked columns (None: no stacking)
+
+    def at(self, level: int) -> Estimate:
+        """The estimate of a fit at this stacking level."""
+        return self.above if level > 1 and self.above is not None else self.estimate
 
     def to_json(self) -> dict:
-        return {"estimate": self.estimate.to_json(), "reserved_ram_mb": round(self.ram / MiB, 1),
-                "reserved_gpu_mb": round(self.gpu / MiB, 1), "limited_by_memory": list(self.limited)}
+        out = {"estimate": self.estimate.to_json(), "reserved_ram_mb": round(self.ram / MiB, 1),
+               "reserved_gpu_mb": round(self.gpu / MiB, 1), "limited_by_memory": list(self.limited)}
+        if self.above is not None:
+            out["estimate_above_level_1"] = self.above.to_json()
+        return out
 
 
 @dataclass(frozen=True)
@@ -175,10 +183,13 @@ def plan_model(
     cap: Capacity,
     reallocate: Callable[[Fraction], Allocation],
     advice: Advice,
+    above: Optional[Estimate] = None,
 ) -> Allocation:
-    """The allocation with its fits' memory reserved and its parallelism capped to fit memory."""
+    """The allocation with its fits' memory reserved and its parallelism capped to fit memory. `above`
+    estimates a fit above level 1 (stacking), the widest: what each fit reserves is planned from it."""
     name = allocation.model
     on_gpu = allocation.fit.num_gpus > 0
+    first, estimate = estimate, above or estimate
     # The prepared table is counted once, in the driver's part of the capacity: the driver holds it
     # and the workers map one data file (pipeline.executors.datafile), so a fit reserves the rest.
     ram = _reserve(name, estimate.ram, limits.memory, limits.memory_key, "RAM", advice, False)
@@ -237,7 +248,7 @@ def plan_model(
             f"the data they share: "
             f"{folds * trials} at once instead of {allocation.folds_parallel * allocation.trials_parallel}"
         )
-    memory = ModelMemory(estimate, ram, gpu, tuple(notes))
+    memory = ModelMemory(first, ram, gpu, tuple(notes), above)
     return dataclasses.replace(allocation, folds_parallel=folds, trials_parallel=trials, memory=memory)
 
 

@@ -90,6 +90,12 @@ def common_parts(fit: FitShape, libraries: Iterable[str]) -> dict:
     }
 
 
+def stack_bytes(fit: FitShape, columns: int) -> int:
+    """A stacked fit's columns from the level below (pipeline.graph.stacking), float32 for every row of the
+    table: the array its request brings, and the copy the frame joining them to the table's holds."""
+    return 2 * fit.data.rows * columns * 4
+
+
 def feature_bytes(fit: FitShape) -> int:
     """Bytes of one row's features as the engine types them: float32 numbers, int8 category codes."""
     return fit.data.row_bytes - 8

@@ -141,20 +141,3 @@ class _NvmlProcess:
             self.nvml.nvmlShutdown()
         except Exception:
             pass
-
-
-def compare(plan, timeline: list[dict]) -> list[dict]:
-    """Per model: the estimate beside the largest measured peak of its fits (cached fits skipped)."""
-    rows = []
-    for a in plan.allocations:
-        fits = [e for e in timeline if e["model"] == a.model and not e.get("cached")]
-        peak_ram = max((e.get("peak_ram_mb", 0.0) for e in fits), default=0.0)
-        peak_gpu = max((e.get("peak_gpu_mb", 0.0) for e in fits), default=0.0)
-        row = {"model": a.model, "fits": len(fits), "peak_ram_mb": round(peak_ram, 1), "peak_gpu_mb": round(peak_gpu, 1)}
-        if a.memory is not None:
-            est = a.memory.estimate
-            row.update(estimate_ram_mb=round(est.ram / MiB, 1), estimate_gpu_mb=round(est.gpu / MiB, 1))
-            row["ram_ratio"] = round(est.ram / MiB / peak_ram, 2) if peak_ram else None
-            row["gpu_ratio"] = round(est.gpu / MiB / peak_gpu, 2) if peak_gpu and est.gpu else None
-        rows.append(row)
-    return rows

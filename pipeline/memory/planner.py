@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from pipeline.memory.budget import Advice, Capacity, MemoryPlan, capacity, plan_model
-from pipeline.memory.estimates import Estimate, FitShape, common_parts
+from pipeline.memory.estimates import Estimate, FitShape, common_parts, stack_bytes
 from pipeline.memory.shape import DataShape, data_shape
 from pipeline.resources import Allocation
 
@@ -32,16 +32,24 @@ class MemoryPlanner:
                     self.capacity, ram=None, ram_source="unknown on a cluster: set hardware.memory_gb per node"
                 )
         self.summary = MemoryPlan(self.shape, self.capacity, note)
+        self.stack_columns = 0  # a fit above level 1 also learns from each model kind's outputs on the level below
+        if settings.conf.stack_levels and self.shape is not None:
+            self.stack_columns = len(settings.models) * self.fit_shape(self.shape).classes
 
     def fit_shape(self, shape: DataShape) -> FitShape:
         d = self.settings.conf.data
         return FitShape.of(shape, self.settings.conf.parallelism.num_folds, d.test_size, d.val_size)
 
-    def estimate(self, spec, on_gpu: bool, shape: Optional[DataShape] = None) -> Estimate:
-        """One fit of `spec` (a ModelSpec): its library's structures plus what every fit holds."""
-        fit = self.fit_shape(shape or self.shape)
-        own = spec.cls.memory_estimate(spec.params, fit, on_gpu)
+    def estimate(self, spec, on_gpu: bool, shape: Optional[DataShape] = None, stack_columns: int = 0) -> Estimate:
+        """One fit of `spec` (a ModelSpec): its library's structures plus what every fit holds; with
+        `stack_columns`, a fit above level 1, whose rows have those columns after the table's."""
+        shape = shape or self.shape
+        fit = self.fit_shape(shape)
+        wide = self.fit_shape(dataclasses.replace(shape, numeric=shape.numeric + stack_columns))
+        own = spec.cls.memory_estimate(spec.params, wide, on_gpu)
         parts = {**common_parts(fit, self.libraries), **own.parts}
+        if stack_columns:
+            parts["stack_features"] = stack_bytes(fit, stack_columns)
         return Estimate(sum(parts.values()), own.gpu, parts)
 
     def plan(self, spec, allocation: Allocation, reallocate: Callable[[Fraction], Allocation]) -> Allocation:
@@ -49,19 +57,21 @@ class MemoryPlanner:
             return allocation
         on_gpu = allocation.fit.num_gpus > 0 and spec.cls.gpu_request(spec.params)[0]
         estimate = self.estimate(spec, on_gpu)
+        above = self.estimate(spec, on_gpu, stack_columns=self.stack_columns) if self.stack_columns else None
         par = self.settings.conf.parallelism
         limits = spec.memory.over(par.fit.memory_request)
         hint = spec.cls.memory_hint.format(name=spec.name) if spec.cls.memory_hint else ""
         advice = Advice(lambda room, gpu: self._rows_within(spec, room, gpu, on_gpu), hint)
-        return plan_model(allocation, estimate, limits, par.bag.memory_request, self.capacity, reallocate, advice)
+        return plan_model(allocation, estimate, limits, par.bag.memory_request, self.capacity, reallocate, advice,
+                          above=above)
 
     def _rows_within(self, spec, room: int, gpu: bool, on_gpu: bool) -> Optional[int]:
-        """The most rows (data.max_rows) whose fit estimate stays within `room` bytes."""
+        """The most rows (data.max_rows) whose widest fit's estimate stays within `room` bytes."""
         main = self.shape.rows - (self.shape.test_rows or 0)
 
         def need(rows: int) -> int:
             shape = dataclasses.replace(self.shape, rows=rows + (self.shape.test_rows or 0))
-            e = self.estimate(spec, on_gpu, shape)
+            e = self.estimate(spec, on_gpu, shape, self.stack_columns)
             return e.gpu if gpu else e.ram
 
         if need(10) > room:

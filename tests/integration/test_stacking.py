@@ -56,6 +56,15 @@ def test_every_level_shows_in_the_plan_and_the_timeline(sweep):
     levels = [e["level"] for e in timeline]
     assert levels.count(2) == 2 * (3 + 1)  # each kind's level-2 folds and its level-2 refit
     assert levels.count(1) == 2 * (3 + 3 + 1)  # the trial's folds, the models without two folds, the refit
+    # a level-2 fit also holds the level below's outputs: its estimate is its own, in the timeline and the table
+    estimates = {(e["model"], e["level"]): e["estimate_ram_mb"] for e in timeline}
+    memory = {r["model"]: r for r in json.loads((jobs[1] / "memory.json").read_text())}
+    assert set(memory) == {"lightgbm", "xgboost", "lightgbm_l2", "xgboost_l2"}
+    for kind in ("lightgbm", "xgboost"):
+        assert estimates[(kind, 2)] > estimates[(kind, 1)]
+        assert memory[f"{kind}_l2"]["estimate_ram_mb"] == estimates[(kind, 2)]
+        assert memory[kind]["estimate_ram_mb"] == estimates[(kind, 1)]
+        assert memory[f"{kind}_l2"]["fits"] == 3 + 1 and memory[kind]["fits"] == 3 + 3 + 1
 
 
 def test_mlflow_has_every_levels_metrics(sweep):
@@ -64,7 +73,7 @@ def test_mlflow_has_every_levels_metrics(sweep):
     stacked = next(r for r in runs if "stack_levels=1" in r.info.run_name)
     metrics = stacked.data.metrics
     for name in ("lightgbm_l2/val_roc_auc", "xgboost_l2/test_roc_auc", "lightgbm/val_roc_auc",
-                 "xgboost_l2_refit/test_roc_auc", "ensemble/weight/lightgbm_l2"):
+                 "xgboost_l2_refit/test_roc_auc", "ensemble/weight/lightgbm_l2", "lightgbm_l2/estimate_ram_mb"):
         assert name in metrics, name
     assert all(r.info.status == "FINISHED" for r in runs) and len(runs) == 2
 

@@ -152,6 +152,14 @@ def test_ram_caps_parallel_folds_and_says_so():
     assert "RAM" in capped.memory.limited[0] and "2 at once instead of 4" in capped.memory.limited[0]
 
 
+def test_a_stacked_models_fits_reserve_what_its_widest_fit_needs():
+    a = alloc(box(4), folds=5, fit=Request(1, None))
+    first, above = Estimate(1 * GiB), Estimate(3 * GiB)
+    planned = plan_model(a, first, MemoryRequest(), MemoryRequest(), cap(ram_gb=7), None, NO_ADVICE, above=above)
+    assert planned.memory.ram == 3 * GiB and planned.folds_parallel == 2  # 1 GiB fits alone would run 4 at once
+    assert planned.memory.at(1) is first and planned.memory.at(2) is above and planned.memory.at(3) is above
+
+
 def test_enough_ram_changes_nothing():
     a = alloc(box(4), folds=5, fit=Request(1, None))
     same = plan_model(a, Estimate(1 * GiB), MemoryRequest(), MemoryRequest(), cap(ram_gb=64), None, NO_ADVICE)
@@ -290,3 +298,52 @@ def test_the_ram_read_from_proc_meminfo_is_psutils():
     vm = psutil.virtual_memory()
     assert total == vm.total
     assert abs(available - vm.available) < 256 * 2**20  # what other processes did in between
+
+
+# --------------------------------------------------------------------------- stacked levels
+
+
+def _stacked_plan(compose, *overrides):
+    from pipeline.run import make_plan
+    from pipeline.settings import read_settings
+
+    cfg = compose(["model=[lightgbm,xgboost]", "data=synthetic", "data.rows=400000", "parallelism.num_folds=3",
+                   "tracking=none", "dry_run=true", *overrides])
+    return make_plan(read_settings(cfg), machine=Machine(2))
+
+
+@pytest.mark.parametrize(("classes", "columns"), [(7, 2 * 7), (2, 2 * 1), (0, 2 * 1)])
+def test_a_fit_above_level_1_is_estimated_with_every_kinds_outputs_as_its_columns(compose, classes, columns):
+    plan = _stacked_plan(compose, f"data.classes={classes}", "stack_levels=1")
+    for a in plan.allocations:
+        first, above = a.memory.estimate, a.memory.above
+        # each kind's outputs (a probability per class above two, else one value) as float32 for every row:
+        # the array the fit's request brings and the frame that joins it to the table's columns
+        assert above.parts["stack_features"] == 2 * 400_000 * columns * 4
+        assert "stack_features" not in first.parts
+        assert above.parts["fold_copies"] > first.parts["fold_copies"]  # the rows it learns from are wider
+        assert above.ram > first.ram + above.parts["stack_features"]
+        assert a.memory.ram == above.ram - above.parts["table"]  # each fit reserves the widest
+        assert plan.to_json()["models"][0]["memory"]["estimate_above_level_1"]["parts_mb"]["stack_features"] > 0
+
+
+def test_without_stacking_there_is_one_estimate(compose):
+    for a in _stacked_plan(compose, "data.classes=7").allocations:
+        assert a.memory.above is None and a.memory.at(2) is a.memory.estimate
+
+
+def test_the_memory_table_has_a_row_per_level_with_that_levels_estimate(compose):
+    from pipeline.outputs import memory_rows
+
+    plan = _stacked_plan(compose, "data.classes=7", "stack_levels=1")
+    fit = {"model": "lightgbm", "cached": False, "peak_gpu_mb": 0.0}
+    timeline = [{**fit, "level": 1, "peak_ram_mb": 300.0}, {**fit, "level": 1, "peak_ram_mb": 320.0},
+                {**fit, "level": 2, "peak_ram_mb": 450.0}, {**fit, "level": 2, "peak_ram_mb": 400.0, "cached": True}]
+    rows = {r["model"]: r for r in memory_rows(plan, timeline)}
+    assert set(rows) == {"lightgbm", "lightgbm_l2", "xgboost"}  # xgboost_l2 ran no fit
+    lightgbm = plan.allocation("lightgbm").memory
+    assert (rows["lightgbm"]["fits"], rows["lightgbm"]["peak_ram_mb"]) == (2, 320.0)
+    assert (rows["lightgbm_l2"]["fits"], rows["lightgbm_l2"]["peak_ram_mb"]) == (1, 450.0)
+    assert rows["lightgbm"]["estimate_ram_mb"] == round(lightgbm.estimate.ram / MiB, 1)
+    assert rows["lightgbm_l2"]["estimate_ram_mb"] == round(lightgbm.above.ram / MiB, 1)
+    assert rows["xgboost"]["fits"] == 0

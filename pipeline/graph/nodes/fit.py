@@ -53,7 +53,7 @@ class FitNode(NodeKind):
                 "nvml_devices": list(getattr(result, "nvml_devices", ())),  # () for a result kept before it was recorded
                 "cached": result.cached, "attempt": result.attempt, "pruned": result.pruned,
                 "stopped_by_budget": getattr(result, "stopped_by_budget", False),  # False: a result cached before it was kept
-                **_memory(ctx.plan.allocation(task.model).memory, result),
+                **_memory(ctx.plan.allocation(task.model).memory, result, task.level),
             }
         )
         if ctx.hooks:
@@ -116,12 +116,12 @@ def _stacked_request(task, shares, ctx):
     )
 
 
-def _memory(memory, result) -> dict:
-    """The fit's measured peaks beside the plan's estimate, in MiB, for the timeline."""
+def _memory(memory, result, level: int) -> dict:
+    """The fit's measured peaks beside the plan's estimate for its level, in MiB, for the timeline."""
     out = {"peak_ram_mb": round(result.peak_ram / 2**20, 1), "peak_gpu_mb": round(result.peak_gpu / 2**20, 1)}
     if memory is not None:
-        out.update(estimate_ram_mb=round(memory.estimate.ram / 2**20, 1),
-                   estimate_gpu_mb=round(memory.estimate.gpu / 2**20, 1))
+        estimate = memory.at(level)
+        out.update(estimate_ram_mb=round(estimate.ram / 2**20, 1), estimate_gpu_mb=round(estimate.gpu / 2**20, 1))
     return out
 
 
