@@ -66,8 +66,8 @@ class BaggedPredictor:
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         return _labels(self.predict_proba(frame), self.problem_type, self.classes)
 
-    def predict_typed(self, X: pd.DataFrame) -> np.ndarray:
-        """predict_proba on rows already typed by the schema."""
+    def predict_typed(self, X: pd.DataFrame, shared: Optional[dict] = None) -> np.ndarray:
+        """predict_proba on rows already typed by the schema (`shared`: see StackedPredictor)."""
         return np.mean([m.predict_proba(X) for m in self.models], axis=0)
 
     def place(self, device: str, num_cpus: int) -> None:
@@ -88,17 +88,23 @@ class StackedPredictor(BaggedPredictor):
 
     layers: list = field(default_factory=list)
 
-    def predict_typed(self, X: pd.DataFrame) -> np.ndarray:
-        return np.mean([top.predict_proba(self._features(X, chain)) for top, chain in zip(self.models, self.layers)],
-                       axis=0)
+    def predict_typed(self, X: pd.DataFrame, shared: Optional[dict] = None) -> np.ndarray:
+        """`shared` keeps the lower levels' columns for the other stacked bags of one ensemble's
+        prediction on the same rows: their fold k chains the same fold models."""
+        shared = {} if shared is None else shared
+        return np.mean([top.predict_proba(self._features(X, chain, shared))
+                        for top, chain in zip(self.models, self.layers)], axis=0)
 
-    def _features(self, X: pd.DataFrame, chain: list) -> pd.DataFrame:
-        features, num_classes = X, len(self.classes or ())
+    def _features(self, X: pd.DataFrame, chain: list, shared: dict) -> pd.DataFrame:
+        features, num_classes, key = X, len(self.classes or ()), ()
         for level, layer in enumerate(chain, start=1):
-            names = [n for kind, _ in layer for n in column_names(level, kind, self.problem_type, num_classes)]
-            values = np.concatenate([as_columns(m.predict_proba(features), self.problem_type) for _, m in layer],
-                                    axis=1)
-            features = join(X, names, values)
+            key += tuple(id(m) for _, m in layer)  # the fold models these columns come from, up to this level
+            if key not in shared:
+                names = [n for kind, _ in layer for n in column_names(level, kind, self.problem_type, num_classes)]
+                values = np.concatenate([as_columns(m.predict_proba(features), self.problem_type) for _, m in layer],
+                                        axis=1)
+                shared[key] = join(X, names, values)
+            features = shared[key]
         return features
 
     def place(self, device: str, num_cpus: int) -> None:
@@ -130,10 +136,12 @@ class EnsemblePredictor:
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         return _labels(self.predict_proba(frame), self.problem_type, self.classes)
 
-    def predict_typed(self, X: pd.DataFrame) -> np.ndarray:
-        """The members share the training schema: the input is typed once."""
+    def predict_typed(self, X: pd.DataFrame, shared: Optional[dict] = None) -> np.ndarray:
+        """The members share the training schema: the input is typed once; stacked members predict
+        each lower level's columns once between them."""
         used = [(m, w) for m, w in zip(self.members, self.weights) if w > 0]
-        return blend([m.predict_typed(X) for m, _ in used], np.asarray([w for _, w in used]))
+        shared = {} if shared is None else shared
+        return blend([m.predict_typed(X, shared) for m, _ in used], np.asarray([w for _, w in used]))
 
     @property
     def schema(self) -> FeatureSchema:

@@ -33,7 +33,6 @@ def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, sche
     rows, test_preds, test_seconds = [], {}, {}
     for (kind, level), result in refits.items():
         name = level_name(kind, level)
-        below = [refits[(k, lower)] for lower in range(1, level) for k in kinds]
         if level == 1:
             predictor = BaggedPredictor(name + SUFFIX, [result.model], problem, data.classes, schema)
         else:
@@ -41,8 +40,11 @@ def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, sche
             predictor = StackedPredictor(name + SUFFIX, [result.model], problem, data.classes, schema, [chain])
         predictors[predictor.name] = predictor
         test_preds[name] = result.test_pred
-        parts = [r.test_predict_seconds for r in (result, *below)]
-        seconds = test_seconds[name] = None if None in parts else sum(parts)
+        # per refit it predicts with: its own, and above level 1 every level below, predicted first
+        test_seconds[name] = {(kind, level): result.test_predict_seconds,
+                              **{(k, lower): refits[(k, lower)].test_predict_seconds
+                                 for lower in range(1, level) for k in kinds}}
+        seconds = _total(test_seconds[name])
         on_gpu = result.device != "cpu"  # cuda:N, or opencl:N (...) for LightGBM's OpenCL learner
         device = "GPU " + plan.hardware.visible_devices(sorted(result.gpu_ids)) if on_gpu else "cpu"
         rows.append(_row(predictor.name, metrics_module.score_all(problem, y_test, result.test_pred),
@@ -55,12 +57,19 @@ def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, sche
                                                             data.classes)
         pred = blend([test_preds[m.name] for m in bagged.members], np.asarray(bagged.weights))
         weights = dict(zip((m.name for m in members), bagged.weights))
-        parts = [test_seconds[m.name] for m in bagged.members]
-        seconds = None if None in parts else sum(parts)
+        # the members of nonzero weight, each lower level's refits predicted once between them
+        used = {part: t for m, w in zip(bagged.members, bagged.weights) if w > 0
+                for part, t in test_seconds[m.name].items()}
+        seconds = _total(used)
         level = max(lvl for _, lvl in refits) + 1
         rows.append(_row("ensemble" + SUFFIX, metrics_module.score_all(problem, y_test, pred), 0.0, 0.0,
                          rows_per_second(num_test, seconds), "cpu", "-", weights, level))
     return rows
+
+
+def _total(seconds: dict):
+    """The seconds of these predictions together (None if a time is unknown)."""
+    return None if None in seconds.values() else sum(seconds.values())
 
 
 def _row(name: str, test: dict, fit_seconds: float, predict_seconds: float, rows_per_s, device: str, trial,

@@ -47,6 +47,20 @@ def test_every_level_shows_in_the_leaderboard_and_the_ensemble_is_over_the_last(
     assert board.loc["lightgbm", "test_roc_auc"] == pytest.approx(flat.loc["lightgbm", "test_roc_auc"], abs=1e-12)
 
 
+def test_the_stacked_ensembles_rows_per_second_count_each_lower_level_once(sweep):
+    # a level-2 bag predicts level 1 first: its seconds are its own plus level 1's; the ensemble's
+    # members share level 1's predictions (pipeline.ensemble.StackedPredictor), so it counts them once
+    jobs, _ = sweep
+    board = pd.read_csv(jobs[1] / "leaderboard.csv").set_index("model")
+    seconds = 1 / board["predict_rows_per_s"]
+    for suffix in ("", "_refit"):
+        level_1 = seconds[f"lightgbm{suffix}"] + seconds[f"xgboost{suffix}"]
+        used = [m for m, w in json.loads(board.loc[f"ensemble{suffix}", "params"]).items() if w > 0]
+        own = {m: seconds[m] - level_1 for m in used}
+        assert used and all(s > 0 for s in own.values()), suffix
+        assert seconds[f"ensemble{suffix}"] == pytest.approx(level_1 + sum(own.values()), rel=1e-9), suffix
+
+
 def test_every_level_shows_in_the_plan_and_the_timeline(sweep):
     jobs, _ = sweep
     tasks = json.loads((jobs[1] / "plan.json").read_text())["tasks"]

@@ -27,3 +27,35 @@ def test_every_member_predicting_nan_is_an_error_naming_them(regression):
     nan = np.full_like(y, np.nan)
     with pytest.raises(ModelOutputError, match=r"every model is NaN or infinite \(net, custom\)"):
         ensemble_selection([nan, nan], y, METRICS["rmse"], names=["net", "custom"])
+
+
+class _Counting:
+    """A fold model that counts the times it predicts."""
+
+    def __init__(self, shift: float):
+        self.shift, self.calls = shift, 0
+
+    def predict_proba(self, X):
+        self.calls += 1
+        p = 1 / (1 + np.exp(-(X.to_numpy(dtype=float).sum(axis=1) * 0.1 + self.shift)))
+        return np.column_stack([1 - p, p])
+
+
+def test_stacked_members_of_an_ensemble_predict_each_lower_fold_model_once():
+    import pandas as pd
+
+    from pipeline.ensemble import EnsemblePredictor, StackedPredictor
+
+    lower = {kind: [_Counting(0.1 * k + offset) for k in range(3)] for kind, offset in (("a", 0.0), ("b", 0.5))}
+    layers = [[[("a", lower["a"][k]), ("b", lower["b"][k])]] for k in range(3)]  # fold k chains fold k below
+    members = [StackedPredictor(f"{kind}_l2", [_Counting(0.2 * k + offset) for k in range(3)], "binary", [0, 1], None,
+                                layers) for kind, offset in (("a", 0.0), ("b", -0.3))]
+    X = pd.DataFrame(np.random.default_rng(0).normal(size=(40, 3)), columns=["x0", "x1", "x2"])
+    alone = [m.predict_typed(X) for m in members]  # each member on its own predicts its lower levels itself
+    assert all(m.calls == 2 for kind in lower.values() for m in kind)
+    for m in (m for kind in lower.values() for m in kind):
+        m.calls = 0
+    ensemble = EnsemblePredictor("ensemble", members, [0.25, 0.75], "binary", [0, 1])
+    np.testing.assert_array_equal(ensemble.predict_typed(X), 0.25 * alone[0] + 0.75 * alone[1])
+    assert all(m.calls == 1 for kind in lower.values() for m in kind)
+    assert all(top.calls == 2 for member in members for top in member.models)  # alone, then in the ensemble

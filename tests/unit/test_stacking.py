@@ -183,6 +183,11 @@ def test_every_level_shows_in_the_plan_json_and_the_printed_plan(tmp_path):
     assert ("fit ×6 → bag ×2 → fit L1 ×6 → fit L2 ×6 → bag L2 ×2 → ensemble → refit fit ×4 → refit → evaluate"
             in text)
     assert "l2/f0" in text
+    from pipeline.graph.nodes import node_kind
+
+    for levels, words in ((1, "its bags at level 2, and"), (2, "its bags at levels 2 to 3, and")):
+        two = stacked_plan(3, levels, evaluate=True)
+        assert words in node_kind("ensemble").describe([t for t in two.tasks if t.kind == "ensemble"], two)
 
 
 def test_admission_counts_a_stacked_level_as_one_more_trial_of_its_model():

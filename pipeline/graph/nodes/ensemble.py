@@ -40,8 +40,9 @@ class EnsembleNode(NodeKind):
         for name, trial in best.items():
             val_scores = metrics_module.score_all(problem, data.y[trial.held_out], trial.val_pred)
             test_scores = metrics_module.score_all(problem, data.y[data.test_idx], trial.test_pred)
-            seconds[name] = _test_seconds(trial, best, kinds)
-            rows.append(_row(name, trial, val_scores, test_scores, ctx.plan, len(data.test_idx), seconds[name]))
+            seconds[name] = _test_seconds(name, trial, best, kinds)
+            rows.append(_row(name, trial, val_scores, test_scores, ctx.plan, len(data.test_idx),
+                             _total(seconds[name])))
             predictors[name] = bagged_predictor(name, trial, best, kinds, data, schema)
         top = max((t.level for t in best.values()), default=1)
         members = {n: t for n, t in best.items() if t.level == top}
@@ -53,7 +54,8 @@ class EnsembleNode(NodeKind):
     def describe(self, tasks, plan) -> str:
         names = [a.model for a in plan.allocations]
         top = plan.stack_levels + 1
-        bags = "the best trial of each model" + (f", its bags at levels 2 to {top}" if top > 1 else "")
+        above = "" if top == 1 else " at level 2" if top == 2 else f" at levels 2 to {top}"
+        bags = "the best trial of each model" + (f", its bags{above}" if above else "")
         if len(names) >= 2:
             return f"ensemble: {bags}, and the weighted ensemble of the {len(names)} models at level {top}"
         return f"ensemble: {bags}" if names else "ensemble: no model"
@@ -73,14 +75,18 @@ def bagged_predictor(name: str, trial, best: dict, kinds: list[str], data, schem
     return StackedPredictor(name, models, data.problem_type, data.classes, schema, layers)
 
 
-def _test_seconds(trial, best: dict, kinds: list[str]):
-    """What the predictor took on the test rows: its fold models', and above level 1 those of every
-    level below, which it predicts with first (None if a time is unknown)."""
+def _test_seconds(name: str, trial, best: dict, kinds: list[str]) -> dict:
+    """What the predictor took on the test rows, per bag it predicts with: its own fold models', and
+    above level 1 those of every level below, which it predicts with first."""
     from pipeline.graph.stacking import level_name
 
-    below = [best[level_name(kind, level)].test_predict_seconds for level in range(1, trial.level) for kind in kinds]
-    parts = [trial.test_predict_seconds, *below]
-    return None if None in parts else sum(parts)
+    below = {level_name(kind, level) for level in range(1, trial.level) for kind in kinds}
+    return {name: trial.test_predict_seconds, **{bag: best[bag].test_predict_seconds for bag in below}}
+
+
+def _total(seconds: dict):
+    """The seconds of these bags' predictions together (None if a time is unknown)."""
+    return None if None in seconds.values() else sum(seconds.values())
 
 
 def _row(name: str, trial, val: dict, test: dict, plan, test_rows: int, test_seconds) -> dict:
@@ -112,8 +118,9 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     names = list(best)
     predictors["ensemble"] = EnsemblePredictor("ensemble", [predictors[n] for n in names], list(map(float, weights)),
                                                problem, data.classes)
-    member_seconds = [seconds[n] for n in names]  # it predicts with every member, then blends
-    test_seconds = None if None in member_seconds else sum(member_seconds)
+    # it predicts with each member of nonzero weight, each lower level's bags once between them, then blends
+    used = {bag: s for n, w in zip(names, weights) if w > 0 for bag, s in seconds[n].items()}
+    test_seconds = _total(used)
     return leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
                            test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
                            num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))),
