@@ -8,14 +8,15 @@ multi-objective search (`hydra.sweeper.direction: [maximize, minimize]`).
 from __future__ import annotations
 
 import math
-from typing import Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 from pipeline.errors import ConfigError
 
 OBJECTIVES = {
     "val_score": "the best validation score (eval_metric) of the leaderboard's top row",
-    "fit_seconds": "seconds spent fitting the top row's model (an ensemble: its base models too)",
-    "predict_seconds": "seconds its model took to predict the validation and test rows (an ensemble: its base models')",
+    "fit_seconds": "seconds spent fitting the top row's model (an ensemble or a stacked bag: every model below it too)",
+    "predict_seconds": "seconds its model took to predict the validation and test rows (an ensemble or a stacked bag: "
+                       "with the bags below it)",
 }
 
 
@@ -33,18 +34,31 @@ def check(names: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def job_return(names: Sequence[str], rows: Sequence[dict], metric: str) -> Union[float, list[float]]:
+def inner_fit_seconds(fit_tasks, results: Mapping) -> dict[int, float]:
+    """Per stacking level, the fit seconds of the models fit there without 2+ folds (a fit task with a
+    fold set of two or more folds) that finished."""
+    inner: dict[int, float] = {}
+    for task in fit_tasks:
+        result = results.get(task.id)
+        if task.fold_set and len(task.fold_set) > 1 and result is not None:
+            inner[task.level] = inner.get(task.level, 0.0) + result.fit_seconds
+    return inner
+
+
+def job_return(names: Sequence[str], rows: Sequence[dict], metric: str,
+               inner_fit_seconds: Optional[Mapping[int, float]] = None) -> Union[float, list[float]]:
     """The run's return value from its leaderboard rows (best first): a float for one objective,
-    a list of floats for several."""
+    a list of floats for several. `inner_fit_seconds`: per stacking level, the fit seconds of the
+    models fit there without 2+ folds (they make the features of the level above; no row shows them)."""
     top = rows[0]
     values = {"val_score": float(top[f"val_{metric}"])}
-    # the bagged base models; refit rows (refit=true, no validation score) are not part of what is returned
-    base = [r for r in rows if r["model"] != "ensemble" and not math.isnan(float(r[f"val_{metric}"]))]
-    if top["model"] == "ensemble":  # the ensemble's cost includes fitting and predicting with its members
-        values["fit_seconds"] = float(top["fit_seconds"] + sum(r["fit_seconds"] for r in base))
-        values["predict_seconds"] = float(top["predict_seconds"] + sum(r["predict_seconds"] for r in base))
-    else:
-        values["fit_seconds"] = float(top["fit_seconds"])
-        values["predict_seconds"] = float(top["predict_seconds"])
+    # What the returned model needs: a stacked bag every level below it, the ensemble every bag. Refit
+    # rows (refit=true, no validation score) are not part of it.
+    level = math.inf if top["model"] == "ensemble" else top.get("level", 1)
+    below = [r for r in rows if r is not top and r["model"] != "ensemble" and r.get("level", 1) < level
+             and not math.isnan(float(r[f"val_{metric}"]))]
+    inner = sum(s for at, s in (inner_fit_seconds or {}).items() if at < level)
+    values["fit_seconds"] = float(top["fit_seconds"] + sum(r["fit_seconds"] for r in below) + inner)
+    values["predict_seconds"] = float(top["predict_seconds"] + sum(r["predict_seconds"] for r in below))
     out = [values[name] for name in names]
     return out[0] if len(out) == 1 else out

@@ -281,13 +281,13 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
 
         tracker.log_datasets(summarize(data), locations(settings.conf.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
-        rows = run_graph(settings, plan, data, metric, runtime, tracker, backend, record)
+        rows, inner_fit_seconds = run_graph(settings, plan, data, metric, runtime, tracker, backend, record)
         if tracker.enabled:
             record.run_id(tracker.run_id)  # waits for the start, if need be
         status = "FINISHED"
         from pipeline.objectives import job_return
 
-        return job_return(settings.conf.objectives, rows, metric.name)
+        return job_return(settings.conf.objectives, rows, metric.name, inner_fit_seconds)
     except Interrupted:
         status = "KILLED"
         raise
@@ -310,9 +310,10 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
 
 
 def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend,
-              record) -> list[dict]:
+              record) -> tuple[list[dict], dict[int, float]]:
     """Wire the scheduler (result store, trial source, progress and tracking hooks, the run's outputs)
-    and run every task of the plan; returns the evaluation's leaderboard rows, best first."""
+    and run every task of the plan; returns the evaluation's leaderboard rows, best first, and per
+    stacking level the fit seconds of the models without 2+ folds there (no row shows them)."""
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hpo import TrialSource
     from pipeline.outputs import HookList, OutputHooks, RunHooks, RunOutputs
@@ -358,7 +359,9 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
         record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
                          scheduler.abandoned), runtime.run_dir, tracker)
-    return outcome.results[EVALUATE].rows
+    from pipeline.objectives import inner_fit_seconds
+
+    return outcome.results[EVALUATE].rows, inner_fit_seconds(plan.fit_tasks, outcome.results)
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:

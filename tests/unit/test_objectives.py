@@ -24,6 +24,26 @@ def test_an_ensemble_costs_its_members_too():
     assert job_return(("fit_seconds", "val_score"), single, "roc_auc") == [3.0, 0.92]
 
 
+STACKED = [
+    {"model": "lightgbm_l2", "level": 2, "val_roc_auc": 0.935, "fit_seconds": 2.0, "predict_seconds": 0.125},
+    {"model": "ensemble", "level": 3, "val_roc_auc": 0.934, "fit_seconds": 0.5, "predict_seconds": 0.0},
+    {"model": "xgboost_l2", "level": 2, "val_roc_auc": 0.933, "fit_seconds": 2.5, "predict_seconds": 0.25},
+    {**ROWS[1], "level": 1}, {**ROWS[2], "level": 1},
+    {"model": "lightgbm_l2_refit", "level": 2, "val_roc_auc": float("nan"), "fit_seconds": 9.0, "predict_seconds": 1.0},
+]
+INNER = {1: 6.0}  # level 1's models without 2+ folds, fit for level 2's features
+
+
+def test_a_stacked_bag_costs_every_level_below_it_and_the_models_fit_for_its_features():
+    got = job_return(("val_score", "fit_seconds", "predict_seconds"), STACKED, "roc_auc", INNER)
+    assert got == [0.935, 2.0 + 3.0 + 4.0 + 6.0, 0.125 + 0.25 + 0.5]  # not the other level-2 bag, not the refit
+    ensemble_first = [STACKED[1], STACKED[0], *STACKED[2:]]
+    assert job_return(("fit_seconds", "predict_seconds"), ensemble_first, "roc_auc", INNER) == \
+        [0.5 + 2.0 + 2.5 + 3.0 + 4.0 + 6.0, 0.125 + 0.25 + 0.25 + 0.5]
+    level_1_first = [STACKED[3], *STACKED[:3], *STACKED[4:]]
+    assert job_return(("fit_seconds",), level_1_first, "roc_auc", INNER) == 3.0  # needs nothing else
+
+
 @pytest.mark.parametrize("names, expected", [
     ([], "objectives=[]: give at least one of val_score, fit_seconds, predict_seconds"),
     (["val_score", "accuracy"], "objectives: 'accuracy' is not an objective; valid ones are val_score"),

@@ -260,6 +260,13 @@ def test_three_levels_with_refit_run_to_a_leaderboard_whose_predictors_chain_eve
         predictors[name].predict_typed(X_test)  # every model of the chain is fed the columns it learnt from
     refit = outcome.results["fit/prov_a/l3/refit"]
     np.testing.assert_allclose(predictors["prov_a_l3_refit"].predict_typed(X_test), refit.test_pred)
+    from pipeline.objectives import inner_fit_seconds
+
+    inner = inner_fit_seconds(plan.fit_tasks, outcome.results)  # what a stacked top row's fit_seconds adds
+    assert set(inner) == {1, 2}  # levels 1 and 2 make features for the level above; level 3 has only its folds
+    for level in (1, 2):
+        ids = [t for t in outcome.results if t.startswith("fit/") and f"/l{level}/f" in t and "+" in t]
+        assert ids and inner[level] == pytest.approx(sum(outcome.results[t].fit_seconds for t in ids))
 
 
 def test_the_queue_starts_the_longest_chain_of_work_first_and_unmeasured_models_before_measured_ones(tmp_path):
