@@ -12,7 +12,6 @@ import sys
 import threading
 from typing import Optional
 
-from pipeline.memory.estimates import MiB
 
 SAMPLE_SECONDS = 0.2
 STATUS = "/proc/self/status"
