@@ -22,6 +22,7 @@ from pipeline.checks import (
 from pipeline.errors import ConfigError, Interrupted
 from pipeline.levels import ineffective_bag
 from pipeline.graph.plan import EVALUATE, Plan, build_plan
+from pipeline.objectives import inner_fit_seconds, job_return
 from pipeline.quantities import fmt
 from pipeline.resources import Resources, allocate, cpus_beside_gpu_fits
 from pipeline.settings import Settings, read_settings
@@ -281,13 +282,11 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
 
         tracker.log_datasets(summarize(data), locations(settings.conf.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
-        rows, inner_fit_seconds = run_graph(settings, plan, data, metric, runtime, tracker, backend, record)
+        rows, inner = run_graph(settings, plan, data, metric, runtime, tracker, backend, record)
         if tracker.enabled:
             record.run_id(tracker.run_id)  # waits for the start, if need be
         status = "FINISHED"
-        from pipeline.objectives import job_return
-
-        return job_return(settings.conf.objectives, rows, metric.name, inner_fit_seconds)
+        return job_return(settings.conf.objectives, rows, metric.name, inner)
     except Interrupted:
         status = "KILLED"
         raise
@@ -312,8 +311,7 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
 def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend,
               record) -> tuple[list[dict], dict[int, float]]:
     """Wire the scheduler (result store, trial source, progress and tracking hooks, the run's outputs)
-    and run every task of the plan; returns the evaluation's leaderboard rows, best first, and per
-    stacking level the fit seconds of the models without 2+ folds there (no row shows them)."""
+    and run every task of the plan; returns the leaderboard rows, best first, and `inner_fit_seconds`."""
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hpo import TrialSource
     from pipeline.outputs import HookList, OutputHooks, RunHooks, RunOutputs
@@ -359,8 +357,6 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
         record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
                          scheduler.abandoned), runtime.run_dir, tracker)
-    from pipeline.objectives import inner_fit_seconds
-
     return outcome.results[EVALUATE].rows, inner_fit_seconds(plan.fit_tasks, outcome.results)
 
 
