@@ -35,12 +35,12 @@ def check(names: Sequence[str]) -> tuple[str, ...]:
 
 
 def inner_fit_seconds(fit_tasks, results: Mapping) -> dict[int, float]:
-    """Per stacking level, the fit seconds of the models fit there without 2+ folds (a fit task with a
-    fold set of two or more folds) that finished."""
+    """Per stacking level, the fit seconds of the models fit there without 2+ folds (`Task.inner`) that
+    finished."""
     inner: dict[int, float] = {}
     for task in fit_tasks:
         result = results.get(task.id)
-        if task.fold_set and len(task.fold_set) > 1 and result is not None:
+        if task.inner and result is not None:
             inner[task.level] = inner.get(task.level, 0.0) + result.fit_seconds
     return inner
 

@@ -103,7 +103,7 @@ def level_counts(fits: list) -> dict[int, str]:
     for level in sorted({t.level for t in fits}):
         mine = [t for t in fits if t.level == level]
         folds = sum(t.fold_set is None or len(t.fold_set) == 1 for t in mine)
-        inner = sum(bool(t.fold_set) and len(t.fold_set) > 1 for t in mine)
+        inner = sum(t.inner for t in mine)
         refit = sum(t.fold_set == () for t in mine)
         parts = [f"{folds} fold fit(s)", f"{inner} without 2+ folds" if inner else "", "refit" if refit else ""]
         out[level] = ", ".join(p for p in parts if p)

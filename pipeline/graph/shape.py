@@ -37,6 +37,12 @@ class Task:
     fold_set: Optional[tuple[int, ...]] = None  # a stacked fit's S (pipeline.graph.stacking); (): every row; None: a trial's
 
     @property
+    def inner(self) -> bool:
+        """A stacked model fit without two folds or more (fold set of 2+ folds): it only makes the
+        features of the level above, and no leaderboard row shows it."""
+        return bool(self.fold_set) and len(self.fold_set) > 1
+
+    @property
     def slot(self) -> tuple[str, object]:
         """What admission counts a fit under: its trial's bag, or its model's stacked level."""
         return (self.model, self.trial) if self.fold_set is None else (self.model, f"level {self.level}")

@@ -64,7 +64,7 @@ class FitNode(NodeKind):
         trials = sum(t.fold_set is None for t in tasks)
         line = f"fit: {len(tasks)} fit(s): {trials} per model × trial × fold"
         for level in range(1, plan.stack_levels + 2):
-            inner = [t for t in tasks if t.level == level and t.fold_set and (level == 1 or len(t.fold_set) > 1)]
+            inner = [t for t in tasks if t.level == level and t.inner]
             folds = [t for t in tasks if t.level == level and level > 1 and t.fold_set and len(t.fold_set) == 1]
             if folds:
                 line += f"; level {level}: {len(folds)} fold model(s)"
