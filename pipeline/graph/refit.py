@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline import metrics as metrics_module
 from pipeline.ensemble import BaggedPredictor, EnsemblePredictor, StackedPredictor, blend
-from pipeline.graph.nodes.context import leaderboard_row, rows_per_second
+from pipeline.graph.nodes.context import ensemble_seconds, leaderboard_row, rows_per_second, seconds_of
 from pipeline.graph.plan import Plan
 from pipeline.graph.stacking import level_name
 
@@ -44,7 +44,7 @@ def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, sche
         test_seconds[name] = {(kind, level): result.test_predict_seconds,
                               **{(k, lower): refits[(k, lower)].test_predict_seconds
                                  for lower in range(1, level) for k in kinds}}
-        seconds = _total(test_seconds[name])
+        seconds = seconds_of(test_seconds[name])
         on_gpu = result.device != "cpu"  # cuda:N, or opencl:N (...) for LightGBM's OpenCL learner
         device = "GPU " + plan.hardware.visible_devices(sorted(result.gpu_ids)) if on_gpu else "cpu"
         rows.append(_row(predictor.name, metrics_module.score_all(problem, y_test, result.test_pred),
@@ -57,19 +57,11 @@ def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, sche
                                                             data.classes)
         pred = blend([test_preds[m.name] for m in bagged.members], np.asarray(bagged.weights))
         weights = dict(zip((m.name for m in members), bagged.weights))
-        # the members of nonzero weight, each lower level's refits predicted once between them
-        used = {part: t for m, w in zip(bagged.members, bagged.weights) if w > 0
-                for part, t in test_seconds[m.name].items()}
-        seconds = _total(used)
+        seconds = ensemble_seconds([test_seconds[m.name] for m in bagged.members], bagged.weights)
         level = max(lvl for _, lvl in refits) + 1
         rows.append(_row("ensemble" + SUFFIX, metrics_module.score_all(problem, y_test, pred), 0.0, 0.0,
                          rows_per_second(num_test, seconds), "cpu", "-", weights, level))
     return rows
-
-
-def _total(seconds: dict):
-    """The seconds of these predictions together (None if a time is unknown)."""
-    return None if None in seconds.values() else sum(seconds.values())
 
 
 def _row(name: str, test: dict, fit_seconds: float, predict_seconds: float, rows_per_s, device: str, trial,

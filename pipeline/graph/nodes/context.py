@@ -114,3 +114,15 @@ def rows_per_second(rows: int, seconds: Optional[float]) -> Optional[float]:
     """Throughput of a predictor that scored `rows` in `seconds` (AutoGluon's pred_time_test, as a
     rate); None when the time is unknown or too short to read."""
     return rows / seconds if seconds else None
+
+
+def seconds_of(parts: dict) -> Optional[float]:
+    """The seconds of a predictor's test predictions, from its parts (each bag it predicts with, its
+    own and, stacked, each lower level's); None when a part's time is unknown."""
+    return None if None in parts.values() else sum(parts.values())
+
+
+def ensemble_seconds(member_parts: list, weights) -> Optional[float]:
+    """An ensemble's test seconds: each member of nonzero weight's own, and each lower level's bags
+    once between them (pipeline.ensemble: stacked members share those predictions)."""
+    return seconds_of({part: s for parts, w in zip(member_parts, weights) if w > 0 for part, s in parts.items()})

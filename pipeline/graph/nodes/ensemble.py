@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from pipeline.graph.nodes import NodeKind, register
-from pipeline.graph.nodes.context import leaderboard_row, rows_per_second
+from pipeline.graph.nodes.context import ensemble_seconds, leaderboard_row, rows_per_second, seconds_of
 
 
 @dataclass
@@ -42,7 +42,7 @@ class EnsembleNode(NodeKind):
             test_scores = metrics_module.score_all(problem, data.y[data.test_idx], trial.test_pred)
             seconds[name] = _test_seconds(name, trial, best, kinds)
             rows.append(_row(name, trial, val_scores, test_scores, ctx.plan, len(data.test_idx),
-                             _total(seconds[name])))
+                             seconds_of(seconds[name])))
             predictors[name] = bagged_predictor(name, trial, best, kinds, data, schema)
         top = max((t.level for t in best.values()), default=1)
         members = {n: t for n, t in best.items() if t.level == top}
@@ -84,11 +84,6 @@ def _test_seconds(name: str, trial, best: dict, kinds: list[str]) -> dict:
     return {name: trial.test_predict_seconds, **{bag: best[bag].test_predict_seconds for bag in below}}
 
 
-def _total(seconds: dict):
-    """The seconds of these bags' predictions together (None if a time is unknown)."""
-    return None if None in seconds.values() else sum(seconds.values())
-
-
 def _row(name: str, trial, val: dict, test: dict, plan, test_rows: int, test_seconds) -> dict:
     devices = sorted({d for f in trial.folds for d in f.gpu_ids if f.device != "cpu"})
     device = "GPU " + plan.hardware.visible_devices(devices) if devices else "cpu"
@@ -118,9 +113,7 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     names = list(best)
     predictors["ensemble"] = EnsemblePredictor("ensemble", [predictors[n] for n in names], list(map(float, weights)),
                                                problem, data.classes)
-    # it predicts with each member of nonzero weight, each lower level's bags once between them, then blends
-    used = {bag: s for n, w in zip(names, weights) if w > 0 for bag, s in seconds[n].items()}
-    test_seconds = _total(used)
+    test_seconds = ensemble_seconds([seconds[n] for n in names], weights)
     return leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
                            test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
                            num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))),
