@@ -45,7 +45,9 @@ class MemoryPlanner:
         `stack_columns`, a fit above level 1, whose rows have those columns after the table's."""
         shape = shape or self.shape
         fit = self.fit_shape(shape)
-        wide = self.fit_shape(dataclasses.replace(shape, numeric=shape.numeric + stack_columns))
+        wide = fit
+        if stack_columns:
+            wide = self.fit_shape(dataclasses.replace(shape, numeric=shape.numeric + stack_columns))
         own = spec.cls.memory_estimate(spec.params, wide, on_gpu)
         parts = {**common_parts(fit, self.libraries), **own.parts}
         if stack_columns:
