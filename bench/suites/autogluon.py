@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import (
@@ -47,20 +48,22 @@ def run(opts: Options) -> dict:
     data_ov = ["data=adult"] + (["data.max_rows=5000"] if opts.quick else [])
     folder = opts.scratch / "autogluon"
     folder.mkdir(parents=True, exist_ok=True)
-    data, _ = load_data(data_ov, opts.scratch / "engine")
-    train_path, test_path = _write_split(data, folder)
+    splits = [_split(data_ov, seed, opts.scratch, folder) for seed in range(opts.n(2, 1))]
     figures, notes, settings = [], [], {"num_folds": k, "pairings": {}}
     for levels in STACKINGS:
         engine_ov = data_ov + ["model=all", "tracking=none", "hpo=none", "parallelism=default",
                                f"parallelism.num_folds={k}", f"stack_levels={levels}"] + (QUICK_ENGINE if opts.quick else [])
-        pairing = _pairing(opts, data, engine_ov, python, train_path, test_path, folder, k, levels)
+        pairing = _pairing(opts, splits, engine_ov, python, folder, k, levels)
         figures += pairing.pop("figures")
         notes += pairing.pop("notes")
         settings["pairings"][_group(k, levels)] = pairing
     if opts.quick:
         notes.append("quick mode: both sides capped (100 boosting rounds, 3 network epochs) on 5,000 rows")
+    data = splits[0].data
     settings["split"] = {"train+val (AutoGluon's training data; the engine's folds cover the same rows)":
-                         int(len(data.train_idx) + len(data.val_idx)), "test": int(len(data.test_idx))}
+                         int(len(data.train_idx) + len(data.val_idx)), "test": int(len(data.test_idx)),
+                         "seeds": "repeat r splits the rows with seed r (data.seed=r) and seeds the engine's "
+                                  "folds and models with it (seed=r); AutoGluon gets the same train and test rows"}
     settings["timers"] = {
         "engine": "pipeline.run.run in this process from loaded data to the leaderboard, tracking=none",
         "autogluon": "TabularPredictor(...).fit(...) plus leaderboard(test) inside the runner "
@@ -73,30 +76,31 @@ def _group(k: int, levels: int) -> str:
     return f"Adult · {k}-fold bags" + (f" · {levels} stack level{'s' if levels > 1 else ''}" if levels else "")
 
 
-def _pairing(opts: Options, data, engine_ov: list[str], python: Path, train_path: Path, test_path: Path,
-             folder: Path, k: int, levels: int) -> dict:
-    """The engine and AutoGluon, alternating, on the same rows with the same number of stack levels."""
+def _pairing(opts: Options, splits: list[Split], engine_ov: list[str], python: Path, folder: Path, k: int,
+             levels: int) -> dict:
+    """The engine and AutoGluon, alternating, on the same rows with the same number of stack levels; one
+    repeat per split (an AutoGluon run takes minutes on 2 cores)."""
     group = _group(k, levels)
     engine = Engine(opts.scratch)
-    n = opts.n(2, 1)  # an AutoGluon run takes minutes on 2 cores
+    n = len(splits)
     e_sec, a_sec, runs, boards = [], [], [], []
     e_best, e_ens, a_best, a_ens = [], [], [], []
-    for r in range(n):
+    for r, split in enumerate(splits):
         order = ("engine", "autogluon") if r % 2 == 0 else ("autogluon", "engine")
         for side in order:
             log(f"autogluon: {group}: {side} {r + 1}/{n}")
             if side == "engine":
-                res = engine.run(engine_ov, data)
+                res = engine.run(engine_ov + split.overrides, split.data)
                 e_sec.append(res.seconds)
                 scores = leaderboard_scores(res.leaderboard)
                 singles = {m: s for m, s in scores.items() if m != "ensemble"}
                 best = max(singles, key=lambda m: singles[m]["val"])
                 e_best.append(singles[best]["test"])
                 e_ens.append(scores["ensemble"]["test"])
-                boards.append({m: s["test"] for m, s in scores.items()} | {"best": best})
+                boards.append({m: s["test"] for m, s in scores.items()} | {"best": best, "seed": split.seed})
                 engine.clean(res)
             else:
-                out = _autogluon(python, train_path, test_path, data.label, k, levels,
+                out = _autogluon(python, split.train, split.test, split.data.label, k, levels,
                                  folder / f"run{levels}_{r}", opts.quick)
                 a_sec.append(out["fit_and_score_seconds"])
                 a_best.append(out["best_single"]["score_test"])
@@ -121,7 +125,7 @@ def _pairing(opts: Options, data, engine_ov: list[str], python: Path, train_path
         notes.append(f"{group}: AutoGluon ran without NN_TORCH: {why}")
     return {
         "repeats": n,
-        "engine": "python -m pipeline " + " ".join(engine_ov),
+        "engine": "python -m pipeline " + " ".join(engine_ov) + " data.seed=<r> seed=<r>",
         "autogluon": {
             "call": f"TabularPredictor(label, eval_metric='roc_auc', verbosity=0).fit(train+val rows, "
                     f"num_bag_folds={k}, num_stack_levels={levels}, dynamic_stacking=False, "
@@ -138,6 +142,27 @@ def _pairing(opts: Options, data, engine_ov: list[str], python: Path, train_path
         "figures": figures,
         "notes": notes,
     }
+
+
+@dataclass
+class Split:
+    """One repeat's rows: the engine's loaded data, its seed overrides, and the Parquet files AutoGluon reads."""
+
+    seed: int
+    data: object
+    overrides: list[str]
+    train: Path
+    test: Path
+
+
+def _split(data_ov: list[str], seed: int, scratch: Path, folder: Path) -> Split:
+    """The engine's split with seed `seed`, loaded once and written for AutoGluon: each repeat is a
+    different train/test split (the same one for both sides), so the score figures vary as a user's would."""
+    overrides = [f"data.seed={seed}", f"seed={seed}"]
+    data, _ = load_data(data_ov + overrides, scratch / "engine")
+    where = folder / f"seed{seed}"
+    where.mkdir(parents=True, exist_ok=True)
+    return Split(seed, data, overrides, *_write_split(data, where))
 
 
 def _write_split(data, folder: Path) -> tuple[Path, Path]:
