@@ -11,7 +11,18 @@ import copy
 
 import numpy as np
 
-XGB_TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds")
+XGB_TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds", "zero_as_missing")
+
+
+def zeros_to_nan(X):
+    """What the engine's zero_as_missing does, as a script would write it: numeric zeros as NaN (float32)."""
+    numeric = [c for c in X.columns if X[c].dtype.kind in "iuf" and (X[c] == 0).any()]
+    if not numeric:
+        return X
+    X = X.copy(deep=False)
+    for c in numeric:
+        X[c] = X[c].astype(np.float32).mask(X[c] == 0)
+    return X
 
 
 def _roc_auc(y, p) -> float:
@@ -40,7 +51,7 @@ def xgboost(data, params: dict, *, seed: int, threads: int) -> dict:
     """xgb.train with native categories, early stopping on the validation rows, the test AUC at the best iteration."""
     import xgboost as xgb
 
-    X, y = data.X, data.y
+    X, y = (zeros_to_nan(data.X) if params.get("zero_as_missing") else data.X), data.y
     tr, va, te = data.train_idx, data.val_idx, data.test_idx
     p = {k: v for k, v in params.items() if k not in XGB_TRAIN_ARGS}
     p.setdefault("objective", "binary:logistic")

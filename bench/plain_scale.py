@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.plain import XGB_TRAIN_ARGS, zeros_to_nan
+
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 
 
@@ -81,8 +83,10 @@ def xgboost(path: str, label: str, params: dict, seed: int, threads: int) -> dic
     import xgboost as xgb
 
     X, y = read(path, label)
+    if params.get("zero_as_missing"):
+        X = zeros_to_nan(X)
     tr, va, te = split(y)
-    p = {k: v for k, v in params.items() if k not in ("num_boost_round", "early_stopping_rounds")}
+    p = {k: v for k, v in params.items() if k not in XGB_TRAIN_ARGS}
     p.update(objective="binary:logistic", nthread=threads)
     p.setdefault("seed", seed)
     train = xgb.DMatrix(X.iloc[tr], label=y[tr], nthread=threads)

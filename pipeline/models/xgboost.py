@@ -12,6 +12,8 @@ from pipeline.models.base import FitContext, TabularModel
 from pipeline.models.links import from_raw
 
 TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds")  # xgb.train's arguments, not booster params
+# the engine's own: numeric zeros handed to XGBoost as missing values (LightGBM's parameter of that name)
+ENGINE_ARGS = ("zero_as_missing",)
 DATA_SHAPED = ("monotone_constraints", "interaction_constraints")  # keyed by feature: need the data
 OBJECTIVES = {"binary": "binary:logistic", "multiclass": "multi:softprob", "regression": "reg:squarederror"}
 # how each of those objectives turns the summed margin into its prediction (pipeline.models.links)
@@ -28,7 +30,7 @@ def _on_gpu(device: str) -> bool:
 
 
 def _booster_params(params: dict, problem_type: str, num_classes: int) -> dict:
-    out = {k: v for k, v in params.items() if k not in TRAIN_ARGS}
+    out = {k: v for k, v in params.items() if k not in TRAIN_ARGS + ENGINE_ARGS}
     out.setdefault("objective", OBJECTIVES[problem_type])
     out.setdefault("tree_method", "hist")
     if problem_type == "multiclass":
@@ -76,6 +78,9 @@ class XGBoostModel(TabularModel):
         configured without data through the library's C API (no `import xgboost`), makes that an error."""
         import pipeline.models.native as native
 
+        for key in ENGINE_ARGS:
+            if not isinstance(params.get(key, False), bool):
+                raise ConfigError(f"model.{name}.params.{key}={params[key]!r} must be true or false")
         probe = _booster_params(params, problem_type or "binary", 3)
         probe.update(device="cpu", nthread=1)
         try:
@@ -89,7 +94,7 @@ class XGBoostModel(TabularModel):
             if "are not used" in text:
                 unused += [p.strip().strip('"') for p in text.split("{", 1)[1].split("}", 1)[0].split(",")]
         if unused:
-            known = native.config_keys(config) | set(TRAIN_ARGS) | {"eval_metric"} | set(DATA_SHAPED)
+            known = native.config_keys(config) | set(TRAIN_ARGS + ENGINE_ARGS) | {"eval_metric"} | set(DATA_SHAPED)
             key = unused[0]
             raise ConfigError(
                 f"model.{name}.params.{key} is not an XGBoost parameter{closest(key, known)}; "
@@ -102,12 +107,17 @@ class XGBoostModel(TabularModel):
         booster's own config is checked, since XGBoost silently falls back to the CPU."""
 
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
-        self._train(self._training_matrix(X, y, ctx), _matrix(X_val, y_val, ctx.placement.num_cpus), ctx)
+        self._train(self._training_matrix(self._frame(X), y, ctx),
+                    _matrix(self._frame(X_val), y_val, ctx.placement.num_cpus), ctx)
 
     def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
         # each matrix copies its rows: their frames go once it is made
-        self._train(self._training_matrix(X.iloc[train_rows], y[train_rows], ctx),
-                    _matrix(X.iloc[val_rows], y[val_rows], ctx.placement.num_cpus), ctx)
+        self._train(self._training_matrix(self._frame(X.iloc[train_rows]), y[train_rows], ctx),
+                    _matrix(self._frame(X.iloc[val_rows]), y[val_rows], ctx.placement.num_cpus), ctx)
+
+    def _frame(self, X):
+        """X as XGBoost reads it: with zero_as_missing, each numeric column's zeros as missing values."""
+        return zeros_as_missing(X) if self.params.get("zero_as_missing", False) else X
 
     def _training_matrix(self, X, y, ctx: FitContext):
         """For the CPU's hist method a QuantileDMatrix: XGBoost bins the rows straight from the frame,
@@ -180,7 +190,7 @@ class XGBoostModel(TabularModel):
     def _predict(self, X):
         import xgboost as xgb
 
-        return self._predict_matrix(xgb.DMatrix(X, enable_categorical=True,
+        return self._predict_matrix(xgb.DMatrix(self._frame(X), enable_categorical=True,
                                                 nthread=getattr(self, "predict_threads_", None)))
 
     def _predict_matrix(self, matrix):
@@ -200,6 +210,36 @@ class XGBoostModel(TabularModel):
 
         rounds = max(1, round(float(np.mean([m.best_iteration_ + 1 for m in fitted]))))
         return {"num_boost_round": rounds, "early_stopping_rounds": None}
+
+
+def zeros_as_missing(X):
+    """X with the zeros of its numeric columns as NaN, as float32 (XGBoost's own type for every value):
+    XGBoost sends a missing value down whichever side of a split its gain prefers, so a feature that is
+    mostly zero (capital-gain on Adult) splits its nonzero values on their own, with the zeros on either
+    side, as LightGBM treats a zero. Only columns holding a zero are copied; categorical and boolean
+    columns, and missing values already there, are kept."""
+    import numpy as np
+
+    changed = {}
+    for name in X.columns:
+        column = X[name]
+        if column.dtype.kind not in "iuf":
+            continue
+        if isinstance(column.dtype, np.dtype):
+            values = column.to_numpy()
+        else:  # a nullable column (Int64, Float32): its NA as NaN
+            values = column.to_numpy(dtype=np.float32, na_value=np.nan)
+        zero = values == 0
+        if zero.any():
+            out = values.astype(np.float32)
+            out[zero] = np.nan
+            changed[name] = out
+    if not changed:
+        return X
+    out = X.copy(deep=False)
+    for name, values in changed.items():
+        out[name] = values
+    return out
 
 
 def _matrix(X, y, threads: int):
