@@ -112,12 +112,14 @@ class XGBoostModel(TabularModel):
 
     def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
         # each matrix copies its rows: their frames go once it is made
-        self._train(self._training_matrix(self._frame(X.iloc[train_rows]), y[train_rows], ctx),
-                    _matrix(self._frame(X.iloc[val_rows]), y[val_rows], ctx.placement.num_cpus), ctx)
+        self._train(self._training_matrix(self._frame(X, train_rows), y[train_rows], ctx),
+                    _matrix(self._frame(X, val_rows), y[val_rows], ctx.placement.num_cpus), ctx)
 
-    def _frame(self, X):
-        """X as XGBoost reads it: with zero_as_missing, each numeric column's zeros as missing values."""
-        return zeros_as_missing(X) if self.params.get("zero_as_missing", False) else X
+    def _frame(self, X, rows=None):
+        """X (or its rows) as XGBoost reads it: with zero_as_missing, numeric zeros as missing values."""
+        if self.params.get("zero_as_missing", False):
+            return zeros_as_missing(X, rows)
+        return X if rows is None else X.iloc[rows]
 
     def _training_matrix(self, X, y, ctx: FitContext):
         """For the CPU's hist method a QuantileDMatrix: XGBoost bins the rows straight from the frame,
@@ -212,34 +214,39 @@ class XGBoostModel(TabularModel):
         return {"num_boost_round": rounds, "early_stopping_rounds": None}
 
 
-def zeros_as_missing(X):
-    """X with the zeros of its numeric columns as NaN, as float32 (XGBoost's own type for every value):
-    XGBoost sends a missing value down whichever side of a split its gain prefers, so a feature that is
-    mostly zero (capital-gain on Adult) splits its nonzero values on their own, with the zeros on either
-    side, as LightGBM treats a zero. Only columns holding a zero are copied; categorical and boolean
-    columns, and missing values already there, are kept."""
+def zeros_as_missing(X, rows=None):
+    """X (or its rows at positions `rows`) with the zeros of its numeric columns as NaN, in float32
+    (XGBoost's own type for every value): XGBoost sends a missing value down whichever side of a split its
+    gain prefers, so a mostly-zero feature (capital-gain on Adult) splits its nonzero values on their own,
+    with the zeros on either side, as LightGBM treats a zero. Categorical and boolean columns, and missing
+    values already there, are kept. The rows are taken once, a column at a time, and only columns that
+    hold a zero are changed: no second copy of the fold's frame."""
     import numpy as np
+    import pandas as pd
 
-    changed = {}
+    taken = rows is not None
+    columns, changed = {}, False
     for name in X.columns:
         column = X[name]
-        if column.dtype.kind not in "iuf":
-            continue
         if isinstance(column.dtype, np.dtype):
             values = column.to_numpy()
-        else:  # a nullable column (Int64, Float32): its NA as NaN
+        elif column.dtype.kind in "iuf":  # a nullable column (Int64, Float32): its NA as NaN
             values = column.to_numpy(dtype=np.float32, na_value=np.nan)
-        zero = values == 0
-        if zero.any():
-            out = values.astype(np.float32)
-            out[zero] = np.nan
-            changed[name] = out
-    if not changed:
+        else:
+            columns[name] = column.array.take(rows) if taken else column.array
+            continue
+        if taken:
+            values = values[rows]  # a copy of its own
+        if values.dtype.kind in "iuf":
+            zero = values == 0
+            if zero.any():
+                values = values.astype(np.float32, copy=not taken)  # taken: ours to change in place
+                values[zero] = np.nan
+                changed = True
+        columns[name] = values
+    if not (taken or changed):
         return X
-    out = X.copy(deep=False)
-    for name, values in changed.items():
-        out[name] = values
-    return out
+    return pd.DataFrame(columns, index=X.index[rows] if taken else X.index, copy=False)
 
 
 def _matrix(X, y, threads: int):

@@ -71,3 +71,25 @@ def test_the_setting_must_be_a_boolean():
     with pytest.raises(ConfigError, match=r"model\.xgboost\.params\.zero_as_missing='yes' must be true or false"):
         XGBoostModel.check_params("xgboost", {"zero_as_missing": "yes"}, "binary")
     XGBoostModel.check_params("xgboost", {"zero_as_missing": False, "max_depth": 3}, "binary")
+
+
+def test_a_folds_rows_are_taken_once():
+    """The fold's frame with its zeros as missing values costs one copy of its rows (tracemalloc sees
+    numpy's buffers), not the rows' copy and then a changed copy of each column."""
+    import tracemalloc
+
+    rng = np.random.default_rng(2)
+    n, k = 200_000, 8
+    X = pd.DataFrame({f"f{i}": np.where(rng.random(n) < 0.3, 0, rng.random(n)).astype(np.float32) for i in range(k)})
+    X["kind"] = pd.Categorical(rng.integers(0, 3, n))
+    rows = np.sort(rng.choice(n, n // 2, replace=False))
+    expected = zeros_as_missing(X.iloc[rows])
+    fold_bytes = len(rows) * k * 4
+    tracemalloc.start()
+    try:
+        out = zeros_as_missing(X, rows)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    pd.testing.assert_frame_equal(out, expected)
+    assert peak < 1.5 * fold_bytes, (peak, fold_bytes)  # the rows once, their index (8 bytes a row), a mask
