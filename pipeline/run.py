@@ -20,6 +20,7 @@ from pipeline.checks import (
     Checked, check_after_loading, check_data_and_params, check_environment, check_gpu_models,
 )
 from pipeline.errors import ConfigError, Interrupted
+from pipeline.lean_imports import for_run as lean_imports_for_run
 from pipeline.levels import ineffective_bag
 from pipeline.graph.plan import EVALUATE, Plan, build_plan
 from pipeline.objectives import inner_fit_seconds, job_return
@@ -68,6 +69,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     cluster's nodes is a connection it closes again, and every fit is checked against those nodes).
     """
     settings = read_settings(cfg)
+    lean_imports_for_run(settings.lean_imports)
     runtime = runtime or Runtime.from_hydra()
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pipeline.config import Config, DataConf, ModelSpecConf, PredictConfig, Resume, SearchDimConf
 from pipeline.device_choice import check_device
 from pipeline.errors import ConfigError
+from pipeline.lean_imports import PRELOAD as LEAN_PRELOAD
 from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
 from pipeline.redact import flatten, redact
@@ -100,9 +101,21 @@ class Settings:
 
     @property
     def worker_modules(self) -> tuple[str, ...]:
-        """What a fit process imports ahead of its first fit: the libraries, then what their fits import."""
+        """What a fit process imports ahead of its first fit: in a lean run `pipeline.executors.lean_preload`
+        first, then the libraries, then what their fits import."""
         imported_by_fits = (m for spec in self.models for m in spec.cls.worker_modules)
-        return tuple(dict.fromkeys((*self.library_modules, *imported_by_fits)))
+        lean = (LEAN_PRELOAD,) if self.lean_imports else ()
+        return tuple(dict.fromkeys((*lean, *self.library_modules, *imported_by_fits)))
+
+    @property
+    def lean_imports(self) -> bool:
+        """Whether the run's processes import the model libraries without scikit-learn (pipeline.lean_imports):
+        only where every class the run builds (models, data source, searcher, executor, tracker) is the
+        engine's own, which never uses the libraries' scikit-learn estimators; a class of yours might."""
+        conf = self.conf
+        targets = [conf.data._target_, conf.hpo._target_, conf.executor._target_, conf.tracking._target_,
+                   *(f"{spec.cls.__module__}.{spec.cls.__qualname__}" for spec in self.models)]
+        return all(target.startswith(ALWAYS_ALLOWED) for target in targets)
 
 
 def typed(cfg: DictConfig, schema: type):

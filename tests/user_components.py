@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pipeline.graph.backend import Backend
 from pipeline.graph.tasks import DataRef, safe_run_fit
+from pipeline.models import LightGBMModel
 from pipeline.tracking import NullTracker
 
 
@@ -89,3 +90,7 @@ class GatedTracker(NullTracker):
     def log_params(self, params) -> None:
         with self.path.open("a") as fh:
             fh.write(f"{len(params['blob'])}\n")
+
+class MyLightGBM(LightGBMModel):
+    """A user's own model class built on the engine's LightGBM model (it might use lightgbm's
+    scikit-learn estimators, so its run imports the libraries as they are)."""

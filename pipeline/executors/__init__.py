@@ -27,7 +27,7 @@ def ray_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
     """Ray tasks, on a local instance or the cluster at `executor.address`."""
     from pipeline.executors.ray import RayBackend
 
-    return RayBackend(address=conf.address, init_kwargs=conf.ray_init)
+    return RayBackend(address=conf.address, init_kwargs=conf.ray_init, preload=preload)
 
 
 ray_backend.kind = "ray"

@@ -26,6 +26,7 @@ from pipeline.graph.backend import Backend
 from pipeline.graph.tasks import DataRef, FitRequest, FoldResult, TaskFailure, safe_run_fit
 from pipeline.executors.worker import environment
 from pipeline.hardware import Machine
+from pipeline.lean_imports import PRELOAD as LEAN_PRELOAD
 from pipeline.graph.plan import Plan
 from pipeline.quantities import fmt
 
@@ -175,10 +176,15 @@ def _as_id(value) -> int | str:
         return str(value)
 
 
-def _fit_in_worker(request: FitRequest, data) -> FoldResult | TaskFailure:
-    """The body of each Ray task. `data` arrives resolved because it is a top-level argument."""
+def _fit_in_worker(request: FitRequest, data, lean: bool = False) -> FoldResult | TaskFailure:
+    """The body of each Ray task. `data` arrives resolved because it is a top-level argument. `lean`: the
+    run imports the model libraries without scikit-learn (pipeline.lean_imports), here too."""
     import ray
 
+    if lean:
+        from pipeline.lean_imports import install
+
+        install()
     devices.pin_order()  # before the fit's library starts CUDA in this worker
     request.data = DataRef(obj=data)
     if request.gpu_shares:
@@ -193,10 +199,10 @@ def _fit_in_worker(request: FitRequest, data) -> FoldResult | TaskFailure:
     return result
 
 
-def _fit_in_gpu_worker(request: FitRequest, data) -> FoldResult | TaskFailure:
+def _fit_in_gpu_worker(request: FitRequest, data, lean: bool = False) -> FoldResult | TaskFailure:
     """_fit_in_worker for GPU fits, registered with max_calls=1: the worker exits after one fit,
     which releases the GPU memory its framework kept cached."""
-    return _fit_in_worker(request, data)
+    return _fit_in_worker(request, data, lean)
 
 
 @contextmanager
@@ -246,8 +252,10 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self, address: Optional[str] = None, init_kwargs: Optional[dict] = None):
+    def __init__(self, address: Optional[str] = None, init_kwargs: Optional[dict] = None,
+                 preload: tuple[str, ...] = ()):
         self.address, self.init_kwargs = address, dict(init_kwargs or {})
+        self.lean = LEAN_PRELOAD in preload  # Ray's workers import what a fit needs themselves, lean or not
         self.started = False  # this backend started a local instance, so it stops it
         self.plan_ids: dict[str, int] = {}  # a local instance's CUDA token -> the plan's device id
         self.running: dict[object, str] = {}  # object ref -> task id
@@ -301,7 +309,7 @@ class RayBackend(Backend):
         remote = self._remote_gpu if gpus > 0 else self._remote
         options = {"num_cpus": request.num_cpus, "num_gpus": gpus, "max_retries": 0}  # the scheduler retries
         # The data ref travels as a top-level argument: Ray resolves only those, not refs inside the request.
-        ref = remote.options(**options).remote(replace(request, data=DataRef()), self.data_ref)
+        ref = remote.options(**options).remote(replace(request, data=DataRef()), self.data_ref, self.lean)
         self.running[ref] = request.task_id
         return ref
 

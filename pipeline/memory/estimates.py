@@ -24,9 +24,11 @@ MiB = 2**20
 GiB = 2**30
 
 # Resident memory of a fitting process: the interpreter with numpy, pandas, pyarrow and the engine,
-# then each model library it imports (lightgbm and xgboost import scikit-learn and scipy).
+# then each model library it imports, and scikit-learn with SciPy's statistics where LightGBM or XGBoost
+# imports them (a run that is not lean: pipeline.lean_imports).
 CORE_BYTES = 140 * MiB
-LIBRARY_BYTES = {"lightgbm": 75 * MiB, "xgboost": 105 * MiB, "torch": 170 * MiB}
+LIBRARY_BYTES = {"lightgbm": 17 * MiB, "xgboost": 40 * MiB, "torch": 170 * MiB}
+SKLEARN_BYTES = 66 * MiB
 TORCH_RUNTIME_BYTES = 100 * MiB  # torch's thread pools and BLAS buffers once it computes on the CPU
 PREPARED_ROW_BYTES = 40  # per row beside its values: the encoded label, the split's indices, what making them left
 BIN_SAMPLE_ROWS = 200_000  # LightGBM's bin_construct_sample_cnt: rows it samples to find the bins
@@ -76,16 +78,19 @@ class Estimate:
                 "parts_mb": {k: round(v / MiB, 1) for k, v in self.parts.items()}}
 
 
-def worker_bytes(libraries: Iterable[str]) -> int:
-    """A fit process before it reads data: the interpreter and the libraries it preloads."""
-    return CORE_BYTES + sum(LIBRARY_BYTES.get(lib, 0) for lib in set(libraries))
+def worker_bytes(libraries: Iterable[str], lean: bool = True) -> int:
+    """A fit process before it reads data: the interpreter and the libraries it preloads (without
+    scikit-learn where `lean`)."""
+    libraries = set(libraries)
+    sklearn = 0 if lean or not libraries & {"lightgbm", "xgboost"} else SKLEARN_BYTES
+    return CORE_BYTES + sum(LIBRARY_BYTES.get(lib, 0) for lib in libraries) + sklearn
 
 
-def common_parts(fit: FitShape, libraries: Iterable[str]) -> dict:
+def common_parts(fit: FitShape, libraries: Iterable[str], lean: bool = True) -> dict:
     """What every fit holds besides its own structures: the process and the prepared table (a
     worker maps all of it)."""
     return {
-        "process": worker_bytes(libraries),
+        "process": worker_bytes(libraries, lean),
         "table": fit.data.rows * (fit.data.row_bytes + PREPARED_ROW_BYTES),
     }
 

@@ -18,7 +18,7 @@ class MemoryPlanner:
 
     def __init__(self, settings, hardware, machine, base_dir: Path, *, on_cluster: bool = False):
         self.settings = settings
-        self.libraries = settings.library_modules
+        self.libraries, self.lean = settings.library_modules, settings.lean_imports
         self.shape = data_shape(settings.conf.data, base_dir)
         self.capacity: Optional[Capacity] = None
         note = ""
@@ -49,7 +49,7 @@ class MemoryPlanner:
         if stack_columns:
             wide = self.fit_shape(dataclasses.replace(shape, numeric=shape.numeric + stack_columns))
         own = spec.cls.memory_estimate(spec.params, wide, on_gpu)
-        parts = {**common_parts(fit, self.libraries), **own.parts}
+        parts = {**common_parts(fit, self.libraries, self.lean), **own.parts}
         if stack_columns:
             parts["stack_features"] = stack_bytes(fit, stack_columns)
         return Estimate(sum(parts.values()), own.gpu, parts)

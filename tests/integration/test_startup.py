@@ -59,3 +59,27 @@ def test_hydra_mode_on_the_command_line_still_sweeps(cli, tmp_path):
     assert sorted(p.parent.name for p in (tmp_path / "sweep").glob("*/plan.json")) == ["0", "1"], proc.stdout
     refused = cli("model=lightgbm", "dry_run=true", "seed=1,2")  # a sweep without -m stays an error
     assert refused.returncode != 0 and "--multirun" in refused.stderr
+
+
+@pytest.mark.parametrize("in_process", ["always", "never"])
+def test_a_run_fits_lightgbm_and_xgboost_without_importing_scikit_learn(cli, in_process):
+    """The driver, the forkserver and the workers (all write the import profile to this stderr) import
+    LightGBM and XGBoost without scikit-learn and SciPy's statistics (pipeline.lean_imports)."""
+    proc = cli("model=gbm", "data.max_rows=3000", "tracking=none", f"executor.in_process={in_process}",
+               env={"PYTHONPROFILEIMPORTTIME": "1"}, check=True)
+    names = modules(proc.stderr)
+    assert {"lightgbm", "xgboost"} <= names and "best: " in proc.stdout
+    # -X importtime also lists the refused `import sklearn` itself (microseconds): none of its modules ran
+    assert sorted(n for n in names if n.startswith(("sklearn.", "scipy.stats"))) == []
+    if in_process == "never":
+        assert "pipeline.executors.lean_preload" in names  # the forkserver installed it before its preloads
+
+
+def test_a_run_with_a_model_class_of_the_users_imports_the_libraries_as_they_are(cli):
+    from tests.conftest import FAULT_ENV
+
+    proc = cli("model=lightgbm", "data.max_rows=3000", "tracking=none", "allowed_targets=[tests.]",
+               "model.lightgbm._target_=tests.user_components.MyLightGBM",
+               env={"PYTHONPROFILEIMPORTTIME": "1", **FAULT_ENV}, check=True)
+    names = modules(proc.stderr)
+    assert {"lightgbm", "sklearn.base", "scipy.stats"} <= names and "pipeline.executors.lean_preload" not in names

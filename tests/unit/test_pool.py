@@ -120,4 +120,5 @@ def test_workers_preload_what_a_network_fit_imports_on_first_use(compose):
 
     settings = read_settings(compose(["model=all"]))
     assert settings.library_modules == ("lightgbm", "xgboost", "torch")
-    assert settings.worker_modules == ("lightgbm", "xgboost", "torch", "torch._dynamo")
+    assert settings.worker_modules == ("pipeline.executors.lean_preload", "lightgbm", "xgboost", "torch",
+                                       "torch._dynamo")
