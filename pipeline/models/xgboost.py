@@ -218,7 +218,8 @@ def zeros_as_missing(X, rows=None):
     """X (or its rows at positions `rows`) with the zeros of its numeric columns as NaN, in float32
     (XGBoost's own type for every value): XGBoost sends a missing value down whichever side of a split its
     gain prefers, so a mostly-zero feature (capital-gain on Adult) splits its nonzero values on their own,
-    with the zeros on either side, as LightGBM treats a zero. Categorical and boolean columns, and missing
+    with the zeros on either side, as XGBoost treats the entries a sparse matrix leaves out (AutoGluon's
+    XGBoost reads its rows as one). Categorical and boolean columns, and missing
     values already there, are kept. The rows are taken once, a column at a time, and only columns that
     hold a zero are changed: no second copy of the fold's frame."""
     import numpy as np
