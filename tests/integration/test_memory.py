@@ -64,13 +64,13 @@ def test_folds_that_do_not_fit_in_ram_together_run_one_at_a_time(cli, tmp_path):
 
 
 def test_a_fit_that_fits_nowhere_is_an_error_before_anything_starts(cli, tmp_path):
-    proc = cli("+hardware=cpu", "hardware.memory_gb=0.9", "model=lightgbm", "data=synthetic", "data.rows=1000000",
+    proc = cli("+hardware=cpu", "hardware.memory_gb=0.8", "model=lightgbm", "data=synthetic", "data.rows=1000000",
                "tracking=none")
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     message = proc.stdout + proc.stderr
     assert "model 'lightgbm': one fit needs about" in message
-    assert "hardware.memory_gb=0.9" in message and "data.max_rows=" in message
+    assert "hardware.memory_gb=0.8" in message and "data.max_rows=" in message
     assert not list(tmp_path.glob("outputs/runs/*/*/data/data.pkl"))  # nothing was loaded or fitted
 
 
