@@ -94,3 +94,16 @@ class GatedTracker(NullTracker):
 class MyLightGBM(LightGBMModel):
     """A user's own model class built on the engine's LightGBM model (it might use lightgbm's
     scikit-learn estimators, so its run imports the libraries as they are)."""
+
+
+class LeanProbeLightGBM(LightGBMModel):
+    """The engine's LightGBM model that notes, in the fitted model, whether the process that fitted it had
+    pipeline.lean_imports installed."""
+
+    def _fit_rows(self, X, y, train_rows, val_rows, ctx) -> None:
+        import sys
+
+        from pipeline import lean_imports
+
+        super()._fit_rows(X, y, train_rows, val_rows, ctx)
+        self.lean_installed_ = lean_imports._finder in sys.meta_path

@@ -164,6 +164,29 @@ def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adul
     assert ("killer", 0) in outcome.trials
 
 
+def test_the_ray_tasks_of_a_lean_run_import_the_libraries_lean(ray_instance, adult, tmp_path):
+    """A lean run's preload list reaches Ray's workers as `lean`: each task installs pipeline.lean_imports
+    before its fit imports LightGBM (the fitted model notes it in the worker that fitted it)."""
+    from pipeline.config import HpoConf
+    from pipeline.executors.ray import RayBackend
+    from pipeline.graph.scheduler import Scheduler
+    from pipeline.hpo import TrialSource
+    from pipeline.lean_imports import PRELOAD
+    from pipeline.metrics import METRICS
+    from pipeline.store import ResultStore
+    from tests.user_components import LeanProbeLightGBM
+
+    model = LeanProbeLightGBM({"num_iterations": 5, "verbosity": -1}, "probe")
+    plan = plan_for(2, 0, 1, None, num_folds=2, model="probe")
+    with RayBackend(preload=(PRELOAD, "lightgbm")) as backend:
+        assert backend.lean
+        outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
+                            {"probe": model}, adult, METRICS["roc_auc"], seed=0, max_retries=0).run()
+    folds = outcome.trials[("probe", 0)].folds
+    assert len(folds) == 2 and all(f.model.lean_installed_ for f in folds)
+    assert not RayBackend(preload=("lightgbm",)).lean
+
+
 def _recording_submits(backend) -> list:
     """The object refs of the fits `backend` submits, in order."""
     submitted, submit = [], backend.submit
