@@ -85,13 +85,13 @@ _finder = LeanFinder()
 
 def install() -> None:
     """Put the finder first on sys.meta_path (once per process); libraries imported before stay as they are."""
-    if _finder not in sys.meta_path:
+    if not installed():
         sys.meta_path.insert(0, _finder)
 
 
-def lean_libraries() -> frozenset[str]:
-    """The libraries this process imported without scikit-learn (their scikit-learn estimators raise)."""
-    return frozenset(_finder.lean)
+def installed() -> bool:
+    """Whether this process imports the libraries lean from now on."""
+    return _finder in sys.meta_path
 
 
 def for_run(lean: bool) -> None:
@@ -101,6 +101,7 @@ def for_run(lean: bool) -> None:
     if lean:
         install()
     elif _finder.lean:
+        libraries = sorted(_finder.lean)
         log.warning("%s was imported in this process without scikit-learn by an earlier run: a class of yours "
                     "cannot build %s's scikit-learn estimators here (run it in a process of its own)",
-                    " and ".join(sorted(_finder.lean)), "/".join(sorted(_finder.lean)))
+                    " and ".join(libraries), "/".join(libraries))

@@ -23,7 +23,7 @@ from pipeline.objectives import check as check_objectives
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
 from pipeline.graph.stacking import check as check_stacking
-from pipeline.targets import ALWAYS_ALLOWED, Kind, check_allowed_targets, check_no_targets, resolve
+from pipeline.targets import ALWAYS_ALLOWED, Kind, check_allowed_targets, check_no_targets, inside, resolve
 
 if TYPE_CHECKING:
     from pipeline.models.base import TabularModel
@@ -114,8 +114,8 @@ class Settings:
         engine's own, which never uses the libraries' scikit-learn estimators; a class of yours might."""
         conf = self.conf
         targets = [conf.data._target_, conf.hpo._target_, conf.executor._target_, conf.tracking._target_,
-                   *(f"{spec.cls.__module__}.{spec.cls.__qualname__}" for spec in self.models)]
-        return all(target.startswith(ALWAYS_ALLOWED) for target in targets)
+                   *(spec.conf._target_ for spec in self.models)]
+        return all(inside(target, ALWAYS_ALLOWED) for target in targets)
 
 
 def typed(cfg: DictConfig, schema: type):

@@ -101,9 +101,7 @@ class LeanProbeLightGBM(LightGBMModel):
     pipeline.lean_imports installed."""
 
     def _fit_rows(self, X, y, train_rows, val_rows, ctx) -> None:
-        import sys
-
         from pipeline import lean_imports
 
         super()._fit_rows(X, y, train_rows, val_rows, ctx)
-        self.lean_installed_ = lean_imports._finder in sys.meta_path
+        self.lean_installed_ = lean_imports.installed()

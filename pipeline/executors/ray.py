@@ -27,6 +27,7 @@ from pipeline.graph.tasks import DataRef, FitRequest, FoldResult, TaskFailure, s
 from pipeline.executors.worker import environment
 from pipeline.hardware import Machine
 from pipeline.lean_imports import PRELOAD as LEAN_PRELOAD
+from pipeline.lean_imports import install as install_lean_imports
 from pipeline.graph.plan import Plan
 from pipeline.quantities import fmt
 
@@ -182,9 +183,7 @@ def _fit_in_worker(request: FitRequest, data, lean: bool = False) -> FoldResult 
     import ray
 
     if lean:
-        from pipeline.lean_imports import install
-
-        install()
+        install_lean_imports()
     devices.pin_order()  # before the fit's library starts CUDA in this worker
     request.data = DataRef(obj=data)
     if request.gpu_shares:
