@@ -42,11 +42,14 @@ class FailingModel(_Constant):
 
 
 class SleepModel(_Constant):
-    """Sleeps `seconds`, then records its pid, CUDA_VISIBLE_DEVICES and time span in `record_dir`."""
+    """Sleeps `seconds` (or `seconds_by_job[job]`, with `job: ${hydra:job.num}` in a sweep), then records
+    its pid, CUDA_VISIBLE_DEVICES and time span in `record_dir`."""
 
     def _fit(self, X, y, X_val, y_val, ctx):
         start = time.time()
-        time.sleep(float(self.params.get("seconds", 0.5)))
+        by_job = self.params.get("seconds_by_job")
+        seconds = by_job[int(self.params["job"])] if by_job else self.params.get("seconds", 0.5)
+        time.sleep(float(seconds))
         super()._fit(X, y, X_val, y_val, ctx)
         record_dir = self.params.get("record_dir")
         if record_dir:
