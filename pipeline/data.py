@@ -19,7 +19,7 @@ import pandas as pd
 from pipeline.config import DataConf
 from pipeline.data_sources import read_file, resolve
 from pipeline.errors import DataError
-from pipeline.problem import problem_type_of
+from pipeline.problem import problem_type_of, small_whole_values
 from pipeline.schema import category_text, encode
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,11 @@ def _plain(value):
 def _encode_label(y: pd.Series, problem_type: str, label: str) -> tuple[np.ndarray, Optional[list]]:
     if problem_type == "regression":
         return y.to_numpy(dtype=np.float64), None
+    distinct = small_whole_values(y)
+    if distinct is not None:  # 0..63: each value's code by a lookup, no hashing of millions of rows
+        lookup = np.full(int(distinct[-1]) + 1, -1, dtype=np.int64)
+        lookup[distinct] = np.arange(len(distinct))
+        return lookup[y.to_numpy()], distinct.tolist()
     classes = sorted(y.unique().tolist(), key=lambda v: (str(type(v)), v))
     codes = pd.Categorical(y, categories=classes).codes.astype(np.int64)
     return codes, classes

@@ -56,13 +56,23 @@ def folds(n_rows: int, num_folds: int, seed: int, labels: Optional[np.ndarray] =
 SMALL_CODES = 64  # classes coded 0..63 are grouped by a pass per class, not by sorting the rows
 
 
+def small_counts(labels: np.ndarray) -> Optional[np.ndarray]:
+    """How many rows hold each of 0..max when the labels are whole numbers from 0 to SMALL_CODES - 1
+    (counted in one pass, no hashing or sort); None for any other labels."""
+    if not isinstance(labels, np.ndarray) or labels.dtype.kind not in "iub" or not len(labels):
+        return None
+    low, high = labels.min(), labels.max()
+    if low < 0 or high >= SMALL_CODES:
+        return None
+    return np.bincount(labels, minlength=int(high) + 1)
+
+
 def _groups(labels: np.ndarray) -> list[np.ndarray]:
     """Row positions of each class, classes in sorted order, positions ascending. Labels that are small
     whole numbers (the engine's encoded classes) take a pass per class; others a sort."""
-    if labels.dtype.kind in "iub" and len(labels):
-        low, high = labels.min(), labels.max()
-        if low >= 0 and high < SMALL_CODES:
-            return [np.flatnonzero(labels == c) for c in np.flatnonzero(np.bincount(labels, minlength=high + 1))]
+    counts = small_counts(labels)
+    if counts is not None:
+        return [np.flatnonzero(labels == c) for c in np.flatnonzero(counts)]
     _, inverse = np.unique(labels, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     bounds = np.cumsum(np.bincount(inverse))[:-1]

@@ -1,0 +1,48 @@
+"""Label columns of small whole numbers take a counting pass (no hashing of millions of rows); the
+classes, codes and problem type are those of the general path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import data as td
+from pipeline import problem
+
+
+def general(y: pd.Series) -> tuple[np.ndarray, list]:
+    """Classes and codes as the general path makes them (any label values)."""
+    classes = sorted(y.unique().tolist(), key=lambda v: (str(type(v)), v))
+    return pd.Categorical(y, categories=classes).codes.astype(np.int64), classes
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "int8"])
+@pytest.mark.parametrize("values", [[0, 1], [1, 3, 7], [2, 0, 5, 4, 1], [63, 0]], ids=str)
+def test_small_whole_labels_encode_as_the_general_path(dtype, values):
+    rng = np.random.default_rng(0)
+    y = pd.Series(rng.choice(values, 5000), dtype=dtype)
+    assert problem.small_whole_values(y) is not None  # the counting pass is taken
+    kind = problem.problem_type_of(y, "auto", "t")
+    assert kind == ("binary" if len(values) == 2 else "multiclass")
+    codes, classes = td._encode_label(y, kind, "t")
+    want_codes, want_classes = general(y)
+    assert classes == want_classes and all(type(c) is int for c in classes)
+    np.testing.assert_array_equal(codes, want_codes)
+    assert codes.dtype == np.int64
+
+
+@pytest.mark.parametrize("y", [
+    pd.Series([0, 64, 1] * 10), pd.Series([-1, 0, 1] * 10), pd.Series([0.0, 1.0] * 10),
+    pd.Series([0, 1, None] * 10, dtype="Int64"), pd.Series([True, False] * 10), pd.Series(["a", "b"] * 10),
+], ids=["past 63", "negative", "float", "nullable", "bool", "text"])
+def test_other_labels_take_the_general_path(y):
+    assert problem.small_whole_values(y) is None
+
+
+def test_many_small_whole_values_are_a_regression_target_as_before():
+    y = pd.Series(np.arange(5000) % 30)  # 30 distinct whole numbers: more than MAX_CLASSES
+    assert problem.small_whole_values(y) is not None
+    assert problem.problem_type_of(y, "auto", "t") == "regression"
+    with pytest.raises(problem.DataError, match="has 30 distinct values"):
+        problem.problem_type_of(y, "binary", "t")
