@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -314,7 +315,8 @@ def serve(folder: RuntimeFolder, key: str, keep_alive_s: float, store: Optional[
             if store is not None and folder.read(host_file) == info:
                 info = {**info, "store": _identity(store)}
                 folder.write(host_file, info)
-            warm_up()
+            # on a thread: a retire (or the end of keep_alive_s) during the imports ends the service at once
+            threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
             warm = True
     if folder.read(host_file) == info:
         folder.unlink(host_file)
