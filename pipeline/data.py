@@ -7,8 +7,8 @@ LightGBM and XGBoost use native categories and the network learns embeddings.
 from __future__ import annotations
 
 import hashlib
-import os
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional

@@ -180,8 +180,9 @@ def test_the_ray_tasks_of_a_lean_run_import_the_libraries_lean(ray_instance, adu
     plan = plan_for(2, 0, 1, None, num_folds=2, model="probe")
     with RayBackend(preload=(PRELOAD, "lightgbm")) as backend:
         assert backend.lean
-        outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
-                            {"probe": model}, adult, METRICS["roc_auc"], seed=0, max_retries=0).run()
+        trials = TrialSource(HpoConf(), {}, {}, "maximize")
+        outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"), trials, {"probe": model}, adult,
+                            METRICS["roc_auc"], seed=0, max_retries=0).run()
     folds = outcome.trials[("probe", 0)].folds
     assert len(folds) == 2 and all(f.model.lean_installed_ for f in folds)
     assert not RayBackend(preload=("lightgbm",)).lean

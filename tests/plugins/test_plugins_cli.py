@@ -242,7 +242,8 @@ def test_search_starts_each_trial_as_soon_as_a_slot_frees(cli, tmp_path):
     proc = cli("-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
                "hydra/launcher=gpu", "hydra.launcher.gpus_per_job=0", "hydra.launcher.cpus_per_job=1",
                "model=sleepy", searchpath, "allowed_targets=[tests.]", "data.max_rows=300", "tracking=none",
-               "hydra.sweeper.direction=maximize", "model.sleepy.params.x=interval(0, 1)", env=FAULT_ENV, check=True, timeout=300)
+               "hydra.sweeper.direction=maximize", "model.sleepy.params.x=interval(0, 1)", env=FAULT_ENV, check=True,
+               timeout=300)
     log = [line for line in (proc.stdout + proc.stderr).splitlines() if re.search(r"#\d : (slot|COMPLETED)", line)]
     events = [("end" if "COMPLETED" in line else "start", int(re.search(r"#(\d)", line).group(1))) for line in log]
     assert events[:2] == [("start", 0), ("start", 1)], events

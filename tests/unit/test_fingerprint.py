@@ -19,8 +19,8 @@ def table(rows: int = 1000, **changes) -> td.TabularData:
     X.insert(1, "colour", pd.Categorical(rng.choice(["red", "blue"], rows), categories=["blue", "red"]))
     order = np.arange(rows)
     parts = dict(X=X, y=(block[:, 0] > 0).astype(np.int64), problem_type="binary", label="t", classes=[0, 1],
-                 categorical=["colour"], numeric=["a", "b", "c"], train_idx=order[:600], val_idx=order[600:800],
-                 test_idx=order[800:])
+                 categorical=["colour"], numeric=["a", "b", "c"], train_idx=order[:600],
+                 val_idx=order[600:800], test_idx=order[800:])
     parts.update(changes)
     return td.TabularData(**parts)
 
