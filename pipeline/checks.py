@@ -17,6 +17,7 @@ from pipeline.errors import HardwareError, ResourceError
 
 if TYPE_CHECKING:
     from pipeline.metrics import Metric
+    from pipeline.roles import Roles
     from pipeline.graph.plan import Plan
     from pipeline.settings import Settings
 
@@ -29,6 +30,7 @@ class Checked:
 
     problem_type: Optional[str] = None
     metric: Optional[Metric] = None
+    roles: Optional[Roles] = None  # the columns' roles from the file's first rows (None: inferred at loading)
 
 
 def check_data_and_params(settings: Settings, launch_dir: Path) -> Checked:
@@ -38,13 +40,22 @@ def check_data_and_params(settings: Settings, launch_dir: Path) -> Checked:
 
     check_before_reading(settings.conf.data, launch_dir)  # a missing file, before the plan is shown
     problem_type = settings.conf.data.make_source().problem_type(launch_dir)
+    roles = _roles(settings, launch_dir, problem_type)
     if problem_type is None:
         metrics.check_name(settings.conf.eval_metric)
         check_params(settings, None)
-        return Checked()
+        return Checked(roles=roles)
     metric = metrics.resolve(settings.conf.eval_metric, problem_type)
     check_params(settings, problem_type)
-    return Checked(problem_type, metric)
+    return Checked(problem_type, metric, roles)
+
+
+def _roles(settings: Settings, launch_dir: Path, problem_type: Optional[str]):
+    """The columns' roles from the file's first rows, where a local file has them (a leak is an error here
+    with data.leak_check=error, before the plan)."""
+    from pipeline.data import roles_before_reading
+
+    return roles_before_reading(settings.conf.data, launch_dir, problem_type)
 
 
 def check_after_loading(settings: Settings, checked: Checked, problem_type: str) -> Metric:

@@ -148,6 +148,11 @@ class DataConf:
     problem_type: str = "auto"  # auto | binary | multiclass | regression
     drop_columns: List[str] = field(default_factory=list)
     categorical_columns: List[str] = field(default_factory=list)  # besides those typed as text or category
+    column_roles: Dict[str, str] = field(default_factory=dict)  # column -> role (pipeline.roles.ROLES), over the inferred
+    infer_roles: bool = True  # false: every column a feature as its dtype says (no id/date/text/constant roles)
+    leak_check: str = "warn"  # a column that alone predicts the label: warn | error | off
+    split: str = "random"  # random (stratified) | time: train on the earliest rows of data.time_column, test on the latest
+    time_column: Optional[str] = None  # data.split=time: the column that orders the rows
     test_path: Optional[str] = None  # a separate test file; else a seeded split of data.path
     storage_options: Dict[str, Any] = field(default_factory=dict)  # pandas/fsspec options (s3://, gs://): keys, tokens
     unseen_categories: str = "missing"  # test categories never seen in training: missing | error
@@ -173,12 +178,34 @@ class DataConf:
                 raise ConfigError(f"data.{key}={value} must be a fraction between 0 and 1")
         if self.max_rows is not None and self.max_rows < 10:
             raise ConfigError(f"data.max_rows={self.max_rows} must be at least 10")
+        from pipeline.roles import check_overrides
+
+        check_overrides(self.column_roles, self.leak_check)
+        one_of("data.split", self.split, ("random", "time"))
+        if self.split == "time" and not self.time_column:
+            raise ConfigError("data.split=time needs data.time_column: the column that orders the rows")
+        if self._target_ == BUNDLED_SOURCE and self.path and self.path not in BUNDLED:
+            self._source_from_extension()
         if self._target_ == BUNDLED_SOURCE:
             self.path = self.path or self.name
             if self.path not in BUNDLED:
                 raise ConfigError(f"data.path={self.path!r} is not a bundled data set; bundled: "
-                                  f"{', '.join(BUNDLED)}{closest(str(self.path), tuple(BUNDLED))}")
+                                  f"{', '.join(BUNDLED)}{closest(str(self.path), tuple(BUNDLED))}; "
+                                  "for your own file add data=csv or data=parquet")
             self.label = self.label or BUNDLED[self.path]
+
+    def _source_from_extension(self) -> None:
+        """`data.path=x.csv` or `x.parquet` without `data=`: the file's source, said in the log."""
+        lower = str(self.path).lower()
+        kinds = {".csv": "csv", ".csv.gz": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+        kind = next((k for ext, k in kinds.items() if lower.endswith(ext)), None)
+        if kind is None:
+            return
+        logging.getLogger("pipeline").info("data.path=%s: read as data=%s (from its extension)", self.path, kind)
+        self._target_ = f"pipeline.data_sources.{kind.capitalize()}Source"
+        self.name = kind
+        if self.label == BUNDLED.get("adult") and self.path:  # the default data set's label is not the file's
+            self.label = None
 
     def make_source(self):
         """The data source object (the target's class, given this config and `options` as keywords),

@@ -19,7 +19,9 @@ import pandas as pd
 from pipeline.config import DataConf
 from pipeline.data_sources import read_file, resolve
 from pipeline.errors import DataError
+from pipeline.features import FeatureMaker
 from pipeline.problem import problem_type_of, small_whole_values
+from pipeline.roles import Roles
 from pipeline.schema import category_text, encode
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,9 @@ class TabularData:
     name: str = ""
     fingerprint: str = ""
     raw_dtypes: dict[str, str] = field(default_factory=dict)  # numeric columns as read, for model signatures
+    roles: Optional[Roles] = None  # each column's role (None: data.infer_roles=false)
+    features: Optional[FeatureMaker] = None  # what turns the raw columns into X's (None: X holds them as read)
+    raw_example: Optional[pd.DataFrame] = None  # a few raw test rows, where X's columns differ from the input's
 
     @property
     def num_classes(self) -> int:
@@ -61,8 +66,9 @@ class TabularData:
         return split.folds(len(rows), num_folds, seed, y if stratify else None)
 
 
-def load(spec: DataConf, base_dir: Path) -> TabularData:
-    """Read, check, type and split the data the spec names; every failure is a DataError."""
+def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None) -> TabularData:
+    """Read, check, type and split the data the spec names; every failure is a DataError. `roles`: the
+    columns' roles inferred before planning from a sample of the file (else inferred here, from a sample)."""
     source = spec.make_source()
     source.check()
     frame = source.read(base_dir)
@@ -83,13 +89,25 @@ def load(spec: DataConf, base_dir: Path) -> TabularData:
     X = frame.drop(columns=[label])
     problem_type = problem_type_of(y_raw, spec.problem_type, label)
     y, classes = _encode_label(y_raw, problem_type, label)
+    if spec.infer_roles and roles is None:
+        roles = infer_roles(frame, spec, label, problem_type)
+    order = _time_order(X, spec) if spec.split == "time" else None
+    train_idx, val_idx, test_idx = _split(y, problem_type, spec, n_main, len(frame), order)
+    fit_rows = np.concatenate([train_idx, val_idx])
+    features = raw_example = None
+    if roles is not None:
+        features = FeatureMaker.fit(X, roles, fit_rows)
+        if features.changes:
+            raw_example = X.iloc[test_idx[:5]].copy()
+            X = features.transform(X)
+        else:
+            features = None
     categorical, numeric = _column_types(X, spec.categorical_columns)
-    train_idx, val_idx, test_idx = _split(y, problem_type, spec, n_main, len(frame))
     raw_dtypes = {c: str(X[c].dtype) for c in numeric}
-    X = _type_columns(X, categorical, numeric, np.concatenate([train_idx, val_idx]), test_idx, spec)
+    X = _type_columns(X, categorical, numeric, fit_rows, test_idx, spec)
     data = TabularData(
         X, y, problem_type, label, classes, categorical, numeric, train_idx, val_idx, test_idx, spec.name,
-        raw_dtypes=raw_dtypes,
+        raw_dtypes=raw_dtypes, roles=roles, features=features, raw_example=raw_example,
     )
     data.fingerprint = fingerprint(data)
     return data
@@ -170,10 +188,94 @@ def _reject_text_in_numbers(column: str, s: pd.Series) -> None:
         )
 
 
-def _split(y: np.ndarray, problem_type: str, spec: DataConf, n_main: int, n_all: int):
+def infer_roles(frame: pd.DataFrame, spec: DataConf, label: str, problem_type: Optional[str]) -> Roles:
+    """The columns' roles from a sample of the frame (at most roles.SAMPLE_ROWS rows), said in the log."""
+    from pipeline import roles as roles_module
+
+    sample = roles_module.sample_of(frame, seed=_seed(spec))
+    roles = roles_module.infer(sample, label, problem_type, dict(spec.column_roles), tuple(spec.drop_columns),
+                               tuple(spec.categorical_columns), spec.leak_check)
+    roles_module.report(roles, spec.leak_check)
+    dates = roles.of("datetime")
+    if dates and spec.split == "random":
+        log.info("column(s) %s hold dates and the split is random: if the rows are ordered in time, "
+                 "data.split=time data.time_column=%s trains on the past and tests on the future",
+                 ", ".join(map(repr, dates)), roles_module._key(dates[0]))
+    return roles
+
+
+def roles_before_reading(spec: DataConf, base_dir: Path, problem_type: Optional[str]) -> Optional[Roles]:
+    """The roles from the first rows of a local CSV or Parquet file (never the whole table), before
+    planning; None where the source has no such file (the roles are then inferred at loading)."""
+    from pipeline import roles as roles_module
+
+    if not spec.infer_roles or spec.test_path:
+        return None
+    source = spec.make_source()
+    path = source.local_path(base_dir)
+    if path is None or source.kind not in ("csv", "parquet"):
+        return None
+    sample = _head(path, source.kind, roles_module.SAMPLE_ROWS)
+    sample.columns = [str(c) for c in sample.columns]
+    label = source.label
+    if label not in sample.columns:
+        return None  # the column checks at loading name what is wrong
+    sample = sample[sample[label].notna()].drop(columns=[c for c in spec.drop_columns if c in sample.columns])
+    return infer_roles(sample, spec, label, problem_type)
+
+
+def _head(path: Path, kind: str, rows: int) -> pd.DataFrame:
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        batch = next(pq.ParquetFile(path).iter_batches(batch_size=rows), None)
+        return batch.to_pandas() if batch is not None else pd.read_parquet(path)
+    return pd.read_csv(path, nrows=rows)
+
+
+def write_schema(path: Path, data_or_roles) -> None:
+    """schema.json: every column's role and reason (and, once loaded, the features the models read)."""
+    import json
+
+    from pipeline.store import atomic_write_bytes
+
+    roles = getattr(data_or_roles, "roles", data_or_roles)
+    if roles is None:
+        return
+    doc = json.loads(roles.to_json())
+    X = getattr(data_or_roles, "X", None)
+    if X is not None:
+        doc["features"] = {str(c): ("categorical" if isinstance(X[c].dtype, pd.CategoricalDtype) else "numeric")
+                           for c in X.columns}
+    atomic_write_bytes(path, json.dumps(doc, indent=2).encode())
+
+
+def _time_order(X: pd.DataFrame, spec: DataConf) -> np.ndarray:
+    """The rows' positions from the earliest to the latest value of data.time_column."""
+    column = spec.time_column
+    if column not in X.columns:
+        raise DataError(f"data.time_column={column!r} is not a feature column; columns: {', '.join(map(str, X.columns[:20]))}")
+    values = X[column]
+    if not pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_datetime64_any_dtype(values):
+        parsed = pd.to_datetime(values, errors="coerce", format="mixed")
+        if parsed.notna().sum() < 0.9 * values.notna().sum():
+            raise DataError(f"data.time_column={column!r} holds neither dates nor numbers "
+                            f"(e.g. {values.dropna().astype(str).head(3).tolist()})")
+        values = parsed
+    return np.argsort(values.to_numpy(), kind="stable")
+
+
+def _split(y: np.ndarray, problem_type: str, spec: DataConf, n_main: int, n_all: int,
+           order: Optional[np.ndarray] = None):
     from pipeline import split
 
     main = np.arange(n_main)
+    if order is not None:  # data.split=time: the past trains, the later rows validate, the latest test
+        ordered = order[order < n_main]
+        n_test = 0 if n_all > n_main else int(round(n_main * spec.test_size))
+        rest, test = ordered[:n_main - n_test], (ordered[n_main - n_test:] if n_test else np.arange(n_main, n_all))
+        n_val = int(round(len(rest) * spec.val_size))
+        return np.sort(rest[:len(rest) - n_val]), np.sort(rest[len(rest) - n_val:]), np.sort(test)
 
     def strat(idx):
         if problem_type == "regression":

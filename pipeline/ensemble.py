@@ -77,7 +77,9 @@ class BaggedPredictor:
 
     @property
     def libraries(self) -> set[str]:
-        return {lib for m in self.models for lib in type(m).library_modules}
+        maker = self.schema.maker  # dates and free text: skrub's encoders
+        made = {"skrub", "sklearn"} if maker is not None and (maker.dates or maker.texts) else set()
+        return {lib for m in self.models for lib in type(m).library_modules} | made
 
 
 @dataclass

@@ -297,6 +297,8 @@ def _raw_example(data):
     """A few test rows as a user's table would hold them: text categories, numbers as read."""
     import pandas as pd
 
+    if data.raw_example is not None:  # X's columns are features made from the input's
+        return data.raw_example
     X = data.X.iloc[data.test_idx[:5]].copy()
     for c in X.columns:
         if isinstance(X[c].dtype, pd.CategoricalDtype):

@@ -152,6 +152,13 @@ def print_plan(plan: Plan) -> None:
     console.print(plan_tree(plan))
 
 
+def print_roles(roles) -> None:
+    """One line per column role (schema.json has every column and its reason)."""
+    console.print(f"columns ({roles.sample_rows:,} rows sampled; each column's reason in schema.json):")
+    for line in roles.summary():
+        console.print(f"  {line}", soft_wrap=True, highlight=False, markup=False)
+
+
 def leaderboard_table(rows: list[dict], metric: str) -> Table:
     """The leaderboard; a `reused` column (folds taken from an earlier run / folds) when any were."""
     table = Table(title=f"Leaderboard ({metric})", show_lines=False)

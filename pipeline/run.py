@@ -83,6 +83,11 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     from pipeline import report
 
     report.print_plan(plan)
+    if checked.roles is not None:
+        report.print_roles(checked.roles)
+        from pipeline.data import write_schema
+
+        write_schema(runtime.run_dir / "schema.json", checked.roles)
     if settings.conf.time_limit_s is not None:
         report.console.print(report.time_limit_line(settings.conf.time_limit_s))
     plan.write(runtime.run_dir / "plan.json")
@@ -261,7 +266,13 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
     """The data and its metric (checked now where the problem type was not known before loading)."""
     from pipeline import data as data_module
 
-    data = data_module.load(settings.conf.data, runtime.launch_dir)
+    data = data_module.load(settings.conf.data, runtime.launch_dir, checked.roles)
+    if data.roles is not None:
+        if checked.roles is None:  # inferred from the loaded rows
+            from pipeline import report
+
+            report.print_roles(data.roles)
+        data_module.write_schema(runtime.run_dir / "schema.json", data)
     return data, check_after_loading(settings, checked, data.problem_type)
 
 
@@ -280,6 +291,8 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
         record.started()
         tracker.log_artifact(runtime.run_dir / "plan.json")
+        if (runtime.run_dir / "schema.json").exists():
+            tracker.log_artifact(runtime.run_dir / "schema.json")
         from pipeline.tracking.datasets import locations, summarize
 
         tracker.log_datasets(summarize(data), locations(settings.conf.data, runtime.launch_dir))

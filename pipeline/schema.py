@@ -20,8 +20,22 @@ log = logging.getLogger(__name__)
 
 
 def category_text(values: pd.Series) -> pd.Series:
-    """A column's values as the text its categories are named by (booleans as 'True'/'False')."""
-    return values.astype(str) if pd.api.types.is_bool_dtype(values) else values.astype("string")
+    """A column's values as the text its categories are named by, the same at training and prediction:
+    booleans as 'True'/'False', surrounding whitespace stripped, whole numbers without a decimal part
+    ('1.0' and 1.0 as '1'). Each distinct value is normalised once."""
+    text = values.astype(str) if pd.api.types.is_bool_dtype(values) else values.astype("string")
+    codes, uniques = pd.factorize(text)
+    if len(uniques) == 0:
+        return text
+    names = pd.Series(uniques, dtype="string").str.strip().str.replace(WHOLE, r"\1", regex=True)
+    if names.equals(pd.Series(uniques, dtype="string")):
+        return text
+    out = names.to_numpy(dtype=object)[codes]
+    out[codes < 0] = pd.NA
+    return pd.Series(out, index=values.index, dtype="string", name=values.name)
+
+
+WHOLE = r"^(-?\d+)\.0+$"  # a whole number written with a decimal part
 
 
 def encode(text: pd.Series, categories: list[str], factorized: Optional[tuple] = None) -> pd.Categorical:
@@ -48,35 +62,57 @@ class FeatureSchema:
     raw_dtypes: dict[str, str] = field(default_factory=dict)  # numeric columns as read, for model signatures
     label: Optional[str] = None
     unseen_categories: str = "missing"  # missing | error, as data.unseen_categories at training
+    features: Optional[object] = None  # pipeline.features.FeatureMaker: raw columns -> `columns` (None: the same)
 
     @classmethod
     def of(cls, X: pd.DataFrame, raw_dtypes: Optional[dict] = None, label: Optional[str] = None,
-           unseen_categories: str = "missing") -> "FeatureSchema":
+           unseen_categories: str = "missing", features=None) -> "FeatureSchema":
         cats = {c: list(X[c].cat.categories) for c in X.columns if isinstance(X[c].dtype, pd.CategoricalDtype)}
-        return cls(list(X.columns), cats, dict(raw_dtypes or {}), label, unseen_categories)
+        return cls(list(X.columns), cats, dict(raw_dtypes or {}), label, unseen_categories, features)
 
     @property
     def numeric(self) -> list[str]:
         return [c for c in self.columns if c not in self.categories]
 
+    @property
+    def maker(self):
+        return getattr(self, "features", None)  # predictors pickled before features existed have none
+
+    @property
+    def input_columns(self) -> list[str]:
+        """The raw columns an input must hold (the features' sources)."""
+        return list(self.maker.inputs) if self.maker is not None else self.columns
+
+    @property
+    def input_text(self) -> set[str]:
+        """Raw columns read as text: the categories, dates and free text."""
+        return set(self.categories) | (self.maker.raw_text if self.maker is not None else set())
+
+    @property
+    def input_numeric(self) -> set[str]:
+        return set(self.input_columns) & set(self.numeric)
+
     def check_columns(self, columns, source: str = "the input") -> None:
         """A DataError naming the first training column the input lacks (and the input's closest name)."""
         present = [str(c) for c in columns]
-        missing = [c for c in self.columns if c not in present]
+        missing = [c for c in self.input_columns if c not in present]
         if not missing:
             return
-        extra = [c for c in present if c not in self.columns and c != self.label]
+        extra = [c for c in present if c not in self.input_columns and c != self.label]
         near = difflib.get_close_matches(missing[0], extra, n=1, cutoff=0.6)
         hint = f" (the input has {near[0]!r}: misspelt?)" if near else ""
         more = f" (and {len(missing) - 1} more: {', '.join(missing[1:4])})" if len(missing) > 1 else ""
         raise DataError(
-            f"{source} lacks the column {missing[0]!r}{hint}{more}; the model was trained on: {', '.join(self.columns)}"
+            f"{source} lacks the column {missing[0]!r}{hint}{more}; the model was trained on: "
+            f"{', '.join(self.input_columns)}"
         )
 
     def apply(self, frame: pd.DataFrame, source: str = "the input", unseen: Optional[dict] = None) -> pd.DataFrame:
         """The input typed as the training rows were. Unseen categories follow the training rule:
         an error, or missing values (counted into `unseen` when given, else logged)."""
         self.check_columns(frame.columns, source)
+        if self.maker is not None:
+            frame = self.maker.transform(frame)
         out = {}
         for c in self.columns:
             if c in self.categories:
@@ -101,7 +137,9 @@ class FeatureSchema:
             if unseen is None:
                 log.warning("%s; treated as missing values", message)
             else:
-                unseen[column] = unseen.get(column, 0) + int(new.sum())
+                count, seen = unseen.get(column, (0, []))
+                seen = sorted(set(seen) | set(examples))[:3]
+                unseen[column] = (count + int(new.sum()), seen)
         return typed
 
 

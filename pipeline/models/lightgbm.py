@@ -120,16 +120,25 @@ class LightGBMModel(TabularModel):
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
         import lightgbm as lgb
 
-        train = lgb.Dataset(X, y, free_raw_data=True)
-        self._train(train, lgb.Dataset(X_val, y_val, reference=train), ctx)
+        names = self._names(X)
+        train = lgb.Dataset(X, y, free_raw_data=True, feature_name=names)
+        self._train(train, lgb.Dataset(X_val, y_val, reference=train, feature_name=names), ctx)
 
     def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
         import lightgbm as lgb
 
         # the rows' frames belong to the datasets alone, which drop them once binned (as lgb.train would)
-        train = lgb.Dataset(X.iloc[train_rows], y[train_rows], free_raw_data=True)
-        self._train(train, lgb.Dataset(X.iloc[val_rows], y[val_rows], reference=train), ctx,
+        names = self._names(X)
+        train = lgb.Dataset(X.iloc[train_rows], y[train_rows], free_raw_data=True, feature_name=names)
+        self._train(train, lgb.Dataset(X.iloc[val_rows], y[val_rows], reference=train, feature_name=names), ctx,
                     validation_rows=lambda: X.iloc[val_rows])
+
+    def _names(self, X):
+        """The names LightGBM sees ('auto': the frame's own, where it accepts them all); the user's are kept."""
+        from pipeline.models.names import LIGHTGBM_REFUSES, needs_renaming, safe_names
+
+        self.feature_names_ = [str(c) for c in X.columns]
+        return safe_names(X.columns, LIGHTGBM_REFUSES) if needs_renaming(X.columns, LIGHTGBM_REFUSES) else "auto"
 
     def _train(self, train, valid, ctx: FitContext, validation_rows=None) -> None:
         """`validation_rows` (the validation frame, made on demand) asks for the kept model's validation
@@ -187,7 +196,8 @@ class LightGBMModel(TabularModel):
 
     def feature_importance(self) -> Optional[dict[str, float]]:
         gains = self.booster_.feature_importance(importance_type="gain")
-        return dict(zip(self.booster_.feature_name(), map(float, gains)))
+        names = getattr(self, "feature_names_", None) or self.booster_.feature_name()
+        return dict(zip(names, map(float, gains)))
 
 
 def _opencl_platform() -> dict:

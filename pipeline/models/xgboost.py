@@ -117,9 +117,16 @@ class XGBoostModel(TabularModel):
 
     def _frame(self, X, rows=None):
         """X (or its rows) as XGBoost reads it: with zero_as_missing, numeric zeros as missing values."""
+        from pipeline.models.names import XGBOOST_REFUSES, needs_renaming, safe_names
+
         if self.params.get("zero_as_missing", False):
-            return zeros_as_missing(X, rows)
-        return X if rows is None else X.iloc[rows]
+            X = zeros_as_missing(X, rows)
+        else:
+            X = X if rows is None else X.iloc[rows]
+        if needs_renaming(X.columns, XGBOOST_REFUSES):  # XGBoost sees safe names; the user's stay outside
+            self.feature_names_ = [str(c) for c in X.columns]
+            X = X.set_axis(safe_names(X.columns, XGBOOST_REFUSES), axis=1)
+        return X
 
     def _training_matrix(self, X, y, ctx: FitContext):
         """For the CPU's hist method a QuantileDMatrix: XGBoost bins the rows straight from the frame,
@@ -201,7 +208,14 @@ class XGBoostModel(TabularModel):
             return self.booster_.predict(matrix, iteration_range=(0, self.best_iteration_ + 1))
 
     def feature_importance(self) -> Optional[dict[str, float]]:
-        return {k: float(v) for k, v in self.booster_.get_score(importance_type="total_gain").items()}
+        scores = self.booster_.get_score(importance_type="total_gain")
+        names = getattr(self, "feature_names_", None)
+        if names:  # the booster knows the safe names, in the same order as the user's
+            from pipeline.models.names import XGBOOST_REFUSES, safe_names
+
+            scores = {user: scores[safe] for user, safe in zip(names, safe_names(names, XGBOOST_REFUSES))
+                      if safe in scores}
+        return {k: float(v) for k, v in scores.items()}
 
     def place(self, device: str, num_cpus: int) -> None:
         super().place(device, num_cpus)

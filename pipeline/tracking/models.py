@@ -25,7 +25,8 @@ import pipeline
 
 # The distributions a predictor needs at load time, besides its models' own libraries.
 BASE_DISTRIBUTIONS = ("mlflow", "numpy", "pandas", "cloudpickle")
-LIBRARY_DISTRIBUTIONS = {"lightgbm": "lightgbm", "xgboost": "xgboost", "torch": "torch"}
+LIBRARY_DISTRIBUTIONS = {"lightgbm": "lightgbm", "xgboost": "xgboost", "torch": "torch", "skrub": "skrub",
+                         "sklearn": "scikit-learn"}
 
 
 def pinned(distribution: str) -> str:

@@ -39,7 +39,7 @@ def test_unseen_categories_are_missing_values_and_counted():
     counts = {}
     out = schema().apply(pd.DataFrame({"age": [1, 2], "city": ["Paris", "Oslo"], "member": [True, True]}),
                          unseen=counts)
-    assert counts == {"city": 1}
+    assert counts == {"city": (1, ["Paris"])}  # the count and examples, for the warning
     assert out["city"].isna().tolist() == [True, False]
 
 

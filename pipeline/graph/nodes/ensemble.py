@@ -35,7 +35,7 @@ class EnsembleNode(NodeKind):
         names = list(dict.fromkeys(inputs[i].model for i in task.depends_on if i in inputs))
         best = {name: ctx.outcome.best(name, metric) for name in names}
         kinds = [a.model for a in ctx.plan.allocations]
-        schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories)
+        schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories, data.features)
         rows, predictors, seconds = [], {}, {}
         for name, trial in best.items():
             val_scores = metrics_module.score_all(problem, data.y[trial.held_out], trial.val_pred)
