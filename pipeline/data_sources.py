@@ -283,8 +283,8 @@ def header(path: Path, kind: Optional[str], key: str) -> list[str]:
             import pyarrow.parquet as pq
 
             return [str(name) for name in pq.read_schema(path).names if not str(name).startswith("__index_level_")]
-        with path.open(newline="") as fh:
-            return next(csv.reader(fh), [])
+        with path.open(newline="") as fh:  # an empty name as pandas reads it (a written row index)
+            return [name or f"Unnamed: {i}" for i, name in enumerate(next(csv.reader(fh), []))]
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise DataError(f"{key}={str(path)!r} cannot be read: {type(exc).__name__}: {exc}") from None
 

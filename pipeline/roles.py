@@ -100,6 +100,13 @@ def sample_of(frame: pd.DataFrame, rows: int = SAMPLE_ROWS, seed: int = 0) -> pd
 def infer(sample: pd.DataFrame, label: str, problem_type: Optional[str], overrides: dict,
           dropped: tuple = (), categorical: tuple = (), leak_check: str = "warn") -> Roles:
     """Each column's role from the sample (the label's is `label`); overrides win, then the rules."""
+    from pipeline.errors import closest
+
+    columns = [str(c) for c in sample.columns]
+    for column in overrides:
+        if column not in columns:
+            raise DataError(f"data.column_roles names {column!r}, which is not a column{closest(column, columns)}; "
+                            f"columns: {', '.join(columns)}")
     roles = []
     for column in sample.columns:
         column = str(column)
