@@ -220,7 +220,8 @@ def _flag_leaks(roles: list, sample: pd.DataFrame, label: str, problem_type: str
                     else "out-of-fold balanced accuracy")
             found[r.column] = f"alone predicts {label!r}: {what} {score:.3f} on {len(rows)} sampled rows"
     if problem_type == "regression":
-        found.update(_pairs(rows, y, roles, scores, label, overrides, found))
+        for column, why in _pairs(rows, y, roles, scores, label, overrides, found).items():
+            found.setdefault(column, why)
     return [ColumnRole(r.column, "leak", found[r.column], r.dtype) if r.column in found else r for r in roles]
 
 
@@ -289,7 +290,7 @@ def _pairs(rows, y, roles, scores, label, overrides, found) -> dict:
     """Two numeric columns (among the six that score best alone) whose linear combination is the label."""
     import numpy as np
 
-    numeric = [r.column for r in roles if r.role == "numeric" and r.column not in found and r.column not in overrides]
+    numeric = [r.column for r in roles if r.role == "numeric" and r.column not in overrides]
     top = sorted(numeric, key=lambda c: -scores.get(c, 0))[:6]
     flagged = {}
     total = ((y - y.mean()) ** 2).sum()

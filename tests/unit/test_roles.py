@@ -1,0 +1,132 @@
+"""Column roles: the rules on small frames and on the real tables under tests/data/real/, the features
+made from dates and text, category text the same at training and prediction, names safe per library."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import roles
+from pipeline.errors import ConfigError, DataError
+from pipeline.features import FeatureMaker
+from pipeline.models.names import LIGHTGBM_REFUSES, safe_names
+from pipeline.schema import FeatureSchema, category_text
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "real"
+
+
+def role_of(frame: pd.DataFrame, column: str, label: str = "y", problem: str = "regression", **kw) -> str:
+    return roles.infer(frame, label, problem, kw.pop("overrides", {}), **kw).get(column).role
+
+
+def frame(n: int = 400, **columns) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"x": rng.normal(size=n), "y": rng.normal(size=n), **columns})
+
+
+def test_ids_by_name_and_by_values():
+    n = 400
+    assert role_of(frame(customer_id=np.arange(n)), "customer_id") == "id"
+    assert role_of(frame(ID=np.arange(n)), "ID") == "id"
+    assert role_of(frame(code=[f"K{i:05d}" for i in range(n)]), "code") == "id"  # every value distinct
+    assert role_of(frame(count=np.arange(n)), "count") == "numeric"  # whole numbers, not named as an id
+
+
+def test_a_written_row_index_is_an_id():
+    assert role_of(frame(**{"Unnamed: 0": np.arange(1, 401)}), "Unnamed: 0") == "id"
+
+
+def test_constants_dates_text_and_categories():
+    n = 400
+    rng = np.random.default_rng(1)
+    words = np.array(["red", "old", "car", "fast", "blue", "small", "truck", "new"])
+    notes = [" ".join(rng.choice(words, 4)) + f" {i}" for i in range(n)]
+    f = frame(region=["Anvers"] * n, day=pd.date_range("2020-01-01", periods=n).strftime("%Y-%m-%d"),
+              note=notes, colour=rng.choice(["a", "b", "c"], n))
+    assert role_of(f, "region") == "constant"
+    assert role_of(f, "day") == "datetime"
+    assert role_of(f, "note") == "text"
+    assert role_of(f, "colour") == "categorical"
+    assert role_of(f, "x") == "numeric"
+
+
+def test_overrides_win_and_are_checked():
+    f = frame(ID=np.arange(400))
+    assert role_of(f, "ID", overrides={"ID": "numeric"}) == "numeric"
+    with pytest.raises(DataError, match=r"data.column_roles names 'IDD'.*did you mean 'ID'"):
+        roles.infer(f, "y", "regression", {"IDD": "numeric"})
+    with pytest.raises(ConfigError, match=r"data.column_roles.ID='identifier' is not a role; valid: numeric"):
+        roles.check_overrides({"ID": "identifier"}, "warn")
+    with pytest.raises(ConfigError, match=r"data.leak_check='maybe'"):
+        roles.check_overrides({}, "maybe")
+
+
+def test_leaks_alone_and_as_a_sum_are_flagged_and_fair_features_are_not():
+    rng = np.random.default_rng(3)
+    n = 2000
+    a, b = rng.poisson(30, n), rng.poisson(100, n)
+    noise = rng.normal(size=n)
+    f = pd.DataFrame({"casual": a, "registered": b, "temp": noise, "total": a + b,
+                      "log_total": np.log(a + b), "fair": a + b + rng.normal(0, 30, n)})
+    r = roles.infer(f, "total", "regression", {})
+    assert sorted(r.of("leak")) == ["casual", "log_total", "registered"]
+    assert r.get("fair").role == "numeric" and r.get("temp").role == "numeric"
+    with pytest.raises(DataError, match=r"possible label leak.*data.drop_columns=\[casual,registered,log_total\]"):
+        roles.report(r, "error")
+    assert roles.infer(f, "total", "regression", {}, leak_check="off").of("leak") == []
+
+
+@pytest.mark.parametrize("table, label, problem, expected", [
+    ("Auto.csv", "mpg", "regression", {"name": "text"}),
+    ("penguins-raw.csv", "Body Mass (g)", "regression",
+     {"Individual ID": "id", "Date Egg": "datetime", "Region": "constant", "Stage": "constant"}),
+    ("NYSE.csv", "log_volume", "regression", {"date": "datetime", "train": "constant"}),  # the first rows: all TRUE
+    ("Credit.csv", "Balance", "regression", {"ID": "id"}),
+    ("Bikeshare.csv", "bikers", "regression", {"casual": "leak", "registered": "leak", "season": "constant"}),
+    ("Wage.csv", "wage", "regression", {"logwage": "leak", "region": "constant"}),
+    ("Smarket.csv", "Direction", "binary", {"Today": "leak"}),
+])
+def test_the_real_tables_columns(table, label, problem, expected):
+    r = roles.infer(pd.read_csv(REAL / table), label, problem, {})
+    assert {c: r.get(c).role for c in expected} == expected
+    unusual = {c.column for c in r.columns if c.role not in ("numeric", "categorical", "label")}
+    assert unusual == set(expected)  # nothing else is taken for an id, a date, text, a constant or a leak
+
+
+def test_the_sample_is_bounded():
+    big = pd.DataFrame({"x": np.arange(200_000, dtype=float), "y": np.arange(200_000) % 7})
+    assert len(roles.sample_of(big)) == roles.SAMPLE_ROWS
+    assert roles.infer(roles.sample_of(big), "y", "multiclass", {}).sample_rows == roles.SAMPLE_ROWS
+
+
+def test_dates_and_text_become_the_same_features_at_prediction():
+    raw = pd.read_csv(REAL / "penguins-raw.csv").drop(columns=["Body Mass (g)"])
+    r = roles.infer(pd.read_csv(REAL / "penguins-raw.csv"), "Body Mass (g)", "regression", {})
+    maker = FeatureMaker.fit(raw, r, np.arange(250))
+    X = maker.transform(raw)
+    assert {"Date Egg_year", "Date Egg_month", "Date Egg_day", "Date Egg_weekday"} <= set(X.columns)
+    assert not {"Individual ID", "Region", "Stage", "Date Egg"} & set(X.columns)
+    again = maker.transform(raw.iloc[[5, 300]].astype({"Date Egg": object}))
+    pd.testing.assert_frame_equal(again, X.iloc[[5, 300]])
+    auto = pd.read_csv(REAL / "Auto.csv")
+    text = FeatureMaker.fit(auto.drop(columns="mpg"), roles.infer(auto, "mpg", "regression", {}), np.arange(300))
+    made = text.transform(auto.drop(columns="mpg"))
+    assert "name" not in made and 1 <= sum(c.startswith("name_") for c in made) <= 16
+
+
+def test_category_text_is_the_same_at_training_and_prediction():
+    assert category_text(pd.Series([" Male", "Female ", None])).tolist()[:2] == ["Male", "Female"]
+    assert category_text(pd.Series([1.0, 2.0])).tolist() == category_text(pd.Series([1, 2])).tolist() == ["1", "2"]
+    assert category_text(pd.Series(["1.5", "x.0"])).tolist() == ["1.5", "x.0"]
+    training = pd.DataFrame({"Gender": pd.Categorical(category_text(pd.Series([" Male", "Female"])))})
+    unseen = {}
+    out = FeatureSchema.of(training).apply(pd.DataFrame({"Gender": ["Male", "Female"]}), unseen=unseen)
+    assert unseen == {} and out["Gender"].notna().all()
+
+
+def test_names_lightgbm_refuses_are_made_safe_and_unique():
+    assert safe_names(['a:b', 'a,b', 'c[0]', '{"x"}', "ok"], LIGHTGBM_REFUSES) == [
+        "a_b", "a_b_1", "c_0_", "__x__", "ok"]
