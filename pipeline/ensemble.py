@@ -59,12 +59,13 @@ class BaggedPredictor:
     problem_type: str
     classes: Optional[list]
     schema: FeatureSchema
+    threshold = None  # binary: the positive class from this probability on (None: the likelier); set after fitting
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         return self.predict_typed(self.schema.apply(frame))
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        return _labels(self.predict_proba(frame), self.problem_type, self.classes)
+        return labels(self, self.predict_proba(frame))
 
     def predict_typed(self, X: pd.DataFrame, shared: Optional[dict] = None) -> np.ndarray:
         """predict_proba on rows already typed by the schema (`shared`: see StackedPredictor)."""
@@ -131,12 +132,13 @@ class EnsemblePredictor:
     weights: list[float]
     problem_type: str
     classes: Optional[list]
+    threshold = None  # binary: the positive class from this probability on (None: the likelier); set after fitting
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         return self.predict_typed(self.schema.apply(frame))
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        return _labels(self.predict_proba(frame), self.problem_type, self.classes)
+        return labels(self, self.predict_proba(frame))
 
     def predict_typed(self, X: pd.DataFrame, shared: Optional[dict] = None) -> np.ndarray:
         """The members share the training schema: the input is typed once; stacked members predict
@@ -158,7 +160,12 @@ class EnsemblePredictor:
         return set().union(*(m.libraries for m, w in zip(self.members, self.weights) if w > 0))
 
 
-def _labels(pred: np.ndarray, problem_type: str, classes) -> np.ndarray:
-    if problem_type == "regression":
+def labels(predictor, pred: np.ndarray) -> np.ndarray:
+    """A predictor's labels (values, for regression) from its predictions: a binary classifier's at its
+    threshold (chosen on out-of-fold predictions; pipeline.threshold), else the likeliest class."""
+    if predictor.problem_type == "regression":
         return pred
-    return np.asarray(classes, dtype=object)[np.argmax(pred, axis=1)]
+    threshold = getattr(predictor, "threshold", None)  # predictors pickled before thresholds have none
+    if threshold is not None and pred.shape[1] == 2:
+        return np.asarray(predictor.classes, dtype=object)[(pred[:, 1] >= threshold).astype(np.int64)]
+    return np.asarray(predictor.classes, dtype=object)[np.argmax(pred, axis=1)]

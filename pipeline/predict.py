@@ -150,7 +150,9 @@ def predictions(predictor, chunk: pd.DataFrame, settings, offset: int, unseen: d
     if predictor.problem_type == "regression":
         out[label] = proba
     else:
-        out[label] = np.asarray(predictor.classes, dtype=object)[np.argmax(proba, axis=1)]
+        from pipeline.ensemble import labels
+
+        out[label] = labels(predictor, proba)
         for k, cls in enumerate(predictor.classes):
             out[f"proba_{cls}"] = proba[:, k]
     return pd.DataFrame(out)

@@ -180,6 +180,12 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
         if reused:
             cells.append(f"{r['reused_folds']}/{r['num_folds']}" if r.get("reused_folds") else "-")
         table.add_row(*cells, str(r["best_trial"]))
+    with_threshold = [r for r in rows if r.get("threshold") is not None]
+    if with_threshold:
+        name = with_threshold[0]["threshold_metric"]
+        table.caption = (f"labels at each model's decision threshold, chosen for {name} on out-of-fold predictions: "
+                         + ", ".join(f"{r['model']} {r['threshold']:.3f} (test {name} {r[f'test_{name}_at_threshold']:.4f})"
+                                     for r in with_threshold))
     return table
 
 

@@ -46,8 +46,13 @@ class EnsembleNode(NodeKind):
             predictors[name] = bagged_predictor(name, trial, best, kinds, data, schema)
         top = max((t.level for t in best.values()), default=1)
         members = {n: t for n, t in best.items() if t.level == top}
+        preds = {n: (t.held_out, t.val_pred, t.test_pred) for n, t in best.items()}
         if len(members) >= 2:
-            rows.append(_ensemble(members, data, metric, problem, predictors, seconds, top + 1))
+            row, preds["ensemble"] = _ensemble(members, data, metric, problem, predictors, seconds, top + 1)
+            rows.append(row)
+        if problem == "binary":
+            for row in rows:
+                _set_threshold(row, predictors[row["model"]], *preds[row["model"]], data, metric.name)
         rows.sort(key=lambda r: metric.loss_of(r[f"val_{metric.name}"]))  # NaN last
         return Board(rows, predictors, best, schema)
 
@@ -93,7 +98,23 @@ def _row(name: str, trial, val: dict, test: dict, plan, test_rows: int, test_sec
                            reused_folds=sum(bool(f.cached) for f in trial.folds), level=trial.level)
 
 
-def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int) -> dict:
+def _set_threshold(row: dict, predictor, held_out, val_pred, test_pred, data, eval_metric: str) -> None:
+    """A binary predictor's threshold from its out-of-fold predictions, and its test score there, in its row."""
+    from pipeline import metrics as metrics_module
+    from pipeline import threshold as th
+
+    name = th.label_metric(eval_metric)
+    predictor.threshold = th.choose(data.y[held_out], val_pred, name)
+    test_y = data.y[data.test_idx]
+    row["threshold"] = predictor.threshold
+    row["threshold_metric"] = name
+    row[f"test_{name}_at_threshold"] = float(metrics_module.METRICS[name](test_y, th.one_hot(test_pred[:, 1],
+                                                                                           predictor.threshold)))
+    th.warn_one_class(row["model"], test_pred[:, 1], predictor.threshold, data.classes)
+
+
+def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int) -> tuple:
+    """The weighted ensemble's leaderboard row, and its (held-out rows, their predictions, the test predictions)."""
     import numpy as np
 
     from pipeline import metrics as metrics_module
@@ -114,7 +135,8 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     predictors["ensemble"] = EnsemblePredictor("ensemble", [predictors[n] for n in names], list(map(float, weights)),
                                                problem, data.classes)
     test_seconds = ensemble_seconds([seconds[n] for n in names], weights)
-    return leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
-                           test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
-                           num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))),
-                           level=level)
+    row = leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
+                          test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
+                          num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))),
+                          level=level)
+    return row, (held, val_pred, test_pred)
