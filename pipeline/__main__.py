@@ -58,9 +58,11 @@ def _composed_main(cfg: DictConfig):
 
             ignore_stop_signals()  # the exit code says which signal stopped the run; a repeat must not change it
         from pipeline.redact import redact_text
+        from rich.markup import escape
+
         from pipeline.report import err_console
 
-        err_console.print(f"[bold red]error:[/bold red] {redact_text(str(exc))}", soft_wrap=True)
+        err_console.print(f"[bold red]error:[/bold red] {escape(redact_text(str(exc)))}", soft_wrap=True)
         sys.exit(exc.exit_code)
 
 
@@ -74,9 +76,11 @@ def refuse_former_keys(argv: list[str]) -> None:
         check_overrides(argv, Path(CONFIG_DIR))
     except ConfigError as exc:
         from pipeline.redact import redact_text
+        from rich.markup import escape
+
         from pipeline.report import err_console
 
-        err_console.print(f"[bold red]error:[/bold red] {redact_text(str(exc))}", soft_wrap=True)
+        err_console.print(f"[bold red]error:[/bold red] {escape(redact_text(str(exc)))}", soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

@@ -102,7 +102,8 @@ def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None) -> Tabul
             X = features.transform(X)
         else:
             features = None
-    categorical, numeric = _column_types(X, spec.categorical_columns)
+    declared = [*spec.categorical_columns, *(c for c in (roles.of("categorical") if roles else ()) if c in X.columns)]
+    categorical, numeric = _column_types(X, tuple(declared))
     raw_dtypes = {c: str(X[c].dtype) for c in numeric}
     X = _type_columns(X, categorical, numeric, fit_rows, test_idx, spec)
     data = TabularData(
@@ -200,7 +201,7 @@ def infer_roles(frame: pd.DataFrame, spec: DataConf, label: str, problem_type: O
     if dates and spec.split == "random":
         log.info("column(s) %s hold dates and the split is random: if the rows are ordered in time, "
                  "data.split=time data.time_column=%s trains on the past and tests on the future",
-                 ", ".join(map(repr, dates)), roles_module._key(dates[0]))
+                 ", ".join(map(repr, dates)), roles_module.quoted(dates[0]))
     return roles
 
 

@@ -317,20 +317,23 @@ def report(roles: Roles, leak_check: str) -> None:
     auto_out = [c for c in roles.columns if c.role in ("id", "constant") and c.reason != "set by data.column_roles"]
     if auto_out:
         named = ", ".join(f"{c.column!r} ({c.role}: {c.reason})" for c in auto_out)
-        keep = ", ".join(f"data.column_roles.{_key(c.column)}=categorical" for c in auto_out[:2])
-        log.warning("left out of the features: %s; to keep one, set its role, e.g. %s", named, keep)
+        keep = ",".join(f"{c.column}:{'numeric' if c.dtype.startswith(('int', 'float')) else 'categorical'}"
+                        for c in auto_out[:2])
+        log.warning("left out of the features: %s; to keep one, set its role, e.g. +data.column_roles={%s}",
+                    named, keep)
     leaks = [c for c in roles.columns if c.role == "leak" and c.reason != "set by data.column_roles"]
     if not leaks:
         return
     names = [c.column for c in leaks]
     message = ("possible label leak: " + "; ".join(f"{c.column!r} {c.reason}" for c in leaks)
-               + f". If it is known only after the label, drop it: data.drop_columns=[{','.join(map(_key, names))}]"
-               + f"; if it is a fair feature, set data.column_roles.{_key(names[0])}=numeric (or data.leak_check=off)")
+               + f". If it is known only after the label, drop it: data.drop_columns=[{','.join(map(quoted, names))}]"
+               + f"; if it is a fair feature, set its role, e.g. +data.column_roles={{{names[0]}:numeric}} "
+               "(or data.leak_check=off)")
     if leak_check == "error":
         raise DataError(message)
     log.warning("%s", message)
 
 
-def _key(column: str) -> str:
+def quoted(column: str) -> str:
     """A column name as an override may spell it (quoted where Hydra's grammar needs it)."""
     return column if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", column) else repr(column)

@@ -1,0 +1,170 @@
+"""Real tables through the CLI and `pipeline.predict`: ids, dates, free text, constants, leaks, a written row
+index, names LightGBM refuses, categories written differently at prediction, a rare class, time order.
+The tables are small real CSVs under tests/data/real/ (see its README for where they come from)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, run_cli, small
+
+REAL = ROOT / "tests" / "data" / "real"
+
+
+def fast(model: str) -> list[str]:
+    return [f"model={model}", "tracking=none", *small((model,))]
+
+
+def run_dir_of(proc) -> Path:
+    return Path(proc.stdout.rsplit("run directory ", 1)[1].split()[0])
+
+
+def leaderboard(run_dir: Path) -> dict:
+    with open(run_dir / "leaderboard.csv", newline="") as fh:
+        return {r["model"]: r for r in csv.DictReader(fh)}
+
+
+def predict(cwd: Path, run_dir: Path, data: Path, output: str = "pred.csv") -> tuple[subprocess.CompletedProcess, Path]:
+    proc = subprocess.run([sys.executable, "-m", "pipeline.predict", f"source={run_dir}", f"data.path={data}",
+                           f"output={output}"], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc, cwd / output
+
+
+@pytest.fixture(scope="session")
+def tables(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("real")
+    for path in REAL.glob("*.csv"):
+        shutil.copy(path, folder / path.name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def auto(tables):
+    """Auto's car names (a 254-level category before): a text column; data.path alone picks the CSV source."""
+    proc = run_cli(["data.path=Auto.csv", "data.label=mpg", *fast("xgboost")], tables, check=True)
+    return proc, run_dir_of(proc)
+
+
+@pytest.fixture(scope="session")
+def penguins(tables):
+    proc = run_cli(["data.path=penguins-raw.csv", "data.label='Body Mass (g)'", *fast("lightgbm")], tables,
+                   check=True)
+    return proc, run_dir_of(proc)
+
+
+def test_a_csv_path_without_data_csv_trains_and_names_text_as_text(auto):
+    proc, run_dir = auto
+    assert "read as data=csv (from its extension)" in proc.stdout + proc.stderr
+    assert "text: 1 (name)" in proc.stdout
+    assert float(leaderboard(run_dir)["xgboost"]["test_r2"]) >= 0.75  # 0.32 with name as a 254-level category
+
+
+def test_schema_json_lists_every_column_with_its_role_and_reason(auto, tables):
+    _, run_dir = auto
+    schema = json.loads((run_dir / "schema.json").read_text())
+    header = next(csv.reader(open(tables / "Auto.csv")))
+    assert [c["column"] for c in schema["columns"]] == header
+    assert {c["column"]: c["role"] for c in schema["columns"]}["name"] == "text"
+    assert all(c["reason"] for c in schema["columns"])
+    assert any(f.startswith("name_") for f in schema["features"])
+
+
+def test_prediction_makes_the_same_text_features_from_the_raw_file(auto, tables):
+    _, run_dir = auto
+    _, out = predict(tables, run_dir, tables / "Auto.csv", "auto_pred.csv")
+    pred = pd.read_csv(out)
+    truth = pd.read_csv(tables / "Auto.csv")["mpg"]
+    assert len(pred) == len(truth) and pred["mpg"].corr(truth) > 0.9
+
+
+def test_ids_dates_and_constants_are_handled_and_said(penguins, tables):
+    proc, run_dir = penguins
+    log = proc.stdout + proc.stderr
+    assert "left out of the features: 'Region' (constant" in log and "'Individual ID' (id" in log
+    assert "+data.column_roles={" in log  # the override that keeps one
+    assert "data.split=time data.time_column='Date Egg'" in log  # the note: dates, and a random split
+    features = json.loads((run_dir / "schema.json").read_text())["features"]
+    assert "Date Egg_year" in features and "Date Egg_weekday" in features
+    assert not {"Individual ID", "Region", "Stage", "Date Egg"} & set(features)
+    assert float(leaderboard(run_dir)["lightgbm"]["test_r2"]) >= 0.75
+    new = pd.read_csv(tables / "penguins-raw.csv").drop(columns=["Body Mass (g)", "Region", "Stage"]).head(20)
+    new.to_csv(tables / "penguins-new.csv", index=False)  # the left-out columns are not needed to predict
+    _, out = predict(tables, run_dir, tables / "penguins-new.csv", "penguins_pred.csv")
+    assert pd.read_csv(out)["Body Mass (g)"].between(2500, 6500).all()
+
+
+@pytest.mark.parametrize("table, label, leaks", [
+    ("Bikeshare.csv", "bikers", "casual,registered"),
+    ("Wage.csv", "wage", "logwage"),
+    ("Smarket.csv", "Direction", "Today"),
+])
+def test_leaks_are_named_before_any_fit_with_the_fix(tables, table, label, leaks):
+    proc = run_cli([f"data.path={table}", f"data.label={label}", "data.leak_check=error", *fast("lightgbm")],
+                   tables)
+    assert proc.returncode != 0
+    err = " ".join(proc.stderr.split())
+    assert "possible label leak" in err and f"data.drop_columns=[{leaks}]" in err
+    assert "Traceback" not in proc.stderr and "Leaderboard" not in proc.stdout and "Plan:" not in proc.stdout
+
+
+def test_categories_written_differently_at_prediction_are_the_same_categories(tables):
+    """Credit's ' Male' (training) is 'Male' at prediction; OJ's StoreID 1 is 1.0; a new one is an example."""
+    proc = run_cli(["data.path=OJ.csv", "data.label=Purchase", "data.categorical_columns=[StoreID]",
+                    *fast("lightgbm")], tables, check=True)
+    run_dir = run_dir_of(proc)
+    new = pd.read_csv(tables / "OJ.csv").drop(columns=["Purchase"]).head(40)
+    new["StoreID"] = new["StoreID"].astype(float)
+    new.loc[0, "StoreID"] = 99.0
+    new.to_csv(tables / "OJ-new.csv", index=False)
+    result, _ = predict(tables, run_dir, tables / "OJ-new.csv", "oj_pred.csv")
+    assert "column 'StoreID': 1 row(s) hold categories never seen in training ('99')" in result.stdout + result.stderr
+    credit = run_cli(["data.path=Credit.csv", "data.label=Balance", *fast("lightgbm")], tables, check=True)
+    assert "'ID' (id: named like an identifier" in credit.stdout + credit.stderr
+    new = pd.read_csv(tables / "Credit.csv").drop(columns=["Balance"]).head(50)
+    new["Gender"] = new["Gender"].str.strip()
+    new.to_csv(tables / "Credit-new.csv", index=False)
+    result, _ = predict(tables, run_dir_of(credit), tables / "Credit-new.csv", "credit_pred.csv")
+    assert "never seen in training" not in result.stdout + result.stderr
+
+
+def test_a_written_row_index_and_names_lightgbm_refuses(tables):
+    frame = pd.read_csv(tables / "Auto.csv").rename(columns={"weight": 'weight: "lbs", [x]', "year": "year{yy}"})
+    frame.to_csv(tables / "Auto-indexed.csv")  # pandas writes its row index first, unnamed
+    proc = run_cli(["data.path=Auto-indexed.csv", "data.label=mpg", *fast("lightgbm")], tables, check=True)
+    run_dir = run_dir_of(proc)
+    roles = {c["column"]: c["role"] for c in json.loads((run_dir / "schema.json").read_text())["columns"]}
+    assert roles["Unnamed: 0"] == "id" and roles['weight: "lbs", [x]'] == "numeric"
+    assert float(leaderboard(run_dir)["lightgbm"]["test_r2"]) >= 0.75
+    _, out = predict(tables, run_dir, tables / "Auto-indexed.csv", "indexed_pred.csv")
+    assert len(pd.read_csv(out)) == len(frame)
+
+
+def test_time_split_trains_on_the_past(tables):
+    from pipeline.config import DataConf
+    from pipeline.data import load
+
+    spec = DataConf(name="csv", path="NYSE.csv", label="log_volume", split="time", time_column="date",
+                    _target_="pipeline.data_sources.CsvSource")
+    data = load(spec, tables)
+    dates = pd.to_datetime(pd.read_csv(tables / "NYSE.csv")["date"])
+    assert dates.iloc[data.train_idx].max() < dates.iloc[data.val_idx].min()
+    assert dates.iloc[data.val_idx].max() < dates.iloc[data.test_idx].min()
+
+
+def test_a_rare_class_gets_a_threshold_stated_in_the_leaderboard(tables):
+    frame = pd.read_csv(tables / "Smarket.csv").drop(columns=["Today"])
+    frame["Direction"] = (frame["Lag1"] > 1.6).map({True: "Big", False: "Other"})  # about 7% positive
+    frame.to_csv(tables / "rare.csv", index=False)
+    proc = run_cli(["data.path=rare.csv", "data.label=Direction", *fast("lightgbm")], tables, check=True)
+    row = leaderboard(run_dir_of(proc))["lightgbm"]
+    assert row["threshold_metric"] == "balanced_accuracy" and 0 < float(row["threshold"]) < 1
+    assert "decision threshold, chosen for balanced_accuracy" in " ".join(proc.stdout.split())
