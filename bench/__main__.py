@@ -1,8 +1,8 @@
 """Run the benchmark suites of the pipeline engine and write their figures to one JSON file.
 
 `python -m bench [--suite a,b] [--quick] [--out DIR]`. Suites: overhead, startup, parallel_folds, fixed_cost,
-nn_loop, autogluon, gpu, async_sweep, scale, real_tables (all by default, in that order). `python -m bench.report`
-turns every JSON under bench/results/ into docs/benchmarks.md.
+nn_loop, autogluon, gpu, async_sweep, scale, real_tables, role_inference (all by default, in that order).
+`python -m bench.report` turns every JSON under bench/results/ into docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SUITES = ("overhead", "startup", "parallel_folds", "fixed_cost", "nn_loop", "autogluon", "gpu", "async_sweep", "scale",
-          "real_tables")
+          "real_tables", "role_inference")
 
 
 def parse(argv=None) -> argparse.Namespace:
