@@ -91,10 +91,14 @@ def sample_of(frame: pd.DataFrame, rows: int = SAMPLE_ROWS, seed: int = 0) -> pd
     """At most `rows` rows of the frame, drawn by position (a gather of those rows only)."""
     import numpy as np
 
-    if len(frame) <= rows:
+    n = len(frame)
+    if n <= rows:
         return frame
-    picked = np.sort(np.random.default_rng(seed).choice(len(frame), rows, replace=False))
-    return frame.iloc[picked]
+    rng = np.random.default_rng(seed)
+    picked = np.unique(rng.integers(0, n, rows + rows // 4))  # O(rows), not a permutation of the table
+    while len(picked) < rows:
+        picked = np.unique(np.concatenate([picked, rng.integers(0, n, rows)]))
+    return frame.iloc[np.sort(rng.choice(picked, rows, replace=False))]
 
 
 def infer(sample: pd.DataFrame, label: str, problem_type: Optional[str], overrides: dict,
