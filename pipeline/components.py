@@ -148,10 +148,10 @@ class DataConf:
     problem_type: str = "auto"  # auto | binary | multiclass | regression
     drop_columns: List[str] = field(default_factory=list)
     categorical_columns: List[str] = field(default_factory=list)  # besides those typed as text or category
-    column_roles: Dict[str, str] = field(default_factory=dict)  # column -> role (pipeline.roles.ROLES), over the inferred
-    infer_roles: bool = True  # false: every column a feature as its dtype says (no id/date/text/constant roles)
+    column_roles: Dict[str, str] = field(default_factory=dict)  # column -> role (pipeline.roles.ROLES)
+    infer_roles: bool = True  # false: every column a feature as its dtype says (no id/date/text roles)
     leak_check: str = "warn"  # a column that alone predicts the label: warn | error | off
-    split: str = "random"  # random (stratified) | time: train on the earliest rows of data.time_column, test on the latest
+    split: str = "random"  # random (stratified) | time: the earliest rows of data.time_column train
     time_column: Optional[str] = None  # data.split=time: the column that orders the rows
     test_path: Optional[str] = None  # a separate test file; else a seeded split of data.path
     storage_options: Dict[str, Any] = field(default_factory=dict)  # pandas/fsspec options (s3://, gs://): keys, tokens
@@ -201,7 +201,8 @@ class DataConf:
         kind = next((k for ext, k in kinds.items() if lower.endswith(ext)), None)
         if kind is None:
             return
-        logging.getLogger("pipeline").info("data.path=%s: read as data=%s (from its extension)", self.path, kind)
+        log = logging.getLogger("pipeline")
+        log.info("data.path=%s: read as data=%s (from its extension)", self.path, kind)
         self._target_ = f"pipeline.data_sources.{kind.capitalize()}Source"
         self.name = kind
         if self.label == BUNDLED.get("adult") and self.path:  # the default data set's label is not the file's

@@ -45,8 +45,8 @@ class TabularData:
     fingerprint: str = ""
     raw_dtypes: dict[str, str] = field(default_factory=dict)  # numeric columns as read, for model signatures
     roles: Optional[Roles] = None  # each column's role (None: data.infer_roles=false)
-    features: Optional[FeatureMaker] = None  # what turns the raw columns into X's (None: X holds them as read)
-    raw_example: Optional[pd.DataFrame] = None  # a few raw test rows, where X's columns differ from the input's
+    features: Optional[FeatureMaker] = None  # the raw columns into X's (None: X holds them as read)
+    raw_example: Optional[pd.DataFrame] = None  # a few raw test rows, where X's columns are not the input's
 
     @property
     def num_classes(self) -> int:
@@ -102,7 +102,8 @@ def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None) -> Tabul
             X = features.transform(X)
         else:
             features = None
-    declared = [*spec.categorical_columns, *(c for c in (roles.of("categorical") if roles else ()) if c in X.columns)]
+    by_role = [c for c in (roles.of("categorical") if roles else ()) if c in X.columns]
+    declared = [*spec.categorical_columns, *by_role]
     categorical, numeric = _column_types(X, tuple(declared))
     raw_dtypes = {c: str(X[c].dtype) for c in numeric}
     X = _type_columns(X, categorical, numeric, fit_rows, test_idx, spec)
@@ -246,8 +247,8 @@ def write_schema(path: Path, data_or_roles) -> None:
     doc = json.loads(roles.to_json())
     X = getattr(data_or_roles, "X", None)
     if X is not None:
-        doc["features"] = {str(c): ("categorical" if isinstance(X[c].dtype, pd.CategoricalDtype) else "numeric")
-                           for c in X.columns}
+        kind = {True: "categorical", False: "numeric"}
+        doc["features"] = {str(c): kind[isinstance(X[c].dtype, pd.CategoricalDtype)] for c in X.columns}
     atomic_write_bytes(path, json.dumps(doc, indent=2).encode())
 
 
@@ -255,7 +256,8 @@ def _time_order(X: pd.DataFrame, spec: DataConf) -> np.ndarray:
     """The rows' positions from the earliest to the latest value of data.time_column."""
     column = spec.time_column
     if column not in X.columns:
-        raise DataError(f"data.time_column={column!r} is not a feature column; columns: {', '.join(map(str, X.columns[:20]))}")
+        raise DataError(f"data.time_column={column!r} is not a feature column; columns: "
+                        f"{', '.join(map(str, X.columns[:20]))}")
     values = X[column]
     if not pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_datetime64_any_dtype(values):
         parsed = pd.to_datetime(values, errors="coerce", format="mixed")
@@ -274,7 +276,8 @@ def _split(y: np.ndarray, problem_type: str, spec: DataConf, n_main: int, n_all:
     if order is not None:  # data.split=time: the past trains, the later rows validate, the latest test
         ordered = order[order < n_main]
         n_test = 0 if n_all > n_main else int(round(n_main * spec.test_size))
-        rest, test = ordered[:n_main - n_test], (ordered[n_main - n_test:] if n_test else np.arange(n_main, n_all))
+        rest = ordered[:n_main - n_test]
+        test = ordered[n_main - n_test:] if n_test else np.arange(n_main, n_all)
         n_val = int(round(len(rest) * spec.val_size))
         return np.sort(rest[:len(rest) - n_val]), np.sort(rest[len(rest) - n_val:]), np.sort(test)
 

@@ -59,7 +59,7 @@ class BaggedPredictor:
     problem_type: str
     classes: Optional[list]
     schema: FeatureSchema
-    threshold = None  # binary: the positive class from this probability on (None: the likelier); set after fitting
+    threshold = None  # binary: the positive class from this probability on (None: the likelier)
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         return self.predict_typed(self.schema.apply(frame))
@@ -132,7 +132,7 @@ class EnsemblePredictor:
     weights: list[float]
     problem_type: str
     classes: Optional[list]
-    threshold = None  # binary: the positive class from this probability on (None: the likelier); set after fitting
+    threshold = None  # binary: the positive class from this probability on (None: the likelier)
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         return self.predict_typed(self.schema.apply(frame))

@@ -43,7 +43,7 @@ class FeatureMaker:
 
     @classmethod
     def fit(cls, X: pd.DataFrame, roles: Roles, fit_rows: np.ndarray) -> "FeatureMaker":
-        left_out = [c for c in X.columns if (r := roles.get(c)) is not None and r.role in ("id", "constant", "dropped")]
+        left_out = [c for c in X.columns if c in roles.left_out]
         inputs = [c for c in X.columns if c not in left_out]
         maker = cls(inputs, left_out)
         for column in roles.of("datetime"):

@@ -90,8 +90,8 @@ def predict(settings, base_dir: Path) -> int:
         raise
     seconds = time.perf_counter() - start
     for column, (count, examples) in unseen.items():
-        log.warning("column %r: %d row(s) hold categories never seen in training (%s); treated as missing values",
-                    column, count, ", ".join(map(repr, examples)))
+        log.warning("column %r: %d row(s) hold categories never seen in training (%s); treated as missing "
+                    "values", column, count, ", ".join(map(repr, examples)))
     console.print(f"{writer.rows:,} rows scored by {predictor.name} on {device} in {seconds:.1f} s "
                   f"({writer.rows / max(seconds, 1e-9):,.0f} rows/s): {output}")
     return writer.rows
@@ -126,7 +126,8 @@ def input_chunks(settings, base_dir: Path, schema, path) -> Iterator[pd.DataFram
     kind = settings.data.make_source().kind
     _check_columns(schema, io.columns_of(path, kind), settings)
     columns = list(dict.fromkeys([*wanted, *schema.input_columns]))
-    yield from io.read_chunks(path, kind, columns, schema.input_text, schema.input_numeric, settings.chunk_rows)
+    yield from io.read_chunks(path, kind, columns, schema.input_text, schema.input_numeric,
+                              settings.chunk_rows)
 
 
 def _check_columns(schema, columns: list[str], settings) -> None:

@@ -183,9 +183,10 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
     with_threshold = [r for r in rows if r.get("threshold") is not None]
     if with_threshold:
         name = with_threshold[0]["threshold_metric"]
-        table.caption = (f"labels at each model's decision threshold, chosen for {name} on out-of-fold predictions: "
-                         + ", ".join(f"{r['model']} {r['threshold']:.3f} (test {name} {r[f'test_{name}_at_threshold']:.4f})"
-                                     for r in with_threshold))
+        each = (f"{r['model']} {r['threshold']:.3f} (test {name} {r[f'test_{name}_at_threshold']:.4f})"
+                for r in with_threshold)
+        table.caption = (f"labels at each model's decision threshold, chosen for {name} on out-of-fold "
+                         f"predictions: {', '.join(each)}")
     return table
 
 

@@ -32,6 +32,7 @@ LEAK_SCORE = 0.98  # one column's out-of-fold R² or squared rank correlation (r
 PAIR_R2 = 0.999  # two numeric columns whose linear combination is the label
 ID_NAME = re.compile(r"(^|[^a-z])(id|ids|identifier|uuid|guid|key)($|[^a-z])|[a-z](Id|ID)$", re.IGNORECASE)
 UNNAMED = re.compile(r"^(Unnamed: \d+|)$")
+OVERRIDDEN = "set by data.column_roles"
 DATE_LIKE = re.compile(r"\d{1,4}[-/.:]\d{1,2}")
 
 
@@ -109,7 +110,8 @@ def infer(sample: pd.DataFrame, label: str, problem_type: Optional[str], overrid
     columns = [str(c) for c in sample.columns]
     for column in overrides:
         if column not in columns:
-            raise DataError(f"data.column_roles names {column!r}, which is not a column{closest(column, columns)}; "
+            raise DataError(f"data.column_roles names {column!r}, which is not a column"
+                            f"{closest(column, columns)}; "
                             f"columns: {', '.join(columns)}")
     roles = []
     for column in sample.columns:
@@ -118,11 +120,12 @@ def infer(sample: pd.DataFrame, label: str, problem_type: Optional[str], overrid
         if column == label:
             roles.append(ColumnRole(column, "label", "data.label", str(s.dtype)))
         elif column in overrides:
-            roles.append(ColumnRole(column, overrides[column], "set by data.column_roles", str(s.dtype)))
+            roles.append(ColumnRole(column, overrides[column], OVERRIDDEN, str(s.dtype)))
         elif column in dropped:
             roles.append(ColumnRole(column, "dropped", "listed in data.drop_columns", str(s.dtype)))
         elif column in categorical:
-            roles.append(ColumnRole(column, "categorical", "listed in data.categorical_columns", str(s.dtype)))
+            why = "listed in data.categorical_columns"
+            roles.append(ColumnRole(column, "categorical", why, str(s.dtype)))
         else:
             role, reason = _rule(column, s)
             roles.append(ColumnRole(column, role, reason, str(s.dtype)))
@@ -160,7 +163,8 @@ def _rule(column: str, s: pd.Series) -> tuple[str, str]:
     if ID_NAME.search(column) and unique_share >= 0.3:
         return "id", f"named like an identifier, {distinct} distinct values ({unique_share:.0%})"
     if distinct > 50 and unique_share >= 0.3 and words >= 2:
-        return "text", f"free text: {distinct} distinct values ({unique_share:.0%}), {words:.1f} words on average"
+        return "text", (f"free text: {distinct} distinct values ({unique_share:.0%}), "
+                        f"{words:.1f} words on average")
     if distinct > 50 and unique_share >= 0.9:
         return "id", f"nearly every value distinct ({distinct} of {len(values)}), single words"
     return "categorical", f"{distinct} distinct values"
@@ -230,13 +234,14 @@ def _flag_leaks(roles: list, sample: pd.DataFrame, label: str, problem_type: str
 
 
 def _codes(x: pd.Series, bins: int = 32) -> np.ndarray:
-    """A column as small integer codes: quantile bins of numbers, categories by frequency (the rest one code)."""
+    """A column as small integer codes: quantile bins of numbers, categories (the rarest sharing one code)."""
     import numpy as np
     import pandas as pd
 
     if pd.api.types.is_numeric_dtype(x) and not pd.api.types.is_bool_dtype(x):
         v = x.to_numpy(dtype=np.float64, na_value=np.nan)
-        edges = np.unique(np.nanquantile(v, np.linspace(0, 1, bins + 1)[1:-1])) if np.isfinite(v).any() else []
+        inner = np.linspace(0, 1, bins + 1)[1:-1]
+        edges = np.unique(np.nanquantile(v, inner)) if np.isfinite(v).any() else np.empty(0)
         codes = np.searchsorted(edges, v, side="right")
         codes[np.isnan(v)] = bins + 1
         return codes
@@ -245,7 +250,8 @@ def _codes(x: pd.Series, bins: int = 32) -> np.ndarray:
 
 
 def _single_score(x: pd.Series, y: np.ndarray, folds: np.ndarray, problem_type: str) -> float:
-    """Out-of-fold score of predicting y from one column's codes (each code's mean or majority on the other fold)."""
+    """Out-of-fold score of y predicted from one column's codes (each code's mean or majority on the other
+    fold)."""
     import numpy as np
 
     codes = _codes(x)
@@ -317,20 +323,21 @@ def _pairs(rows, y, roles, scores, label, overrides, found) -> dict:
 
 
 def report(roles: Roles, leak_check: str) -> None:
-    """Warnings for the columns left out, and for leak suspects (or the error data.leak_check=error asks for)."""
-    auto_out = [c for c in roles.columns if c.role in ("id", "constant") and c.reason != "set by data.column_roles"]
+    """Warnings for the columns left out and for leak suspects (or the error data.leak_check=error asks)."""
+    auto_out = [c for c in roles.columns if c.role in ("id", "constant") and c.reason != OVERRIDDEN]
     if auto_out:
         named = ", ".join(f"{c.column!r} ({c.role}: {c.reason})" for c in auto_out)
         keep = ",".join(f"{c.column}:{'numeric' if c.dtype.startswith(('int', 'float')) else 'categorical'}"
                         for c in auto_out[:2])
         log.warning("left out of the features: %s; to keep one, set its role, e.g. +data.column_roles={%s}",
                     named, keep)
-    leaks = [c for c in roles.columns if c.role == "leak" and c.reason != "set by data.column_roles"]
+    leaks = [c for c in roles.columns if c.role == "leak" and c.reason != OVERRIDDEN]
     if not leaks:
         return
     names = [c.column for c in leaks]
     message = ("possible label leak: " + "; ".join(f"{c.column!r} {c.reason}" for c in leaks)
-               + f". If it is known only after the label, drop it: data.drop_columns=[{','.join(map(quoted, names))}]"
+               + ". If it is known only after the label, drop it: "
+               + f"data.drop_columns=[{','.join(map(quoted, names))}]"
                + f"; if it is a fair feature, set its role, e.g. +data.column_roles={{{names[0]}:numeric}} "
                "(or data.leak_check=off)")
     if leak_check == "error":

@@ -62,7 +62,7 @@ class FeatureSchema:
     raw_dtypes: dict[str, str] = field(default_factory=dict)  # numeric columns as read, for model signatures
     label: Optional[str] = None
     unseen_categories: str = "missing"  # missing | error, as data.unseen_categories at training
-    features: Optional[object] = None  # pipeline.features.FeatureMaker: raw columns -> `columns` (None: the same)
+    features: Optional[object] = None  # pipeline.features.FeatureMaker: raw columns -> `columns` (None: same)
 
     @classmethod
     def of(cls, X: pd.DataFrame, raw_dtypes: Optional[dict] = None, label: Optional[str] = None,

@@ -130,15 +130,16 @@ class LightGBMModel(TabularModel):
         # the rows' frames belong to the datasets alone, which drop them once binned (as lgb.train would)
         names = self._names(X)
         train = lgb.Dataset(X.iloc[train_rows], y[train_rows], free_raw_data=True, feature_name=names)
-        self._train(train, lgb.Dataset(X.iloc[val_rows], y[val_rows], reference=train, feature_name=names), ctx,
-                    validation_rows=lambda: X.iloc[val_rows])
+        valid = lgb.Dataset(X.iloc[val_rows], y[val_rows], reference=train, feature_name=names)
+        self._train(train, valid, ctx, validation_rows=lambda: X.iloc[val_rows])
 
     def _names(self, X):
-        """The names LightGBM sees ('auto': the frame's own, where it accepts them all); the user's are kept."""
+        """The names LightGBM sees ('auto': the frame's own, where it takes them all); the user's are kept."""
         from pipeline.models.names import LIGHTGBM_REFUSES, needs_renaming, safe_names
 
         self.feature_names_ = [str(c) for c in X.columns]
-        return safe_names(X.columns, LIGHTGBM_REFUSES) if needs_renaming(X.columns, LIGHTGBM_REFUSES) else "auto"
+        refused = needs_renaming(X.columns, LIGHTGBM_REFUSES)
+        return safe_names(X.columns, LIGHTGBM_REFUSES) if refused else "auto"
 
     def _train(self, train, valid, ctx: FitContext, validation_rows=None) -> None:
         """`validation_rows` (the validation frame, made on demand) asks for the kept model's validation

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 LIGHTGBM_REFUSES = re.compile(r'["\\:,\[\]{}]')  # LightGBM: "Do not support special JSON characters"
-XGBOOST_REFUSES = re.compile(r"[\[\]<,]")  # XGBoost: "feature_names must be string, and may not contain [, ] or <"
+XGBOOST_REFUSES = re.compile(r"[\[\]<,]")  # XGBoost: "feature_names ... may not contain [, ] or <"
 
 
 def safe_names(columns, refused: re.Pattern) -> list[str]:

@@ -99,7 +99,8 @@ def _row(name: str, trial, val: dict, test: dict, plan, test_rows: int, test_sec
 
 
 def _set_threshold(row: dict, predictor, held_out, val_pred, test_pred, data, eval_metric: str) -> None:
-    """A binary predictor's threshold from its out-of-fold predictions, and its test score there, in its row."""
+    """A binary predictor's threshold from its out-of-fold predictions; it, and the test score there, in its
+    row."""
     from pipeline import metrics as metrics_module
     from pipeline import threshold as th
 
@@ -108,13 +109,13 @@ def _set_threshold(row: dict, predictor, held_out, val_pred, test_pred, data, ev
     test_y = data.y[data.test_idx]
     row["threshold"] = predictor.threshold
     row["threshold_metric"] = name
-    row[f"test_{name}_at_threshold"] = float(metrics_module.METRICS[name](test_y, th.one_hot(test_pred[:, 1],
-                                                                                           predictor.threshold)))
+    labels = th.one_hot(test_pred[:, 1], predictor.threshold)
+    row[f"test_{name}_at_threshold"] = float(metrics_module.METRICS[name](test_y, labels))
     th.warn_one_class(row["model"], test_pred[:, 1], predictor.threshold, data.classes)
 
 
 def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int) -> tuple:
-    """The weighted ensemble's leaderboard row, and its (held-out rows, their predictions, the test predictions)."""
+    """The weighted ensemble's leaderboard row, and (held-out rows, their predictions, test predictions)."""
     import numpy as np
 
     from pipeline import metrics as metrics_module
@@ -135,8 +136,10 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     predictors["ensemble"] = EnsemblePredictor("ensemble", [predictors[n] for n in names], list(map(float, weights)),
                                                problem, data.classes)
     test_seconds = ensemble_seconds([seconds[n] for n in names], weights)
-    row = leaderboard_row("ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
-                          test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
-                          num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))),
-                          level=level)
+    row = leaderboard_row(
+        "ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
+        test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
+        num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))),
+        level=level,
+    )
     return row, (held, val_pred, test_pred)
