@@ -159,15 +159,25 @@ def _rule(column: str, s: pd.Series) -> tuple[str, str]:
     text = values.astype(str)
     if _dates(text):
         return "datetime", "text that parses as dates"
-    words = float(text.str.split().str.len().mean())
     if ID_NAME.search(column) and unique_share >= 0.3:
         return "id", f"named like an identifier, {distinct} distinct values ({unique_share:.0%})"
-    if distinct > 50 and unique_share >= 0.3 and words >= 2:
+    many = distinct > 50 and unique_share >= 0.3
+    words = _mean_words(text) if many else 0.0
+    if many and words >= 2:
         return "text", (f"free text: {distinct} distinct values ({unique_share:.0%}), "
                         f"{words:.1f} words on average")
     if distinct > 50 and unique_share >= 0.9:
         return "id", f"nearly every value distinct ({distinct} of {len(values)}), single words"
     return "categorical", f"{distinct} distinct values"
+
+
+def _mean_words(text: pd.Series) -> float:
+    """Words per value on average, each distinct value split once."""
+    import numpy as np
+
+    counts = text.value_counts()
+    words = counts.index.to_series().str.split().str.len().to_numpy(dtype=np.float64)
+    return float(np.average(words, weights=counts.to_numpy()))
 
 
 def _row_numbers(values: pd.Series) -> bool:
