@@ -38,6 +38,7 @@ def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, sche
         else:
             chain = [[(k, refits[(k, lower)].model) for k in kinds] for lower in range(1, level)]
             predictor = StackedPredictor(name + SUFFIX, [result.model], problem, data.classes, schema, [chain])
+        predictor.threshold = getattr(predictors.get(name), "threshold", None)  # its bag's, from out of fold
         predictors[predictor.name] = predictor
         test_preds[name] = result.test_pred
         # per refit it predicts with: its own, and above level 1 every level below, predicted first
@@ -55,6 +56,7 @@ def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, sche
         members = [predictors[m.name + SUFFIX] for m in bagged.members]
         predictors["ensemble" + SUFFIX] = EnsemblePredictor("ensemble" + SUFFIX, members, bagged.weights, problem,
                                                             data.classes)
+        predictors["ensemble" + SUFFIX].threshold = bagged.threshold
         pred = blend([test_preds[m.name] for m in bagged.members], np.asarray(bagged.weights))
         weights = dict(zip((m.name for m in members), bagged.weights))
         seconds = ensemble_seconds([test_seconds[m.name] for m in bagged.members], bagged.weights)
