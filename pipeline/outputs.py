@@ -121,6 +121,8 @@ def log_board(tracker, board) -> None:
     for row in board.rows:
         name = row["model"]
         values = {f"{name}/{k}": v for k, v in row.items() if k.startswith(("val_", "test_"))}
+        if row.get("threshold") is not None:  # a binary model's decision threshold
+            values[f"{name}/threshold"] = float(row["threshold"])
         trial = board.best.get(name)
         if trial is None:  # the weighted ensemble: its weights are its params
             values.update({f"{name}/weight/{n}": float(w) for n, w in json.loads(row["params"]).items()})
