@@ -21,7 +21,7 @@ from pipeline.data_sources import read_file, resolve
 from pipeline.errors import DataError
 from pipeline.features import FeatureMaker
 from pipeline.problem import problem_type_of, small_whole_values
-from pipeline.roles import Roles
+from pipeline.roles import OVERRIDDEN, Roles
 from pipeline.schema import category_text, encode
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,8 @@ def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None) -> Tabul
             X = features.transform(X)
         else:
             features = None
-    by_role = [c for c in (roles.of("categorical") if roles else ()) if c in X.columns]
+    by_role = [c.column for c in (roles.columns if roles else ())  # an override to categorical
+               if c.role == "categorical" and c.reason == OVERRIDDEN and c.column in X.columns]
     declared = [*spec.categorical_columns, *by_role]
     categorical, numeric = _column_types(X, tuple(declared))
     raw_dtypes = {c: str(X[c].dtype) for c in numeric}

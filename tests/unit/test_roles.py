@@ -130,3 +130,14 @@ def test_category_text_is_the_same_at_training_and_prediction():
 def test_names_lightgbm_refuses_are_made_safe_and_unique():
     assert safe_names(['a:b', 'a,b', 'c[0]', '{"x"}', "ok"], LIGHTGBM_REFUSES) == [
         "a_b", "a_b_1", "c_0_", "__x__", "ok"]
+
+
+def test_a_numeric_column_set_to_categorical_is_typed_as_categories(tmp_path):
+    from pipeline.config import DataConf
+    from pipeline.data import load
+
+    (tmp_path / "oj.csv").write_bytes((REAL / "OJ.csv").read_bytes())
+    spec = DataConf(name="csv", path="oj.csv", label="Purchase", column_roles={"StoreID": "categorical"},
+                    _target_="pipeline.data_sources.CsvSource")
+    data = load(spec, tmp_path)
+    assert "StoreID" in data.categorical and list(data.X["StoreID"].cat.categories) == ["1", "2", "3", "4", "7"]
