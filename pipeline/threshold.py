@@ -34,6 +34,8 @@ def choose(y: np.ndarray, proba: np.ndarray, metric: str) -> float:
 
     score = metrics.METRICS[metric]
     positive = np.asarray(proba, dtype=np.float64)[:, 1]
+    if not np.isfinite(positive).all():  # a model that predicted NaN: its scores say so, not its threshold
+        return 0.5
     candidates = np.unique(np.concatenate([[0.5], np.quantile(positive, np.linspace(0, 1, CANDIDATES))]))
     values = np.array([score(y, one_hot(positive, t)) for t in candidates])
     best = np.flatnonzero(values >= values.max() - 1e-12)
