@@ -96,6 +96,7 @@ def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None) -> Tabul
     fit_rows = np.concatenate([train_idx, val_idx])
     features = raw_example = None
     if roles is not None:
+        roles = _constant_beyond_the_sample(roles, X)
         features = FeatureMaker.fit(X, roles, fit_rows)
         if features.changes:
             raw_example = X.iloc[test_idx[:5]].copy()
@@ -251,6 +252,26 @@ def write_schema(path: Path, data_or_roles) -> None:
         kind = {True: "categorical", False: "numeric"}
         doc["features"] = {str(c): kind[isinstance(X[c].dtype, pd.CategoricalDtype)] for c in X.columns}
     atomic_write_bytes(path, json.dumps(doc, indent=2).encode())
+
+
+def _constant_beyond_the_sample(roles: Roles, X: pd.DataFrame) -> Roles:
+    """A column constant in the sample (a file's first rows, say) but not in the table keeps its dtype's role:
+    one pass over those columns alone, which a sorted file needs."""
+    from dataclasses import replace
+
+    from pipeline.roles import ColumnRole
+
+    changed = {}
+    for c in roles.columns:
+        if c.role == "constant" and c.reason != OVERRIDDEN and c.column in X.columns:
+            values = X[c.column]
+            if values.nunique(dropna=False) > 1:
+                role = "numeric" if pd.api.types.is_numeric_dtype(values) else "categorical"
+                changed[c.column] = ColumnRole(c.column, role, f"{c.reason}, but not in the whole table", c.dtype)
+    if not changed:
+        return roles
+    log.info("column(s) %s: constant only in the sampled rows, kept as features", ", ".join(map(repr, changed)))
+    return replace(roles, columns=tuple(changed.get(c.column, c) for c in roles.columns))
 
 
 def _time_order(X: pd.DataFrame, spec: DataConf) -> np.ndarray:

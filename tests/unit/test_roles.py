@@ -141,3 +141,19 @@ def test_a_numeric_column_set_to_categorical_is_typed_as_categories(tmp_path):
                     _target_="pipeline.data_sources.CsvSource")
     data = load(spec, tmp_path)
     assert "StoreID" in data.categorical and list(data.X["StoreID"].cat.categories) == ["1", "2", "3", "4", "7"]
+
+
+def test_a_column_constant_only_in_the_files_first_rows_stays_a_feature(tmp_path):
+    from pipeline.config import DataConf
+    from pipeline.data import load, roles_before_reading
+
+    n = 12_000  # the sample before planning is the first 10,000 rows: all 'winter'
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x": rng.normal(size=n), "season": ["winter"] * 10_000 + ["summer"] * 2_000,
+                          "y": rng.normal(size=n)})
+    frame.to_csv(tmp_path / "sorted.csv", index=False)
+    spec = DataConf(name="csv", path="sorted.csv", label="y", _target_="pipeline.data_sources.CsvSource")
+    early = roles_before_reading(spec, tmp_path, "regression")
+    assert early.get("season").role == "constant"
+    data = load(spec, tmp_path, early)
+    assert data.roles.get("season").role == "categorical" and "season" in data.X.columns
