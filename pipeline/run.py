@@ -73,6 +73,9 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime = runtime or Runtime.from_hydra()
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)
+    from pipeline.run_folder import check_run_folder
+
+    check_run_folder(runtime.run_dir, "hydra.run.dir")  # Hydra's callback checked it; a caller's own too
     make_folders(runtime.run_dir)
     cluster = _look_at_cluster(settings)
     plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)

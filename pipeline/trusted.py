@@ -34,7 +34,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO, Optional, Union
 
 from pipeline.errors import PipelineError
 
@@ -86,6 +86,84 @@ def _check_file(st: os.stat_result, path: Path, folder_shared: bool) -> None:
     if folder_shared and st.st_nlink != 1:
         raise _refuse(path, f"has {st.st_nlink} hard links in a folder other users may write into",
                       "Remove it; the engine writes its own files.")
+
+
+def _lstat(path: Path) -> Optional[os.stat_result]:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def check_owned(path: Union[str, Path], what: str, *, folder: bool = False, shared: bool = True) -> None:
+    """Refuse (UntrustedFile naming `path`, `what` it is and the fix) a `path` that is there and is a
+    symbolic link, not a regular file (or folder), another user's (not root's), or writable by group or
+    others, unless a folder with the sticky bit (as /tmp: no one else may rename or remove ours there)
+    where `shared`.
+    A path that is not there passes: the engine makes it, closed to others."""
+    path = Path(path)
+    st = _lstat(path)
+    if st is None:
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    kind = "folder" if folder else "file"
+    if stat.S_ISLNK(st.st_mode):
+        problem, fix = "is a symbolic link", f"Replace it with a {kind} of your own."
+    elif not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
+        problem, fix = f"is not a {kind}", "Remove it, or choose another path."
+    elif not _owner_trusted(st.st_uid):
+        problem = f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}) or root"
+        fix = f"Use a {kind} of your own (another user may have made it to read or change what the engine keeps)."
+    elif mode & _OTHERS_WRITE and not (folder and shared and mode & stat.S_ISVTX):
+        problem, fix = f"is writable by other users (mode {mode:04o})", f"If no one else changed it, `chmod go-w {path}`."
+    else:
+        return
+    raise UntrustedFile(f"{path} ({what}) {problem}: the engine refuses to use it, since another user could "
+                        f"change what it reads there or run code as you. {fix}")
+
+
+def check_tree(root: Union[str, Path], what: str) -> None:
+    """Refuse (UntrustedFile) a folder tree the engine would load code or objects from unless every
+    folder and file in it, walked without following a symbolic link at any level (O_NOFOLLOW, checked
+    by descriptor), is this user's or root's and writable by no one else."""
+    root = Path(root)
+
+    def refuse(path: Path, problem: str) -> UntrustedFile:
+        return UntrustedFile(f"{path} ({what}) {problem}: the engine refuses to load from it, since another "
+                             "user could run code as you through it. Use a copy of your own, closed to others.")
+
+    def walk(fd: int, path: Path) -> None:
+        st = os.fstat(fd)
+        if not _owner_trusted(st.st_uid):
+            raise refuse(path, f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}) or root")
+        if stat.S_IMODE(st.st_mode) & _OTHERS_WRITE:
+            raise refuse(path, f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})")
+        if not stat.S_ISDIR(st.st_mode):
+            if not stat.S_ISREG(st.st_mode):
+                raise refuse(path, "is not a regular file")
+            return
+        for name in os.listdir(fd):
+            try:
+                child = os.open(name, _READ_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise refuse(path / name, "is a symbolic link") from None
+                raise
+            try:
+                walk(child, path / name)
+            finally:
+                os.close(child)
+
+    try:
+        top = os.open(root, _READ_FLAGS | os.O_DIRECTORY)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root):
+            raise refuse(root, "is a symbolic link") from None
+        raise
+    try:
+        walk(top, root)
+    finally:
+        os.close(top)
 
 
 def open_trusted(path: Union[str, Path]) -> BinaryIO:

@@ -52,6 +52,7 @@ class Store:
         environment set."""
         quiet_mlflow()
         check_sqlite_path(self.uri)
+        check_store_trusted(self.uri, self.artifact_root)
         if self.remote:
             configure_http(self.timeout_s)
             if server:
@@ -131,6 +132,33 @@ def check_sqlite_path(uri: str) -> None:
                             "tracking.uri at a writable path, or run with tracking=none")
 
 
+STORE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock", ".ready")
+
+
+def check_store_trusted(uri: str, artifact_root: Optional[Path] = None) -> None:
+    """A local store is trusted like a pickle (pipeline.trusted.check_owned): its folder, its database
+    and the files SQLite and the engine keep beside it, and its artifact folder, must be this user's (or
+    root's), never symbolic links, and closed to others' writes (a folder may be shared if sticky).
+    Another user who made or can change them could point a run's model at code of their choosing."""
+    from pipeline.trusted import check_owned
+
+    path = sqlite_path(uri)
+    if path is not None:
+        check_owned(path.parent, "the MLflow store's folder", folder=True)
+        check_owned(path, "the MLflow store")
+        for suffix in STORE_SIDE_FILES:
+            check_owned(path.with_name(path.name + suffix), "a file of the MLflow store")
+    if artifact_root is not None:
+        check_owned(artifact_root.parent, "the folder of the MLflow artifact store", folder=True)
+        check_owned(artifact_root, "the MLflow artifact store", folder=True)
+
+
+def _open_marker(path: Path) -> int:
+    """A descriptor of the lock or marker file `path`, created if missing (0600), never through a
+    symbolic link and never truncated: a link planted there must not empty the file it points at."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
 def configure_http(timeout_s: float) -> None:
     """Bound MLflow's HTTP retries unless the user set them: by default a dead server costs minutes of
     retries per call. A refused connection now fails in seconds; a busy server still gets a minute
@@ -154,14 +182,17 @@ def store_lock(uri: str):
     if ready.exists():
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-            ready.touch()
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    from pipeline.trusted import make_folders
+
+    make_folders(path.parent)
+    check_store_trusted(uri)
+    fd = _open_marker(path.with_name(path.name + ".lock"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+        os.close(_open_marker(ready))
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> str:
