@@ -172,17 +172,22 @@ def open_trusted(path: Union[str, Path]) -> BinaryIO:
     path = Path(path)
     folder_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        folder = os.fstat(folder_fd)
-        _check_folder(folder, path)
-        try:
-            fd = os.open(path.name, _READ_FLAGS, dir_fd=folder_fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise _refuse(path, "is a symbolic link",
-                              "Remove the link; the engine reads only files, never links.") from None
-            raise
+        return open_trusted_at(folder_fd, path.name, path)
     finally:
         os.close(folder_fd)
+
+
+def open_trusted_at(folder_fd: int, name: str, path: Path) -> BinaryIO:
+    """open_trusted for the file `name` of the open folder `folder_fd` (`path` names it in messages)."""
+    folder = os.fstat(folder_fd)
+    _check_folder(folder, path)
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=folder_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refuse(path, "is a symbolic link",
+                          "Remove the link; the engine reads only files, never links.") from None
+        raise
     try:
         _check_file(os.fstat(fd), path, bool(stat.S_IMODE(folder.st_mode) & _OTHERS_WRITE))
         os.set_blocking(fd, True)
@@ -224,8 +229,48 @@ def make_folders(path: Union[str, Path]) -> None:
 
 def copy_trusted(source: Union[str, Path], target: Union[str, Path]) -> None:
     """Copy `source`, checked by open_trusted (a copy must not make another user's file this user's),
-    into a new file `target` (create_file's mode)."""
-    with open_trusted(source) as src, create_file(target) as dst:
+    into a new file `target`, whose mode is never wider than the source's (nor than create_file's)."""
+    with open_trusted(source) as src:
+        _copy_open(src, target)
+
+
+def _copy_open(src: BinaryIO, target: Union[str, Path]) -> None:
+    mode = stat.S_IMODE(os.fstat(src.fileno()).st_mode) & FILE_MODE
+    with create_file(target) as dst:
+        os.fchmod(dst.fileno(), mode)
         shutil.copyfileobj(src, dst)
         dst.flush()
         os.fsync(dst.fileno())
+
+
+def copy_tree_trusted(source: Union[str, Path], target: Union[str, Path]) -> None:
+    """Copy the folder `source` into the new folder `target`, walked by descriptors without following a
+    symbolic link at any level (O_NOFOLLOW): each folder this user's or root's and closed to others'
+    writes, each file checked as open_trusted checks it; no copy's mode is wider than its source's."""
+    source = Path(source)
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(source):
+            raise _refuse(source, "is a symbolic link", "Remove the link; the engine copies only folders.") from None
+        raise
+    try:
+        _copy_tree_at(fd, source, Path(target))
+    finally:
+        os.close(fd)
+
+
+def _copy_tree_at(fd: int, source: Path, target: Path) -> None:
+    st = os.fstat(fd)
+    _check_folder(st, source / "(its files)")
+    os.mkdir(target, stat.S_IMODE(st.st_mode) & FOLDER_MODE)
+    for entry in os.scandir(fd):
+        if entry.is_dir(follow_symlinks=False):
+            child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            try:
+                _copy_tree_at(child, source / entry.name, target / entry.name)
+            finally:
+                os.close(child)
+        else:  # a symbolic link, to a file or a folder, is refused by the check
+            with open_trusted_at(fd, entry.name, source / entry.name) as src:
+                _copy_open(src, target / entry.name)
