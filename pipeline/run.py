@@ -366,14 +366,16 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:
-    """tracking.run_name, else what varies: a sweep job's swept overrides first, a single run's models."""
+    """tracking.run_name, else what varies: a sweep job's swept overrides first, a single run's models;
+    secrets masked as in the params (pipeline.redact)."""
+    from pipeline.redact import redact_text
     from pipeline.tracking import naming
 
     if settings.conf.tracking.run_name:
-        return settings.conf.tracking.run_name
+        return redact_text(settings.conf.tracking.run_name)
     if runtime.sweep_dir is not None:
-        return naming.job_name(runtime.overrides, runtime.swept)
-    return naming.single_name([s.name for s in settings.models], runtime.overrides)
+        return redact_text(naming.job_name(runtime.overrides, runtime.swept))
+    return redact_text(naming.single_name([s.name for s in settings.models], runtime.overrides))
 
 
 def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:

@@ -32,7 +32,7 @@ def mlflow_tracker(conf, launch_dir: Path, sweep_dir: Optional[Path] = None) -> 
     """One MLflow run, logged through a shared host or a process of its own (pipeline.tracking.client):
     in a sweep, a child of the sweep's parent run, served by the sweep's host where it can be; else
     through the service kept between runs (tracking.keep_alive_s)."""
-    from pipeline.tracking.client import TrackerClient
+    from pipeline.tracking.client import TrackerClient  # a NullTracker (registered): forwards every call
     from pipeline.tracking.mlflow_run import MlflowTracker
 
     tracker = MlflowTracker(

@@ -89,6 +89,11 @@ def check_server(uri: str, timeout_s: float) -> None:
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(uri.rstrip("/") + "/health")
+    if "@" in uri.partition("://")[2].split("/", 1)[0] and "@" not in parts.netloc:  # a # or ? cut the netloc
+        raise TrackingError(f"tracking.uri={redact_uri(uri)} is not a URL its server can be reached at: its "
+                            "password holds a character that ends the host part (#, ?); percent-encode it "
+                            "(# as %23, ? as %3F), or give the credentials in MLFLOW_TRACKING_USERNAME and "
+                            "MLFLOW_TRACKING_PASSWORD")
     host = parts.netloc.rpartition("@")[2]  # urllib takes no user:password@ in a URL
     request = urllib.request.Request(urlunsplit(parts._replace(netloc=host)))
     if parts.username is not None:  # user:password@host, as MLflow's basic auth takes it
@@ -100,6 +105,9 @@ def check_server(uri: str, timeout_s: float) -> None:
                 raise TrackingError(f"tracking.uri={redact_uri(uri)} answers /health with HTTP {response.status}")
     except urllib.error.HTTPError as exc:
         raise TrackingError(f"tracking.uri={redact_uri(uri)} answers /health with HTTP {exc.code}") from None
+    except ValueError:  # http.client's InvalidURL quotes the URL's parts: the message is ours
+        raise TrackingError(f"tracking.uri={redact_uri(uri)} is not a valid URL; percent-encode reserved "
+                            "characters in its user and password") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TrackingError(

@@ -69,13 +69,29 @@ def predict(source: str, tmp_path: Path, *extra: str) -> subprocess.CompletedPro
         cwd=tmp_path, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=300)
 
 
+SECRET = "S3cr3tV4lue"
+KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+SECRETS_GIVEN = [  # a run name and tag values holding credentials in the forms people paste them
+    f"tracking.run_name='r-AccountKey={SECRET}=='",
+    f"+tracking.tags.header='Authorization: Bearer {SECRET}xyz'",
+    f"+tracking.tags.github='ghp_{SECRET}{'a' * 26}'",
+    f"+tracking.tags.gitlab='glpat-{SECRET}{'b' * 10}'",
+    f"+tracking.tags.slack='xoxb-{SECRET}-123'",
+    f"+tracking.tags.aws='{KEY_ID}'",
+    f"+tracking.tags.sas='sig={SECRET}&se=2030-01-01'",
+    f"+tracking.tags.json='{{\"password\": \"{SECRET}\"}}'",
+    f"+tracking.tags.cmd='train --password {SECRET} --epochs 3'",
+]
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A finished run logged to a SQLite store, made under umask 000; its run id, store and folders."""
+    """A finished run logged to a SQLite store, made under umask 000, its run name and tags holding
+    secrets; its run id, store and folders."""
     root = tmp_path_factory.mktemp("trained")
     old = os.umask(0)
     try:
-        proc = run_cli([*QUICK, f"hydra.run.dir={root / 'run'}"], root, check=True)
+        proc = run_cli([*QUICK, *SECRETS_GIVEN, f"hydra.run.dir={root / 'run'}"], root, check=True)
     finally:
         os.umask(old)
     run_id = proc.stdout.split("MLflow run ")[1].split(":")[0]
@@ -378,3 +394,85 @@ def test_a_function_that_returns_no_component_is_refused_before_it_is_called(cli
     proc = cli("model=lightgbm", override, "dry_run=true", "tracking=none", f"hydra.run.dir={tmp_path / 'run'}")
     refused(proc, phrase)
     assert not (tmp_path / "run" / "run_state.json").exists()
+
+
+# ---- 5. the cache of library answers is this user's alone
+
+
+@needs_root
+def test_a_doctored_answer_in_a_shared_cache_never_lets_a_misspelt_parameter_pass(tmp_path, monkeypatch, caplog):
+    import json
+
+    from pipeline.errors import ConfigError
+    from pipeline.models import native
+    from pipeline.models.xgboost import XGBoostModel
+
+    cache = sticky_shared(tmp_path) / "cache"
+    as_nobody(lambda: (cache / "xgboost-params").mkdir(mode=0o777, parents=True))
+    monkeypatch.setenv("PIPELINE_CACHE_DIR", str(cache))
+    asked, real = [], native._xgboost_configure
+    monkeypatch.setattr(native, "_xgboost_configure", lambda p, n: asked.append((p, n)) or real(p, n))
+    with pytest.raises(ConfigError, match="max_dept is not an XGBoost parameter"):
+        XGBoostModel.check_params("xgboost", {"max_dept": 3}, "binary")
+    (params, num_feature), = asked
+    config, said = real(params, num_feature)
+    config["learner"]["gradient_booster"]["tree_train_param"]["max_dept"] = "3"  # what the attacker adds
+    entry = cache / "xgboost-params" / Path(native._cache_entry(params, num_feature)).name
+
+    def plant():
+        entry.unlink(missing_ok=True)  # the folder is the attacker's: whatever is in it they may replace
+        entry.write_text(json.dumps({"config": config, "said": said}))
+        entry.chmod(0o666)
+
+    as_nobody(plant)
+    with pytest.raises(ConfigError, match="max_dept is not an XGBoost parameter"):
+        XGBoostModel.check_params("xgboost", {"max_dept": 3}, "binary")
+    assert "the cache of library answers is not used" in caplog.text and str(cache) in caplog.text
+
+
+def test_the_cache_is_made_for_this_user_alone(tmp_path, monkeypatch):
+    from pipeline.models import native
+
+    monkeypatch.setenv("PIPELINE_CACHE_DIR", str(tmp_path / "cache"))
+    native.keep_cached("xgboost-params", "a.json", {"config": {}})
+    assert native.read_cached("xgboost-params", "a.json") == {"config": {}}
+    modes = [stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "cache", tmp_path / "cache" / "xgboost-params")]
+    assert modes == [0o700, 0o700]
+    assert stat.S_IMODE((tmp_path / "cache" / "xgboost-params" / "a.json").stat().st_mode) == 0o600
+
+
+# ---- 6. secrets stay out of MLflow, the run's logs and (readable) files
+
+
+def test_secrets_in_the_run_name_and_tag_values_never_reach_the_store(trained):
+    from tests.integration.mlflow_helpers import runs
+
+    _, (run,) = runs(trained["root"], uri=f"sqlite:///{trained['db']}")
+    logged = [run.info.run_name, *run.data.tags.values(), *run.data.params.values()]
+    assert [v for v in logged if SECRET in v or KEY_ID in v] == []
+    assert run.info.run_name == "r-AccountKey=***"
+    assert run.data.tags["header"] == "Authorization: Bearer ***"
+    assert run.data.tags["sas"] == "sig=***&se=2030-01-01"
+    assert run.data.tags["json"] == '{"password": "***"}'
+    assert run.data.tags["cmd"] == "train --password *** --epochs 3"
+    stored = [p for p in (trained["root"] / "outputs").rglob("*") if p.is_file()]
+    assert stored and [p for p in stored if SECRET.encode() in p.read_bytes()] == []
+    run_files = [p for p in trained["run"].rglob("*") if p.is_file()]
+    readable = [p for p in run_files if ".hydra" not in p.parts]  # .hydra/ is 0600: Hydra's copy as typed
+    assert [p for p in readable if SECRET.encode() in p.read_bytes()] == []
+
+
+def test_hydras_launcher_prints_each_jobs_overrides_masked(cli, tmp_path):
+    proc = cli("-m", "model=lightgbm", "dry_run=true", "tracking=none", *SECRETS_GIVEN[1:],
+               f"+data.storage_options={{token:{SECRET}}}", f"hydra.sweep.dir={tmp_path / 'sweep'}", check=True)
+    assert "#0 : model=lightgbm" in proc.stdout and "+data.storage_options={token:***}" in proc.stdout
+    assert SECRET not in proc.stdout + proc.stderr and KEY_ID not in proc.stdout
+    hydra_files = [tmp_path / "sweep" / "multirun.yaml", *(tmp_path / "sweep" / "0" / ".hydra").iterdir()]
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in hydra_files if p.stat().st_mode & 0o077} == {}
+
+
+def test_a_password_with_an_unencoded_hash_is_masked_in_the_error(cli, tmp_path):
+    proc = cli(*QUICK, f"tracking.uri='http://me:pa#{SECRET}@127.0.0.1:9'", "tracking.timeout_s=2",
+               f"hydra.run.dir={tmp_path / 'run'}")
+    refused(proc, "tracking.uri=http://me:***@127.0.0.1:9")
+    assert SECRET not in proc.stdout + proc.stderr
