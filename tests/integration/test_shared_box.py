@@ -476,3 +476,54 @@ def test_a_password_with_an_unencoded_hash_is_masked_in_the_error(cli, tmp_path)
                f"hydra.run.dir={tmp_path / 'run'}")
     refused(proc, "tracking.uri=http://me:***@127.0.0.1:9")
     assert SECRET not in proc.stdout + proc.stderr
+
+
+# ---- 7. data.max_rows bounds what is read; running out of memory is a data error
+
+
+@pytest.fixture(scope="module")
+def tall_parquet(tmp_path_factory) -> Path:
+    """A few MB on disk, 40M rows in 40 row groups: its label column alone is 320 MB once decoded."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path, rows = tmp_path_factory.mktemp("tall") / "tall.parquet", 1_000_000
+    group = pa.table({"x": np.zeros(rows, dtype=np.int64), "label": np.repeat(np.array([0, 1]), rows // 2)})
+    with pq.ParquetWriter(path, group.schema) as writer:
+        for _ in range(40):
+            writer.write_table(group, row_group_size=rows)
+    return path
+
+
+def test_max_rows_bounds_what_a_tall_parquet_file_costs(tall_parquet, tmp_path):
+    proc = subprocess.run(
+        ["/usr/bin/time", "-f", "peak %M KB", sys.executable, "-m", "pipeline", "model=lightgbm", "data=parquet",
+         f"data.path={tall_parquet}", "data.label=label", "data.max_rows=2000", "dry_run=true", "tracking=none",
+         f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    peak_mb = int(proc.stderr.rsplit("peak ", 1)[1].split()[0]) / 1024
+    assert peak_mb < 500, f"{peak_mb:.0f} MB at the peak"  # about 200 MB, as for a small file (1.1 GB before)
+
+
+def test_max_rows_reads_only_the_row_groups_it_needs(tall_parquet):
+    from pipeline.data_sources import label_column, read_file
+
+    assert len(label_column(tall_parquet, "parquet", "label", "data.path", max_rows=2000, seed=1)) == 1_000_000
+    assert len(read_file(tall_parquet, "data.path", "parquet", max_rows=1_500_000, seed=1)) == 2_000_000
+
+
+def test_memory_running_out_while_reading_is_a_data_error_naming_the_file(tall_parquet, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.data_sources import label_column
+    from pipeline.errors import DataError
+
+    def out_of_memory(*args, **kwargs):
+        raise pa.ArrowMemoryError("malloc of size 3200000000 failed")
+
+    monkeypatch.setattr(pq.ParquetFile, "read", out_of_memory)
+    with pytest.raises(DataError, match=f"data.path='{tall_parquet}' cannot be read: memory ran out"):
+        label_column(tall_parquet, "parquet", "label", "data.path")
