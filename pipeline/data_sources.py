@@ -154,7 +154,9 @@ class FileSource(DataSource):
 
     def label_values(self, base_dir: Path) -> Optional[pd.Series]:
         path = self.local_path(base_dir)
-        return None if path is None else label_column(path, self.kind, self.label, "data.path", **self._bound())
+        if path is None:
+            return None
+        return label_column(path, self.kind, self.label, "data.path", **self._bound())
 
 
 class CsvSource(FileSource):
@@ -322,7 +324,7 @@ def label_column(path: Path, kind: Optional[str], label: str, key: str, max_rows
 
             source = pq.ParquetFile(path)
             groups = row_groups_for(source, max_rows, seed)
-            table = source.read(columns=[label]) if groups is None else source.read_row_groups(groups, [label])
+            table = source.read([label]) if groups is None else source.read_row_groups(groups, [label])
             return table.column(0).to_pandas()
         import pandas as pd
 

@@ -83,9 +83,9 @@ def _from_run_id(run_id: str, name: str, tracking_uri: Optional[str], base_dir: 
             raise ConfigError(f"source={run_id}: the run logged no best model (tracking.log_models=false, or it "
                               "did not finish)")
         if not model_uri.startswith(("runs:/", "models:/")):  # the engine tags only these, of this store
-            raise ConfigError(f"source={run_id}: the run's best/model_uri tag is {model_uri!r}, not a runs:/ or "
-                              "models:/ URI of this store as the engine writes it; it was changed after the run, "
-                              "so it is not followed")
+            raise ConfigError(f"source={run_id}: the run's best/model_uri tag is {model_uri!r}, not a runs:/ "
+                              "or models:/ URI of this store as the engine writes it; it was changed after "
+                              "the run, so it is not followed")
     else:
         model_uri = f"runs:/{run_id}/{name}"
     return _from_mlflow(model_uri, uri, base_dir)

@@ -66,7 +66,7 @@ def redact_uri(uri: str) -> str:
     if not isinstance(uri, str) or "://" not in uri:
         return uri
     userinfo = _USERINFO.match(uri)
-    if userinfo is not None:  # before urlsplit: an unencoded # or ? in the password would end the netloc there
+    if userinfo is not None:  # before urlsplit: an unencoded # or ? in the password would end the netloc
         user, colon, _ = userinfo[2].partition(":")
         uri = f"{userinfo[1]}{f'{user}:{MASK}' if colon else MASK}@{uri[userinfo.end():]}"
     try:

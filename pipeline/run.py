@@ -27,7 +27,7 @@ from pipeline.objectives import inner_fit_seconds, job_return
 from pipeline.quantities import fmt
 from pipeline.resources import Resources, allocate, cpus_beside_gpu_fits
 from pipeline.settings import Settings, read_settings
-from pipeline.trusted import make_folders
+from pipeline.run_folder import make_run_folder
 
 log = logging.getLogger("pipeline")
 
@@ -73,10 +73,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime = runtime or Runtime.from_hydra()
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)
-    from pipeline.run_folder import check_run_folder
-
-    check_run_folder(runtime.run_dir, "hydra.run.dir")  # Hydra's callback checked it; a caller's own too
-    make_folders(runtime.run_dir)
+    make_run_folder(runtime.run_dir)  # checked (by Hydra's callback too, before Hydra wrote into it), made
     cluster = _look_at_cluster(settings)
     plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)
     settings = settings.on_devices({a.model: a.device for a in plan.allocations})  # the library params follow
@@ -366,8 +363,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:
-    """tracking.run_name, else what varies: a sweep job's swept overrides first, a single run's models;
-    secrets masked as in the params (pipeline.redact)."""
+    """tracking.run_name, else what varies (a sweep job's swept overrides, a single run's models), masked."""
     from pipeline.redact import redact_text
     from pipeline.tracking import naming
 

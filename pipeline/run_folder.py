@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 from typing import Union
 
-from pipeline.trusted import UntrustedFile, check_owned
+from pipeline.trusted import UntrustedFile, check_owned, make_folders
 
 # What the engine and Hydra write inside a run folder: folders, and files written in place (not renamed)
 ENGINE_FOLDERS = (".hydra", "data", "tasks", "trials", "checkpoints", "predictors")
@@ -60,6 +60,12 @@ def check_run_folder(path: Union[str, Path], key: str) -> None:
             check_owned(path / name, "a file of the run")
     except UntrustedFile as exc:
         raise UntrustedFile(f"{key}={path}: {exc}") from None
+
+
+def make_run_folder(path: Path, key: str = "hydra.run.dir") -> None:
+    """The run folder checked (check_run_folder), then made where it is missing (0755 whatever the umask)."""
+    check_run_folder(path, key)
+    make_folders(path)
 
 
 def _check_parents(path: Path, key: str) -> None:

@@ -191,8 +191,9 @@ def check_name(key: str, name: str) -> None:
     """A name that becomes a file's name (predictors/<model>.pkl, trials/<model>.json) is an identifier
     (letters, digits, _ and -): `../x` or `a/b` would write or read outside the run folder."""
     if not NAME.match(str(name)):
-        raise ConfigError(f"{key}: {name!r} is not a name: it becomes a file name in the run folder, so it "
-                          "must start with a letter or _ and hold only letters, digits, _ and - (no /, no ..)")
+        raise ConfigError(f"{key}: {name!r} is not a name: it becomes a file name in the run folder, so "
+                          "it must start with a letter or _ and hold only letters, digits, _ and - "
+                          "(no /, no ..)")
 
 
 def _model_spec(name: str, spec: ModelSpecConf, allowed: tuple[str, ...]) -> ModelSpec:

@@ -95,7 +95,8 @@ def check_kind(key: str, target: str, obj: object, kind: Kind) -> None:
         returns = _return_type(obj)
         if inspect.isclass(returns) and issubclass(returns, base):
             return
-        said = "declares no return type" if returns is None else f"returns {getattr(returns, '__name__', returns)}"
+        named = getattr(returns, "__name__", returns)
+        said = "declares no return type" if returns is None else f"returns {named}"
         raise ConfigError(f"{key}={target!r} is a function that {said}, not {kind.what}: name a subclass of "
                           f"{kind.base}, or a function annotated to return one (-> {base_name})")
     valid = f"a subclass of {kind.base}" + (" or a function returning one" if kind.functions else "")

@@ -113,9 +113,10 @@ def check_owned(path: Union[str, Path], what: str, *, folder: bool = False, shar
         problem, fix = f"is not a {kind}", "Remove it, or choose another path."
     elif not _owner_trusted(st.st_uid):
         problem = f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}) or root"
-        fix = f"Use a {kind} of your own (another user may have made it to read or change what the engine keeps)."
+        fix = f"Use a {kind} of your own (another user may have made it to read or change what is kept)."
     elif mode & _OTHERS_WRITE and not (folder and shared and mode & stat.S_ISVTX):
-        problem, fix = f"is writable by other users (mode {mode:04o})", f"If no one else changed it, `chmod go-w {path}`."
+        problem = f"is writable by other users (mode {mode:04o})"
+        fix = f"If no one else changed it, `chmod go-w {path}`."
     else:
         return
     raise UntrustedFile(f"{path} ({what}) {problem}: the engine refuses to use it, since another user could "
@@ -129,8 +130,9 @@ def check_tree(root: Union[str, Path], what: str) -> None:
     root = Path(root)
 
     def refuse(path: Path, problem: str) -> UntrustedFile:
-        return UntrustedFile(f"{path} ({what}) {problem}: the engine refuses to load from it, since another "
-                             "user could run code as you through it. Use a copy of your own, closed to others.")
+        return UntrustedFile(f"{path} ({what}) {problem}: the engine refuses to load from it, since "
+                             "another user could run code as you through it. Use a copy of your own, closed "
+                             "to others.")
 
     def walk(fd: int, path: Path) -> None:
         st = os.fstat(fd)
@@ -252,7 +254,8 @@ def copy_tree_trusted(source: Union[str, Path], target: Union[str, Path]) -> Non
         fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(source):
-            raise _refuse(source, "is a symbolic link", "Remove the link; the engine copies only folders.") from None
+            raise _refuse(source, "is a symbolic link", "Remove the link; the engine copies only folders.") \
+                from None
         raise
     try:
         _copy_tree_at(fd, source, Path(target))
@@ -266,7 +269,7 @@ def _copy_tree_at(fd: int, source: Path, target: Path) -> None:
     os.mkdir(target, stat.S_IMODE(st.st_mode) & FOLDER_MODE)
     for entry in os.scandir(fd):
         if entry.is_dir(follow_symlinks=False):
-            child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            child = os.open(entry.name, _READ_FLAGS | os.O_DIRECTORY, dir_fd=fd)
             try:
                 _copy_tree_at(child, source / entry.name, target / entry.name)
             finally:

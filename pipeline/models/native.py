@@ -168,8 +168,8 @@ def _cache_folder(kind: str) -> Optional[int]:
     except OSError as exc:
         if str(root) not in _refused_caches:
             _refused_caches.add(str(root))
-            log.warning("the cache of library answers is not used: %s; point PIPELINE_CACHE_DIR at a folder of "
-                        "your own that no one else may write into", exc)
+            log.warning("the cache of library answers is not used: %s; point PIPELINE_CACHE_DIR at a "
+                        "folder of your own that no one else may write into", exc)
         return None
 
 

@@ -142,8 +142,9 @@ def test_what_a_run_writes_under_umask_0_no_one_else_may_write_and_a_rerun_reads
     # Hydra's own (the folder, .hydra/ and its copies of the config, pipeline.log) are this user's alone
     assert stat.S_IMODE(umask_0_run.stat().st_mode) == 0o700
     hydra = [umask_0_run / ".hydra", *(umask_0_run / ".hydra").iterdir(), umask_0_run / "pipeline.log"]
-    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in hydra if stat.S_IMODE(p.stat().st_mode) & 0o077} == {}
-    engine = {p.relative_to(umask_0_run).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in umask_0_run.rglob("*")}
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in hydra if p.stat().st_mode & 0o077} == {}
+    engine = {p.relative_to(umask_0_run).as_posix(): stat.S_IMODE(p.stat().st_mode)
+              for p in umask_0_run.rglob("*")}
     assert {"data", "data/data.pkl", "tasks", "predictors", "predictors/lightgbm.pkl", ".lock"} <= engine.keys()
     assert len([p for p in engine if p.startswith("tasks/")]) == 2
     assert {p: oct(mode) for p, mode in engine.items() if mode & 0o022} == {}
