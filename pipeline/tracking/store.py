@@ -151,6 +151,10 @@ def check_store_trusted(uri: str, artifact_root: Optional[Path] = None) -> None:
     from pipeline.trusted import check_owned
 
     path = sqlite_path(uri)
+    if uri.startswith("file:") or "://" not in uri:  # a file store: a folder of MLflow's files
+        folder = Path(uri.removeprefix("file://").removeprefix("file:"))
+        check_owned(folder.parent, "the folder of the MLflow store", folder=True)
+        check_owned(folder, "the MLflow store", folder=True)
     if path is not None:
         check_owned(path.parent, "the MLflow store's folder", folder=True)
         check_owned(path, "the MLflow store")

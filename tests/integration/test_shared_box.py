@@ -134,6 +134,15 @@ def test_a_store_another_user_made_first_is_refused(cli, tmp_path):
     assert db.stat().st_size == 0 and not (tmp_path / "run" / "predictors").exists()
 
 
+def test_a_file_store_others_may_write_is_refused(cli, tmp_path):
+    store = tmp_path / "mlruns"
+    store.mkdir()
+    store.chmod(0o777)
+    proc = cli(*QUICK, f"tracking.uri={store.as_uri()}", f"hydra.run.dir={tmp_path / 'run'}")
+    refused(proc, f"{store} (the MLflow store) is writable by other users (mode 0777)")
+    assert list(store.iterdir()) == []
+
+
 @needs_root
 def test_a_run_id_in_a_store_of_another_user_never_runs_its_payload(trained, tmp_path):
     shared, marker = sticky_shared(tmp_path), tmp_path / "the_payload_ran"
