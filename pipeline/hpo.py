@@ -55,10 +55,10 @@ class TrialSource:
         else:
             study = self._study(model)
             fixed = self.prior.get(model, {}).get(str(trial))
-            if fixed is None and trial == 0 and self.spec.start_from_defaults:
-                fixed = {k: v for k, v in self.defaults.get(model, {}).items() if k in self.spaces[model]}
-            if fixed:
+            if fixed:  # recorded by an earlier run: its search space may have been another
                 fixed = in_space(fixed, self.spaces[model], f"model {model}, trial {trial}")
+            elif fixed is None and trial == 0 and self.spec.start_from_defaults:
+                fixed = {k: v for k, v in self.defaults.get(model, {}).items() if k in self.spaces[model]}
             if fixed:
                 study.enqueue_trial(fixed, skip_if_exists=False)
             optuna_trial = study.ask({k: d.distribution() for k, d in self.spaces[model].items()})
