@@ -266,7 +266,7 @@ def copy_tree_trusted(source: Union[str, Path], target: Union[str, Path]) -> Non
 def _copy_tree_at(fd: int, source: Path, target: Path) -> None:
     st = os.fstat(fd)
     _check_folder(st, source / "(its files)")
-    os.mkdir(target, stat.S_IMODE(st.st_mode) & FOLDER_MODE)
+    os.mkdir(target, (stat.S_IMODE(st.st_mode) & FOLDER_MODE) | stat.S_IRWXU)  # group, others: never wider
     for entry in os.scandir(fd):
         if entry.is_dir(follow_symlinks=False):
             child = os.open(entry.name, _READ_FLAGS | os.O_DIRECTORY, dir_fd=fd)
