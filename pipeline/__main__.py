@@ -40,7 +40,11 @@ _compose_once()
 
 def main():
     """`python -m pipeline [overrides]`: the overrides checked for keys that once named a component,
-    then Hydra composes the config and runs it."""
+    then Hydra composes the config and runs it. Nothing it creates is writable by group or others,
+    whatever the umask (pipeline.run_folder)."""
+    from pipeline.run_folder import close_umask
+
+    close_umask()
     refuse_former_keys(sys.argv[1:])
     return _composed_main()
 

@@ -22,6 +22,55 @@ from hydra.experimental.callback import Callback
 log = logging.getLogger(__name__)
 
 
+def _exit_with(error) -> None:
+    """One `error:` line and the error's exit code: Hydra turns a callback's exceptions into warnings."""
+    import sys
+
+    from pipeline.redact import redact_text
+    from pipeline.report import err_console
+
+    err_console.print(f"[bold red]error:[/bold red] {redact_text(str(error))}", soft_wrap=True)
+    sys.exit(error.exit_code)
+
+
+class RunFolderCallback(Callback):
+    """The run's (or sweep's) folder checked before Hydra writes into it (pipeline.run_folder), and
+    Hydra's own files (.hydra/*.yaml with the whole config, multirun.yaml, pipeline.log) made this
+    user's alone: the umask is 0o077 while Hydra writes them, the user's own (closed to group and
+    other writes) while the job runs."""
+
+    def __init__(self) -> None:
+        self._umask = None
+
+    def _start(self, folder: str, key: str) -> None:
+        from pipeline.run_folder import check_run_folder, private_umask
+        from pipeline.trusted import UntrustedFile
+
+        try:
+            check_run_folder(folder, key)
+        except UntrustedFile as exc:
+            _exit_with(exc)
+        self._umask = private_umask()
+
+    def on_run_start(self, config, **kwargs: Any) -> None:
+        self._start(config.hydra.run.dir, "hydra.run.dir")
+
+    def on_multirun_start(self, config, **kwargs: Any) -> None:
+        self._start(config.hydra.sweep.dir, "hydra.sweep.dir")
+
+    def on_job_start(self, config, **kwargs: Any) -> None:
+        import os
+
+        if self._umask is not None:  # Hydra's files are written: the job's own are closed to writes only
+            os.umask(self._umask | 0o022)
+
+    def on_job_end(self, config, **kwargs: Any) -> None:
+        from pipeline.run_folder import private_umask
+
+        if self._umask is not None:  # the next job's (in this process) .hydra files
+            private_umask()
+
+
 class LaunchCheckCallback(Callback):
     """Resolves the launcher's config before Hydra instantiates it, so a value it cannot take
     (a GPU share for SLURM's whole GPUs) is one `error:` line and exit 2, not a traceback."""

@@ -134,7 +134,12 @@ class FileSource(DataSource):
         super().check()
 
     def read(self, base_dir: Path) -> pd.DataFrame:
-        return read_file(resolve(self.spec.path, base_dir), "data.path", self.kind, self.spec.storage_options)
+        return read_file(resolve(self.spec.path, base_dir), "data.path", self.kind, self.spec.storage_options,
+                         **self._bound())
+
+    def _bound(self) -> dict:
+        """data.max_rows bounds what a local Parquet file's read holds (pipeline.parquet.row_groups_for)."""
+        return {"max_rows": self.spec.max_rows, "seed": self.spec.seed if self.spec.seed is not None else 0}
 
     def local_path(self, base_dir: Path) -> Optional[Path]:
         path = resolve(self.spec.path, base_dir) if self.spec.path else None
@@ -149,7 +154,9 @@ class FileSource(DataSource):
 
     def label_values(self, base_dir: Path) -> Optional[pd.Series]:
         path = self.local_path(base_dir)
-        return None if path is None else label_column(path, self.kind, self.label, "data.path")
+        if path is None:
+            return None
+        return label_column(path, self.kind, self.label, "data.path", **self._bound())
 
 
 class CsvSource(FileSource):
@@ -304,22 +311,38 @@ def check_column_names(columns: list[str], spec: "DataConf", label: str, key: st
         raise DataError(f"data.categorical_columns names {unknown}, which are not columns; columns: {', '.join(columns)}")
 
 
-def label_column(path: Path, kind: Optional[str], label: str, key: str) -> pd.Series:
-    """One column of a local CSV or Parquet file, read without the others (a DataError names `key`)."""
+def label_column(path: Path, kind: Optional[str], label: str, key: str, max_rows: Optional[int] = None,
+                 seed: int = 0) -> pd.Series:
+    """One column of a local CSV or Parquet file, read without the others (of a Parquet file, only the
+    row groups `max_rows` needs); a DataError names `key`."""
     kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
 
-            return pq.read_table(path, columns=[label]).column(0).to_pandas()
+            from pipeline.parquet import row_groups_for
+
+            source = pq.ParquetFile(path)
+            groups = row_groups_for(source, max_rows, seed)
+            table = source.read([label]) if groups is None else source.read_row_groups(groups, [label])
+            return table.column(0).to_pandas()
         import pandas as pd
 
         return pd.read_csv(path, usecols=[label])[label]
+    except MemoryError as exc:  # pyarrow's ArrowMemoryError is one
+        raise _too_big(path, key, exc) from None
     except (OSError, ValueError, KeyError) as exc:
         raise DataError(f"{key}={str(path)!r} cannot be read: {type(exc).__name__}: {exc}") from None
 
 
-def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None) -> pd.DataFrame:
+def _too_big(path: Path, key: str, exc: BaseException) -> DataError:
+    return DataError(f"{key}={str(path)!r} cannot be read: memory ran out while reading it ({exc}); set "
+                     "data.max_rows to read fewer rows (a Parquet file is then read a row group at a time, "
+                     "only as many as the rows need)")
+
+
+def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None,
+              max_rows: Optional[int] = None, seed: int = 0) -> pd.DataFrame:
     """A CSV or Parquet table (kind, else by suffix); every failure is a DataError naming `key`."""
     if not isinstance(path, Path):
         return _read_remote(path, key, kind, storage_options)
@@ -336,9 +359,11 @@ def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optio
         else:
             from pipeline.parquet import read_parquet
 
-            frame = read_parquet(path)
+            frame = read_parquet(path, max_rows, seed)
     except DataError:
         raise
+    except MemoryError as exc:
+        raise _too_big(path, key, exc) from None
     except Exception as exc:  # pandas/pyarrow parse errors carry the useful detail
         raise DataError(f"{key}={str(path)!r} cannot be read as {kind}: {exc}") from None
     _check_unique(list(frame.columns), key, path)

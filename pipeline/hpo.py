@@ -55,7 +55,9 @@ class TrialSource:
         else:
             study = self._study(model)
             fixed = self.prior.get(model, {}).get(str(trial))
-            if fixed is None and trial == 0 and self.spec.start_from_defaults:
+            if fixed:  # recorded by an earlier run: its search space may have been another
+                fixed = in_space(fixed, self.spaces[model], f"model {model}, trial {trial}")
+            elif fixed is None and trial == 0 and self.spec.start_from_defaults:
                 fixed = {k: v for k, v in self.defaults.get(model, {}).items() if k in self.spaces[model]}
             if fixed:
                 study.enqueue_trial(fixed, skip_if_exists=False)
@@ -108,4 +110,29 @@ class TrialSource:
     def _load_prior(self) -> dict:
         if self.store_dir is None or not self.store_dir.exists():
             return {}
-        return {p.stem: json.loads(p.read_text()) for p in self.store_dir.glob("*.json")}
+        from pipeline.store import read_json  # a regular file only, opened without blocking
+
+        return {p.stem: read_json(p) for p in self.store_dir.glob("*.json")}
+
+
+def in_space(params: dict, space: dict[str, SearchDimConf], where: str) -> dict:
+    """The recorded parameters (of a resumed run's trial) that the search space holds; each one it does
+    not (an unknown name, a value out of range or not a choice) is dropped, with a warning."""
+    kept = {}
+    for name, value in params.items():
+        dim = space.get(name)
+        try:
+            distribution = dim.distribution() if dim is not None else None
+            inside = distribution is not None and distribution._contains(distribution.to_internal_repr(value))
+        except (TypeError, ValueError):
+            inside = False
+        if inside:
+            kept[name] = value
+        else:
+            log.warning("%s: the recorded %s=%r is outside the search space (%s); dropped, the searcher "
+                        "chooses it", where, name, value, "not searched" if dim is None else _bounds(dim))
+    return kept
+
+
+def _bounds(dim: SearchDimConf) -> str:
+    return f"one of {dim.choices}" if dim.type == "categorical" else f"{dim.low} to {dim.high}"

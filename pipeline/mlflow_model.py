@@ -19,7 +19,9 @@ METHODS = ("predict", "predict_proba")
 
 class PipelinePredictor(PythonModel):
     def load_context(self, context) -> None:
-        with open(context.artifacts["predictor"], "rb") as fh:
+        from pipeline.trusted import open_trusted  # another user's (or a writable) pickle never runs
+
+        with open_trusted(context.artifacts["predictor"]) as fh:
             self.predictor = pickle.load(fh)
 
     def predict(self, context, model_input: pd.DataFrame, params=None):

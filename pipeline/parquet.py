@@ -15,16 +15,38 @@ is read by `pd.read_parquet`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
 
-def read_parquet(path: Path) -> pd.DataFrame:
+def row_groups_for(source, max_rows: Optional[int], seed: int) -> Optional[list[int]]:
+    """The row groups of the ParquetFile `source` to read when at most `max_rows` rows are used
+    (data.max_rows): whole groups, drawn in a seeded random order until they hold `max_rows` rows, so
+    what is read (and held) grows with max_rows, not with the file; None (every group) when the file
+    holds no more rows, or has a single group."""
+    meta = source.metadata
+    if max_rows is None or meta.num_rows <= max_rows or meta.num_row_groups <= 1:
+        return None
+    chosen, rows = [], 0
+    for group in np.random.default_rng(seed).permutation(meta.num_row_groups):
+        chosen.append(int(group))
+        rows += meta.row_group(int(group)).num_rows
+        if rows >= max_rows:
+            break
+    return sorted(chosen)
+
+
+def read_parquet(path: Path, max_rows: Optional[int] = None, seed: int = 0) -> pd.DataFrame:
+    """The table in `path`; with `max_rows`, only the row groups row_groups_for picks."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     source = pq.ParquetFile(path)
+    groups = row_groups_for(source, max_rows, seed)
+    if groups is not None:  # a bounded part of the file: pyarrow's own conversion is small enough
+        return source.read_row_groups(groups, use_pandas_metadata=True).to_pandas().reset_index(drop=True)
     schema = source.schema_arrow
     index = (schema.pandas_metadata or {}).get("index_columns") or []
     flat = all(not pa.types.is_nested(f.type) for f in schema)

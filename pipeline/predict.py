@@ -27,7 +27,11 @@ log = logging.getLogger("pipeline")
 
 
 def main():
-    """`python -m pipeline.predict [overrides]`: checked for keys that once named a component, composed, run."""
+    """`python -m pipeline.predict [overrides]`: checked for keys that once named a component, composed, run;
+    what it writes closed to group and other writes, whatever the umask."""
+    from pipeline.run_folder import close_umask
+
+    close_umask()
     refuse_former_keys(sys.argv[1:])
     return _composed_main()
 

@@ -54,10 +54,14 @@ def _from_run_dir(run_dir: Path, name: str, source: str):
 
 
 def _tracking_uri(tracking_uri: Optional[str], base_dir: Path) -> str:
+    """The store to read, checked first: a local one another user made or can change is refused."""
     from pipeline.tracking import default_uri, quiet_mlflow
+    from pipeline.tracking.store import check_store_trusted
 
     quiet_mlflow()
-    return tracking_uri or default_uri(base_dir)
+    uri = tracking_uri or default_uri(base_dir)
+    check_store_trusted(uri)
+    return uri
 
 
 def _from_run_id(run_id: str, name: str, tracking_uri: Optional[str], base_dir: Path):
@@ -78,6 +82,10 @@ def _from_run_id(run_id: str, name: str, tracking_uri: Optional[str], base_dir: 
         if model_uri is None:
             raise ConfigError(f"source={run_id}: the run logged no best model (tracking.log_models=false, or it "
                               "did not finish)")
+        if not model_uri.startswith(("runs:/", "models:/")):  # the engine tags only these, of this store
+            raise ConfigError(f"source={run_id}: the run's best/model_uri tag is {model_uri!r}, not a runs:/ "
+                              "or models:/ URI of this store as the engine writes it; it was changed after "
+                              "the run, so it is not followed")
     else:
         model_uri = f"runs:/{run_id}/{name}"
     return _from_mlflow(model_uri, uri, base_dir)
@@ -89,10 +97,24 @@ def _from_mlflow(model_uri: str, tracking_uri: Optional[str], base_dir: Path):
 
     mlflow.set_tracking_uri(_tracking_uri(tracking_uri, base_dir))
     try:
-        model = mlflow.pyfunc.load_model(model_uri)
+        model = mlflow.pyfunc.load_model(_checked_model_folder(model_uri))
     except MlflowException as exc:
         raise ConfigError(f"source={model_uri}: MLflow cannot load it: {str(exc).splitlines()[0]}") from None
-    predictor = getattr(model.unwrap_python_model(), "predictor", None)
+    predictor = getattr(model.unwrap_python_model(), "predictor", None)  # read by pipeline.trusted
     if predictor is None:
         raise ConfigError(f"source={model_uri} is an MLflow model, but not one this engine logged")
     return predictor
+
+
+def _checked_model_folder(model_uri: str) -> str:
+    """The local folder of the model `model_uri` names, every file and folder in it checked
+    (pipeline.trusted.check_tree): loading an MLflow model runs its code and unpickles its artifacts. A
+    local store's artifacts are read where they are (MLflow copies nothing); a server's are downloaded
+    into a new folder of this user's."""
+    from mlflow.tracking.artifact_utils import _download_artifact_from_uri
+
+    from pipeline.trusted import check_tree
+
+    folder = _download_artifact_from_uri(model_uri)
+    check_tree(folder, f"the MLflow model {model_uri}")
+    return folder

@@ -3,7 +3,10 @@
 The same rules hold for config values, command-line overrides and free text: values of secret-looking
 keys (also inside inline `{k: v}` overrides), every string under a `storage_options` mapping, a URI's
 password and secret query parameters (`sig`, `token`...), and secret parts of `k=v;k=v` connection
-strings (`AccountKey=`, `SharedAccessSignature=`, `Password=`) become `***`; other text is left as it was.
+strings (`AccountKey=`, `SharedAccessSignature=`, `Password=`) become `***`; so do bearer tokens
+(`Authorization: Bearer x`), tokens known by their prefix (GitHub `ghp_`, GitLab `glpat-`, Slack `xoxb-`,
+AWS access key ids `AKIA...`), a bare SAS query (`sig=x&se=y`), JSON pairs (`{"password": "x"}`) and
+command-line options (`--password x`); other text is left as it was.
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 URI_WITH_USER = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s:@]+):([^/\s@]+)@")
 _URI_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'\"<>;]+")
 _QUERY_PAIR = re.compile(r"(^|[&;])([^&;=]+)=([^&;]*)")
+# userinfo up to the last @ of the authority: a password may hold an unencoded # or ? (urlsplit would cut it)
+_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s@]*)@(?=[^/\s@]*(?:[/?#]|$))")
+_BEARER = re.compile(r"\b(Bearer|Basic|Token)(\s+)[A-Za-z0-9\-._~+/=]{8,}", re.IGNORECASE)
+_TOKEN = re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_\-]{20,}"
+                    r"|xox[abposr]-[A-Za-z0-9\-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16})\b")
+_JSON_PAIR = re.compile(r"""(["'])([^"'\n]{1,64})\1(\s*:\s*)(["'])((?:\\.|(?!\4)[^\\\n])*)\4""")
+_CLI_OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w\-]*)(=|\s+)(?!-)(\S+)")
 # k=v outside URIs: connection strings (a=1;AccountKey=x), `token=x` in a message, a query without a scheme
 _TEXT_PAIR = re.compile(r"(^|[^\w.\-])([A-Za-z][\w.\-]*)=([^;&'\"\n]*)")  # a value may hold spaces
 
@@ -55,16 +65,15 @@ def redact_uri(uri: str) -> str:
     """
     if not isinstance(uri, str) or "://" not in uri:
         return uri
+    userinfo = _USERINFO.match(uri)
+    if userinfo is not None:  # before urlsplit: an unencoded # or ? in the password would end the netloc
+        user, colon, _ = userinfo[2].partition(":")
+        uri = f"{userinfo[1]}{f'{user}:{MASK}' if colon else MASK}@{uri[userinfo.end():]}"
     try:
         parts = urlsplit(uri)
     except ValueError:
         return URI_WITH_USER.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", uri)
     out = uri
-    if "@" in parts.netloc:
-        userinfo, host = parts.netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        masked = f"{user}:{MASK}@{host}" if ":" in userinfo else f"{MASK}@{host}"
-        out = out.replace(parts.netloc, masked, 1)
     if parts.query:
         def mask(m: re.Match) -> str:
             return f"{m[1]}{m[2]}={MASK}" if m[3] and _secret_query_key(unquote_plus(m[2])) else m[0]
@@ -76,12 +85,24 @@ def redact_uri(uri: str) -> str:
 
 
 def _mask_pairs(text: str) -> str:
+    query = "&" in text  # a bare query (sig=x&se=y): its first pair has no ? before it
+
     def mask(m: re.Match) -> str:
         lead, key, value = m.groups()
-        secret = is_secret_key(key) or (lead in ("?", "&") and key.lower() in QUERY_SECRETS)
+        in_query = lead in ("?", "&") or (query and lead in ("", " ", "'", '"'))
+        secret = is_secret_key(key) or (in_query and key.lower() in QUERY_SECRETS)
         return f"{lead}{key}={MASK}" if secret and value else m[0]
 
-    return _TEXT_PAIR.sub(mask, text)
+    return _mask_forms(_TEXT_PAIR.sub(mask, text))
+
+
+def _mask_forms(text: str) -> str:
+    """Bearer tokens, tokens known by their prefix, JSON pairs and command-line options with a secret name."""
+    text = _BEARER.sub(lambda m: f"{m[1]}{m[2]}{MASK}", text)
+    text = _TOKEN.sub(MASK, text)
+    text = _JSON_PAIR.sub(lambda m: f"{m[1]}{m[2]}{m[1]}{m[3]}{m[4]}{MASK}{m[4]}"
+                          if is_secret_key(m[2]) and m[5] else m[0], text)
+    return _CLI_OPTION.sub(lambda m: f"{m[1]}{m[2]}{MASK}" if is_secret_key(m[1].lstrip("-")) else m[0], text)
 
 
 def redact_text(text: str) -> str:
@@ -94,6 +115,19 @@ def redact_text(text: str) -> str:
         last = m.end()
     out.append(_mask_pairs(text[last:]))
     return "".join(out)
+
+
+class RedactingFilter:
+    """A logging filter (Hydra's console and pipeline.log handlers, conf/config.yaml) masking secrets
+    in every line: Hydra's launcher prints each job's overrides as typed."""
+
+    def filter(self, record) -> bool:
+        message = record.getMessage()
+        words = [redact_override(w) if "=" in w and not w.startswith("=") else w for w in message.split(" ")]
+        masked = redact_text(" ".join(words))
+        if masked != message:
+            record.msg, record.args = masked, ()
+        return True
 
 
 def _hidden(value: Any) -> bool:

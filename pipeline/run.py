@@ -27,7 +27,7 @@ from pipeline.objectives import inner_fit_seconds, job_return
 from pipeline.quantities import fmt
 from pipeline.resources import Resources, allocate, cpus_beside_gpu_fits
 from pipeline.settings import Settings, read_settings
-from pipeline.trusted import make_folders
+from pipeline.run_folder import make_run_folder
 
 log = logging.getLogger("pipeline")
 
@@ -73,7 +73,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime = runtime or Runtime.from_hydra()
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)
-    make_folders(runtime.run_dir)
+    make_run_folder(runtime.run_dir)  # checked (by Hydra's callback too, before Hydra wrote into it), made
     cluster = _look_at_cluster(settings)
     plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)
     settings = settings.on_devices({a.model: a.device for a in plan.allocations})  # the library params follow
@@ -376,14 +376,15 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:
-    """tracking.run_name, else what varies: a sweep job's swept overrides first, a single run's models."""
+    """tracking.run_name, else what varies (a sweep job's swept overrides, a single run's models), masked."""
+    from pipeline.redact import redact_text
     from pipeline.tracking import naming
 
     if settings.conf.tracking.run_name:
-        return settings.conf.tracking.run_name
+        return redact_text(settings.conf.tracking.run_name)
     if runtime.sweep_dir is not None:
-        return naming.job_name(runtime.overrides, runtime.swept)
-    return naming.single_name([s.name for s in settings.models], runtime.overrides)
+        return redact_text(naming.job_name(runtime.overrides, runtime.swept))
+    return redact_text(naming.single_name([s.name for s in settings.models], runtime.overrides))
 
 
 def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:

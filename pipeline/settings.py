@@ -9,6 +9,7 @@ below `pipeline.run` reads those dataclasses; it never sees a DictConfig.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
@@ -175,6 +176,7 @@ def read_predict_settings(cfg: DictConfig) -> PredictConfig:
     conf: PredictConfig = typed(cfg, PredictConfig)
     if conf.chunk_rows < 1:
         raise ConfigError(f"chunk_rows={conf.chunk_rows} must be at least 1")
+    check_name("predictor", conf.predictor)
     if not conf.output.endswith((".csv", ".parquet", ".pq")):
         raise ConfigError(f"output={conf.output!r} must name a .csv or .parquet file")
     values(cfg)
@@ -182,8 +184,21 @@ def read_predict_settings(cfg: DictConfig) -> PredictConfig:
     return conf
 
 
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def check_name(key: str, name: str) -> None:
+    """A name that becomes a file's name (predictors/<model>.pkl, trials/<model>.json) is an identifier
+    (letters, digits, _ and -): `../x` or `a/b` would write or read outside the run folder."""
+    if not NAME.match(str(name)):
+        raise ConfigError(f"{key}: {name!r} is not a name: it becomes a file name in the run folder, so "
+                          "it must start with a letter or _ and hold only letters, digits, _ and - "
+                          "(no /, no ..)")
+
+
 def _model_spec(name: str, spec: ModelSpecConf, allowed: tuple[str, ...]) -> ModelSpec:
     key = f"model.{name}"
+    check_name(key, name)
     cls = check_component(key, spec._target_, allowed, "pipeline.models.base.TabularModel", "a model class")
     spec.resources.check(f"{key}.resources")
     spec.device = check_device(spec.device, f"{key}.device")

@@ -6,12 +6,14 @@ keeps what it finished; a resumed run (same directory, or resume=true) skips tho
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import pickle
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from pipeline.errors import ConfigError
 from pipeline.trusted import (
-    FILE_MODE, FOLDER_MODE, UnsafeFile, copy_trusted, create_file, make_folders, open_trusted,
+    FILE_MODE, UnsafeFile, UntrustedFile, check_owned, copy_trusted, copy_tree_trusted, create_file,
+    make_folders, open_trusted,
 )
 
 if TYPE_CHECKING:
@@ -58,23 +61,15 @@ def atomic_copy_file(source: Path, target: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _copy_tree_trusted(source: Path, target: Path) -> None:
-    os.mkdir(target, FOLDER_MODE)
-    for entry in os.scandir(source):
-        if entry.is_dir(follow_symlinks=False):
-            _copy_tree_trusted(Path(entry.path), target / entry.name)
-        else:  # a symlink, to a file or a folder, is refused by the check
-            copy_trusted(entry.path, target / entry.name)
-
-
 def atomic_copy_tree(source: Path, target: Path) -> None:
-    """Copy the folder `source`, every file checked (pipeline.trusted.copy_trusted), into a temporary
-    folder beside `target`, then rename it: all of it or nothing."""
+    """Copy the folder `source`, walked without following links and every file checked
+    (pipeline.trusted.copy_tree_trusted), into a temporary folder beside `target`, then rename it: all
+    of it or nothing."""
     tmp = temporary_name(target)
     shutil.rmtree(tmp, ignore_errors=True)
     make_folders(target.parent)
     try:
-        _copy_tree_trusted(source, tmp)
+        copy_tree_trusted(source, tmp)
         os.rename(tmp, target)
     except OSError:
         if not target.exists():  # another process may have put it there first; that copy is whole too
@@ -233,7 +228,7 @@ class ResultStore:
         if not target.exists():
             for source in self.sources:
                 candidate = source.parent / "checkpoints" / key
-                if candidate.exists():
+                if os.path.lexists(candidate):  # a symbolic link is there, and refused by the copy
                     atomic_copy_tree(candidate, target)
                     break
         return target
@@ -251,9 +246,38 @@ def write_state(run_dir: Path, **fields) -> None:
 
 def read_state(run_dir: Path) -> Optional[dict]:
     try:
-        return json.loads((run_dir / STATE_FILE).read_text())
+        return read_json(run_dir / STATE_FILE)
     except (OSError, ValueError):
         return None
+
+
+def read_json(path: Path):
+    """The JSON in `path`, opened without following a symbolic link and without blocking (a FIFO planted
+    there cannot hang the run); UntrustedFile unless it is a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedFile(f"{path} is a symbolic link: the engine reads its own files, never links; "
+                                "remove it") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UntrustedFile(f"{path} is not a regular file (a FIFO, a device or a socket): the engine "
+                                "reads only the files it wrote; remove it")
+        os.set_blocking(fd, True)
+        return json.loads(fh.read())
+
+
+def check_run_source(directory: Path, key: str) -> None:
+    """A run folder whose results this run reuses (resume): it and the folders read from it are not
+    symbolic links, this user's (or root's) and closed to others' writes (pipeline.trusted.check_owned)."""
+    try:
+        check_owned(directory, "a run folder to resume from", folder=True, shared=False)
+        for name in ("tasks", "trials", "checkpoints"):
+            check_owned(directory / name, "a folder of the run to resume from", folder=True, shared=False)
+    except UntrustedFile as exc:
+        raise UntrustedFile(f"{key}: {exc}") from None
 
 
 def resume_sources(resume: Resume, run_dir: Path, outputs_root: Path) -> list[Path]:
@@ -279,9 +303,11 @@ def resume_sources(resume: Resume, run_dir: Path, outputs_root: Path) -> list[Pa
             log.warning("resume=true: no unfinished run under %s; starting afresh", outputs_root)
             return []
         newest = max(candidates)[1]
+        check_run_source(newest, "resume=true")
         log.info("resume=true: reusing the finished tasks of %s", newest)
         return [newest]
     path = Path(resume.directory).expanduser()
+    check_run_source(path, f"resume={resume.directory!r}")
     if not (path / "tasks").is_dir():
         raise ConfigError(f"resume={resume.directory!r}: not a run directory (it has no tasks/ folder)")
     return [path]
@@ -291,6 +317,6 @@ def prior_trials(directories: list[Path]) -> dict:
     """Trials recorded in these run directories, by name; a later directory's win."""
     prior = {}
     for directory in directories:
-        for path in (directory / "trials").glob("*.json"):
-            prior[path.stem] = json.loads(path.read_text())
+        for path in sorted((directory / "trials").glob("*.json")):
+            prior[path.stem] = read_json(path)
     return prior

@@ -85,14 +85,32 @@ def imported(target: str) -> object:
 
 
 def check_kind(key: str, target: str, obj: object, kind: Kind) -> None:
-    """A ConfigError unless `obj` is a subclass of kind.base (or, where allowed, a function)."""
-    if kind.functions and inspect.isfunction(obj):
-        return
+    """A ConfigError unless `obj` is a subclass of kind.base or, where allowed, a function whose return
+    annotation says it returns one (any other function would be called with the component's arguments)."""
     base_module, _, base_name = kind.base.rpartition(".")
-    if inspect.isclass(obj) and issubclass(obj, getattr(importlib.import_module(base_module), base_name)):
+    base = getattr(importlib.import_module(base_module), base_name)
+    if inspect.isclass(obj) and issubclass(obj, base):
         return
+    if kind.functions and inspect.isfunction(obj):
+        returns = _return_type(obj)
+        if inspect.isclass(returns) and issubclass(returns, base):
+            return
+        named = getattr(returns, "__name__", returns)
+        said = "declares no return type" if returns is None else f"returns {named}"
+        raise ConfigError(f"{key}={target!r} is a function that {said}, not {kind.what}: name a subclass of "
+                          f"{kind.base}, or a function annotated to return one (-> {base_name})")
     valid = f"a subclass of {kind.base}" + (" or a function returning one" if kind.functions else "")
     raise ConfigError(f"{key}={target!r} is not {kind.what} ({valid})")
+
+
+def _return_type(function) -> object:
+    """What `function`'s return annotation names (None when it has none or names nothing importable)."""
+    import typing
+
+    try:
+        return typing.get_type_hints(function).get("return")
+    except Exception:  # noqa: BLE001  (a name only a type checker sees: not a declared type here)
+        return None
 
 
 def resolve(key: str, target: str, allowed: tuple[str, ...], kind: Optional[Kind] = None) -> Callable:

@@ -34,7 +34,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO, Optional, Union
 
 from pipeline.errors import PipelineError
 
@@ -88,23 +88,108 @@ def _check_file(st: os.stat_result, path: Path, folder_shared: bool) -> None:
                       "Remove it; the engine writes its own files.")
 
 
+def _lstat(path: Path) -> Optional[os.stat_result]:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def check_owned(path: Union[str, Path], what: str, *, folder: bool = False, shared: bool = True) -> None:
+    """Refuse (UntrustedFile naming `path`, `what` it is and the fix) a `path` that is there and is a
+    symbolic link, not a regular file (or folder), another user's (not root's), or writable by group or
+    others, unless a folder with the sticky bit (as /tmp: no one else may rename or remove ours there)
+    where `shared`.
+    A path that is not there passes: the engine makes it, closed to others."""
+    path = Path(path)
+    st = _lstat(path)
+    if st is None:
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    kind = "folder" if folder else "file"
+    if stat.S_ISLNK(st.st_mode):
+        problem, fix = "is a symbolic link", f"Replace it with a {kind} of your own."
+    elif not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
+        problem, fix = f"is not a {kind}", "Remove it, or choose another path."
+    elif not _owner_trusted(st.st_uid):
+        problem = f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}) or root"
+        fix = f"Use a {kind} of your own (another user may have made it to read or change what is kept)."
+    elif mode & _OTHERS_WRITE and not (folder and shared and mode & stat.S_ISVTX):
+        problem = f"is writable by other users (mode {mode:04o})"
+        fix = f"If no one else changed it, `chmod go-w {path}`."
+    else:
+        return
+    raise UntrustedFile(f"{path} ({what}) {problem}: the engine refuses to use it, since another user could "
+                        f"change what it reads there or run code as you. {fix}")
+
+
+def check_tree(root: Union[str, Path], what: str) -> None:
+    """Refuse (UntrustedFile) a folder tree the engine would load code or objects from unless every
+    folder and file in it, walked without following a symbolic link at any level (O_NOFOLLOW, checked
+    by descriptor), is this user's or root's and writable by no one else."""
+    root = Path(root)
+
+    def refuse(path: Path, problem: str) -> UntrustedFile:
+        return UntrustedFile(f"{path} ({what}) {problem}: the engine refuses to load from it, since "
+                             "another user could run code as you through it. Use a copy of your own, closed "
+                             "to others.")
+
+    def walk(fd: int, path: Path) -> None:
+        st = os.fstat(fd)
+        if not _owner_trusted(st.st_uid):
+            raise refuse(path, f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}) or root")
+        if stat.S_IMODE(st.st_mode) & _OTHERS_WRITE:
+            raise refuse(path, f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})")
+        if not stat.S_ISDIR(st.st_mode):
+            if not stat.S_ISREG(st.st_mode):
+                raise refuse(path, "is not a regular file")
+            return
+        for name in os.listdir(fd):
+            try:
+                child = os.open(name, _READ_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise refuse(path / name, "is a symbolic link") from None
+                raise
+            try:
+                walk(child, path / name)
+            finally:
+                os.close(child)
+
+    try:
+        top = os.open(root, _READ_FLAGS | os.O_DIRECTORY)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root):
+            raise refuse(root, "is a symbolic link") from None
+        raise
+    try:
+        walk(top, root)
+    finally:
+        os.close(top)
+
+
 def open_trusted(path: Union[str, Path]) -> BinaryIO:
     """`path` opened for reading after the checks of this module's docstring; UntrustedFile if it fails
     them, FileNotFoundError (or another OSError) if it or its folder is not there."""
     path = Path(path)
     folder_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        folder = os.fstat(folder_fd)
-        _check_folder(folder, path)
-        try:
-            fd = os.open(path.name, _READ_FLAGS, dir_fd=folder_fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise _refuse(path, "is a symbolic link",
-                              "Remove the link; the engine reads only files, never links.") from None
-            raise
+        return open_trusted_at(folder_fd, path.name, path)
     finally:
         os.close(folder_fd)
+
+
+def open_trusted_at(folder_fd: int, name: str, path: Path) -> BinaryIO:
+    """open_trusted for the file `name` of the open folder `folder_fd` (`path` names it in messages)."""
+    folder = os.fstat(folder_fd)
+    _check_folder(folder, path)
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=folder_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refuse(path, "is a symbolic link",
+                          "Remove the link; the engine reads only files, never links.") from None
+        raise
     try:
         _check_file(os.fstat(fd), path, bool(stat.S_IMODE(folder.st_mode) & _OTHERS_WRITE))
         os.set_blocking(fd, True)
@@ -146,8 +231,49 @@ def make_folders(path: Union[str, Path]) -> None:
 
 def copy_trusted(source: Union[str, Path], target: Union[str, Path]) -> None:
     """Copy `source`, checked by open_trusted (a copy must not make another user's file this user's),
-    into a new file `target` (create_file's mode)."""
-    with open_trusted(source) as src, create_file(target) as dst:
+    into a new file `target`, whose mode is never wider than the source's (nor than create_file's)."""
+    with open_trusted(source) as src:
+        _copy_open(src, target)
+
+
+def _copy_open(src: BinaryIO, target: Union[str, Path]) -> None:
+    mode = stat.S_IMODE(os.fstat(src.fileno()).st_mode) & FILE_MODE
+    with create_file(target) as dst:
+        os.fchmod(dst.fileno(), mode)
         shutil.copyfileobj(src, dst)
         dst.flush()
         os.fsync(dst.fileno())
+
+
+def copy_tree_trusted(source: Union[str, Path], target: Union[str, Path]) -> None:
+    """Copy the folder `source` into the new folder `target`, walked by descriptors without following a
+    symbolic link at any level (O_NOFOLLOW): each folder this user's or root's and closed to others'
+    writes, each file checked as open_trusted checks it; no copy's mode is wider than its source's."""
+    source = Path(source)
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(source):
+            raise _refuse(source, "is a symbolic link", "Remove the link; the engine copies only folders.") \
+                from None
+        raise
+    try:
+        _copy_tree_at(fd, source, Path(target))
+    finally:
+        os.close(fd)
+
+
+def _copy_tree_at(fd: int, source: Path, target: Path) -> None:
+    st = os.fstat(fd)
+    _check_folder(st, source / "(its files)")
+    os.mkdir(target, (stat.S_IMODE(st.st_mode) & FOLDER_MODE) | stat.S_IRWXU)  # group, others: never wider
+    for entry in os.scandir(fd):
+        if entry.is_dir(follow_symlinks=False):
+            child = os.open(entry.name, _READ_FLAGS | os.O_DIRECTORY, dir_fd=fd)
+            try:
+                _copy_tree_at(child, source / entry.name, target / entry.name)
+            finally:
+                os.close(child)
+        else:  # a symbolic link, to a file or a folder, is refused by the check
+            with open_trusted_at(fd, entry.name, source / entry.name) as src:
+                _copy_open(src, target / entry.name)

@@ -3,7 +3,8 @@
 An executor is named by `executor._target_` (conf/executor/local.yaml names `local_backend`,
 ray.yaml `ray_backend`). The composition root calls the target with keyword arguments `conf` (the
 typed `executor` settings), `plan`, `run_dir` and `preload` (the model libraries workers import
-early), once every check has passed; it must return a `pipeline.graph.backend.Backend`. Its `kind`
+early), once every check has passed; it must return a `pipeline.graph.backend.Backend`: a class of
+it, or a function that says so (`-> Backend`). Its `kind`
 attribute, where it has one, tells the run what it is (`ray`: the fits may run on a cluster).
 """
 
@@ -11,7 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-def local_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
+from pipeline.graph.backend import Backend  # what the targets return: the target kind check reads it
+
+
+def local_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()) -> Backend:
     """Worker processes on this machine, or the driver itself when one slot covers the plan."""
     from pipeline.executors.local import make_local_backend
 
@@ -23,7 +27,7 @@ def local_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
 local_backend.kind = "local"
 
 
-def ray_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()):
+def ray_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()) -> Backend:
     """Ray tasks, on a local instance or the cluster at `executor.address`."""
     from pipeline.executors.ray import RayBackend
 

@@ -52,22 +52,17 @@ def cuda_unavailable_reason() -> Optional[str]:
     """Why LightGBM's CUDA learner cannot train here, or None when it can."""
     if not _nvidia_driver():
         return "no NVIDIA driver (libcuda.so.1 does not load)"
+    from pipeline.models import native
+
     entry = _cache_entry()
-    if entry is not None and entry.exists():
-        try:
-            return json.loads(entry.read_text())["reason"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    kept = native.read_cached("lightgbm-cuda", entry) if entry is not None else None
+    if isinstance(kept, dict) and isinstance(kept.get("reason"), str):
+        return kept["reason"]
     from pipeline.models.lightgbm_gpu import probe
 
     reason = probe({"device_type": "cuda"}, {})
     if reason is not None and NOT_BUILT in reason and entry is not None:  # the build's, not the machine's
-        from pipeline.store import atomic_write_bytes
-
-        try:
-            atomic_write_bytes(entry, json.dumps({"reason": reason}).encode())
-        except OSError as exc:
-            log.debug("could not keep LightGBM's answer in %s (%s)", entry, exc)
+        native.keep_cached("lightgbm-cuda", entry, {"reason": reason})
     return reason
 
 
@@ -103,8 +98,8 @@ def _nvidia_driver() -> bool:
     return True
 
 
-def _cache_entry() -> Optional[Path]:
-    """Where the answer of this LightGBM library file is kept; None when the file is not known."""
+def _cache_entry() -> Optional[str]:
+    """The name the answer of this LightGBM library file is kept under; None when the file is not known."""
     from pipeline.models import native
 
     try:
@@ -113,4 +108,4 @@ def _cache_entry() -> Optional[Path]:
     except Exception:  # noqa: BLE001 - an unknown layout, or no LightGBM: no key, so no cache
         return None
     key = json.dumps([str(library), stat.st_size, stat.st_mtime_ns, "device_type=cuda"])
-    return native.cache_dir() / "lightgbm-cuda" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+    return f"{hashlib.sha256(key.encode()).hexdigest()}.json"

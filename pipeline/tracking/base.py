@@ -5,12 +5,14 @@ A tracker of your own (`tracking._target_`) subclasses NullTracker and sets `ena
 
 from __future__ import annotations
 
+import abc
 from pathlib import Path
 from typing import Optional
 
 
-class NullTracker:
-    """tracking=none: every call does nothing."""
+class NullTracker(abc.ABC):
+    """tracking=none: every call does nothing. (An ABC only so that a tracker forwarding its calls,
+    pipeline.tracking.client.TrackerClient, can be registered as one without inheriting these no-ops.)"""
 
     enabled = False
     run_id: Optional[str] = None

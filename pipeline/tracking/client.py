@@ -248,3 +248,6 @@ def serve_own(conn, tracker) -> None:
     os.nice(protocol.NICENESS)
     protocol.serve_run(conn, tracker)
     protocol.exit_now()
+
+
+NullTracker.register(TrackerClient)  # a tracker: every call forwarded (__getattr__), none a no-op

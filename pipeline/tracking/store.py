@@ -52,6 +52,7 @@ class Store:
         environment set."""
         quiet_mlflow()
         check_sqlite_path(self.uri)
+        check_store_trusted(self.uri, self.artifact_root)
         if self.remote:
             configure_http(self.timeout_s)
             if server:
@@ -88,6 +89,11 @@ def check_server(uri: str, timeout_s: float) -> None:
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(uri.rstrip("/") + "/health")
+    if "@" in uri.partition("://")[2].split("/", 1)[0] and "@" not in parts.netloc:  # a # or ? cut the netloc
+        raise TrackingError(f"tracking.uri={redact_uri(uri)} is not a URL its server can be reached at: its "
+                            "password holds a character that ends the host part (#, ?); percent-encode it "
+                            "(# as %23, ? as %3F), or give the credentials in MLFLOW_TRACKING_USERNAME and "
+                            "MLFLOW_TRACKING_PASSWORD")
     host = parts.netloc.rpartition("@")[2]  # urllib takes no user:password@ in a URL
     request = urllib.request.Request(urlunsplit(parts._replace(netloc=host)))
     if parts.username is not None:  # user:password@host, as MLflow's basic auth takes it
@@ -99,6 +105,9 @@ def check_server(uri: str, timeout_s: float) -> None:
                 raise TrackingError(f"tracking.uri={redact_uri(uri)} answers /health with HTTP {response.status}")
     except urllib.error.HTTPError as exc:
         raise TrackingError(f"tracking.uri={redact_uri(uri)} answers /health with HTTP {exc.code}") from None
+    except ValueError:  # http.client's InvalidURL quotes the URL's parts: the message is ours
+        raise TrackingError(f"tracking.uri={redact_uri(uri)} is not a valid URL; percent-encode reserved "
+                            "characters in its user and password") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TrackingError(
@@ -131,6 +140,37 @@ def check_sqlite_path(uri: str) -> None:
                             "tracking.uri at a writable path, or run with tracking=none")
 
 
+STORE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock", ".ready")
+
+
+def check_store_trusted(uri: str, artifact_root: Optional[Path] = None) -> None:
+    """A local store is trusted like a pickle (pipeline.trusted.check_owned): its folder, its database
+    and the files SQLite and the engine keep beside it, and its artifact folder, must be this user's (or
+    root's), never symbolic links, and closed to others' writes (a folder may be shared if sticky).
+    Another user who made or can change them could point a run's model at code of their choosing."""
+    from pipeline.trusted import check_owned
+
+    path = sqlite_path(uri)
+    if uri.startswith("file:") or "://" not in uri:  # a file store: a folder of MLflow's files
+        folder = Path(uri.removeprefix("file://").removeprefix("file:"))
+        check_owned(folder.parent, "the folder of the MLflow store", folder=True)
+        check_owned(folder, "the MLflow store", folder=True)
+    if path is not None:
+        check_owned(path.parent, "the MLflow store's folder", folder=True)
+        check_owned(path, "the MLflow store")
+        for suffix in STORE_SIDE_FILES:
+            check_owned(path.with_name(path.name + suffix), "a file of the MLflow store")
+    if artifact_root is not None:
+        check_owned(artifact_root.parent, "the folder of the MLflow artifact store", folder=True)
+        check_owned(artifact_root, "the MLflow artifact store", folder=True)
+
+
+def _open_marker(path: Path) -> int:
+    """A descriptor of the lock or marker file `path`, created if missing (0600), never through a
+    symbolic link and never truncated: a link planted there must not empty the file it points at."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
 def configure_http(timeout_s: float) -> None:
     """Bound MLflow's HTTP retries unless the user set them: by default a dead server costs minutes of
     retries per call. A refused connection now fails in seconds; a busy server still gets a minute
@@ -154,14 +194,17 @@ def store_lock(uri: str):
     if ready.exists():
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-            ready.touch()
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    from pipeline.trusted import make_folders
+
+    make_folders(path.parent)
+    check_store_trusted(uri)
+    fd = _open_marker(path.with_name(path.name + ".lock"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+        os.close(_open_marker(ready))
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def ensure_experiment(uri: str, name: str, artifact_root: Optional[Path]) -> str:

@@ -139,9 +139,12 @@ def a_copy(run_dir: Path, tmp_path: Path) -> Path:
 
 
 def test_what_a_run_writes_under_umask_0_no_one_else_may_write_and_a_rerun_reads_it(umask_0_run, tmp_path, cli):
-    assert stat.S_IMODE(umask_0_run.stat().st_mode) == 0o777  # Hydra's, as are .hydra/ and pipeline.log
-    engine = {p.relative_to(umask_0_run).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in umask_0_run.rglob("*")
-              if ".hydra" not in p.parts and p.name != "pipeline.log"}
+    # Hydra's own (the folder, .hydra/ and its copies of the config, pipeline.log) are this user's alone
+    assert stat.S_IMODE(umask_0_run.stat().st_mode) == 0o700
+    hydra = [umask_0_run / ".hydra", *(umask_0_run / ".hydra").iterdir(), umask_0_run / "pipeline.log"]
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in hydra if p.stat().st_mode & 0o077} == {}
+    engine = {p.relative_to(umask_0_run).as_posix(): stat.S_IMODE(p.stat().st_mode)
+              for p in umask_0_run.rglob("*")}
     assert {"data", "data/data.pkl", "tasks", "predictors", "predictors/lightgbm.pkl", ".lock"} <= engine.keys()
     assert len([p for p in engine if p.startswith("tasks/")]) == 2
     assert {p: oct(mode) for p, mode in engine.items() if mode & 0o022} == {}

@@ -67,7 +67,8 @@ def test_float32_numbers_reach_the_table_where_they_were_read(mixed, monkeypatch
 
     read = []
     original = pipeline.parquet.read_parquet
-    monkeypatch.setattr(pipeline.parquet, "read_parquet", lambda path: read.append(original(path)) or read[-1])
+    monkeypatch.setattr(pipeline.parquet, "read_parquet",
+                        lambda path, *a: read.append(original(path, *a)) or read[-1])
     path, _ = mixed
     frame = pd.DataFrame({f"x{i}": np.arange(400, dtype=np.float32) * i for i in range(5)})
     frame["label"] = np.arange(400) % 2

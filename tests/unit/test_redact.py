@@ -122,3 +122,48 @@ def test_connection_strings_and_uris_inside_text_are_masked():
     text = f"cannot read {SAS} (conn {CONNECTION}) with lr=0.1"
     assert redact_text(text) == (f"cannot read {SAS.replace('SECRETSIG', '***')} "
                                  f"(conn {CONNECTION.replace('SECRETKEY==', '***')}) with lr=0.1")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.SECRET", "Authorization: Bearer ***"),
+    ("Basic dXNlcjpTRUNSRVQ=", "Basic ***"),
+    ("token ghp_SECRET0123456789abcdefghijklmnopqrstu in a tag", "token *** in a tag"),
+    ("github_pat_SECRET0123456789abcdefgh", "***"),
+    ("glpat-SECRET0123456789abcd", "***"),
+    ("xoxb-SECRET-0123456789", "***"),
+    ("key id AKIAIOSFODNN7EXAMPLE", "key id ***"),
+    ("sig=SECRET&se=2030-01-01&sp=r", "sig=***&se=2030-01-01&sp=r"),
+    ('{"password": "SECRET", "user": "me"}', '{"password": "***", "user": "me"}'),
+    ("{'api_key': 'SECRET'}", "{'api_key': '***'}"),
+    ("train --password SECRET --epochs 3", "train --password *** --epochs 3"),
+    ("train --api-key=SECRET", "train --api-key=***"),
+    ("r-AccountKey=SECRET==", "r-AccountKey=***"),
+])
+def test_secrets_in_the_forms_people_paste_them_are_masked(text, expected):
+    assert redact_text(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "code=3", "key=value", "author=me --epochs 3", "Bearer of news", '{"user": "me"}', "ghp_short",
+    "model=lightgbm num_leaves=31", "--password",
+])
+def test_text_without_those_forms_comes_back_unchanged(text):
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("uri", ["http://me:pa#SECRET@host:5000/x", "https://me:a?b#SECRET@host/p?token=SECRET"])
+def test_a_password_with_an_unencoded_hash_or_question_mark_is_masked(uri):
+    assert "SECRET" not in redact_uri(uri) and redact_uri(uri).startswith(uri.split(":")[0] + "://me:***@host")
+
+
+def test_hydra_log_lines_pass_through_the_masking_filter():
+    import logging
+
+    from pipeline.redact import RedactingFilter
+
+    record = logging.LogRecord("hydra", logging.INFO, __file__, 1, "\t#%d : %s", (0, "model=lightgbm "
+                               "+data.storage_options={token:SECRET} +tracking.tags.x='Bearer abcdefghSECRET'"),
+                               None)
+    assert RedactingFilter().filter(record) is True
+    assert record.getMessage() == ("\t#0 : model=lightgbm +data.storage_options={token:***} "
+                                   "+tracking.tags.x='Bearer ***'")
