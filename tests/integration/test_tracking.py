@@ -16,8 +16,8 @@ def test_sweep_of_four_jobs_logs_to_a_real_server(cli, tmp_path, mlflow_server):
     assert len(children) == 4
     assert parent.info.status == "FINISHED" and all(c.info.status == "FINISHED" for c in children)
     names = sorted(c.info.run_name for c in children)
-    assert names == sorted(f"model={m} seed={s} data.max_rows=1500" for m in ("lightgbm", "xgboost") for s in (0, 1))
-    assert parent.info.run_name == "sweep: model=lightgbm,xgboost × seed=0,1"
+    assert names == sorted(f"{m} s={s}" for m in ("lightgbm", "xgboost") for s in (0, 1))
+    assert parent.info.run_name == "sweep: lightgbm,xgboost × s=0,1"
     for child in children:
         assert child.data.params["seed"] in ("0", "1")
         assert child.data.params["data.max_rows"] == "1500"
