@@ -40,6 +40,7 @@ class MlflowTracker(NullTracker):
         self.failure = None
         self.best_model_uri: Optional[str] = None
         self.datasets: dict[str, tuple[str, str]] = {}  # context -> (name, digest) of the run's dataset inputs
+        self.source: dict[str, str] = {}  # the run's mlflow.source.* tags: its models were logged from there too
 
     def prepare(self) -> None:
         """What connecting needs before MLflow is imported: its environment, and the checks that
@@ -85,6 +86,7 @@ class MlflowTracker(NullTracker):
         except Exception as exc:
             raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot start an MLflow run: {exc}") from None
         self.run_id = run.info.run_id
+        self.source = {k: str(v) for k, v in tags.items() if k.startswith("mlflow.source.")}
         self.log_params(params)
 
     def prepare_model_logging(self) -> None:
@@ -156,7 +158,7 @@ class MlflowTracker(NullTracker):
         from pipeline.tracking.models import ModelPayload, log_model_metrics, log_pyfunc
 
         payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example)
-        uri = self._safely("log_model", log_pyfunc, name, payload)
+        uri = self._safely("log_model", log_pyfunc, name, payload, self.source)
         if uri is not None and metrics:
             self._safely("log_model_metrics", log_model_metrics, self.uri, self.run_id, uri, metrics, self.datasets)
         return uri

@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pipeline
 
@@ -70,8 +70,9 @@ def engine_code(folder: Path) -> Path:
     return target
 
 
-def log_pyfunc(name: str, payload: ModelPayload) -> str:
-    """Log the predictor of `payload` as the pyfunc model `name` of the active run; returns its model URI."""
+def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None) -> str:
+    """Log the predictor of `payload` as the pyfunc model `name` of the active run, with `tags` (its run's
+    Source: MLflow would name the process that logs it); returns its model URI."""
     import mlflow
     import mlflow.pyfunc
     from mlflow.models import infer_signature
@@ -91,6 +92,7 @@ def log_pyfunc(name: str, payload: ModelPayload) -> str:
             signature=signature,
             pip_requirements=requirements(payload.libraries),
             step=MODEL_STEP,
+            tags=tags or None,
         )
     return info.model_uri
 
