@@ -368,7 +368,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:
-    """tracking.run_name, else what varies: a sweep job's swept overrides first, a single run's models."""
+    """tracking.run_name, else what varies: a sweep job's swept values, short; a single run's models."""
     from pipeline.tracking import naming
 
     if settings.conf.tracking.run_name:
