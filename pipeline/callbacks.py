@@ -97,7 +97,8 @@ class MlflowSweepCallback(Callback):
         sweep.write_parent_file(sweep_dir, sweep.PARENT_PENDING)  # before any job starts: the jobs wait for it
         try:
             store.check()  # a store that cannot be reached: each job says so, and no host is started
-            self._tracker = SweepHost.start(SweepSpec(store, conf.experiment, sweep_dir, name, overrides, conf.ui_port))
+            spec = SweepSpec(store, conf.experiment, sweep_dir, name, overrides, conf.ui_port)
+            self._tracker = SweepHost.start(spec)
         except (OSError, RuntimeError, TrackingError) as exc:
             log.error("the sweep's MLflow tracker process could not start (%s); its jobs log without a parent run", exc)
             sweep.write_parent_file(sweep_dir, f"{sweep.PARENT_FAILED} {exc}")

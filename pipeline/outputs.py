@@ -209,7 +209,8 @@ class _OnceEach(pickle.Pickler):
 
 
 def _log_models(out, predictors: dict, rows: list[dict], best: str, example, tracker) -> None:
-    """Every predictor as a pyfunc with its own scores and fit time (its leaderboard row's); the best one's URI as the
+    """Every predictor as a pyfunc with its own scores and fit time (its leaderboard row's); the best
+    one's URI as the
     run's `best/model_uri` tag, and registered under tracking.register_model with its alias."""
     scores = {r["model"]: {f"{r['model']}/{k}": v for k, v in r.items()
                            if k.startswith(("val_", "test_")) or k == "fit_seconds"} for r in rows}

@@ -141,7 +141,8 @@ class TrackerClient:
         else:
             self._send("log_plots", (run_dir, data), {})
 
-    def log_predictor(self, name: str, predictor, example, metrics: Optional[dict] = None) -> Optional[PendingModelUri]:
+    def log_predictor(self, name: str, predictor, example,
+                      metrics: Optional[dict] = None) -> Optional[PendingModelUri]:
         """Send the model to be logged, as its payload (pickled here: the tracker's process never
         imports the model's library); what stands for its URI until that process has it."""
         if not self._tracker.log_models:

@@ -30,7 +30,8 @@ class MlflowTracker(NullTracker):
     dated = True  # start and end take the job's own times (start_time, end_time)
 
     def __init__(self, store: Store, experiment: str, *, system_metrics: bool = False, log_models: bool = True,
-                 system_metrics_interval_s: float = 10.0, sweep_dir: Optional[str] = None, ui_port: int = 5000):
+                 system_metrics_interval_s: float = 10.0, sweep_dir: Optional[str] = None,
+                 ui_port: int = 5000):
         self.store, self.experiment, self.ui_port = store, experiment, ui_port
         self.sweep_dir = sweep_dir  # a job of a sweep: its run becomes a child of the sweep's parent run
         self.server_checked = False  # a remote server's health, checked once per run
@@ -39,8 +40,8 @@ class MlflowTracker(NullTracker):
         self.run_id = None
         self.failure = None
         self.best_model_uri: Optional[str] = None
-        self.datasets: dict[str, tuple[str, str]] = {}  # context -> (name, digest) of the run's dataset inputs
-        self.source: dict[str, str] = {}  # the run's mlflow.source.* tags: its models were logged from there too
+        self.datasets: dict[str, tuple[str, str]] = {}  # context -> (name, digest) of its dataset inputs
+        self.source: dict[str, str] = {}  # the run's mlflow.source.* tags, its models' too
 
     def prepare(self) -> None:
         """What connecting needs before MLflow is imported: its environment, and the checks that
@@ -160,7 +161,8 @@ class MlflowTracker(NullTracker):
         payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example)
         uri = self._safely("log_model", log_pyfunc, name, payload, self.source)
         if uri is not None and metrics:
-            self._safely("log_model_metrics", log_model_metrics, self.uri, self.run_id, uri, metrics, self.datasets)
+            self._safely("log_model_metrics", log_model_metrics, self.uri, self.run_id, uri, metrics,
+                         self.datasets)
         return uri
 
     def log_plots(self, run_dir: Path, data) -> None:
@@ -243,7 +245,8 @@ class MlflowTracker(NullTracker):
         if self.run_id is None:
             return []
         base = view.ui_base(self.uri, self.store.remote, self.ui_port)
-        lines = [] if self.store.remote else [f"see the runs with `{view.serve_command(self.uri, self.ui_port)}`, then:"]
+        serve = view.serve_command(self.uri, self.ui_port)
+        lines = [] if self.store.remote else [f"see the runs with `{serve}`, then:"]
         lines += [f"MLflow run {self.run_id}: {view.run_link(base, self.experiment_id, self.run_id)}",
                   f"all runs, best first: {view.runs_link(base, self.experiment_id)}"]
         if self.best_model_uri:

@@ -103,8 +103,9 @@ SPLIT_OF = {"val_": "validation", "test_": "test", "fit_": "training"}
 
 def log_model_metrics(uri: str, run_id: str, model_uri: str, metrics: dict, datasets: dict) -> None:
     """A logged model's own scores and fit time (`<model>/val_roc_auc`, `<model>/fit_seconds`, as the run
-    has them), linked to the model and to the dataset input of the split each was measured on (`datasets`: context -> (name, digest)),
-    so the model's page lists them and the data it was trained and scored on."""
+    has them), linked to the model and to the dataset input of the split each was measured on
+    (`datasets`: context -> (name, digest)), so the model's page lists them and the data it was trained
+    and scored on."""
     import time
 
     import mlflow
@@ -119,7 +120,8 @@ def log_model_metrics(uri: str, run_id: str, model_uri: str, metrics: dict, data
         word = key.rpartition("/")[2]
         split = next((s for prefix, s in SPLIT_OF.items() if word.startswith(prefix)), None)
         name, digest = datasets.get(split, (None, None))
-        entries.append(Metric(key, float(value), now, 0, model_id=model_id, dataset_name=name, dataset_digest=digest))
+        entries.append(Metric(key, float(value), now, 0, model_id=model_id, dataset_name=name,
+                              dataset_digest=digest))
     if entries:
         mlflow.MlflowClient(uri).log_batch(run_id, metrics=entries)
 

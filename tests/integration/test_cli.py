@@ -42,10 +42,9 @@ def test_default_job(cli, tmp_path):
     last = proc.stdout.strip().splitlines()[-4:]
     assert last[0].startswith("see the runs with `mlflow ui --backend-store-uri sqlite:///")
     assert last[0].endswith("--port 5000`, then:")
-    assert last[1] == (f"MLflow run {run.info.run_id}: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}"
-                       f"/runs/{run.info.run_id}")
-    assert last[2] == (f"all runs, best first: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}"
-                       "/runs?viewStateShareKey=pipeline")
+    experiment = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}"
+    assert last[1] == f"MLflow run {run.info.run_id}: {experiment}/runs/{run.info.run_id}"
+    assert last[2] == f"all runs, best first: {experiment}/runs?viewStateShareKey=pipeline"
     uri = run.data.tags["best/model_uri"]
     assert last[3].startswith(f"best model {uri}: serve it with `MLFLOW_TRACKING_URI=sqlite:///")
     assert last[3].endswith(f"mlflow models serve -m {uri} -p 5001 --env-manager local`")

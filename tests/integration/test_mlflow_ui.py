@@ -49,8 +49,8 @@ PARENT = "sweep: lightgbm,xgboost × s=0,1"
 JOBS = ["lightgbm s=0", "lightgbm s=1", "xgboost s=0", "xgboost s=1"]
 METRIC = "val_roc_auc"
 SWEPT = {"model", "seed"}
-LINK = re.compile(r"^all runs, best first: (http://127\.0\.0\.1:\d+/#/experiments/\d+/runs\?viewStateShareKey=\w+)$",
-                  re.M)
+LINK = re.compile(
+    r"^all runs, best first: (http://127\.0\.0\.1:\d+/#/experiments/\d+/runs\?viewStateShareKey=\w+)$", re.M)
 WAIT_MS = 90_000  # a page's data arrives within this on a busy two-core machine
 
 RUN_NAME = "[col-id='attributes.`Run Name`']"
@@ -139,8 +139,8 @@ def row_names(page: Page) -> list[str]:
     names = page.locator(f".ag-pinned-left-cols-container .ag-row {RUN_NAME} a")
     expect(names).to_have_count(1 + len(JOBS))
     rows = page.locator(".ag-pinned-left-cols-container .ag-row")
-    shown = sorted((int(rows.nth(i).get_attribute("row-index")), rows.nth(i).locator(f"{RUN_NAME} a").inner_text())
-                   for i in range(rows.count()))
+    shown = sorted((int(rows.nth(i).get_attribute("row-index")),
+                    rows.nth(i).locator(f"{RUN_NAME} a").inner_text()) for i in range(rows.count()))
     return [name.strip() for _, name in shown]
 
 
@@ -181,8 +181,9 @@ def test_the_printed_link_opens_the_runs_sorted_by_the_main_metric(page, ui, sho
         expect(page.locator(f".ag-header-cell[col-id='params.`{param}`']")).to_have_count(1)
     rows = page.locator(".ag-center-cols-container .ag-row")
     expect(rows).to_have_count(1 + len(JOBS))
-    shown = sorted((int(rows.nth(i).get_attribute("row-index")),
-                    rows.nth(i).locator(f"[col-id='metrics.`{METRIC}`']").inner_text()) for i in range(rows.count()))
+    cell = f"[col-id='metrics.`{METRIC}`']"
+    shown = sorted((int(rows.nth(i).get_attribute("row-index")), rows.nth(i).locator(cell).inner_text())
+                   for i in range(rows.count()))
     values = [float(v) for _, v in shown]
     assert all(0.5 < v <= 1.0 for v in values), values
     assert values == sorted(values, reverse=True), f"{METRIC} is not sorted best first: {values}"
@@ -224,8 +225,8 @@ def test_comparing_the_jobs_plots_a_swept_param_against_the_main_metric(page, ui
     # metric the first run logged: the optimised metric, and the swept model kind
     assert METRIC in plotted, f"the parallel-coordinates plot draws {plotted}, not the metric {METRIC}"
     assert SWEPT & set(plotted), f"the parallel-coordinates plot draws {plotted}: no swept param {SWEPT}"
-    plumbing = [a for a in plotted if a in ("allowed_targets", "data.label") or a.endswith((".device", "_target_"))
-                or "early_stopping" in a]
+    plumbing = [a for a in plotted if a in ("allowed_targets", "data.label")
+                or a.endswith((".device", "_target_")) or "early_stopping" in a]
     assert not plumbing, f"the parallel-coordinates plot draws {plotted}: {plumbing} are not what a sweep varies"
 
 
@@ -250,7 +251,7 @@ def test_a_logged_model_shows_its_own_scores_and_data(page, ui, shots):
     expect(names.first).to_be_visible()
     listed = [n.strip() for n in names.all_inner_texts()]
     assert "xgboost/val_roc_auc" in listed, listed
-    assert all(n.startswith("xgboost/") for n in listed), f"the xgboost model lists scores not its own: {listed}"
+    assert all(n.startswith("xgboost/") for n in listed), f"the xgboost model lists others' scores: {listed}"
     expect(page.get_by_text("Datasets used")).to_be_visible()
     used = page.get_by_text("Datasets used").locator("xpath=following::*[contains(., 'adult')][1]")
     expect(used).to_be_visible()

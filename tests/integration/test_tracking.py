@@ -27,8 +27,9 @@ def test_sweep_of_four_jobs_logs_to_a_real_server(cli, tmp_path, mlflow_server):
         assert any(a.path == "leaderboard.csv" for a in client.list_artifacts(child.info.run_id))
         # dated by the job, not by when the sweep's one tracker process got to its calls: it spans the fit
         model = child.data.params["model"]
-        assert (child.info.end_time - child.info.start_time) / 1000 >= child.data.metrics[f"{model}/fit_seconds"]
-        assert child.data.tags["mlflow.source.name"].startswith("python -m pipeline -m model=lightgbm,xgboost seed=0,1")
+        seconds = (child.info.end_time - child.info.start_time) / 1000
+        assert seconds >= child.data.metrics[f"{model}/fit_seconds"]
+        assert child.data.tags["mlflow.source.name"].startswith("python -m pipeline -m model=")
     best = max(c.data.metrics["best/val_roc_auc"] for c in children)
     assert parent.data.metrics["best/val_roc_auc"] == pytest.approx(best) == parent.data.metrics["val_roc_auc"]
 

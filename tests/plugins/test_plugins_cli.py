@@ -281,7 +281,8 @@ def test_two_objective_search_tags_its_pareto_front(cli, tmp_path):
     assert {r.info.run_name for r in children} == {f"leaves={r.data.params[LEAVES]}" for r in children}
     # the experiment's shared view shows the searched key beside the main metric, sorted by it
     client, _ = runs(tmp_path)
-    view = json.loads(client.get_experiment(parent.info.experiment_id).tags["mlflow.sharedViewState.pipeline"])
+    tags = client.get_experiment(parent.info.experiment_id).tags
+    view = json.loads(tags["mlflow.sharedViewState.pipeline"])
     assert view["orderByKey"] == "metrics.`val_roc_auc`" and view["orderByAsc"] is False
     assert f"params.`{LEAVES}`" in view["selectedColumns"]
     assert proc.stdout.rstrip().splitlines()[-1] == (

@@ -73,10 +73,11 @@ def test_parameters_are_what_a_user_compares():
 
 
 def test_constant_plumbing_params_are_left_to_the_config_artifact_unless_swept():
-    flat = {"data.label": "income", "model.lightgbm.device": "cpu", "model.lightgbm.params.early_stopping_round": 50,
-            "model.lightgbm.params.num_leaves": 31}
+    flat = {"data.label": "income", "model.lightgbm.device": "cpu",
+            "model.lightgbm.params.early_stopping_round": 50, "model.lightgbm.params.num_leaves": 31}
     kinds = {"hpo": "none", "executor": "local"}
     assert set(naming.comparable_params(flat, ["lightgbm"], kinds, False, "bundled")) == {
         "model", "hpo", "executor", "model.lightgbm.params.num_leaves"}
     swept = naming.comparable_params(flat, ["lightgbm"], kinds, False, "bundled", ["model.lightgbm.device"])
-    assert swept["model.lightgbm.device"] == "cpu" and "model.lightgbm.params.early_stopping_round" not in swept
+    assert swept["model.lightgbm.device"] == "cpu"
+    assert "model.lightgbm.params.early_stopping_round" not in swept
