@@ -146,7 +146,8 @@ class MlflowSweepCallback(Callback):
         sweep.write_parent_file(sweep_dir, sweep.PARENT_PENDING)  # before any job starts: the jobs wait for it
         try:
             store.check()  # a store that cannot be reached: each job says so, and no host is started
-            self._tracker = SweepHost.start(SweepSpec(store, conf.experiment, sweep_dir, name, overrides))
+            spec = SweepSpec(store, conf.experiment, sweep_dir, name, overrides, conf.ui_port)
+            self._tracker = SweepHost.start(spec)
         except (OSError, RuntimeError, TrackingError) as exc:
             log.error("the sweep's MLflow tracker process could not start (%s); its jobs log without a parent run", exc)
             sweep.write_parent_file(sweep_dir, f"{sweep.PARENT_FAILED} {exc}")
@@ -161,6 +162,10 @@ class MlflowSweepCallback(Callback):
         if self._tracker is not None:
             tracker, self._tracker = self._tracker, None
             tracker.finish(Path(str(config.hydra.sweep.dir)))
+            from pipeline import report
+
+            for line in tracker.closing_lines:  # the parent run's link and the shared view's, as a job's end
+                report.console.print(line, soft_wrap=True, highlight=False)
 
     def _close_if_open(self) -> None:
         """At exit after a sweep that raised: leave no parent or child run RUNNING."""

@@ -120,6 +120,7 @@ class TrackingConf:
     tags: Dict[str, str] = field(default_factory=dict)
     register_model: Optional[str] = None  # a name: the run's best model is registered under it
     register_alias: str = "champion"  # the alias that points at the newly registered version
+    ui_port: int = 5000  # the port of `mlflow ui` in the links the console prints for a local store
 
     def __post_init__(self) -> None:
         if self.system_metrics_interval_s <= 0:
@@ -130,6 +131,8 @@ class TrackingConf:
         if self.register_model is not None and not self.log_models:
             raise ConfigError(f"tracking.register_model={self.register_model!r} registers a logged model, but "
                               "tracking.log_models=false logs none; set tracking.log_models=true")
+        if not 0 < self.ui_port < 65536:
+            raise ConfigError(f"tracking.ui_port={self.ui_port} must be a TCP port, 1 to 65535")
         if self.timeout_s <= 0:
             raise ConfigError(f"tracking.timeout_s={self.timeout_s} must be > 0")
         if self.keep_alive_s < 0:

@@ -39,7 +39,7 @@ class OutputHooks:
 
     def on_node_end(self, task, result) -> None:
         if task.kind == "ensemble":
-            log_board(self.out.tracker, result)
+            log_board(self.out.tracker, result, self.metric.name)
         elif task.kind == "refit":
             self.out.tracker.log_metrics({f"{r['model']}/test_{k[5:]}": v for r in result.rows
                                           for k, v in r.items() if k.startswith("test_")})
@@ -114,10 +114,15 @@ class HookList:
         return lambda *args: [handler(*args) for handler in handlers]
 
 
-def log_board(tracker, board) -> None:
-    """Each model's scores, times and learning curves, and the weighted ensemble's scores and weights."""
+def log_board(tracker, board, metric: str) -> None:
+    """The best row's `val_<metric>` and `test_<metric>` (the run's main metric, updated when the run
+    ends), then each model's scores, times and learning curves, and the weighted ensemble's scores and
+    weights. The main metric goes first: MLflow's compare view plots the first metric a run logged."""
     import numpy as np
 
+    main = (f"val_{metric}", f"test_{metric}")
+    if board.rows:
+        tracker.log_metrics({k: board.rows[0][k] for k in main if board.rows[0].get(k) is not None})
     for row in board.rows:
         name = row["model"]
         values = {f"{name}/{k}": v for k, v in row.items() if k.startswith(("val_", "test_"))}
@@ -153,7 +158,7 @@ def write_evaluation(out: RunOutputs, evaluation, plan, data, metric, outcome) -
     report.console.print(report.leaderboard_table(rows, metric.name))
     save_predictors(out.run_dir, evaluation.predictors, top["model"])
     # first: the tracker logs the models while this process draws the plots
-    _log_models(out, evaluation.predictors, top["model"], _raw_example(data), tracker)
+    _log_models(out, evaluation.predictors, rows, top["model"], _raw_example(data), tracker)
     scores = {f"val_{metric.name}": top[f"val_{metric.name}"], f"test_{metric.name}": top[f"test_{metric.name}"]}
     # the main metric at the top level, where MLflow's run list and charts show it unasked
     tracker.log_metrics({**scores, **{f"best/{k}": v for k, v in scores.items()}})
@@ -205,10 +210,14 @@ class _OnceEach(pickle.Pickler):
         return self.reductions[id(obj)][1]
 
 
-def _log_models(out, predictors: dict, best: str, example, tracker) -> None:
-    """Every predictor as a pyfunc; the best one's URI as the run's `best/model_uri` tag, and
-    registered under tracking.register_model with its alias."""
-    uris = {name: tracker.log_predictor(name, predictor, example) for name, predictor in predictors.items()}
+def _log_models(out, predictors: dict, rows: list[dict], best: str, example, tracker) -> None:
+    """Every predictor as a pyfunc with its own scores and fit time (its leaderboard row's); the best
+    one's URI as the
+    run's `best/model_uri` tag, and registered under tracking.register_model with its alias."""
+    scores = {r["model"]: {f"{r['model']}/{k}": v for k, v in r.items()
+                           if k.startswith(("val_", "test_")) or k == "fit_seconds"} for r in rows}
+    uris = {name: tracker.log_predictor(name, predictor, example, scores.get(name, {}))
+            for name, predictor in predictors.items()}
     if uris.get(best) is None:
         return
     tracker.set_tags({"best/model_uri": uris[best]})

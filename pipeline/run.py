@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -287,8 +288,12 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
 
         conf = settings.conf
         params = comparable_params(settings.params, [s.name for s in settings.models], kinds,
-                                   conf.hpo.searches, conf.data.make_source().kind)
+                                   conf.hpo.searches, conf.data.make_source().kind, runtime.swept)
         tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
+        from pipeline.tracking.view import view_state
+
+        shown = ["model", *(k for k in runtime.swept if k in params and k != "model")]
+        tracker.share_view(view_state(metric.name, metric.greater_is_better, shown))
         record.started()
         tracker.log_artifact(runtime.run_dir / "plan.json")
         if (runtime.run_dir / "schema.json").exists():
@@ -376,7 +381,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:
-    """tracking.run_name, else what varies (a sweep job's swept overrides, a single run's models), masked."""
+    """tracking.run_name, else what varies: a sweep job's swept values, short; a single run's models; masked."""
     from pipeline.redact import redact_text
     from pipeline.tracking import naming
 
@@ -385,6 +390,15 @@ def run_name(settings: Settings, runtime: Runtime) -> str:
     if runtime.sweep_dir is not None:
         return redact_text(naming.job_name(runtime.overrides, runtime.swept))
     return redact_text(naming.single_name([s.name for s in settings.models], runtime.overrides))
+
+
+def user_command(argv: Optional[list[str]] = None) -> str:
+    """The command that started this process, secrets masked: `python -m pipeline -m model=a,b seed=0,1`."""
+    from pipeline.redact import redact_override
+
+    argv = list(sys.argv if argv is None else argv)
+    program = "python -m pipeline" if Path(argv[0]).parts[-2:] == ("pipeline", "__main__.py") else argv[0]
+    return " ".join([program, *(redact_override(a) for a in argv[1:])])
 
 
 def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
@@ -398,6 +412,9 @@ def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
         "pipeline.gpu_ids": physical or "none",
         "pipeline.models": ",".join(a.model for a in plan.allocations),
         "pipeline.overrides": " ".join(runtime.overrides),
+        # MLflow's Source: the user's command, not the tracker process that creates the run
+        "mlflow.source.name": user_command(),
+        "mlflow.source.type": "LOCAL",
         **redact(settings.conf.tracking.tags),
     }
     if runtime.job_num is not None:

@@ -171,7 +171,8 @@ class Loop:
                     ("batch_size", float(batch)),
                     ("peak_gpu_memory_mb", self._peak_memory_mb()),
                 ):
-                    h.setdefault(key, []).append(float(value))
+                    if value is not None:  # a GPU figure only where the fit had a GPU
+                        h.setdefault(key, []).append(float(value))
                 if self.cfg.patience > 0 and bad_epochs >= self.cfg.patience:
                     stop[0] = 1
                 if self.report is not None and self.report(epoch, -score if self.metric.greater_is_better else score):
@@ -315,9 +316,9 @@ class Loop:
             truth = truth * self.y_scale[1] + self.y_scale[0]
         return val_loss, self.metric(truth, pred), out
 
-    def _peak_memory_mb(self) -> float:
+    def _peak_memory_mb(self) -> Optional[float]:
         if self.device.type != "cuda":
-            return 0.0
+            return None
         return torch.cuda.max_memory_allocated(self.device) / 2**20
 
     # ------------------------------------------------------------------ checkpoints

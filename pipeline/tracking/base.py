@@ -38,7 +38,8 @@ class NullTracker(abc.ABC):
 
     def log_artifact(self, path: Path, folder: Optional[str] = None) -> None: ...
 
-    def log_predictor(self, name: str, predictor, example) -> Optional[str]: ...
+    def log_predictor(self, name: str, predictor, example, metrics: Optional[dict] = None) -> Optional[str]:
+        """Log a predictor as a model with its own `metrics` (`<name>/val_…`, `<name>/test_…`); its URI."""
 
     def log_plots(self, run_dir: Path, data) -> None:
         """Draw the run's plots (`data`: pipeline.plots.RunPlots) into run_dir and log each as an
@@ -53,6 +54,9 @@ class NullTracker(abc.ABC):
     def register_model(self, model_uri: str, name: str, alias: str) -> Optional[str]: ...
 
     def log_datasets(self, summary, locations: dict) -> None: ...
+
+    def share_view(self, state: dict) -> None:
+        """Make `state` (pipeline.tracking.view.view_state) the experiment's shared view in the UI."""
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None: ...
 

@@ -20,6 +20,7 @@ import os
 import queue
 import signal
 import threading
+import time
 import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Optional
@@ -122,7 +123,9 @@ class TrackerClient:
         return self._experiment_id
 
     def start(self, run_name: str, params: dict, tags: dict) -> None:
-        self._send("start", (run_name, params, tags), {})
+        """Start the run, dated now where the tracker takes a date (its host may start it later, after
+        other jobs' calls)."""
+        self._send("start", (run_name, params, tags), self._now("start_time"))
         if self._plots_here:
             from pipeline import plots
 
@@ -138,14 +141,15 @@ class TrackerClient:
         else:
             self._send("log_plots", (run_dir, data), {})
 
-    def log_predictor(self, name: str, predictor, example) -> Optional[PendingModelUri]:
+    def log_predictor(self, name: str, predictor, example,
+                      metrics: Optional[dict] = None) -> Optional[PendingModelUri]:
         """Send the model to be logged, as its payload (pickled here: the tracker's process never
         imports the model's library); what stands for its URI until that process has it."""
         if not self._tracker.log_models:
             return None
         from pipeline.tracking.models import ModelPayload
 
-        self._send("log_predictor", (name, ModelPayload.of(predictor, example), example), {})
+        self._send("log_predictor", (name, ModelPayload.of(predictor, example), example, metrics), {})
         return PendingModelUri(name)
 
     def end(self, status: str) -> None:
@@ -153,7 +157,7 @@ class TrackerClient:
         _open.discard(self)
         if self._process is None and not self._shared:
             return
-        self._send("end", (status,), {})
+        self._send("end", (status,), self._now("end_time"))
         self._closing = self._collect() or []
         self._stop_sender()
         if self._shared:
@@ -169,6 +173,10 @@ class TrackerClient:
     def closing_lines(self) -> list[str]:
         """What the tracker's host said of the ended run (pipeline.tracking.mlflow_run.closing_lines)."""
         return list(self._closing)
+
+    def _now(self, key: str) -> dict:
+        """{key: now in ms} for a tracker that dates its run by the job's clock (`dated`), else {}."""
+        return {key: int(time.time() * 1000)} if getattr(self._tracker, "dated", False) else {}
 
     def _abandon(self) -> None:
         """Close the connection of a run that was not ended: its tracker ends it FAILED."""

@@ -81,9 +81,10 @@ def locations(spec, base_dir: Path) -> dict[str, str]:
     return {"training": main, "validation": main, "test": test}
 
 
-def log_datasets(summary: DataSummary, locations: dict[str, str]) -> None:
+def log_datasets(summary: DataSummary, locations: dict[str, str]) -> dict[str, tuple[str, str]]:
     """Log the three splits of the run's data to the active run; `locations` maps each context to
-    where its rows came from (a path, a URL, or 'generator:…')."""
+    where its rows came from (a path, a URL, or 'generator:…'). Returns each context's (name, digest),
+    by which a model's scores name the split they were measured on."""
     import mlflow
     from mlflow.data.meta_dataset import MetaDataset
 
@@ -97,7 +98,7 @@ def log_datasets(summary: DataSummary, locations: dict[str, str]) -> None:
     for attempt in range(LOG_ATTEMPTS):
         try:
             mlflow.log_inputs(datasets=datasets, contexts=contexts, tags_list=tags)
-            return
+            return {c: (d.name, d.digest) for c, d in zip(contexts, datasets)}
         except Exception as exc:
             # Runs logging the same data at once (a sweep's jobs) each insert the dataset when the store
             # lacks it; the loser of that race gets the store's unique-constraint error and its whole

@@ -38,6 +38,6 @@ def mlflow_tracker(conf, launch_dir: Path, sweep_dir: Optional[Path] = None) -> 
     tracker = MlflowTracker(
         mlflow_store(conf, launch_dir), conf.experiment, system_metrics=conf.system_metrics,
         log_models=conf.log_models, system_metrics_interval_s=conf.system_metrics_interval_s,
-        sweep_dir=None if sweep_dir is None else str(sweep_dir),
+        sweep_dir=None if sweep_dir is None else str(sweep_dir), ui_port=conf.ui_port,
     )
     return TrackerClient(tracker, keep_alive_s=conf.keep_alive_s if sweep_dir is None else 0.0)

@@ -27,10 +27,12 @@ MAX_PARAM_LENGTH = 6000
 
 class MlflowTracker(NullTracker):
     enabled = True
+    dated = True  # start and end take the job's own times (start_time, end_time)
 
     def __init__(self, store: Store, experiment: str, *, system_metrics: bool = False, log_models: bool = True,
-                 system_metrics_interval_s: float = 10.0, sweep_dir: Optional[str] = None):
-        self.store, self.experiment = store, experiment
+                 system_metrics_interval_s: float = 10.0, sweep_dir: Optional[str] = None,
+                 ui_port: int = 5000):
+        self.store, self.experiment, self.ui_port = store, experiment, ui_port
         self.sweep_dir = sweep_dir  # a job of a sweep: its run becomes a child of the sweep's parent run
         self.server_checked = False  # a remote server's health, checked once per run
         self.system_metrics, self.log_models = system_metrics, log_models
@@ -38,6 +40,8 @@ class MlflowTracker(NullTracker):
         self.run_id = None
         self.failure = None
         self.best_model_uri: Optional[str] = None
+        self.datasets: dict[str, tuple[str, str]] = {}  # context -> (name, digest) of its dataset inputs
+        self.source: dict[str, str] = {}  # the run's mlflow.source.* tags, its models' too
 
     def prepare(self) -> None:
         """What connecting needs before MLflow is imported: its environment, and the checks that
@@ -63,21 +67,27 @@ class MlflowTracker(NullTracker):
         except Exception as exc:
             raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot open the MLflow store: {exc}") from None
 
-    def start(self, run_name: str, params: dict, tags: dict) -> None:
+    def start(self, run_name: str, params: dict, tags: dict, start_time: Optional[int] = None) -> None:
+        """Start the run, dated `start_time` (ms; the job's own clock, not when a shared host got to it),
+        with MLflow's context tags (user, source, git) under `tags`, which win."""
         import mlflow
+        from mlflow.tracking.context.registry import resolve_tags
 
         if self.system_metrics:
             mlflow.set_system_metrics_sampling_interval(self.system_metrics_interval_s)
             mlflow.set_system_metrics_samples_before_logging(1)
         try:
             parent = sweep_parent(self.uri, self.experiment_id, self.sweep_dir) if self.sweep_dir else None
-            run = mlflow.start_run(
-                experiment_id=self.experiment_id, run_name=run_name, tags=tags,
-                parent_run_id=parent or None, log_system_metrics=self.system_metrics,
+            resolved = resolve_tags({**tags, **({"mlflow.parentRunId": parent} if parent else {})})
+            created = mlflow.MlflowClient(self.uri).create_run(
+                self.experiment_id, start_time=start_time or int(time.time() * 1000), tags=resolved,
+                run_name=run_name,
             )
+            run = mlflow.start_run(run_id=created.info.run_id, log_system_metrics=self.system_metrics)
         except Exception as exc:
             raise TrackingError(f"tracking.uri={redact_uri(self.uri)}: cannot start an MLflow run: {exc}") from None
         self.run_id = run.info.run_id
+        self.source = {k: str(v) for k, v in tags.items() if k.startswith("mlflow.source.")}
         self.log_params(params)
 
     def prepare_model_logging(self) -> None:
@@ -108,10 +118,15 @@ class MlflowTracker(NullTracker):
         self._safely("log_params", mlflow.log_params, clean)
 
     def log_metrics(self, metrics: dict, step: Optional[int] = None) -> None:
+        """The run's metrics, linked to none of its logged models (MLflow's `log_metrics` would link
+        them to every model the run logged at the same step: each model would show the ensemble's)."""
         import mlflow
+        from mlflow.entities import Metric
 
-        finite = {k: float(v) for k, v in metrics.items() if v is not None and v == v}
-        self._safely("log_metrics", mlflow.log_metrics, finite, step=step)
+        now = int(time.time() * 1000)
+        finite = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None and v == v]
+        if finite:
+            self._safely("log_metrics", mlflow.MlflowClient(self.uri).log_batch, self.run_id, metrics=finite)
 
     def log_history(self, prefix: str, history: dict[str, list[float]]) -> None:
         """Per-epoch (or per-round) curves, step = epoch, in one batch."""
@@ -135,15 +150,20 @@ class MlflowTracker(NullTracker):
         if Path(path).exists():
             self._safely("log_artifact", mlflow.log_artifact, str(path), folder)
 
-    def log_predictor(self, name: str, predictor, example) -> Optional[str]:
-        """Log a predictor as a pyfunc model (pipeline.tracking.models); returns its model URI.
-        `predictor` may come as its ModelPayload already (made where the predictor lives)."""
+    def log_predictor(self, name: str, predictor, example, metrics: Optional[dict] = None) -> Optional[str]:
+        """Log a predictor as a pyfunc model (pipeline.tracking.models) with its own `metrics`, each
+        linked to the split it was scored on; returns its model URI. `predictor` may come as its
+        ModelPayload already (made where the predictor lives)."""
         if not self.log_models:
             return None
-        from pipeline.tracking.models import ModelPayload, log_pyfunc
+        from pipeline.tracking.models import ModelPayload, log_model_metrics, log_pyfunc
 
         payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example)
-        return self._safely("log_model", log_pyfunc, name, payload)
+        uri = self._safely("log_model", log_pyfunc, name, payload, self.source)
+        if uri is not None and metrics:
+            self._safely("log_model_metrics", log_model_metrics, self.uri, self.run_id, uri, metrics,
+                         self.datasets)
+        return uri
 
     def log_plots(self, run_dir: Path, data) -> None:
         self._safely("log_plots", super().log_plots, run_dir, data)
@@ -159,7 +179,7 @@ class MlflowTracker(NullTracker):
         """`summary`: pipeline.tracking.datasets.DataSummary, the data's shape without its rows."""
         from pipeline.tracking.datasets import log_datasets
 
-        self._safely("log_inputs", log_datasets, summary, locations)
+        self.datasets = self._safely("log_inputs", log_datasets, summary, locations) or {}
 
     def log_trial(self, name: str, params: dict, metrics: dict, tags: dict) -> None:
         import mlflow
@@ -182,6 +202,14 @@ class MlflowTracker(NullTracker):
 
         self._safely("log_trial", child)
 
+    def share_view(self, state: dict) -> None:
+        """Make `state` (pipeline.tracking.view.view_state) the experiment's shared view in MLflow's UI."""
+        import mlflow
+
+        from pipeline.tracking.view import share
+
+        self._safely("share_view", share, mlflow.MlflowClient(self.uri), self.experiment_id, state)
+
     def set_tags(self, tags: dict) -> None:
         import mlflow
 
@@ -189,14 +217,17 @@ class MlflowTracker(NullTracker):
             self.best_model_uri = tags["best/model_uri"]
         self._safely("set_tags", mlflow.set_tags, {k: str(v) for k, v in tags.items()})
 
-    def end(self, status: str) -> list[str]:
-        """End the run; returns closing_lines() for the run's console (this may be another process)."""
+    def end(self, status: str, end_time: Optional[int] = None) -> list[str]:
+        """End the run, dated `end_time` (ms; the job's own clock); returns closing_lines() for the
+        run's console (this may be another process)."""
         import mlflow
 
         if self.run_id is None:
             return []
         try:
             mlflow.end_run(status=status)
+            if end_time is not None:  # end_run dates it now, after the host logged what the run sent
+                mlflow.MlflowClient(self.uri).set_terminated(self.run_id, status, end_time=end_time)
         except Exception as exc:
             self.failure = self.failure or f"end_run: {type(exc).__name__}: {exc}"
             try:  # leave no active run behind in this process, whatever the server did
@@ -206,16 +237,18 @@ class MlflowTracker(NullTracker):
         return self.closing_lines()
 
     def closing_lines(self) -> list[str]:
-        """The run's id and its link in MLflow's UI (for a local store, the `mlflow ui` command that
-        serves it first), and the best model's URI with the command that serves it."""
+        """The run's id and its link in MLflow's UI, then the experiment's shared view (its runs, the main
+        metric sorted: pipeline.tracking.view), for a local store after the `mlflow ui` command that
+        serves it; and the best model's URI with the command that serves it."""
+        from pipeline.tracking import view
+
         if self.run_id is None:
             return []
-        if self.store.remote:
-            lines = [f"MLflow run {self.run_id}: {redact_uri(self.uri).rstrip('/')}/#/experiments/"
-                     f"{self.experiment_id}/runs/{self.run_id}"]
-        else:
-            lines = [f"MLflow run {self.run_id}: see it with `mlflow ui --backend-store-uri {self.uri}`, then "
-                     f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}"]
+        base = view.ui_base(self.uri, self.store.remote, self.ui_port)
+        serve = view.serve_command(self.uri, self.ui_port)
+        lines = [] if self.store.remote else [f"see the runs with `{serve}`, then:"]
+        lines += [f"MLflow run {self.run_id}: {view.run_link(base, self.experiment_id, self.run_id)}",
+                  f"all runs, best first: {view.runs_link(base, self.experiment_id)}"]
         if self.best_model_uri:
             lines.append(f"best model {self.best_model_uri}: serve it with `MLFLOW_TRACKING_URI={redact_uri(self.uri)} "
                          f"mlflow models serve -m {self.best_model_uri} -p 5001 --env-manager local`")

@@ -19,9 +19,15 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pipeline
+
+# The step the models are logged at. MLflow links a model to every metric its run holds at the model's step,
+# and the run's scores are all at step 0 (a learning curve's at 0 and up): at step 0 each model would carry
+# the ensemble's scores and every other model's. No metric is logged at this step; each model gets its
+# own scores instead (log_model_metrics).
+MODEL_STEP = -1
 
 # The distributions a predictor needs at load time, besides its models' own libraries.
 BASE_DISTRIBUTIONS = ("mlflow", "numpy", "pandas", "cloudpickle")
@@ -65,8 +71,9 @@ def engine_code(folder: Path) -> Path:
     return target
 
 
-def log_pyfunc(name: str, payload: ModelPayload) -> str:
-    """Log the predictor of `payload` as the pyfunc model `name` of the active run; returns its model URI."""
+def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None) -> str:
+    """Log the predictor of `payload` as the pyfunc model `name` of the active run, with `tags` (its run's
+    Source: MLflow would name the process that logs it); returns its model URI."""
     import mlflow
     import mlflow.pyfunc
     from mlflow.models import infer_signature
@@ -85,8 +92,39 @@ def log_pyfunc(name: str, payload: ModelPayload) -> str:
             code_paths=[str(engine_code(Path(tmp) / "code"))],
             signature=signature,
             pip_requirements=requirements(payload.libraries),
+            step=MODEL_STEP,
+            tags=tags or None,
         )
     return info.model_uri
+
+
+# a metric's first word -> the dataset input it was measured on: the model's fit time is the training split's
+SPLIT_OF = {"val_": "validation", "test_": "test", "fit_": "training"}
+
+
+def log_model_metrics(uri: str, run_id: str, model_uri: str, metrics: dict, datasets: dict) -> None:
+    """A logged model's own scores and fit time (`<model>/val_roc_auc`, `<model>/fit_seconds`, as the run
+    has them), linked to the model and to the dataset input of the split each was measured on
+    (`datasets`: context -> (name, digest)), so the model's page lists them and the data it was trained
+    and scored on."""
+    import time
+
+    import mlflow
+    from mlflow.entities import Metric
+
+    model_id = model_uri.removeprefix("models:/")
+    now = int(time.time() * 1000)
+    entries = []
+    for key, value in metrics.items():
+        if value is None or value != value:
+            continue
+        word = key.rpartition("/")[2]
+        split = next((s for prefix, s in SPLIT_OF.items() if word.startswith(prefix)), None)
+        name, digest = datasets.get(split, (None, None))
+        entries.append(Metric(key, float(value), now, 0, model_id=model_id, dataset_name=name,
+                              dataset_digest=digest))
+    if entries:
+        mlflow.MlflowClient(uri).log_batch(run_id, metrics=entries)
 
 
 def register(model_uri: str, name: str, alias: str) -> str:

@@ -131,6 +131,20 @@ def close_parent(uri: str, parent_run_id: str, sweep_dir: Optional[Path]) -> Non
     client.set_terminated(parent_run_id, "FAILED" if failed else "FINISHED")
 
 
+def closing_lines(store: Store, parent_run_id: str, ui_port: int) -> list[str]:
+    """What the sweep's console ends with: its parent run's link in MLflow's UI and the experiment's
+    shared view (pipeline.tracking.view), for a local store after the `mlflow ui` command that serves it."""
+    import mlflow
+
+    from pipeline.tracking import view
+
+    experiment_id = mlflow.MlflowClient(store.uri).get_run(parent_run_id).info.experiment_id
+    base = view.ui_base(store.uri, store.remote, ui_port)
+    lines = [] if store.remote else [f"see the sweep with `{view.serve_command(store.uri, ui_port)}`, then:"]
+    return lines + [f"MLflow sweep run {parent_run_id}: {view.run_link(base, experiment_id, parent_run_id)}",
+                    f"all runs, best first: {view.runs_link(base, experiment_id)}"]
+
+
 def _close_children(uri: str, client, parent_run_id: str) -> list:
     """The sweep's job runs, with any a dead job left RUNNING marked FAILED."""
     children = client.search_runs(

@@ -43,6 +43,7 @@ class SweepSpec:
     sweep_dir: Path  # absolute: where HOST_FILE and the parent file go, and the parent's tag
     name: str  # the parent run's name
     overrides: str = ""  # the sweep's overrides, secrets masked: the parent's pipeline.overrides tag
+    ui_port: int = 5000  # the port of `mlflow ui` in the links the sweep's last lines give
 
 
 class SweepHost:
@@ -51,6 +52,7 @@ class SweepHost:
 
     def __init__(self, process, control):
         self._process, self._control = process, control
+        self.closing_lines: list[str] = []  # once finished: the parent run's link and the shared view's
 
     @classmethod
     def start(cls, spec: SweepSpec) -> "SweepHost":
@@ -86,7 +88,7 @@ class SweepHost:
         try:
             control.send(("finish", sweep_dir))
             if control.poll(wait_s):
-                answer = control.recv()
+                answer, self.closing_lines = control.recv()
         except (EOFError, OSError):
             pass
         control.close()
@@ -155,14 +157,15 @@ def serve_sweep(control, spec: SweepSpec) -> None:
     except OSError:
         pass
     opening.join()
-    run_id = parent.get("id")
+    run_id, lines = parent.get("id"), []
     if run_id is not None:
         try:
             sweep.close_parent(spec.store.uri, run_id, sweep_dir)
+            lines = sweep.closing_lines(spec.store, run_id, spec.ui_port) if sweep_dir is not None else []
         except Exception as exc:  # noqa: BLE001  (nothing to stop: the jobs are done)
             log.warning("could not close the sweep's MLflow parent run %s: %s", run_id, exc)
     try:
-        control.send(run_id)
+        control.send((run_id, lines))
     except OSError:
         pass
     protocol.exit_now()

@@ -37,13 +37,20 @@ def test_default_job(cli, tmp_path):
     assert not [k for k in metrics if "_gpu_mb" in k]  # no GPU figures on a CPU run
     assert {"val_roc_auc", "test_roc_auc"} <= set(metrics)  # the main metric at the top level
     assert "INFO mlflow" not in proc.stdout + proc.stderr and "View run" not in proc.stdout  # MLflow kept quiet
-    # the console's last lines: the run id, how to see it, the best model and how to serve it
-    last = proc.stdout.strip().splitlines()[-2:]
-    assert last[0].startswith(f"MLflow run {run.info.run_id}: see it with `mlflow ui --backend-store-uri sqlite:///")
-    assert f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}" in last[0]
+    # the console's last lines: how to see the runs, the run's link, the experiment's shared view (the
+    # runs, best first), the best model and how to serve it
+    last = proc.stdout.strip().splitlines()[-4:]
+    assert last[0].startswith("see the runs with `mlflow ui --backend-store-uri sqlite:///")
+    assert last[0].endswith("--port 5000`, then:")
+    experiment = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}"
+    assert last[1] == f"MLflow run {run.info.run_id}: {experiment}/runs/{run.info.run_id}"
+    assert last[2] == f"all runs, best first: {experiment}/runs?viewStateShareKey=pipeline"
     uri = run.data.tags["best/model_uri"]
-    assert last[1].startswith(f"best model {uri}: serve it with `MLFLOW_TRACKING_URI=sqlite:///")
-    assert last[1].endswith(f"mlflow models serve -m {uri} -p 5001 --env-manager local`")
+    assert last[3].startswith(f"best model {uri}: serve it with `MLFLOW_TRACKING_URI=sqlite:///")
+    assert last[3].endswith(f"mlflow models serve -m {uri} -p 5001 --env-manager local`")
+    # MLflow's Source is the user's command; the run is dated by the job, not by its tracker's process
+    assert run.data.tags["mlflow.source.name"] == "python -m pipeline"
+    assert not [k for k in metrics if "gpu" in k]  # no GPU figure (nn/peak_gpu_memory_mb) on a CPU run
     for model in ("lightgbm", "xgboost", "nn", "ensemble"):
         assert 0.85 < metrics[f"{model}/val_roc_auc"] <= 1.0
         assert f"{model}/test_accuracy" in metrics
@@ -88,9 +95,11 @@ def test_two_job_multirun(cli, tmp_path):
     parents = [r for r in all_runs if r.data.tags.get("pipeline.sweep") == "parent"]
     jobs = [r for r in all_runs if "pipeline.run_dir" in r.data.tags]
     assert len(parents) == 1 and len(jobs) == 2
-    # named by what varies first, then their other overrides; the parent by its sweep
-    assert {r.info.run_name for r in jobs} == {"model=lightgbm data.max_rows=3000", "model=xgboost data.max_rows=3000"}
-    assert parents[0].info.run_name == "sweep: model=lightgbm,xgboost"
+    # named by what varies, short (the full overrides in a tag); the parent by its sweep
+    assert {r.info.run_name for r in jobs} == {"lightgbm", "xgboost"}
+    assert {r.data.tags["pipeline.overrides"] for r in jobs} == {"model=lightgbm data.max_rows=3000",
+                                                                 "model=xgboost data.max_rows=3000"}
+    assert parents[0].info.run_name == "sweep: lightgbm,xgboost"
     assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in jobs)
     assert all(r.info.status == "FINISHED" for r in all_runs)
     assert len({r.info.experiment_id for r in all_runs}) == 1

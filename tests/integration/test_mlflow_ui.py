@@ -1,18 +1,23 @@
-"""The MLflow UI in a real browser (Debian's chromium driven by Playwright): what a user sees after a
-sweep, when they compare its runs in the UI as README.md and docs/mlflow.md promise.
+"""The MLflow UI in a real browser (Debian's chromium driven by Playwright): what a newcomer sees after a
+sweep, following the link its console ends with, as README.md and docs/mlflow.md promise.
 
-One small sweep (two models x two seeds) runs through the CLI; `mlflow ui` serves its store on
-127.0.0.1. Each test clicks through the pages as a user would and reads the page's text and DOM,
+One small sweep (two models x two seeds) runs through the CLI, with `tracking.ui_port` set to the port
+`mlflow ui` then serves its store on (127.0.0.1). Each test starts from the link the sweep printed, in a
+fresh browser context, and clicks through the pages as a user would, reading the page's text and DOM,
 never the REST API. Facts about MLflow 3.17's UI these tests rely on:
 
-* the landing page of an experiment comes from the sidebar's GenAI / Model training switch
-  (`?workflowType=` in the URL, else the browser's localStorage `mlflow.workflowType`, else GenAI);
-* the runs list is an ag-grid: a row's `row-id` is its run id, a cell's `col-id` names its column
-  (`attributes.`Run Name``, `metrics.`val_roc_auc``); a sweep's children sit under their parent,
-  collapsed until its expand button is pressed;
+* `#/experiments/<id>/runs?viewStateShareKey=<key>` opens the runs list with the view stored in the
+  experiment's tag `mlflow.sharedViewState.<key>` (its columns and sort order); without it a fresh
+  browser shows no metric column, and the landing page follows the sidebar's GenAI / Model training
+  switch (`?workflowType=`, else localStorage `mlflow.workflowType`, else GenAI);
+* the runs list is an ag-grid: a row's `row-id` is its run id and `row-index` its place, a cell's
+  `col-id` names its column (`attributes.`Run Name``, `metrics.`val_roc_auc``, `params.`seed``); sorted
+  by a metric, a sweep's jobs are listed flat beside their parent;
 * the compare view's parallel-coordinates plot draws one axis per chosen param and metric
-  (`.pcp-plot .axis-title`);
-* a run page lists its logged models under "Logged models (N)" and its files in the Artifacts tab.
+  (`.pcp-plot .axis-title`): the first three params by name that differ between the runs, against
+  the first metric the first run logged;
+* a run page lists its logged models under "Logged models (N)", a logged model's page its metrics
+  and "Datasets used", and a run's files are in its Artifacts tab.
 
 PIPELINE_SCREENSHOTS=docs/img also saves the pages it visits as PNGs there (docs/mlflow.md's images).
 """
@@ -40,26 +45,32 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 SWEEP = ["-m", "model=lightgbm,xgboost", "seed=0,1", "data.max_rows=1500"]
-PARENT = "sweep: model=lightgbm,xgboost × seed=0,1"
-JOBS = ["model=lightgbm seed=0", "model=lightgbm seed=1", "model=xgboost seed=0", "model=xgboost seed=1"]
+PARENT = "sweep: lightgbm,xgboost × s=0,1"
+JOBS = ["lightgbm s=0", "lightgbm s=1", "xgboost s=0", "xgboost s=1"]
 METRIC = "val_roc_auc"
+SWEPT = {"model", "seed"}
+LINK = re.compile(
+    r"^all runs, best first: (http://127\.0\.0\.1:\d+/#/experiments/\d+/runs\?viewStateShareKey=\w+)$", re.M)
 WAIT_MS = 90_000  # a page's data arrives within this on a busy two-core machine
 
 RUN_NAME = "[col-id='attributes.`Run Name`']"
-EXPAND = "button[data-component-id$='runnamecellrenderer.tsx_46']"  # a parent run's expand / collapse
 
 expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    """The sweep's store served by `mlflow ui` on 127.0.0.1; yields its base URL."""
+    """The sweep's store served by `mlflow ui` on 127.0.0.1, on the port the sweep was told
+    (tracking.ui_port); yields the link the sweep's console ends with."""
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed: apt-get install chromium")
     work = tmp_path_factory.mktemp("mlflow-ui")
-    run_cli(SWEEP, work, check=True)
     port = free_port()
+    proc = run_cli([*SWEEP, f"tracking.ui_port={port}"], work, check=True)
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("all runs, best first: "), proc.stdout[-2000:]
+    link = LINK.findall(proc.stdout)[-1]
     base = f"http://127.0.0.1:{port}"
+    assert link.startswith(base + "/")
     log = open(work / "ui.log", "wb")
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
@@ -76,7 +87,7 @@ def ui(tmp_path_factory):
                     break
             except OSError:
                 time.sleep(0.3)
-        yield base
+        yield link
     finally:
         stop_process_group(server)
         log.close()
@@ -93,7 +104,7 @@ def browser(ui):
 
 @pytest.fixture
 def page(browser, ui):
-    context = browser.new_context(viewport={"width": 1600, "height": 1000}, base_url=ui)
+    context = browser.new_context(viewport={"width": 1600, "height": 1000}, base_url=ui.split("/#/")[0])
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
     yield page
@@ -116,22 +127,21 @@ def close_assistant(page: Page) -> None:
         close.click()
 
 
-def open_experiment_from_home(page: Page, training_mode: bool) -> None:
-    """The UI's root, optionally the sidebar's 'Model training' switch, then the experiment's link."""
-    page.goto("/")
-    if training_mode:
-        page.get_by_text("Model training", exact=True).click()
-    page.get_by_role("link", name="pipeline", exact=True).click()
-
-
-def open_runs(page: Page) -> None:
-    """The experiment's runs list, reached as a user does, with the sweep's parent expanded."""
-    open_experiment_from_home(page, training_mode=True)
-    parent = page.locator(f".ag-pinned-left-cols-container .ag-row {RUN_NAME}").filter(has=page.locator(EXPAND))
-    expect(parent).to_have_count(1)
-    parent.locator(EXPAND).click()
-    expect(page.locator(f".ag-pinned-left-cols-container .ag-row {RUN_NAME} a")).to_have_count(1 + len(JOBS))
+def open_link(page: Page, link: str) -> None:
+    """The link the sweep's console ended with, in this fresh browser context."""
+    page.goto(link)
+    expect(page.locator(f".ag-header-cell{RUN_NAME}")).to_have_text("Run Name")
     close_assistant(page)
+
+
+def row_names(page: Page) -> list[str]:
+    """The runs list's names, top to bottom as shown (ag-grid's DOM order is not its display order)."""
+    names = page.locator(f".ag-pinned-left-cols-container .ag-row {RUN_NAME} a")
+    expect(names).to_have_count(1 + len(JOBS))
+    rows = page.locator(".ag-pinned-left-cols-container .ag-row")
+    shown = sorted((int(rows.nth(i).get_attribute("row-index")),
+                    rows.nth(i).locator(f"{RUN_NAME} a").inner_text()) for i in range(rows.count()))
+    return [name.strip() for _, name in shown]
 
 
 def visible_prefix(link) -> str:
@@ -159,75 +169,51 @@ def visible_prefix(link) -> str:
     }""")
 
 
-def test_the_experiments_link_opens_on_its_training_runs(page):
-    """The experiment's link as docs/mlflow.md gives it. (Clicked from the experiment list, MLflow 3.17
-    opens the GenAI overview until the sidebar's Model training switch is chosen once: its landing page
-    follows that switch, not the experiment's mlflow.experimentKind tag, which the engine sets too.)"""
-    page.goto("/")
-    page.get_by_role("link", name="pipeline", exact=True).first.wait_for()
-    experiment = page.get_by_role("link", name="pipeline", exact=True).first.get_attribute("href")
-    experiment_id = re.search(r"experiments/(\d+)", experiment).group(1)
-    page.goto(f"/#/experiments/{experiment_id}/runs?workflowType=machine_learning")
-    expect(page.locator(f".ag-header-cell{RUN_NAME}")).to_have_text("Run Name")
-    expect(page.get_by_text("Detect Issues")).to_have_count(0)
-
-
-def test_the_experiment_opens_on_its_runs_in_model_training_mode(page, shots):
-    open_runs(page)
+def test_the_printed_link_opens_the_runs_sorted_by_the_main_metric(page, ui, shots):
+    """A fresh browser, the link the sweep ended with: the training runs (not the GenAI overview),
+    the main metric as a column, every run's value, best first; the swept params as columns too."""
+    open_link(page, ui)
     expect(page).to_have_url(re.compile(r"#/experiments/\d+/runs\?"))
-    expect(page.locator(f".ag-header-cell{RUN_NAME}")).to_have_text("Run Name")
     expect(page.get_by_text("Detect Issues")).to_have_count(0)
+    column = page.locator(f".ag-header-cell[col-id='metrics.`{METRIC}`']")
+    expect(column).to_have_text(METRIC)
+    for param in SWEPT:
+        expect(page.locator(f".ag-header-cell[col-id='params.`{param}`']")).to_have_count(1)
+    rows = page.locator(".ag-center-cols-container .ag-row")
+    expect(rows).to_have_count(1 + len(JOBS))
+    cell = f"[col-id='metrics.`{METRIC}`']"
+    shown = sorted((int(rows.nth(i).get_attribute("row-index")), rows.nth(i).locator(cell).inner_text())
+                   for i in range(rows.count()))
+    values = [float(v) for _, v in shown]
+    assert all(0.5 < v <= 1.0 for v in values), values
+    assert values == sorted(values, reverse=True), f"{METRIC} is not sorted best first: {values}"
     page.screenshot(path=str(shots / "mlflow_ui_runs.png"))
 
 
-def test_the_jobs_are_named_by_their_swept_values_in_the_runs_list(page):
-    open_runs(page)
-    links = page.locator(f".ag-pinned-left-cols-container .ag-row {RUN_NAME} a")
-    names = [n.strip() for n in links.all_inner_texts()]
+def test_the_jobs_names_tell_them_apart_where_the_list_cuts_them(page, ui):
+    """What each name cell shows at MLflow's default column width (about 18 characters) differs from job
+    to job, and is the swept values: the model kind and the seed."""
+    open_link(page, ui)
+    names = row_names(page)
     assert PARENT in names, f"no run named {PARENT!r} in the runs list: {names}"
-    children = [n for n in names if n != PARENT]
-    for job in JOBS:
-        assert any(n == job or n.startswith(job + " ") for n in children), (
-            f"no run in the runs list is named by its swept values {job!r} (first): {children}"
-        )
-    # What the cell shows before any resizing: the name's start, which must be the first swept value.
+    assert sorted(n for n in names if n != PARENT) == sorted(JOBS), names
+    links = page.locator(f".ag-pinned-left-cols-container .ag-row {RUN_NAME} a")
+    seen = {}
     for i in range(links.count()):
-        name, seen = names[i], visible_prefix(links.nth(i))
-        if name == PARENT:
-            continue
-        first = name.split(" ")[0]  # model=xgboost
-        # At MLflow's default column width the cell clips the name after about 11 characters
-        # ('model=xgboo…'): the key and the start of the value it swept must be what shows.
-        assert seen.startswith(first) or (first.startswith(seen) and len(seen) > first.index("=") + 1), (
-            f"the runs list shows {seen!r}… of {name!r}; the swept value {first!r} should lead"
-        )
+        name = links.nth(i).inner_text().strip()
+        if name != PARENT:
+            seen[name] = visible_prefix(links.nth(i))
+    assert len(set(seen.values())) == len(JOBS), f"the runs list shows {seen}: jobs that read the same"
+    assert all(seen[n] == n for n in JOBS), f"the runs list cuts the swept values: {seen}"
 
 
-def test_the_main_metric_is_a_top_level_metric_the_runs_list_sorts_by(page):
-    """Every run logs the main metric at the top level (val_roc_auc, not only per model): sorting the
-    list by it, one pick in the Sort menu, shows it as a column with every run's value, the parent's
-    too. (MLflow 3.17 shows no metric column before a user picks one: its default columns are Source,
-    Models and Dataset, and the columns chosen live in the browser.)"""
-    open_runs(page)
-    page.get_by_role("button", name="Sort").first.click()
-    page.get_by_placeholder("Search").fill(METRIC)
-    page.get_by_text(METRIC, exact=True).first.click()
-    column = page.locator(f".ag-header-cell[col-id='metrics.`{METRIC}`']")
-    expect(column).to_have_text(METRIC)
-    column.scroll_into_view_if_needed()
-    values = page.locator(f".ag-center-cols-container .ag-row [col-id='metrics.`{METRIC}`']")
-    expect(values).to_have_count(1 + len(JOBS))
-    for value in values.all_inner_texts():
-        assert 0.5 < float(value) <= 1.0, f"{METRIC} shows {value!r}"
-
-
-def test_comparing_the_jobs_plots_a_swept_param_against_the_main_metric(page, shots):
-    open_runs(page)
-    rows = page.locator(".ag-pinned-left-cols-container .ag-row").filter(
-        has=page.locator(f"{RUN_NAME} a")).filter(has_not=page.locator(EXPAND))
-    expect(rows).to_have_count(len(JOBS))
-    for i in range(len(JOBS)):
-        rows.nth(i).locator("input.ag-checkbox-input").check()
+def test_comparing_the_jobs_plots_a_swept_param_against_the_main_metric(page, ui, shots):
+    open_link(page, ui)
+    rows = page.locator(".ag-pinned-left-cols-container .ag-row")
+    expect(rows).to_have_count(1 + len(JOBS))
+    for i in range(rows.count()):
+        if rows.nth(i).locator(f"{RUN_NAME} a").inner_text().strip() in JOBS:
+            rows.nth(i).locator("input.ag-checkbox-input").check()
     page.get_by_test_id("runs-compare-button").click()
     expect(page.get_by_text(f"Comparing {len(JOBS)} Runs")).to_be_visible()
     axes = page.locator(".pcp-plot .parcoords .y-axis .axis-heading .axis-title")
@@ -235,22 +221,51 @@ def test_comparing_the_jobs_plots_a_swept_param_against_the_main_metric(page, sh
     close_assistant(page)
     plotted = axes.all_text_contents()
     page.screenshot(path=str(shots / "mlflow_ui_compare.png"))
+    # MLflow plots the first three params (by name) that differ between the runs, against the first
+    # metric the first run logged: the optimised metric, and the swept model kind
     assert METRIC in plotted, f"the parallel-coordinates plot draws {plotted}, not the metric {METRIC}"
-    # MLflow plots the first three params (by name) whose values differ across the runs: the swept
-    # model kind leads; the library parameters that follow differ because each kind has its own
-    assert plotted[0] == "model", f"the parallel-coordinates plot draws {plotted}: the swept model kind should lead"
-    plumbing = [a for a in plotted if a == "allowed_targets" or "_target_" in a]
+    assert SWEPT & set(plotted), f"the parallel-coordinates plot draws {plotted}: no swept param {SWEPT}"
+    plumbing = [a for a in plotted if a in ("allowed_targets", "data.label")
+                or a.endswith((".device", "_target_")) or "early_stopping" in a]
     assert not plumbing, f"the parallel-coordinates plot draws {plotted}: {plumbing} are not what a sweep varies"
 
 
-def test_a_job_page_lists_its_artifacts_and_logged_models(page, shots):
-    open_runs(page)
-    child = page.locator(".ag-pinned-left-cols-container .ag-row").filter(
-        has=page.locator(f"{RUN_NAME} a")).filter(has_not=page.locator(EXPAND)).first
-    name = child.locator(f"{RUN_NAME} a").inner_text().strip()
-    child.locator(f"{RUN_NAME} a").click()
+def test_a_logged_model_shows_its_own_scores_and_data(page, ui, shots):
+    """A job's logged model lists its own scores (not the run's or the ensemble's), each with the split
+    it was measured on, and the data it was trained on under "Datasets used"."""
+    open_link(page, ui)
+    page.locator(f".ag-pinned-left-cols-container {RUN_NAME} a", has_text=JOBS[2]).click()
+    expect(page.get_by_role("heading", name=JOBS[2])).to_be_visible()
+    close_assistant(page)
+    logged = page.locator("h4", has_text=re.compile(r"^Logged models \([1-9]\d*\)$"))
+    model_link = logged.locator("xpath=ancestor::*[.//*[@role='row']][1]").locator(
+        "a[href*='/models/m-']:not([target])", has_text="xgboost")
+    expect(model_link).to_have_count(1)
+    model_link.click()
+    expect(page.get_by_role("heading", name="xgboost")).to_be_visible()
+    close_assistant(page)
+    metrics = page.locator("h4, h3, h2", has_text=re.compile(r"^Metrics \(\d+\)$"))
+    expect(metrics).to_be_visible()
+    table = metrics.locator("xpath=ancestor::*[.//*[@role='row']][1]")
+    names = table.locator("[role='row'] [role='cell']:first-child")
+    expect(names.first).to_be_visible()
+    listed = [n.strip() for n in names.all_inner_texts()]
+    assert "xgboost/val_roc_auc" in listed, listed
+    assert all(n.startswith("xgboost/") for n in listed), f"the xgboost model lists others' scores: {listed}"
+    expect(page.get_by_text("Datasets used")).to_be_visible()
+    used = page.get_by_text("Datasets used").locator("xpath=following::*[contains(., 'adult')][1]")
+    expect(used).to_be_visible()
+    page.screenshot(path=str(shots / "mlflow_ui_model.png"))
+
+
+def test_a_job_page_lists_its_artifacts_and_logged_models(page, ui, shots):
+    open_link(page, ui)
+    name = JOBS[0]
+    page.locator(f".ag-pinned-left-cols-container {RUN_NAME} a", has_text=name).click()
     expect(page.get_by_role("heading", name=name)).to_be_visible()
     close_assistant(page)
+    # its Source is the command the user typed, not the process that logged it
+    expect(page.get_by_text(" ".join(["python -m pipeline", *SWEEP]), exact=False).first).to_be_visible()
     models = page.locator("h4", has_text=re.compile(r"^Logged models \([1-9]\d*\)$"))
     expect(models).to_be_visible()
     section = models.locator("xpath=ancestor::*[.//*[@role='row']][1]")

@@ -16,8 +16,8 @@ def test_sweep_of_four_jobs_logs_to_a_real_server(cli, tmp_path, mlflow_server):
     assert len(children) == 4
     assert parent.info.status == "FINISHED" and all(c.info.status == "FINISHED" for c in children)
     names = sorted(c.info.run_name for c in children)
-    assert names == sorted(f"model={m} seed={s} data.max_rows=1500" for m in ("lightgbm", "xgboost") for s in (0, 1))
-    assert parent.info.run_name == "sweep: model=lightgbm,xgboost × seed=0,1"
+    assert names == sorted(f"{m} s={s}" for m in ("lightgbm", "xgboost") for s in (0, 1))
+    assert parent.info.run_name == "sweep: lightgbm,xgboost × s=0,1"
     for child in children:
         assert child.data.params["seed"] in ("0", "1")
         assert child.data.params["data.max_rows"] == "1500"
@@ -25,6 +25,11 @@ def test_sweep_of_four_jobs_logs_to_a_real_server(cli, tmp_path, mlflow_server):
         assert child.data.tags["best/model"] in ("lightgbm", "xgboost")
         assert child.data.tags["pipeline.gpu_ids"] == "none"
         assert any(a.path == "leaderboard.csv" for a in client.list_artifacts(child.info.run_id))
+        # dated by the job, not by when the sweep's one tracker process got to its calls: it spans the fit
+        model = child.data.params["model"]
+        seconds = (child.info.end_time - child.info.start_time) / 1000
+        assert seconds >= child.data.metrics[f"{model}/fit_seconds"]
+        assert child.data.tags["mlflow.source.name"].startswith("python -m pipeline -m model=")
     best = max(c.data.metrics["best/val_roc_auc"] for c in children)
     assert parent.data.metrics["best/val_roc_auc"] == pytest.approx(best) == parent.data.metrics["val_roc_auc"]
 

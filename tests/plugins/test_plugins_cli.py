@@ -276,6 +276,18 @@ def test_two_objective_search_tags_its_pareto_front(cli, tmp_path):
     tagged = {int(r.data.tags["pipeline.job_num"]) for r in children if r.data.tags.get("pipeline.pareto_front")}
     assert tagged == front
     assert parent.data.tags["pipeline.pareto_front_jobs"] == ",".join(map(str, sorted(front)))
+    # named as the runs list shows them: the trial by its searched value, the parent by what it searches
+    assert parent.info.run_name == "leaves (optuna: maximize val_score, minimize fit_seconds)"
+    assert {r.info.run_name for r in children} == {f"leaves={r.data.params[LEAVES]}" for r in children}
+    # the experiment's shared view shows the searched key beside the main metric, sorted by it
+    client, _ = runs(tmp_path)
+    tags = client.get_experiment(parent.info.experiment_id).tags
+    view = json.loads(tags["mlflow.sharedViewState.pipeline"])
+    assert view["orderByKey"] == "metrics.`val_roc_auc`" and view["orderByAsc"] is False
+    assert f"params.`{LEAVES}`" in view["selectedColumns"]
+    assert proc.stdout.rstrip().splitlines()[-1] == (
+        f"all runs, best first: http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}"
+        "/runs?viewStateShareKey=pipeline")
 
 
 def test_two_directions_for_one_objective_are_refused_before_any_job(cli, tmp_path):
