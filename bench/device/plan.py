@@ -1,0 +1,40 @@
+"""What the GPU box runs, in priority order, and what each step needs installed first.
+
+Shared by the kit (which places each step in the first call whose files complete its needs) and by the
+on-box half (which runs a call's steps). Seconds are estimates for a 16-core box with an H100 or H200,
+from the last GPU run's figures; the on-box half starts a step only when the call has that much left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Packages a step can need, beyond the box's image: 'base' is the engine's own dependencies.
+BASE, LGB_CUDA, LGB_OPENCL, XGB = "base", "lightgbm-cuda", "lightgbm-opencl", "xgboost"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    needs: frozenset
+    seconds: int  # estimated on the box, start to end
+    what: str
+
+
+STEPS = (
+    Step("pytest", frozenset({BASE, LGB_CUDA, XGB}), 100, "pytest -m gpu (the tests marked gpu)"),
+    Step("flagship", frozenset({BASE, LGB_CUDA, XGB}), 150,
+         "+hardware=1gpu model=gbm_gpu vs model=gbm on the CPUs, whole processes: Adult, synthetic 1M x 50, "
+         "synthetic 4M x 50"),
+    Step("network", frozenset({BASE}), 75, "the network loop's rows/s on CUDA: eager and compile=reduce-overhead"),
+    Step("lightgbm", frozenset({BASE, LGB_CUDA, LGB_OPENCL}), 60,
+         "LightGBM's CUDA learner vs its OpenCL learner vs its CPU learner, synthetic 1M"),
+    Step("xgboost", frozenset({BASE, XGB}), 35, "XGBoost device=cuda vs CPU hist, synthetic 1M"),
+    Step("packing", frozenset({BASE}), 40, "two 0.5-GPU network fits packed on one GPU vs one after the other"),
+    Step("startup", frozenset({BASE, LGB_CUDA, XGB}), 15, "dry_run=true +hardware=4gpu model=all start-up"),
+    Step("tracked", frozenset({BASE, LGB_CUDA, XGB}), 45, "tracked vs untracked, model=gbm_gpu and model=nn_gpu"),
+)
+BY_NAME = {s.name: s for s in STEPS}
+CALL_LIMIT_S = 480  # each command at most 8 minutes (the box's limit is 10)
+SETUP_S = 25  # per call: copying, reassembling and installing the call's files
+START_S = 90  # the machine's start, once, before the first call

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# bench/device/run.sh CALL: the GPU box's half of the proof kit (docs/gpu_kit.md), one invocation per
+# command, in the repository root the command runs in, with .device/cCALL carried.
+#
+# Takes this call's files into $KIT_STATE (default /tmp/gpukit, kept while the machine stays warm),
+# reassembles and installs what is complete, unpacks the project at the kit's commit, then measures the
+# steps the manifest gives this call, each within what is left of $KIT_CALL_LIMIT_S (default 480 s),
+# writing the results JSON (named by time, device and call) and the log under $OUT as it goes.
+# Without a CUDA device every figure is written as not measured, with the reason.
+set -uo pipefail
+
+CALL=${1:?usage: bench/device/run.sh CALL}
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+KIT=${KIT_DIR:-$REPO/.device}
+STATE=${KIT_STATE:-/tmp/gpukit}
+PY=${PYTHON:-python3}
+OUT=${OUT:-$REPO/.device/out}
+LIMIT=${KIT_CALL_LIMIT_S:-480}
+START=$(date +%s)
+DEADLINE=$((START + LIMIT - 10))
+mkdir -p "$OUT" "$STATE"
+exec > >(tee -a "$OUT/c$CALL.log") 2>&1
+
+echo "== kit call $CALL on $(hostname) at $(date -u +%FT%TZ); state $STATE; out $OUT"
+command -v nvidia-smi >/dev/null && nvidia-smi -L
+"$PY" "$REPO/bench/device/onbox.py" "$KIT/c$CALL" "$STATE" "$PY" || {
+    echo "kit call $CALL: the files could not be taken in (see above)"; exit 2; }
+if [ ! -d "$STATE/project" ]; then
+    echo "kit call $CALL: no project in $STATE: the machine was not the one of call 1 (it went cold?);" \
+         "run the calls again from call 1"
+    exit 3
+fi
+
+export PYTHONPATH="$STATE/site:$STATE/project:$STATE/project/plugins"
+export KIT_SITE_OPENCL="$STATE/site-opencl"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=
+# LightGBM's CUDA build links libnccl.so.2 from the nvidia-nccl package of the image
+NCCL=$("$PY" -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+[ -n "$NCCL" ] && export LD_LIBRARY_PATH="$NCCL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+cd "$STATE/project" || exit 3
+"$PY" -m compileall -q -x '/\.venv' pipeline plugins bench >/dev/null  # as an install does (bench/__main__.py)
+"$PY" -m bench.device.steps --call "$CALL" --manifest "$STATE/manifest.json" --out-dir "$OUT" \
+    --deadline "$DEADLINE" --scratch "$STATE/scratch/c$CALL"
+code=$?
+for f in "$STATE"/scratch/c"$CALL"/pytest/pytest-gpu.log; do
+    [ -f "$f" ] && cp "$f" "$OUT/c$CALL-pytest-gpu.log"
+done
+echo "== kit call $CALL done in $(( $(date +%s) - START )) s (exit $code)"
+exit $code
