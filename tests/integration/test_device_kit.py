@@ -1,0 +1,148 @@
+"""The GPU proof kit end to end on a machine without CUDA: `python -m bench.device.kit` packs the project
+and wheels into calls under a size limit (a wheel above the threshold as xz in parts across calls), and
+`bench/device/run.sh N` for each call reassembles, checks, installs and runs its steps, every GPU figure
+written as not measured with the reason. Small wheels made here stand in for the downloads (no network,
+no LightGBM compile); the scripts, the splitting and the limits are the real ones."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bench.device.plan import STEPS
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT_MIB = 4.0
+MIB = 1 << 20
+
+
+def _wheel(folder: Path, name: str, payload: bytes) -> Path:
+    version = "0.1"
+    files = {f"{name}/__init__.py": b"", f"{name}/blob.bin": payload,
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                  b"Tag: py3-none-any\n"}
+    record = [f"{k},sha256={base64.urlsafe_b64encode(hashlib.sha256(v).digest()).rstrip(b'=').decode()},{len(v)}"
+              for k, v in files.items()]
+    files[f"{name}-{version}.dist-info/RECORD"] = ("\n".join(record + [f"{name}-{version}.dist-info/RECORD,,"])
+                                                   + "\n").encode()
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+    return path
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("kit")
+    wheels = tmp / "wheels"
+    wheels.mkdir()
+    big = os.urandom(5 * MIB)  # incompressible: xz cannot bring it under one call's room
+    _wheel(wheels, "kitprobe_big", big)
+    _wheel(wheels, "kitprobe_small", b"small")
+    _wheel(wheels, "lightgbm", b"the PyPI build")  # installed apart, in site-opencl
+    out = tmp / "kit"
+    proc = subprocess.run([sys.executable, "-m", "bench.device.kit", "--out", str(out), "--wheels", str(wheels),
+                           "--limit-mib", str(LIMIT_MIB), "--compress-over-mib", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {"tmp": tmp, "out": out, "big": big, "stdout": proc.stdout,
+            "manifest": json.loads((out / "manifest.json").read_text())}
+
+
+def _run_call(kit, call: int, state: Path, out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KIT_DIR": str(kit["out"]), "KIT_STATE": str(state), "OUT": str(out),
+           "PYTHON": sys.executable, "KIT_CALL_LIMIT_S": "300"}
+    return subprocess.run(["bash", str(ROOT / "bench/device/run.sh"), str(call)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_manifest_keeps_every_call_under_the_limit_and_splits_the_large_wheel(kit):
+    m = kit["manifest"]
+    assert m["problems"] == []
+    assert len(m["calls"]) >= 3  # the project and 5 MiB of parts at 4 MiB a call
+    for c in m["calls"]:
+        folder = kit["out"] / f"c{c['call']}"
+        sizes = sum(f.stat().st_size for f in folder.iterdir() if f.name != "manifest.json")
+        assert sizes == c["payload_bytes"] <= LIMIT_MIB * MIB
+        assert sorted(f["name"] for f in c["files"]) == sorted(p.name for p in folder.iterdir()
+                                                               if p.name != "manifest.json")
+        assert c["command"] == f"bash bench/device/run.sh {c['call']}" and len(c["command"]) <= 2000
+        assert f"call {c['call']}: run(command='{c['command']}'" in kit["stdout"]
+    big = next(f for f in m["files"] if f["name"].startswith("kitprobe_big"))
+    assert big["packed"] == "xz" and len(big["parts"]) >= 2
+    assert len({p["call"] for p in big["parts"]}) >= 2
+    assert sum(p["bytes"] for p in big["parts"]) == big["packed_bytes"]
+    scheduled = [s for c in m["calls"] for s in c["steps"]]
+    assert sorted(scheduled) == sorted(s.name for s in STEPS)
+
+
+def test_the_calls_reassemble_install_and_record_every_gpu_figure_as_not_measured(kit, tmp_path):
+    state, out = tmp_path / "state", tmp_path / "out"
+    for c in kit["manifest"]["calls"]:
+        proc = _run_call(kit, c["call"], state, out)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    installed = state / "site" / "kitprobe_big" / "blob.bin"
+    assert installed.read_bytes() == kit["big"]  # the parts of three calls, joined, unpacked and installed
+    assert (state / "site-opencl" / "lightgbm" / "blob.bin").read_bytes() == b"the PyPI build"
+    assert not (state / "site" / "lightgbm").exists()
+    assert (state / "project" / "pipeline" / "__init__.py").exists()
+    results = sorted(out.glob("*-gpu-no-cuda-c*.json"))
+    assert len(results) == len(kit["manifest"]["calls"])
+    assert len(list(out.iterdir())) <= 8  # what comes back from the box: at most 8 files
+    steps, figures = {}, []
+    for path in results:
+        data = json.loads(path.read_text())
+        for suite in data["suites"].values():
+            steps.update(suite["settings"]["steps"])
+            figures += suite["figures"]
+    assert set(steps) == {s.name for s in STEPS}
+    assert figures and all(f["status"] == "not measured" and "no CUDA device" in f["reason"] for f in figures)
+    names = {(f["group"], f["name"]) for f in figures}
+    assert ("gbm_gpu vs CPU · Adult", "speed-up whole process") in names
+    assert ("network on CUDA · fp32", "engine loop rows/s") in names
+    assert ("two 0.5-GPU network fits", "speed-up (wall)") in names
+    assert ("LightGBM CUDA build · synthetic 1M", "CUDA seconds") in names
+
+    collected = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "bench.device.collect", str(out), "--results", str(collected)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    merged = list(collected.glob("*-full-gpu-no-cuda.json"))
+    assert len(merged) == 1
+    run = json.loads(merged[0].read_text())
+    assert len(run["calls"]) == len(results)
+    assert sum(len(s["figures"]) for s in run["suites"].values()) == len(figures)
+
+
+def test_a_call_on_a_machine_that_lost_the_earlier_calls_says_so(kit, tmp_path):
+    last = kit["manifest"]["calls"][-1]["call"]
+    proc = _run_call(kit, last, tmp_path / "state", tmp_path / "out")
+    assert proc.returncode == 3
+    assert "run the calls again from call 1" in proc.stdout
+
+
+def test_a_damaged_part_is_refused(kit, tmp_path):
+    damaged = tmp_path / "kit"
+    import shutil
+
+    shutil.copytree(kit["out"], damaged)
+    call = next(c["call"] for c in kit["manifest"]["calls"] if any(f["kind"] == "part" for f in c["files"]))
+    part = next(p for p in (damaged / f"c{call}").iterdir() if ".part" in p.name)
+    data = bytearray(part.read_bytes())
+    data[0] ^= 0xFF
+    part.write_bytes(bytes(data))
+    for earlier in range(1, call):
+        assert _run_call({**kit, "out": damaged}, earlier, tmp_path / "state", tmp_path / "out").returncode == 0
+    proc = _run_call({**kit, "out": damaged}, call, tmp_path / "state", tmp_path / "out")
+    assert proc.returncode == 2
+    assert "does not match the manifest" in proc.stdout
