@@ -51,7 +51,7 @@ def gather(call_dir: Path, files: Path, manifest: dict, call: int) -> list[str]:
 
 
 def assemble(files: Path, manifest: dict) -> list[str]:
-    """Join the parts of each packed file whose parts are all here, unpack the xz, check the result."""
+    """Join the parts of each file whose parts are all here (unpacking xz), checking parts and result."""
     done = []
     for f in manifest["files"]:
         if not f.get("packed") or (files / f["name"]).exists():
@@ -59,7 +59,7 @@ def assemble(files: Path, manifest: dict) -> list[str]:
         parts = [files / p["name"] for p in f["parts"]]
         if not all(p.exists() for p in parts):
             continue
-        joined = files / (f["name"] + ".xz")
+        joined = files / (f["name"] + ".joined")
         with open(joined, "wb") as out:
             for p in parts:
                 with open(p, "rb") as src:
@@ -67,12 +67,15 @@ def assemble(files: Path, manifest: dict) -> list[str]:
         if sha256(joined) != f["packed_sha256"]:
             raise KitError(f"the parts of {f['name']} joined do not match the manifest: a part is damaged")
         target = files / f["name"]
-        with lzma.open(joined, "rb") as src, open(target, "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 24)
+        if f["packed"] == "xz":
+            with lzma.open(joined, "rb") as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 24)
+        else:
+            joined.replace(target)
         if sha256(target) != f["unpacked_sha256"]:
             target.unlink()
             raise KitError(f"{f['name']} unpacked does not match the manifest")
-        joined.unlink()
+        joined.unlink(missing_ok=True)
         for p in parts:
             p.unlink()
         done.append(f["name"])
@@ -134,7 +137,8 @@ def main(argv=None) -> int:
     result["assembled"] = assemble(files, manifest)
     result["installed"] = install(files, state, manifest, python)
     result["project"] = unpack_project(files, state)
-    waiting = [f["name"] for f in manifest["files"] if f.get("packed") and any((files / p["name"]).exists() for p in f["parts"])]
+    waiting = [f["name"] for f in manifest["files"]
+               if f.get("packed") and any((files / p["name"]).exists() for p in f["parts"])]
     result["waiting_for_parts"] = waiting
     result["seconds"] = round(time.perf_counter() - t0, 2)
     print(json.dumps(result))

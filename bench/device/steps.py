@@ -27,6 +27,8 @@ FLAGSHIP_TARGETS = {"Adult": 0.95, "synthetic 1M": 1.0, "largest": 3.0}
 FLAGSHIP_SIZES = {"Adult": ([], 3), "synthetic 1M": (["data=synthetic", "data.rows=1000000", "data.features=50"], 2)}
 LARGEST_ROWS = int(os.environ.get("KIT_LARGEST_ROWS", "4000000"))
 DRY_RUN_TARGET = ("<=", 1.2)
+FLAGSHIP_GPU = ["+hardware=1gpu", "model=gbm_gpu"]
+FLAGSHIP_CPU = ["model=gbm"]
 FLAGSHIP_FIGURES = ("gbm_gpu seconds (+hardware=1gpu model=gbm_gpu)", "gbm seconds (model=gbm, the CPUs)",
                     "speed-up whole process")
 
@@ -113,8 +115,7 @@ def step_flagship(opts, device) -> list[dict]:
     figures = []
     for name, (data, n) in sizes.items():
         group = f"gbm_gpu vs CPU · {name}"
-        variants = {"gbm_gpu": ["+hardware=1gpu", "model=gbm_gpu", *common, *data],
-                    "gbm": ["model=gbm", *common, *data]}
+        variants = {"gbm_gpu": [*FLAGSHIP_GPU, *common, *data], "gbm": [*FLAGSHIP_CPU, *common, *data]}
 
         def measure(group=group, variants=variants, n=n, name=name):
             if name == "Adult":

@@ -41,22 +41,24 @@ def _wheel(folder: Path, name: str, payload: bytes) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def kit(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("kit")
+def _build(tmp: Path, payload: bytes, *extra: str) -> dict:
     wheels = tmp / "wheels"
     wheels.mkdir()
-    big = os.urandom(5 * MIB)  # incompressible: xz cannot bring it under one call's room
-    _wheel(wheels, "kitprobe_big", big)
+    _wheel(wheels, "kitprobe_big", payload)
     _wheel(wheels, "kitprobe_small", b"small")
     _wheel(wheels, "lightgbm", b"the PyPI build")  # installed apart, in site-opencl
     out = tmp / "kit"
     proc = subprocess.run([sys.executable, "-m", "bench.device.kit", "--out", str(out), "--wheels", str(wheels),
-                           "--limit-mib", str(LIMIT_MIB), "--compress-over-mib", "1"],
+                           "--limit-mib", str(LIMIT_MIB), "--split-over-mib", "1", *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {"tmp": tmp, "out": out, "big": big, "stdout": proc.stdout,
+    return {"tmp": tmp, "out": out, "big": payload, "stdout": proc.stdout,
             "manifest": json.loads((out / "manifest.json").read_text())}
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    return _build(tmp_path_factory.mktemp("kit"), os.urandom(5 * MIB))  # 5 MiB of parts at 4 MiB a call
 
 
 def _run_call(kit, call: int, state: Path, out: Path) -> subprocess.CompletedProcess:
@@ -79,7 +81,7 @@ def test_the_manifest_keeps_every_call_under_the_limit_and_splits_the_large_whee
         assert c["command"] == f"bash bench/device/run.sh {c['call']}" and len(c["command"]) <= 2000
         assert f"call {c['call']}: run(command='{c['command']}'" in kit["stdout"]
     big = next(f for f in m["files"] if f["name"].startswith("kitprobe_big"))
-    assert big["packed"] == "xz" and len(big["parts"]) >= 2
+    assert big["packed"] == "split" and len(big["parts"]) >= 2
     assert len({p["call"] for p in big["parts"]}) >= 2
     assert sum(p["bytes"] for p in big["parts"]) == big["packed_bytes"]
     scheduled = [s for c in m["calls"] for s in c["steps"]]
@@ -146,3 +148,16 @@ def test_a_damaged_part_is_refused(kit, tmp_path):
     proc = _run_call({**kit, "out": damaged}, call, tmp_path / "state", tmp_path / "out")
     assert proc.returncode == 2
     assert "does not match the manifest" in proc.stdout
+
+
+def test_an_xz_packed_wheel_is_unpacked_to_the_same_bytes(tmp_path):
+    from bench.device import onbox
+
+    text = b"".join(b"%d,%x;" % (i, i * 7919 % 65521) for i in range(700_000))  # ~8 MiB that xz shrinks
+    kit = _build(tmp_path, text, "--xz")
+    big = next(f for f in kit["manifest"]["files"] if f["name"].startswith("kitprobe_big"))
+    assert big["packed"] == "xz" and big["packed_bytes"] < big["bytes"] / 2
+    state = tmp_path / "state"
+    for c in kit["manifest"]["calls"]:
+        assert onbox.main([str(kit["out"] / f"c{c['call']}"), str(state), sys.executable]) == 0
+    assert (state / "site" / "kitprobe_big" / "blob.bin").read_bytes() == text
