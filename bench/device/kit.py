@@ -30,12 +30,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from bench.device.plan import BASE, CALL_LIMIT_S, LGB_CUDA, LGB_OPENCL, SETUP_S, START_S, STEPS, XGB
+from bench.device.plan import (BASE, BUDGET_S, CALL_LIMIT_S, GAP_S, LGB_CUDA, LGB_OPENCL, PLAN_LIMIT_S, SETUP_OTHER_S,
+                               SETUP_S, SLACK, START_S, STEPS, XGB)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MIB = 1 << 20
 TREE_LIMIT_MIB = 64  # what travels with one command: the working tree and the carried paths
+TREE_MARGIN = 1 * MIB  # the working tree may grow by this between building the kit and running it
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
 PYTHON_VERSION = "3.12"
@@ -287,16 +289,17 @@ def build(out: Path, *, limit_mib: float, wheel_dir: Optional[Path], lightgbm_cu
         kf.packed_sha256 = sha256(packed)
         kf.parts = [{"name": packed.name, "path": packed}]
 
-    calls = _pack(files, staging, limit)
+    if tree_bytes is None:
+        tree_bytes = working_tree_bytes()
+    room = min(limit, TREE_LIMIT_MIB * MIB - tree_bytes - TREE_MARGIN)  # the working tree travels beside it
+    calls = _pack(files, staging, room)
     for c in calls:
         folder = out / f"c{c['call']}"
         folder.mkdir()
         for item in c["files"]:
             shutil.move(str(staging / item["name"]), folder / item["name"])
     shutil.rmtree(staging)
-    if tree_bytes is None:
-        tree_bytes = working_tree_bytes()
-    manifest = _manifest(out, files, calls, limit, tree_bytes, left_out, skipped_box,
+    manifest = _manifest(out, files, calls, room, tree_bytes, left_out, skipped_box,
                          time.perf_counter() - t0)
     for c in manifest["calls"]:  # a call that only measures carries its folder too: the manifest
         (out / f"c{c['call']}").mkdir(exist_ok=True)
@@ -372,7 +375,7 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
     estimate = {s.name: s.seconds for s in STEPS}
     n = 1
     while n <= len(schedule):
-        budget, kept, moved = CALL_LIMIT_S - SETUP_S, [], []
+        budget, kept, moved = CALL_LIMIT_S / SLACK - SETUP_S.get(n, SETUP_OTHER_S), [], []
         for name in schedule[n]:
             if budget - estimate[name] >= 0 or not kept:
                 kept.append(name)
@@ -389,27 +392,34 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
     call_list = []
     for n in sorted(schedule):
         c = by_call.get(n, {"call": n, "files": [], "bytes": 0})
-        steps_s = sum(estimate[s] for s in schedule[n]) + SETUP_S
+        steps_s = sum(estimate[s] for s in schedule[n]) + SETUP_S.get(n, SETUP_OTHER_S)
+        last = n == max(schedule)
+        limit_s = CALL_LIMIT_S if last else min(CALL_LIMIT_S, int(steps_s * SLACK))
         carry = [os.path.relpath(out / f"c{n}", ROOT)]
         call_list.append({
             "call": n, "carry": carry, "payload_bytes": c["bytes"], "payload_mib": round(c["bytes"] / MIB, 2),
             "with_working_tree_mib": round((c["bytes"] + tree_bytes) / MIB, 2),
             "files": c["files"], "steps": schedule[n], "estimated_s": steps_s,
-            "timeout_s": min(600, CALL_LIMIT_S + 60),
+            "limit_s": limit_s,  # run.sh stops starting steps and ends the running one by then
+            "timeout_s": min(600, limit_s + 30),
             "command": f"bash bench/device/run.sh {n}",
         })
-    total_s = START_S + sum(c["estimated_s"] for c in call_list) + 10 * (len(call_list) - 1)
+    total_s = START_S + sum(c["estimated_s"] for c in call_list) + GAP_S * (len(call_list) - 1)
+    plan_command_s = PLAN_LIMIT_S - START_S - GAP_S * (len(call_list) - 1)  # run.sh ends the plan by then
+    worst_s = START_S + min(sum(c["limit_s"] for c in call_list), plan_command_s) + GAP_S * (len(call_list) - 1)
     problems = [f"call {c['call']}: {c['payload_mib']} MiB > {limit / MIB:g} MiB" for c in call_list
                 if c["payload_bytes"] > limit]
     problems += [f"call {c['call']}: {c['with_working_tree_mib']} MiB with the working tree > {TREE_LIMIT_MIB} MiB"
                  for c in call_list if c["payload_bytes"] + tree_bytes > TREE_LIMIT_MIB * MIB]
+    if worst_s > BUDGET_S:
+        problems.append(f"every call at its time limit takes {worst_s / 60:.1f} min > the {BUDGET_S / 60:g} min budget")
     return {
         "schema": 1,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "commit": commit.strip(),
         "python": PYTHON_VERSION,
         "platforms": list(PLATFORMS),
-        "limit_mib": limit / MIB,
+        "limit_mib": round(limit / MIB, 2),  # a call's room: 60 MiB at most, less the working tree's share
         "working_tree_mib": round(tree_bytes / MIB, 2),
         "build_seconds": round(seconds, 1),
         "calls": call_list,
@@ -418,6 +428,8 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
         "left_out": left_out,
         "image_has": skipped_box,
         "estimated_device_s": total_s,
+        "plan_command_s": plan_command_s,
+        "worst_case_device_s": worst_s,
         "problems": problems,
     }
 
@@ -426,7 +438,8 @@ def render(m: dict) -> str:
     lines = [f"GPU proof kit of {m['commit'][:12]} ({m['created']}), CPython {m['python']} manylinux x86_64",
              f"{len(m['calls'])} calls, each at most {m['limit_mib']:g} MiB carried (working tree "
              f"{m['working_tree_mib']} MiB beside it); estimated device time {m['estimated_device_s'] / 60:.1f} min "
-             "with one machine start", ""]
+             f"with one machine start; run.sh ends the plan by {m['worst_case_device_s'] / 60:.1f} min "
+             "(a step that would start later is written as not measured)", ""]
     for c in m["calls"]:
         lines.append(f"call {c['call']}: run(command={c['command']!r}, carry={c['carry']}, "
                      f"timeout_s={c['timeout_s']})")
