@@ -22,7 +22,8 @@ class Step:
 
 
 STEPS = (
-    Step("pytest", frozenset({BASE, LGB_CUDA, XGB}), 90, "pytest -m gpu (the tests marked gpu)"),
+    Step("pytest", frozenset({BASE, LGB_CUDA, LGB_OPENCL, XGB}), 100,
+         "pytest -m gpu (the tests marked gpu), then its OpenCL tests with LightGBM's PyPI build"),
     Step("flagship", frozenset({BASE, LGB_CUDA, XGB}), 170,
          "+hardware=1gpu model=gbm_gpu vs model=gbm on the CPUs, whole processes: Adult (3 repeats), synthetic "
          "1M x 50 and 4M x 50 (1 each, at most 200 rounds)"),

@@ -55,8 +55,8 @@ cd "$STATE/project" || exit 3
 "$PY" -m bench.device.steps --call "$CALL" --manifest "$STATE/manifest.json" --out-dir "$OUT" \
     --deadline "$DEADLINE" --scratch "$STATE/scratch/c$CALL"
 code=$?
-for f in "$STATE"/scratch/c"$CALL"/pytest/pytest-gpu.log; do
-    [ -f "$f" ] && cp "$f" "$OUT/c$CALL-pytest-gpu.log"
+for f in "$STATE"/scratch/c"$CALL"/pytest/pytest-gpu*.log; do
+    [ -f "$f" ] && cp "$f" "$OUT/c$CALL-$(basename "$f")"
 done
 echo "== kit call $CALL done in $(( $(date +%s) - START )) s (exit $code)"
 exit $code

@@ -60,7 +60,7 @@ def _planned(step: str) -> list[tuple[str, str, str]]:
     from bench.suites import gpu
 
     if step == "pytest":
-        return [("pytest", "pytest -m gpu", "")]
+        return [("pytest", "pytest -m gpu", ""), ("pytest", OPENCL_TESTS, "")]
     if step == "flagship":
         names = list(FLAGSHIP_SIZES) + [_largest_name()]
         return [(f"gbm_gpu vs CPU · {n}", f, "x" if "speed-up" in f else "s") for n in names for f in FLAGSHIP_FIGURES]
@@ -97,10 +97,20 @@ def not_measured_all(step: str, reason: str) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------- steps
 
+OPENCL_TESTS = "pytest -m gpu · LightGBM's PyPI build (OpenCL learner)"
+
+
 def step_pytest(opts, device) -> list[dict]:
+    """The gpu tests with LightGBM's CUDA build; then its OpenCL tests again with the PyPI build first."""
     from bench.suites import gpu
 
-    return [gpu._pytest_gpu(device, opts.scratch / "pytest-gpu.log")]
+    out = [gpu._pytest_gpu(device, opts.scratch / "pytest-gpu.log")]
+    site = os.environ.get("KIT_SITE_OPENCL")
+    if site:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, os.environ.get("PYTHONPATH", "")])}
+        out.append(gpu._pytest_gpu(device, opts.scratch / "pytest-gpu-opencl.log", ["-k", "opencl or repeatable"],
+                                   env, OPENCL_TESTS))
+    return out
 
 
 def step_flagship(opts, device) -> list[dict]:
