@@ -67,6 +67,8 @@ def build(out: Path, *, work: Path, version: str, architectures: str = ARCHITECT
            "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     for key in ("CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT"):  # the PyPI toolkit, never a system one
         env.pop(key, None)
+    # LightGBM 4.7's c_api.cpp includes nccl.h without the target that carries NCCL's include folder
+    env["CPATH"] = os.pathsep.join(x for x in (str(nccl / "include"), os.environ.get("CPATH", "")) if x)
     defines = {"USE_CUDA": "ON", "CMAKE_CUDA_ARCHITECTURES": architectures,
                "CMAKE_CUDA_COMPILER": str(root / "bin" / "nvcc"), "CUDAToolkit_ROOT": str(root),
                "BUILD_WITH_SHARED_NCCL": "ON", "NCCL_ROOT": str(nccl),
