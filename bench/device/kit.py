@@ -262,6 +262,12 @@ def build(out: Path, *, limit_mib: float, wheel_dir: Optional[Path], lightgbm_cu
             n = normalize(w.name.split("-")[0])
             groups[w.name] = LGB_OPENCL if n == "lightgbm" else group_of(n)
         shutil.rmtree(local)
+    if wheel_dir is None:
+        # LightGBM's sdist (1.7 MiB): where the CUDA build is missing or does not load on the box, run.sh
+        # builds it there, in the background of call 1, with the image's nvcc
+        version = metadata.version("lightgbm")
+        _pip("download", "--quiet", "--no-deps", "--no-binary", "lightgbm", "-d", str(staging), f"lightgbm=={version}")
+        add(staging / f"lightgbm-{version}.tar.gz", "sdist", "sdist")
     if lightgbm_cuda is not None:
         # the CUDA build travels beside the PyPI build under a build tag, so both names stay valid wheels
         parts = lightgbm_cuda.name[:-4].split("-")
@@ -314,7 +320,7 @@ def _pack(files: list[KitFile], staging: Path, limit: int) -> list[dict]:
     engine's wheels first, LightGBM next, then the packed files in parts that fill each call's room."""
     reserve = 64 * 1024
     room = limit - reserve
-    order = {"project": 0, BASE: 1, LGB_CUDA: 2, LGB_OPENCL: 3, XGB: 4}
+    order = {"project": 0, BASE: 1, LGB_CUDA: 2, LGB_OPENCL: 3, "sdist": 4, XGB: 5}
     calls: list[dict] = [{"call": 1, "files": [], "bytes": 0}]
 
     def place(name: str, size: int, sha: str, kind: str, kf: KitFile):

@@ -92,6 +92,9 @@ def install(files: Path, state: Path, manifest: dict, python: str) -> dict[str, 
         if f["role"] != "wheel" or f["name"] in installed or not (files / f["name"]).exists():
             continue
         todo["site-opencl" if f["group"] == OPENCL else "site"].append(f["name"])
+    built = sorted((state / "lightgbm-cuda-built").glob("lightgbm-*.whl"))  # run.sh's fallback build
+    if built and built[-1].name not in installed:
+        todo["site"].append(str(built[-1]))
     for target, names in todo.items():
         if not names:
             continue
@@ -101,11 +104,16 @@ def install(files: Path, state: Path, manifest: dict, python: str) -> dict[str, 
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise KitError(f"pip install into {target} failed: {proc.stderr[-2000:]}")
-        installed.update(names)
+        installed.update(Path(n).name for n in names)
         for n in names:
-            (files / n).unlink()  # installed: the disk and the next copy need it no more
+            (files / n).unlink(missing_ok=True)  # installed: the disk and the next copy need it no more
     record.write_text(json.dumps(sorted(installed)))
     return todo
+
+
+def _sdist(files: Path) -> str:
+    found = sorted(files.glob("lightgbm-*.tar.gz"))
+    return str(found[-1]) if found else ""
 
 
 def unpack_project(files: Path, state: Path) -> bool:
@@ -140,6 +148,7 @@ def main(argv=None) -> int:
     waiting = [f["name"] for f in manifest["files"]
                if f.get("packed") and any((files / p["name"]).exists() for p in f["parts"])]
     result["waiting_for_parts"] = waiting
+    result["lightgbm_sdist"] = _sdist(files)
     result["seconds"] = round(time.perf_counter() - t0, 2)
     print(json.dumps(result))
     return 0

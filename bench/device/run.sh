@@ -47,8 +47,30 @@ export PYTHONPATH="$STATE/site:$STATE/project:$STATE/project/plugins"
 export KIT_SITE_OPENCL="$STATE/site-opencl"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=
 # LightGBM's CUDA build links libnccl.so.2 from the nvidia-nccl package of the image
-NCCL=$("$PY" -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
-[ -n "$NCCL" ] && export LD_LIBRARY_PATH="$NCCL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+NCCL=$("$PY" -c "import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])" 2>/dev/null)
+[ -n "$NCCL" ] && export LD_LIBRARY_PATH="$NCCL/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# Fallback: where the kit's CUDA build of LightGBM is missing or does not load here, build it from the
+# sdist with the image's nvcc in the background of call 1 (setsid: it outlives the command); the next
+# call installs it. Its log: $STATE/lightgbm-cuda-build.log.
+if [ "$CALL" = 1 ] && command -v nvcc >/dev/null; then
+    cuda_build=$("$PY" -c 'import json, sys; print(any("1cuda" in n for n in json.load(open(sys.argv[1]))))' \
+        "$STATE/installed.json" 2>/dev/null)
+    sdist=$(ls "$STATE"/files/lightgbm-*.tar.gz 2>/dev/null | head -1)
+    if [ -n "$sdist" ] && [ -n "$NCCL" ] && { [ "$cuda_build" != True ] || ! "$PY" -c "import lightgbm"; }; then
+        echo "LightGBM's CUDA build is missing or does not load: building $sdist in the background"
+        rm -rf "$STATE"/site/lightgbm "$STATE"/site/lightgbm-*.dist-info
+        mkdir -p "$STATE/nccl/lib" "$STATE/lightgbm-cuda-built"
+        ln -sfn "$NCCL/include" "$STATE/nccl/include"
+        ln -sf "$NCCL/lib/libnccl.so.2" "$STATE/nccl/lib/libnccl.so"
+        CPATH="$NCCL/include" CMAKE_BUILD_PARALLEL_LEVEL=8 setsid nohup "$PY" -m pip wheel --no-deps \
+            --no-build-isolation --no-index -w "$STATE/lightgbm-cuda-built" \
+            --config-settings=cmake.define.USE_CUDA=ON --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90 \
+            --config-settings=cmake.define.BUILD_WITH_SHARED_NCCL=ON \
+            --config-settings=cmake.define.NCCL_ROOT="$STATE/nccl" "$sdist" \
+            > "$STATE/lightgbm-cuda-build.log" 2>&1 < /dev/null &
+    fi
+fi
 
 cd "$STATE/project" || exit 3
 "$PY" -m compileall -q -x '/\.venv' pipeline plugins bench >/dev/null  # as an install does (bench/__main__.py)
