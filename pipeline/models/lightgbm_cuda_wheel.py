@@ -57,12 +57,27 @@ def sdist(version: str, folder: Path) -> Path:
     return found[0]
 
 
+def _unpacked(archive: Path, folder: Path) -> Path:
+    """The sdist unpacked once into a fixed folder: pip builds a folder in place, so a second build reuses
+    the objects of the first (pip would unpack an archive into a new temporary folder each time)."""
+    import tarfile
+
+    if archive.is_dir():
+        return archive
+    name = archive.name.removesuffix(".tar.gz")
+    if not (folder / name / "pyproject.toml").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(folder, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(folder)
+    return folder / name
+
+
 def build(out: Path, *, work: Path, version: str, architectures: str = ARCHITECTURES, cuda: str = CUDA,
           source: Path | None = None, jobs: int | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     root, nccl = toolkit(work / "toolkit", cuda)
-    source = source or sdist(version, work)
+    source = _unpacked(source or sdist(version, work), work / "src")
     env = {**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs or os.cpu_count() or 2),
            "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     for key in ("CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT"):  # the PyPI toolkit, never a system one
