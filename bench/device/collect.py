@@ -1,5 +1,5 @@
-"""`python -m bench.device.collect PATH...`: the box's per-call results JSON into one run under bench/results/,
-and the fit_costs.yaml points they give.
+"""`python -m bench.device.collect PATH...`: the box's per-call results JSON into one run under
+bench/results/, and the fit_costs.yaml points they give.
 
 PATH: the files a kit call brought back, or folders holding them (`*-gpu-*-c<N>.json`). Calls of one kit
 commit and one device become one file, `<first call's time>-full-gpu-<device>.json`, that `python -m
@@ -38,12 +38,17 @@ def merge(files: list[Path]) -> dict[str, dict]:
         run = runs.get(key)
         if run is None:
             run = runs[key] = {k: v for k, v in data.items() if k != "suites"}
-            run.update(suites={}, command="bash bench/device/run.sh 1..N (the GPU proof kit)", calls=[],
-                       _name=f"{stamp}-full-gpu-{device}.json")
+            run.update(
+                suites={},
+                command="bash bench/device/run.sh 1..N (the GPU proof kit)",
+                calls=[],
+                _name=f"{stamp}-full-gpu-{device}.json",
+            )
         run["calls"].append(path.name)
         for name, suite in data["suites"].items():
-            into = run["suites"].setdefault(name, {"status": "ok", "settings": {"steps": {}}, "figures": [],
-                                                   "notes": [], "seconds": 0})
+            into = run["suites"].setdefault(
+                name, {"status": "ok", "settings": {"steps": {}}, "figures": [], "notes": [], "seconds": 0}
+            )
             into["figures"] += suite["figures"]
             into["notes"] += suite.get("notes", [])
             into["seconds"] = round(into["seconds"] + suite.get("seconds", 0), 1)
@@ -61,7 +66,7 @@ def _median(run: dict, group: str, name: str):
 
 
 def calibration(run: dict) -> dict:
-    """fit_costs.yaml entries from a merged run: learner -> {device, points[, threads, start_s]}, and packing."""
+    """fit_costs.yaml entries of a merged run: learner -> {device, points[, threads, start_s]}; packing."""
     work = round(SYNTHETIC_1M_WORK, 3)
     cores = run.get("machine", {}).get("cpu_cores")
     picks = {
@@ -82,8 +87,11 @@ def calibration(run: dict) -> dict:
     rows_per_s = _median(run, "network on CUDA · fp32", "engine loop rows/s")
     if rows_per_s:
         row_epochs = 1_280_000 * 5 / 1e6  # bench.suites.nn_loop on CUDA: 1.28M training rows, 5 timed epochs
-        learners["network/cuda"] = {"device": "cuda", "points": [[row_epochs, round(row_epochs * 1e6 / rows_per_s, 3)]],
-                                    "start_s": 0.5}
+        learners["network/cuda"] = {
+            "device": "cuda",
+            "points": [[row_epochs, round(row_epochs * 1e6 / rows_per_s, 3)]],
+            "start_s": 0.5,
+        }
     out = {"source": f"bench/results/{run['_name']}", "learners": learners}
     packed = _median(run, "two 0.5-GPU network fits", "speed-up (wall)")
     if packed is not None:

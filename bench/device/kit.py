@@ -30,33 +30,62 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from bench.device.plan import (BASE, BUDGET_S, CALL_LIMIT_S, GAP_S, LGB_CUDA, LGB_OPENCL, PLAN_LIMIT_S, SETUP_OTHER_S,
-                               SETUP_S, SLACK, START_S, STEPS, XGB)
+from bench.device.plan import (
+    BASE,
+    BUDGET_S,
+    CALL_LIMIT_S,
+    GAP_S,
+    LGB_CUDA,
+    LGB_OPENCL,
+    PLAN_LIMIT_S,
+    SETUP_OTHER_S,
+    SETUP_S,
+    SLACK,
+    START_S,
+    STEPS,
+    XGB,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MIB = 1 << 20
 TREE_LIMIT_MIB = 64  # what travels with one command: the working tree and the carried paths
 TREE_MARGIN = 1 * MIB  # the working tree may grow by this between building the kit and running it
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64")
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
 PYTHON_VERSION = "3.12"
 # What the runs need beyond the image, as distributions of the versions installed here. MLflow's client,
 # its SQLite store (SQLAlchemy, Alembic) and pyfunc models are all in mlflow-skinny: the full `mlflow`
 # adds its server and UI (Flask, gunicorn, graphene, ...), which no run on the box starts.
 NEEDS = {
-    BASE: ("hydra-core", "omegaconf", "mlflow-skinny", "sqlalchemy", "alembic", "optuna", "submitit",
-           "hydra-submitit-launcher"),
+    BASE: (
+        "hydra-core",
+        "omegaconf",
+        "mlflow-skinny",
+        "sqlalchemy",
+        "alembic",
+        "optuna",
+        "submitit",
+        "hydra-submitit-launcher",
+    ),
     # XGBoost's CUDA 13 build, for the box's driver (580, CUDA 13.0): 59 MiB against 126 MiB of the `xgboost`
     # wheel (CUDA 12, older architectures too); its nvidia-nccl-cu13 is in the image
     XGB: ("xgboost-cu13",),
     LGB_OPENCL: ("lightgbm",),
 }
-VERSION_OF = {"mlflow-skinny": "mlflow", "xgboost-cu13": "xgboost"}  # pin to the version of this distribution when the first is absent
+VERSION_OF = {
+    "mlflow-skinny": "mlflow",
+    "xgboost-cu13": "xgboost",
+}  # pin to the version of this distribution when the first is absent
 # Left out of the closure on purpose, with the reason (kept in the manifest).
 LEFT_OUT = {
     "mlflow": "mlflow-skinny holds the client, the SQLite store and pyfunc models; the full package adds the "
-              "server and UI (Flask, gunicorn, graphene), which no run on the box starts",
+    "server and UI (Flask, gunicorn, graphene), which no run on the box starts",
     "xgboost": "xgboost-cu13 (the same version, built for CUDA 13) installs the same import package",
 }
 PURE_SDISTS = {"antlr4-python3-runtime"}  # published as an sdist only; pure Python, built into a wheel here
@@ -131,8 +160,20 @@ def resolve(requirements: list[str], local: Path) -> list[tuple[str, str]]:
     """(name, version) of the whole dependency closure for CPython 3.12 on manylinux x86_64."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        _pip("install", "--dry-run", "--quiet", "--ignore-installed", "--report", str(report), "--target",
-             str(Path(tmp) / "t"), "--find-links", str(local), *_target_args(), *requirements)
+        _pip(
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            "--target",
+            str(Path(tmp) / "t"),
+            "--find-links",
+            str(local),
+            *_target_args(),
+            *requirements,
+        )
         data = json.loads(report.read_text())
     return [(i["metadata"]["name"], i["metadata"]["version"]) for i in data["install"]]
 
@@ -156,7 +197,9 @@ def download(pins: list[str], dest: Path) -> None:
 
 def project_archive(dest: Path) -> Path:
     path = dest / "project.tar.gz"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar.gz", "-o", str(path), "HEAD"], check=True)
+    subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar.gz", "-o", str(path), "HEAD"], check=True
+    )
     return path
 
 
@@ -199,8 +242,11 @@ def group_of(name: str) -> str:
 
 def working_tree_bytes() -> int:
     """What travels with every command besides the carried folder: tracked and untracked-not-ignored files."""
-    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout
     total = 0
     for rel in out.decode().split("\0"):
         p = ROOT / rel
@@ -209,8 +255,16 @@ def working_tree_bytes() -> int:
     return total
 
 
-def build(out: Path, *, limit_mib: float, wheel_dir: Optional[Path], lightgbm_cuda: Optional[Path],
-          split_over_mib: float, xz: bool = False, tree_bytes: Optional[int] = None) -> dict:
+def build(
+    out: Path,
+    *,
+    limit_mib: float,
+    wheel_dir: Optional[Path],
+    lightgbm_cuda: Optional[Path],
+    split_over_mib: float,
+    xz: bool = False,
+    tree_bytes: Optional[int] = None,
+) -> dict:
     t0 = time.perf_counter()
     if out.exists():
         shutil.rmtree(out)
@@ -233,12 +287,16 @@ def build(out: Path, *, limit_mib: float, wheel_dir: Optional[Path], lightgbm_cu
             shutil.copy2(w, staging / w.name)
         groups = {w.name: group_of(w.name.split("-")[0]) for w in wheels}
         if any(normalize(w.name.split("-")[0]) == "lightgbm" for w in wheels):
-            groups.update({w.name: LGB_OPENCL for w in wheels if normalize(w.name.split("-")[0]) == "lightgbm"})
+            groups.update(
+                {w.name: LGB_OPENCL for w in wheels if normalize(w.name.split("-")[0]) == "lightgbm"}
+            )
     else:
         local = out / "local-wheels"
         local.mkdir()
         requirements = pinned(sum(NEEDS.values(), ()))
-        log(f"resolving the closure of {' '.join(requirements)} for CPython {PYTHON_VERSION} manylinux x86_64")
+        log(
+            f"resolving the closure of {' '.join(requirements)} for CPython {PYTHON_VERSION} manylinux x86_64"
+        )
         build_pure_sdists(requirements, local)
         closure = resolve(requirements, local)
         box = box_packages()
@@ -251,7 +309,10 @@ def build(out: Path, *, limit_mib: float, wheel_dir: Optional[Path], lightgbm_cu
                 continue
             else:
                 take.append((name, version))
-        log(f"closure: {len(closure)} distributions; the image has {len(skipped_box)}; the kit carries {len(take)}")
+        log(
+            f"closure: {len(closure)} distributions; the image has {len(skipped_box)}; "
+            f"the kit carries {len(take)}"
+        )
         locals_ = {normalize(w.name.split("-")[0]): w for w in local.glob("*.whl")}
         download([f"{n}=={v}" for n, v in take if normalize(n) not in locals_], staging)
         for n, _ in take:
@@ -266,7 +327,16 @@ def build(out: Path, *, limit_mib: float, wheel_dir: Optional[Path], lightgbm_cu
         # LightGBM's sdist (1.7 MiB): where the CUDA build is missing or does not load on the box, run.sh
         # builds it there, in the background of call 1, with the image's nvcc
         version = metadata.version("lightgbm")
-        _pip("download", "--quiet", "--no-deps", "--no-binary", "lightgbm", "-d", str(staging), f"lightgbm=={version}")
+        _pip(
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            "lightgbm",
+            "-d",
+            str(staging),
+            f"lightgbm=={version}",
+        )
         add(staging / f"lightgbm-{version}.tar.gz", "sdist", "sdist")
     if lightgbm_cuda is not None:
         # the CUDA build travels beside the PyPI build under a build tag, so both names stay valid wheels
@@ -305,8 +375,7 @@ def build(out: Path, *, limit_mib: float, wheel_dir: Optional[Path], lightgbm_cu
         for item in c["files"]:
             shutil.move(str(staging / item["name"]), folder / item["name"])
     shutil.rmtree(staging)
-    manifest = _manifest(out, files, calls, room, tree_bytes, left_out, skipped_box,
-                         time.perf_counter() - t0)
+    manifest = _manifest(out, files, calls, room, tree_bytes, left_out, skipped_box, time.perf_counter() - t0)
     for c in manifest["calls"]:  # a call that only measures carries its folder too: the manifest
         (out / f"c{c['call']}").mkdir(exist_ok=True)
         (out / f"c{c['call']}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -333,8 +402,10 @@ def _pack(files: list[KitFile], staging: Path, limit: int) -> list[dict]:
     for kf in sorted(files, key=lambda f: (order[f.group], f.packed is not None, f.name)):
         if kf.packed is None:
             if kf.bytes > room:
-                raise SystemExit(f"kit: {kf.name} ({kf.bytes / MIB:.1f} MiB) exceeds a call's room and is not "
-                                 "split: lower --split-over-mib")
+                raise SystemExit(
+                    f"kit: {kf.name} ({kf.bytes / MIB:.1f} MiB) exceeds a call's room and is not "
+                    "split: lower --split-over-mib"
+                )
             kf.call = place(kf.name, kf.bytes, kf.sha256, "file", kf)
             continue
         packed = kf.parts[0]["path"]
@@ -350,8 +421,14 @@ def _pack(files: list[KitFile], staging: Path, limit: int) -> list[dict]:
                 name = f"{packed.name}.part{len(pieces) + 1:02d}"
                 (staging / name).write_bytes(chunk)
                 call = place(name, len(chunk), hashlib.sha256(chunk).hexdigest(), "part", kf)
-                pieces.append({"name": name, "bytes": len(chunk), "sha256": calls[-1]["files"][-1]["sha256"],
-                               "call": call})
+                pieces.append(
+                    {
+                        "name": name,
+                        "bytes": len(chunk),
+                        "sha256": calls[-1]["files"][-1]["sha256"],
+                        "call": call,
+                    }
+                )
                 left -= len(chunk)
         packed.unlink()
         kf.parts = pieces
@@ -393,7 +470,9 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
             schedule.setdefault(n + 1, [])
             schedule[n + 1] = moved + schedule[n + 1]
         n += 1
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout
     by_call = {c["call"]: c for c in calls}
     call_list = []
     for n in sorted(schedule):
@@ -402,23 +481,40 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
         last = n == max(schedule)
         limit_s = CALL_LIMIT_S if last else min(CALL_LIMIT_S, int(steps_s * SLACK))
         carry = [os.path.relpath(out / f"c{n}", ROOT)]
-        call_list.append({
-            "call": n, "carry": carry, "payload_bytes": c["bytes"], "payload_mib": round(c["bytes"] / MIB, 2),
-            "with_working_tree_mib": round((c["bytes"] + tree_bytes) / MIB, 2),
-            "files": c["files"], "steps": schedule[n], "estimated_s": steps_s,
-            "limit_s": limit_s,  # run.sh stops starting steps and ends the running one by then
-            "timeout_s": min(600, limit_s + 30),
-            "command": f"bash bench/device/run.sh {n}",
-        })
+        call_list.append(
+            {
+                "call": n,
+                "carry": carry,
+                "payload_bytes": c["bytes"],
+                "payload_mib": round(c["bytes"] / MIB, 2),
+                "with_working_tree_mib": round((c["bytes"] + tree_bytes) / MIB, 2),
+                "files": c["files"],
+                "steps": schedule[n],
+                "estimated_s": steps_s,
+                "limit_s": limit_s,  # run.sh stops starting steps and ends the running one by then
+                "timeout_s": min(600, limit_s + 30),
+                "command": f"bash bench/device/run.sh {n}",
+            }
+        )
     total_s = START_S + sum(c["estimated_s"] for c in call_list) + GAP_S * (len(call_list) - 1)
     plan_command_s = PLAN_LIMIT_S - START_S - GAP_S * (len(call_list) - 1)  # run.sh ends the plan by then
-    worst_s = START_S + min(sum(c["limit_s"] for c in call_list), plan_command_s) + GAP_S * (len(call_list) - 1)
-    problems = [f"call {c['call']}: {c['payload_mib']} MiB > {limit / MIB:g} MiB" for c in call_list
-                if c["payload_bytes"] > limit]
-    problems += [f"call {c['call']}: {c['with_working_tree_mib']} MiB with the working tree > {TREE_LIMIT_MIB} MiB"
-                 for c in call_list if c["payload_bytes"] + tree_bytes > TREE_LIMIT_MIB * MIB]
+    worst_s = (
+        START_S + min(sum(c["limit_s"] for c in call_list), plan_command_s) + GAP_S * (len(call_list) - 1)
+    )
+    problems = [
+        f"call {c['call']}: {c['payload_mib']} MiB > {limit / MIB:g} MiB"
+        for c in call_list
+        if c["payload_bytes"] > limit
+    ]
+    problems += [
+        f"call {c['call']}: {c['with_working_tree_mib']} MiB with the working tree > {TREE_LIMIT_MIB} MiB"
+        for c in call_list
+        if c["payload_bytes"] + tree_bytes > TREE_LIMIT_MIB * MIB
+    ]
     if worst_s > BUDGET_S:
-        problems.append(f"every call at its time limit takes {worst_s / 60:.1f} min > the {BUDGET_S / 60:g} min budget")
+        problems.append(
+            f"every call at its time limit takes {worst_s / 60:.1f} min > the {BUDGET_S / 60:g} min budget"
+        )
     return {
         "schema": 1,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -441,23 +537,33 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
 
 
 def render(m: dict) -> str:
-    lines = [f"GPU proof kit of {m['commit'][:12]} ({m['created']}), CPython {m['python']} manylinux x86_64",
-             f"{len(m['calls'])} calls, each at most {m['limit_mib']:g} MiB carried (working tree "
-             f"{m['working_tree_mib']} MiB beside it); estimated device time {m['estimated_device_s'] / 60:.1f} min "
-             f"with one machine start; run.sh ends the plan by {m['worst_case_device_s'] / 60:.1f} min "
-             "(a step that would start later is written as not measured)", ""]
+    lines = [
+        f"GPU proof kit of {m['commit'][:12]} ({m['created']}), CPython {m['python']} manylinux x86_64",
+        f"{len(m['calls'])} calls, each at most {m['limit_mib']:g} MiB carried (working tree "
+        f"{m['working_tree_mib']} MiB beside it); "
+        f"estimated device time {m['estimated_device_s'] / 60:.1f} min "
+        f"with one machine start; run.sh ends the plan by {m['worst_case_device_s'] / 60:.1f} min "
+        "(a step that would start later is written as not measured)",
+        "",
+    ]
     for c in m["calls"]:
-        lines.append(f"call {c['call']}: run(command={c['command']!r}, carry={c['carry']}, "
-                     f"timeout_s={c['timeout_s']})")
-        lines.append(f"  carries {c['payload_mib']} MiB ({c['with_working_tree_mib']} MiB with the working tree); "
-                     f"steps {', '.join(c['steps']) or '-'} (~{c['estimated_s']} s)")
+        lines.append(
+            f"call {c['call']}: run(command={c['command']!r}, carry={c['carry']}, timeout_s={c['timeout_s']})"
+        )
+        lines.append(
+            f"  carries {c['payload_mib']} MiB ({c['with_working_tree_mib']} MiB with the working tree); "
+            f"steps {', '.join(c['steps']) or '-'} (~{c['estimated_s']} s)"
+        )
         for f in c["files"]:
             lines.append(f"    {f['bytes'] / MIB:8.2f} MiB  {f['name']}")
     lines += ["", "files in parts (split: the bytes as they are; xz: a stored zip in xz):"]
     for f in m["files"]:
         if f.get("packed"):
-            lines.append(f"  {f['name']} ({f['packed']}): {f['bytes'] / MIB:.1f} MiB -> {f['packed_bytes'] / MIB:.1f} MiB in "
-                         f"{len(f['parts'])} parts (calls {', '.join(str(p['call']) for p in f['parts'])})")
+            lines.append(
+                f"  {f['name']} ({f['packed']}): {f['bytes'] / MIB:.1f} MiB -> "
+                f"{f['packed_bytes'] / MIB:.1f} MiB in "
+                f"{len(f['parts'])} parts (calls {', '.join(str(p['call']) for p in f['parts'])})"
+            )
     lines += ["", "left out on purpose:"] + [f"  {k}: {v}" for k, v in m["left_out"].items()]
     if m["problems"]:
         lines += ["", "PROBLEMS:"] + [f"  {p}" for p in m["problems"]]
@@ -467,17 +573,37 @@ def render(m: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.device.kit", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / ".device")
-    p.add_argument("--limit-mib", type=float, default=60.0, help="most bytes one call carries (default 60 MiB)")
-    p.add_argument("--split-over-mib", type=float, default=16.0,
-                   help="wheels above this size travel in parts that fill each call (default 16)")
+    p.add_argument(
+        "--limit-mib", type=float, default=60.0, help="most bytes one call carries (default 60 MiB)"
+    )
+    p.add_argument(
+        "--split-over-mib",
+        type=float,
+        default=16.0,
+        help="wheels above this size travel in parts that fill each call (default 16)",
+    )
     p.add_argument("--xz", action="store_true", help="store those wheels' zip uncompressed inside xz first")
-    p.add_argument("--wheels", type=Path, default=None,
-                   help="take the wheels of this folder instead of resolving and downloading them")
-    p.add_argument("--lightgbm-cuda", type=Path, default=None,
-                   help="LightGBM's CUDA build (a wheel; `make lightgbm-cuda-wheel` makes one)")
+    p.add_argument(
+        "--wheels",
+        type=Path,
+        default=None,
+        help="take the wheels of this folder instead of resolving and downloading them",
+    )
+    p.add_argument(
+        "--lightgbm-cuda",
+        type=Path,
+        default=None,
+        help="LightGBM's CUDA build (a wheel; `make lightgbm-cuda-wheel` makes one)",
+    )
     args = p.parse_args(argv)
-    manifest = build(args.out, limit_mib=args.limit_mib, wheel_dir=args.wheels, lightgbm_cuda=args.lightgbm_cuda,
-                     split_over_mib=args.split_over_mib, xz=args.xz)
+    manifest = build(
+        args.out,
+        limit_mib=args.limit_mib,
+        wheel_dir=args.wheels,
+        lightgbm_cuda=args.lightgbm_cuda,
+        split_over_mib=args.split_over_mib,
+        xz=args.xz,
+    )
     print(render(manifest), end="")
     return 1 if manifest["problems"] else 0
 

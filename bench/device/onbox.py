@@ -98,9 +98,22 @@ def install(files: Path, state: Path, manifest: dict, python: str) -> dict[str, 
     for target, names in todo.items():
         if not names:
             continue
-        cmd = [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir",
-               "--upgrade", "--disable-pip-version-check", "--target", str(state / target),
-               *[str(files / n) for n in names]]
+        cmd = [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--no-cache-dir",
+            "--upgrade",
+            "--disable-pip-version-check",
+            "--target",
+            str(state / target),
+            *[str(files / n) for n in names],
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise KitError(f"pip install into {target} failed: {proc.stderr[-2000:]}")
@@ -145,8 +158,11 @@ def main(argv=None) -> int:
     result["assembled"] = assemble(files, manifest)
     result["installed"] = install(files, state, manifest, python)
     result["project"] = unpack_project(files, state)
-    waiting = [f["name"] for f in manifest["files"]
-               if f.get("packed") and any((files / p["name"]).exists() for p in f["parts"])]
+    waiting = [
+        f["name"]
+        for f in manifest["files"]
+        if f.get("packed") and any((files / p["name"]).exists() for p in f["parts"])
+    ]
     result["waiting_for_parts"] = waiting
     result["lightgbm_sdist"] = _sdist(files)
     result["seconds"] = round(time.perf_counter() - t0, 2)

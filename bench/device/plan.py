@@ -22,18 +22,40 @@ class Step:
 
 
 STEPS = (
-    Step("pytest", frozenset({BASE, LGB_CUDA, LGB_OPENCL, XGB}), 100,
-         "pytest -m gpu (the tests marked gpu), then its OpenCL tests with LightGBM's PyPI build"),
-    Step("flagship", frozenset({BASE, LGB_CUDA, XGB}), 170,
-         "+hardware=1gpu model=gbm_gpu vs model=gbm on the CPUs, whole processes: Adult (3 repeats), synthetic "
-         "1M x 50 and 4M x 50 (1 each, at most 200 rounds)"),
-    Step("network", frozenset({BASE}), 110, "the network loop's rows/s on CUDA: eager and compile=reduce-overhead"),
-    Step("lightgbm", frozenset({BASE, LGB_CUDA, LGB_OPENCL}), 60,
-         "LightGBM's CUDA learner vs its OpenCL learner vs its CPU learner, synthetic 1M"),
+    Step(
+        "pytest",
+        frozenset({BASE, LGB_CUDA, LGB_OPENCL, XGB}),
+        100,
+        "pytest -m gpu (the tests marked gpu), then its OpenCL tests with LightGBM's PyPI build",
+    ),
+    Step(
+        "flagship",
+        frozenset({BASE, LGB_CUDA, XGB}),
+        170,
+        "+hardware=1gpu model=gbm_gpu vs model=gbm on the CPUs, whole processes: Adult (3 repeats), "
+        "synthetic "
+        "1M x 50 and 4M x 50 (1 each, at most 200 rounds)",
+    ),
+    Step(
+        "network",
+        frozenset({BASE}),
+        110,
+        "the network loop's rows/s on CUDA: eager and compile=reduce-overhead",
+    ),
+    Step(
+        "lightgbm",
+        frozenset({BASE, LGB_CUDA, LGB_OPENCL}),
+        60,
+        "LightGBM's CUDA learner vs its OpenCL learner vs its CPU learner, synthetic 1M",
+    ),
     Step("xgboost", frozenset({BASE, XGB}), 35, "XGBoost device=cuda vs CPU hist, synthetic 1M"),
-    Step("packing", frozenset({BASE}), 50, "two 0.5-GPU network fits packed on one GPU vs one after the other"),
+    Step(
+        "packing", frozenset({BASE}), 50, "two 0.5-GPU network fits packed on one GPU vs one after the other"
+    ),
     Step("startup", frozenset({BASE, LGB_CUDA, XGB}), 20, "dry_run=true +hardware=4gpu model=all start-up"),
-    Step("tracked", frozenset({BASE, LGB_CUDA, XGB}), 60, "tracked vs untracked, +hardware=1gpu model=gbm_gpu"),
+    Step(
+        "tracked", frozenset({BASE, LGB_CUDA, XGB}), 60, "tracked vs untracked, +hardware=1gpu model=gbm_gpu"
+    ),
 )
 BY_NAME = {s.name: s for s in STEPS}
 CALL_LIMIT_S = 480  # no command longer than 8 minutes (the box's limit is 10)

@@ -27,15 +27,20 @@ FLAGSHIP_TARGETS = {"Adult": 0.95, "synthetic 1M": 1.0, "largest": 3.0}
 # Adult as configured; the synthetic tables with at most 200 rounds on both sides (early stopping kept),
 # so that 4M rows on the CPUs fit the plan's minutes
 ROUNDS_200 = ["model.lightgbm.params.num_iterations=200", "model.xgboost.params.num_boost_round=200"]
-FLAGSHIP_SIZES = {"Adult": ([], 3),
-                  "synthetic 1M": (["data=synthetic", "data.rows=1000000", "data.features=50", *ROUNDS_200], 1)}
+FLAGSHIP_SIZES = {
+    "Adult": ([], 3),
+    "synthetic 1M": (["data=synthetic", "data.rows=1000000", "data.features=50", *ROUNDS_200], 1),
+}
 LARGEST_ROWS = int(os.environ.get("KIT_LARGEST_ROWS", "4000000"))
 DRY_RUN_TARGET = ("<=", 1.2)
 TRACKED = "model=gbm_gpu"  # of fixed_cost's GPU_RUNS: the flagship; model=nn_gpu's overhead was met (1.05x)
 FLAGSHIP_GPU = ["+hardware=1gpu", "model=gbm_gpu"]
 FLAGSHIP_CPU = ["model=gbm"]
-FLAGSHIP_FIGURES = ("gbm_gpu seconds (+hardware=1gpu model=gbm_gpu)", "gbm seconds (model=gbm, the CPUs)",
-                    "speed-up whole process")
+FLAGSHIP_FIGURES = (
+    "gbm_gpu seconds (+hardware=1gpu model=gbm_gpu)",
+    "gbm seconds (model=gbm, the CPUs)",
+    "speed-up whole process",
+)
 
 
 def slug(text: str) -> str:
@@ -51,8 +56,13 @@ def device_name() -> str | None:
 def _opts(scratch: Path, quick: bool):
     from bench.common import DEFAULT_BIO_TRAIN, Options
 
-    return Options(quick=quick, repeats=None, scratch=scratch, bio_train=DEFAULT_BIO_TRAIN,
-                   autogluon_python=Path("/nonexistent"))
+    return Options(
+        quick=quick,
+        repeats=None,
+        scratch=scratch,
+        bio_train=DEFAULT_BIO_TRAIN,
+        autogluon_python=Path("/nonexistent"),
+    )
 
 
 def _planned(step: str) -> list[tuple[str, str, str]]:
@@ -63,12 +73,17 @@ def _planned(step: str) -> list[tuple[str, str, str]]:
         return [("pytest", "pytest -m gpu", ""), ("pytest", OPENCL_TESTS, "")]
     if step == "flagship":
         names = list(FLAGSHIP_SIZES) + [_largest_name()]
-        return [(f"gbm_gpu vs CPU · {n}", f, "x" if "speed-up" in f else "s") for n in names for f in FLAGSHIP_FIGURES]
+        return [
+            (f"gbm_gpu vs CPU · {n}", f, "x" if "speed-up" in f else "s")
+            for n in names
+            for f in FLAGSHIP_FIGURES
+        ]
     if step == "network":
         return list(gpu.NN_FIGURES)
     if step == "lightgbm":
-        return ([("LightGBM · synthetic 1M", f, "x" if "speed-up" in f else "s") for f in gpu.LGB_FIGURES]
-                + [("LightGBM CUDA build · synthetic 1M", f, "x" if "speed-up" in f else "s") for f in CUDA_FIGURES])
+        return [("LightGBM · synthetic 1M", f, "x" if "speed-up" in f else "s") for f in gpu.LGB_FIGURES] + [
+            ("LightGBM CUDA build · synthetic 1M", f, "x" if "speed-up" in f else "s") for f in CUDA_FIGURES
+        ]
     if step == "xgboost":
         return [("XGBoost · synthetic 1M", f, "x" if "speed-up" in f else "s") for f in gpu.XGB_FIGURES]
     if step == "packing":
@@ -108,8 +123,15 @@ def step_pytest(opts, device) -> list[dict]:
     site = os.environ.get("KIT_SITE_OPENCL")
     if site:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, os.environ.get("PYTHONPATH", "")])}
-        out.append(gpu._pytest_gpu(device, opts.scratch / "pytest-gpu-opencl.log", ["-k", "opencl or repeatable"],
-                                   env, OPENCL_TESTS))
+        out.append(
+            gpu._pytest_gpu(
+                device,
+                opts.scratch / "pytest-gpu-opencl.log",
+                ["-k", "opencl or repeatable"],
+                env,
+                OPENCL_TESTS,
+            )
+        )
     return out
 
 
@@ -124,7 +146,10 @@ def step_flagship(opts, device) -> list[dict]:
     runner = Runner(cwd, {**os.environ, "COLUMNS": "200", "XDG_RUNTIME_DIR": str(runtime)})
     common = ["tracking=none", "hpo=none"]
     sizes = dict(FLAGSHIP_SIZES)
-    sizes[_largest_name()] = (["data=synthetic", f"data.rows={LARGEST_ROWS}", "data.features=50", *ROUNDS_200], 1)
+    sizes[_largest_name()] = (
+        ["data=synthetic", f"data.rows={LARGEST_ROWS}", "data.features=50", *ROUNDS_200],
+        1,
+    )
     targets = {**FLAGSHIP_TARGETS, _largest_name(): FLAGSHIP_TARGETS["largest"]}
     figures = []
     for name, (data, n) in sizes.items():
@@ -138,9 +163,15 @@ def step_flagship(opts, device) -> list[dict]:
             return [
                 figure(FLAGSHIP_FIGURES[0], wall["gbm_gpu"], "s", group=group, device=device),
                 figure(FLAGSHIP_FIGURES[1], wall["gbm"], "s", group=group),
-                figure(FLAGSHIP_FIGURES[2], ratios(wall["gbm"], wall["gbm_gpu"]), "x", group=group,
-                       target=(">=", targets[name]), device=device,
-                       devices_chosen=_devices_chosen(first["gbm_gpu"])),
+                figure(
+                    FLAGSHIP_FIGURES[2],
+                    ratios(wall["gbm"], wall["gbm_gpu"]),
+                    "x",
+                    group=group,
+                    target=(">=", targets[name]),
+                    device=device,
+                    devices_chosen=_devices_chosen(first["gbm_gpu"]),
+                ),
                 figure("gbm_gpu best test ROC AUC", auc["gbm_gpu"], "roc_auc", group=group, kind="score"),
                 figure("gbm best test ROC AUC", auc["gbm"], "roc_auc", group=group, kind="score"),
             ]
@@ -179,26 +210,53 @@ def step_lightgbm(opts, device) -> list[dict]:
     ov = ["data=synthetic", "data.rows=1000000"]
     engine = Engine(opts.scratch)
     data = load_data(ov, opts.scratch / "engine")[0]
-    common = ov + ["model=lightgbm", "tracking=none", "hpo=none", "parallelism=default",
-                   f"model.lightgbm.params.num_iterations={s['rounds']}", "model.lightgbm.params.early_stopping_round=0",
-                   "++model.lightgbm.params.max_bin=63"]
+    common = ov + [
+        "model=lightgbm",
+        "tracking=none",
+        "hpo=none",
+        "parallelism=default",
+        f"model.lightgbm.params.num_iterations={s['rounds']}",
+        "model.lightgbm.params.early_stopping_round=0",
+        "++model.lightgbm.params.max_bin=63",
+    ]
     cuda_ov = common + ["++model.lightgbm.params.device_type=cuda", "model.lightgbm.resources.num_gpus=1"]
     group = "LightGBM CUDA build · synthetic 1M"
-    figures = guarded(group, CUDA_FIGURES, lambda: gpu._compare(engine, data, "lightgbm", group, 2, device,
-                                                                 ("CPU", common), ("CUDA", cuda_ov)))
+    figures = guarded(
+        group,
+        CUDA_FIGURES,
+        lambda: gpu._compare(engine, data, "lightgbm", group, 2, device, ("CPU", common), ("CUDA", cuda_ov)),
+    )
     site = os.environ.get("KIT_SITE_OPENCL")
     if site:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, os.environ.get("PYTHONPATH", "")])}
         out = opts.scratch / "opencl.json"
-        proc = subprocess.run([sys.executable, "-m", "bench.device.steps", "--only", "lightgbm-opencl",
-                               "--json", str(out), "--scratch", str(opts.scratch / "opencl"), "--device", device],
-                              env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.device.steps",
+                "--only",
+                "lightgbm-opencl",
+                "--json",
+                str(out),
+                "--scratch",
+                str(opts.scratch / "opencl"),
+                "--device",
+                device,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if proc.returncode == 0 and out.exists():
             figures += json.loads(out.read_text())
         else:
             figures += not_measured_all("lightgbm", f"OpenCL child failed: {proc.stderr[-400:]}")[:4]
     else:
-        figures += not_measured_all("lightgbm", "the kit installed no PyPI LightGBM (KIT_SITE_OPENCL unset)")[:4]
+        figures += not_measured_all("lightgbm", "the kit installed no PyPI LightGBM (KIT_SITE_OPENCL unset)")[
+            :4
+        ]
     return figures
 
 
@@ -209,8 +267,17 @@ def step_lightgbm_opencl(opts, device) -> list[dict]:
     engine = Engine(opts.scratch)
     ov = ["data=synthetic", "data.rows=1000000"]
     data = load_data(ov, opts.scratch / "engine")[0]
-    return gpu._lightgbm(engine, ov, "synthetic 1M", gpu.FULL["rounds"], 2, device, opts, lambda _: data,
-                         gpu._lightgbm_gpu_probe())
+    return gpu._lightgbm(
+        engine,
+        ov,
+        "synthetic 1M",
+        gpu.FULL["rounds"],
+        2,
+        device,
+        opts,
+        lambda _: data,
+        gpu._lightgbm_gpu_probe(),
+    )
 
 
 def step_xgboost(opts, device) -> list[dict]:
@@ -254,16 +321,27 @@ def step_tracked(opts, device) -> list[dict]:
     runner = Runner(cwd, {**os.environ, "COLUMNS": "200", "XDG_RUNTIME_DIR": str(runtime)})
     figures = []
     try:
-        figures += guarded(f"whole process · Adult · {TRACKED}", ["tracked / untracked"],
-                           lambda: _gpu_overhead(runner, TRACKED, GPU_RUNS[TRACKED], [], 2))
+        figures += guarded(
+            f"whole process · Adult · {TRACKED}",
+            ["tracked / untracked"],
+            lambda: _gpu_overhead(runner, TRACKED, GPU_RUNS[TRACKED], [], 2),
+        )
     finally:
         _stop_services(runner)
     return figures
 
 
-STEP_FUNCTIONS = {"pytest": step_pytest, "flagship": step_flagship, "network": step_network,
-                  "lightgbm": step_lightgbm, "lightgbm-opencl": step_lightgbm_opencl, "xgboost": step_xgboost,
-                  "packing": step_packing, "startup": step_startup, "tracked": step_tracked}
+STEP_FUNCTIONS = {
+    "pytest": step_pytest,
+    "flagship": step_flagship,
+    "network": step_network,
+    "lightgbm": step_lightgbm,
+    "lightgbm-opencl": step_lightgbm_opencl,
+    "xgboost": step_xgboost,
+    "packing": step_packing,
+    "startup": step_startup,
+    "tracked": step_tracked,
+}
 
 
 def run_only(step: str, out: Path, scratch: Path, device: str | None) -> int:
@@ -283,6 +361,7 @@ def run_only(step: str, out: Path, scratch: Path, device: str | None) -> int:
 
 # ---------------------------------------------------------------------------------------------- calls
 
+
 def new_result(manifest: dict, call: int, device: str | None) -> dict:
     from bench import common
 
@@ -300,11 +379,16 @@ def new_result(manifest: dict, call: int, device: str | None) -> dict:
 
 
 def add(result: dict, step: str, figures: list[dict], seconds: float, status: str = "ok", **extra) -> None:
-    suite = result["suites"].setdefault(SUITE_OF.get(step, "gpu"),
-                                        {"status": "ok", "settings": {}, "figures": [], "notes": [], "seconds": 0})
+    suite = result["suites"].setdefault(
+        SUITE_OF.get(step, "gpu"), {"status": "ok", "settings": {}, "figures": [], "notes": [], "seconds": 0}
+    )
     suite["figures"] += figures
     suite["seconds"] = round(suite["seconds"] + seconds, 1)
-    suite["settings"].setdefault("steps", {})[step] = {"status": status, "seconds": round(seconds, 1), **extra}
+    suite["settings"].setdefault("steps", {})[step] = {
+        "status": status,
+        "seconds": round(seconds, 1),
+        **extra,
+    }
     if status != "ok":
         suite["notes"].append(f"step {step}: {status}")
 
@@ -330,15 +414,33 @@ def run_call(manifest: dict, call: int, out_dir: Path, deadline: float, scratch:
         left = deadline - time.time()
         estimate = BY_NAME[step].seconds
         if left < min(30, estimate):
-            add(result, step, not_measured_all(step, f"not started: {left:.0f} s left of the call, the step "
-                                                     f"takes ~{estimate} s"), 0, "skipped")
+            add(
+                result,
+                step,
+                not_measured_all(
+                    step, f"not started: {left:.0f} s left of the call, the step takes ~{estimate} s"
+                ),
+                0,
+                "skipped",
+            )
             write(json_path, result)
             continue
         log(f"call {call}: step {step} (~{estimate} s; {left:.0f} s left)")
         out = scratch / f"{step}.json"
         t0 = time.perf_counter()
-        cmd = [sys.executable, "-m", "bench.device.steps", "--only", step, "--json", str(out),
-               "--scratch", str(scratch / step), "--device", device or ""]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.device.steps",
+            "--only",
+            step,
+            "--json",
+            str(out),
+            "--scratch",
+            str(scratch / step),
+            "--device",
+            device or "",
+        ]
         try:
             proc = subprocess.run(cmd, timeout=max(1.0, left), stdout=sys.stdout, stderr=sys.stderr)
             code = proc.returncode

@@ -37,13 +37,22 @@ def toolkit(folder: Path, cuda: str = CUDA) -> tuple[Path, Path]:
     nccl = folder / "nvidia" / "nccl"
     major = cuda.split(".")[0]
     if not (root / "bin" / "nvcc").exists() or not (nccl / "include" / "nccl.h").exists():
-        _pip("install", "--quiet", "--target", str(folder), "--upgrade", f"cuda-toolkit[nvcc,cccl,cudart]=={cuda}.*",
-             f"nvidia-nccl-cu{major}")
+        _pip(
+            "install",
+            "--quiet",
+            "--target",
+            str(folder),
+            "--upgrade",
+            f"cuda-toolkit[nvcc,cccl,cudart]=={cuda}.*",
+            f"nvidia-nccl-cu{major}",
+        )
     # nvcc.profile looks for lib64/; CMake's find_library wants the unversioned names
     if not (root / "lib64").exists():
         (root / "lib64").symlink_to("lib")
-    for lib, soname in ((root / "lib" / "libcudart.so", f"libcudart.so.{major}"),
-                        (nccl / "lib" / "libnccl.so", "libnccl.so.2")):
+    for lib, soname in (
+        (root / "lib" / "libcudart.so", f"libcudart.so.{major}"),
+        (nccl / "lib" / "libnccl.so", "libnccl.so.2"),
+    ):
         if not lib.exists() and (lib.parent / soname).exists():
             lib.symlink_to(soname)
     return root, nccl
@@ -52,7 +61,16 @@ def toolkit(folder: Path, cuda: str = CUDA) -> tuple[Path, Path]:
 def sdist(version: str, folder: Path) -> Path:
     found = sorted(folder.glob(f"lightgbm-{version}.tar.gz"))
     if not found:
-        _pip("download", "--quiet", "--no-deps", "--no-binary", "lightgbm", "-d", str(folder), f"lightgbm=={version}")
+        _pip(
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            "lightgbm",
+            "-d",
+            str(folder),
+            f"lightgbm=={version}",
+        )
         found = sorted(folder.glob(f"lightgbm-{version}.tar.gz"))
     return found[0]
 
@@ -68,61 +86,109 @@ def _unpacked(archive: Path, folder: Path) -> Path:
     if not (folder / name / "pyproject.toml").exists():
         folder.mkdir(parents=True, exist_ok=True)
         with tarfile.open(archive) as tar:
-            tar.extractall(folder, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(folder)
+            tar.extractall(folder, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(
+                folder
+            )
     return folder / name
 
 
-def build(out: Path, *, work: Path, version: str, architectures: str = ARCHITECTURES, cuda: str = CUDA,
-          source: Path | None = None, jobs: int | None = None) -> Path:
+def build(
+    out: Path,
+    *,
+    work: Path,
+    version: str,
+    architectures: str = ARCHITECTURES,
+    cuda: str = CUDA,
+    source: Path | None = None,
+    jobs: int | None = None,
+) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     root, nccl = toolkit(work / "toolkit", cuda)
     source = _unpacked(source or sdist(version, work), work / "src")
-    env = {**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs or os.cpu_count() or 2),
-           "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs or os.cpu_count() or 2),
+        "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     for key in ("CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT"):  # the PyPI toolkit, never a system one
         env.pop(key, None)
     # LightGBM 4.7's c_api.cpp includes nccl.h without the target that carries NCCL's include folder
     env["CPATH"] = os.pathsep.join(x for x in (str(nccl / "include"), os.environ.get("CPATH", "")) if x)
-    defines = {"USE_CUDA": "ON", "CMAKE_CUDA_ARCHITECTURES": architectures,
-               "CMAKE_CUDA_COMPILER": str(root / "bin" / "nvcc"), "CUDAToolkit_ROOT": str(root),
-               "BUILD_WITH_SHARED_NCCL": "ON", "NCCL_ROOT": str(nccl),
-               "CMAKE_INSTALL_RPATH": "$ORIGIN/../../nvidia/nccl/lib"}
+    defines = {
+        "USE_CUDA": "ON",
+        "CMAKE_CUDA_ARCHITECTURES": architectures,
+        "CMAKE_CUDA_COMPILER": str(root / "bin" / "nvcc"),
+        "CUDAToolkit_ROOT": str(root),
+        "BUILD_WITH_SHARED_NCCL": "ON",
+        "NCCL_ROOT": str(nccl),
+        "CMAKE_INSTALL_RPATH": "$ORIGIN/../../nvidia/nccl/lib",
+    }
     before = set(out.glob("lightgbm-*.whl"))
     t0 = time.perf_counter()
-    _pip("wheel", "--no-deps", "-w", str(out), *[f"--config-settings=cmake.define.{k}={v}" for k, v in defines.items()],
-         f"--config-settings=build-dir={work / 'build'}", str(source), env=env)
+    _pip(
+        "wheel",
+        "--no-deps",
+        "-w",
+        str(out),
+        *[f"--config-settings=cmake.define.{k}={v}" for k, v in defines.items()],
+        f"--config-settings=build-dir={work / 'build'}",
+        str(source),
+        env=env,
+    )
     made = sorted(set(out.glob("lightgbm-*.whl")) - before) or sorted(out.glob(f"lightgbm-{version}-*.whl"))
     print(f"built {made[-1]} in {time.perf_counter() - t0:.0f} s", flush=True)
     return made[-1]
 
 
 def linkage(library: Path) -> dict:
-    """What a built library needs from the system: its DT_NEEDED entries and the newest GLIBC symbol version."""
-    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
-                        subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout)
-    rpath = re.findall(r"\((?:RPATH|RUNPATH)\)\s+Library r(?:un)?path: \[(.+?)\]",
-                       subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout)
+    """What a built library needs from the system: DT_NEEDED entries, RPATH, the newest GLIBC version."""
+    needed = re.findall(
+        r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
+        subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout,
+    )
+    rpath = re.findall(
+        r"\((?:RPATH|RUNPATH)\)\s+Library r(?:un)?path: \[(.+?)\]",
+        subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout,
+    )
     symbols = subprocess.run(["objdump", "-T", str(library)], capture_output=True, text=True).stdout
-    glibc = sorted(set(re.findall(r"GLIBC_([0-9.]+)", symbols)), key=lambda v: tuple(int(x) for x in v.split(".")))
-    return {"needed": needed, "rpath": rpath, "newest_glibc": glibc[-1] if glibc else None,
-            "cudart_dynamic": any("cudart" in n for n in needed)}
+    glibc = sorted(
+        set(re.findall(r"GLIBC_([0-9.]+)", symbols)), key=lambda v: tuple(int(x) for x in v.split("."))
+    )
+    return {
+        "needed": needed,
+        "rpath": rpath,
+        "newest_glibc": glibc[-1] if glibc else None,
+        "cudart_dynamic": any("cudart" in n for n in needed),
+    }
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipeline.models.lightgbm_cuda_wheel",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m pipeline.models.lightgbm_cuda_wheel", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for the wheel")
-    p.add_argument("--work", type=Path, default=None, help="toolkit, sdist and build folder (default: OUT/../work)")
+    p.add_argument(
+        "--work", type=Path, default=None, help="toolkit, sdist and build folder (default: OUT/../work)"
+    )
     p.add_argument("--version", default=None, help="LightGBM version (default: the one installed)")
     p.add_argument("--sdist", type=Path, default=None, help="build from this sdist instead of downloading it")
-    p.add_argument("--architectures", default=ARCHITECTURES, help=f"CMAKE_CUDA_ARCHITECTURES (default {ARCHITECTURES})")
+    p.add_argument(
+        "--architectures", default=ARCHITECTURES, help=f"CMAKE_CUDA_ARCHITECTURES (default {ARCHITECTURES})"
+    )
     p.add_argument("--cuda", default=CUDA, help=f"the CUDA toolkit's version from PyPI (default {CUDA})")
     p.add_argument("--jobs", type=int, default=None)
     args = p.parse_args(argv)
     version = args.version or metadata.version("lightgbm")
-    wheel = build(args.out, work=args.work or args.out.parent / "lightgbm-cuda-work", version=version,
-                  architectures=args.architectures, cuda=args.cuda, source=args.sdist, jobs=args.jobs)
+    wheel = build(
+        args.out,
+        work=args.work or args.out.parent / "lightgbm-cuda-work",
+        version=version,
+        architectures=args.architectures,
+        cuda=args.cuda,
+        source=args.sdist,
+        jobs=args.jobs,
+    )
     print(wheel)
     return 0
 

@@ -26,14 +26,22 @@ MIB = 1 << 20
 
 def _wheel(folder: Path, name: str, payload: bytes) -> Path:
     version = "0.1"
-    files = {f"{name}/__init__.py": b"", f"{name}/blob.bin": payload,
-             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-             f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                                  b"Tag: py3-none-any\n"}
-    record = [f"{k},sha256={base64.urlsafe_b64encode(hashlib.sha256(v).digest()).rstrip(b'=').decode()},{len(v)}"
-              for k, v in files.items()]
-    files[f"{name}-{version}.dist-info/RECORD"] = ("\n".join(record + [f"{name}-{version}.dist-info/RECORD,,"])
-                                                   + "\n").encode()
+    files = {
+        f"{name}/__init__.py": b"",
+        f"{name}/blob.bin": payload,
+        f"{name}-{version}.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+        ),
+        f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = [
+        f"{k},sha256={base64.urlsafe_b64encode(hashlib.sha256(v).digest()).rstrip(b'=').decode()},{len(v)}"
+        for k, v in files.items()
+    ]
+    files[f"{name}-{version}.dist-info/RECORD"] = (
+        "\n".join(record + [f"{name}-{version}.dist-info/RECORD,,"]) + "\n"
+    ).encode()
     path = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for k, v in files.items():
@@ -48,12 +56,34 @@ def _build(tmp: Path, payload: bytes, *extra: str) -> dict:
     _wheel(wheels, "kitprobe_small", b"small")
     _wheel(wheels, "lightgbm", b"the PyPI build")  # installed apart, in site-opencl
     out = tmp / "kit"
-    proc = subprocess.run([sys.executable, "-m", "bench.device.kit", "--out", str(out), "--wheels", str(wheels),
-                           "--limit-mib", str(LIMIT_MIB), "--split-over-mib", "1", *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.device.kit",
+            "--out",
+            str(out),
+            "--wheels",
+            str(wheels),
+            "--limit-mib",
+            str(LIMIT_MIB),
+            "--split-over-mib",
+            "1",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {"tmp": tmp, "out": out, "big": payload, "stdout": proc.stdout,
-            "manifest": json.loads((out / "manifest.json").read_text())}
+    return {
+        "tmp": tmp,
+        "out": out,
+        "big": payload,
+        "stdout": proc.stdout,
+        "manifest": json.loads((out / "manifest.json").read_text()),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +92,22 @@ def kit(tmp_path_factory):
 
 
 def _run_call(kit, call: int, state: Path, out: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KIT_DIR": str(kit["out"]), "KIT_STATE": str(state), "OUT": str(out),
-           "PYTHON": sys.executable, "KIT_CALL_LIMIT_S": "300"}
-    return subprocess.run(["bash", str(ROOT / "bench/device/run.sh"), str(call)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "KIT_DIR": str(kit["out"]),
+        "KIT_STATE": str(state),
+        "OUT": str(out),
+        "PYTHON": sys.executable,
+        "KIT_CALL_LIMIT_S": "300",
+    }
+    return subprocess.run(
+        ["bash", str(ROOT / "bench/device/run.sh"), str(call)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_manifest_keeps_every_call_under_the_limit_and_splits_the_large_wheel(kit):
@@ -76,8 +118,9 @@ def test_the_manifest_keeps_every_call_under_the_limit_and_splits_the_large_whee
         folder = kit["out"] / f"c{c['call']}"
         sizes = sum(f.stat().st_size for f in folder.iterdir() if f.name != "manifest.json")
         assert sizes == c["payload_bytes"] <= LIMIT_MIB * MIB
-        assert sorted(f["name"] for f in c["files"]) == sorted(p.name for p in folder.iterdir()
-                                                               if p.name != "manifest.json")
+        assert sorted(f["name"] for f in c["files"]) == sorted(
+            p.name for p in folder.iterdir() if p.name != "manifest.json"
+        )
         assert c["command"] == f"bash bench/device/run.sh {c['call']}" and len(c["command"]) <= 2000
         assert f"call {c['call']}: run(command='{c['command']}'" in kit["stdout"]
     big = next(f for f in m["files"] if f["name"].startswith("kitprobe_big"))
@@ -116,8 +159,13 @@ def test_the_calls_reassemble_install_and_record_every_gpu_figure_as_not_measure
     assert ("LightGBM CUDA build · synthetic 1M", "CUDA seconds") in names
 
     collected = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "bench.device.collect", str(out), "--results", str(collected)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.device.collect", str(out), "--results", str(collected)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     merged = list(collected.glob("*-full-gpu-no-cuda.json"))
     assert len(merged) == 1
@@ -144,7 +192,9 @@ def test_a_damaged_part_is_refused(kit, tmp_path):
     data[0] ^= 0xFF
     part.write_bytes(bytes(data))
     for earlier in range(1, call):
-        assert _run_call({**kit, "out": damaged}, earlier, tmp_path / "state", tmp_path / "out").returncode == 0
+        assert (
+            _run_call({**kit, "out": damaged}, earlier, tmp_path / "state", tmp_path / "out").returncode == 0
+        )
     proc = _run_call({**kit, "out": damaged}, call, tmp_path / "state", tmp_path / "out")
     assert proc.returncode == 2
     assert "does not match the manifest" in proc.stdout

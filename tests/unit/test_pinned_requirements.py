@@ -13,15 +13,32 @@ def _installed(versions: dict):
         if name not in versions:
             raise metadata.PackageNotFoundError(name)
         return versions[name]
+
     return version
 
 
 def test_the_alternative_installed_in_place_of_a_distribution_is_named(monkeypatch):
-    monkeypatch.setattr(models.metadata, "version", _installed(
-        {"mlflow-skinny": "3.17.2", "xgboost-cu13": "3.2.0", "numpy": "2.5.0", "pandas": "3.0.0",
-         "cloudpickle": "3.1.0", "torch": "2.11.0+cu130"}))
+    monkeypatch.setattr(
+        models.metadata,
+        "version",
+        _installed(
+            {
+                "mlflow-skinny": "3.17.2",
+                "xgboost-cu13": "3.2.0",
+                "numpy": "2.5.0",
+                "pandas": "3.0.0",
+                "cloudpickle": "3.1.0",
+                "torch": "2.11.0+cu130",
+            }
+        ),
+    )
     assert models.requirements(["xgboost", "nn"]) == [
-        "mlflow-skinny==3.17.2", "numpy==2.5.0", "pandas==3.0.0", "cloudpickle==3.1.0", "xgboost-cu13==3.2.0"]
+        "mlflow-skinny==3.17.2",
+        "numpy==2.5.0",
+        "pandas==3.0.0",
+        "cloudpickle==3.1.0",
+        "xgboost-cu13==3.2.0",
+    ]
     assert models.pinned("torch") == "torch==2.11.0"
 
 
