@@ -211,3 +211,32 @@ def test_an_xz_packed_wheel_is_unpacked_to_the_same_bytes(tmp_path):
     for c in kit["manifest"]["calls"]:
         assert onbox.main([str(kit["out"] / f"c{c['call']}"), str(state), sys.executable]) == 0
     assert (state / "site" / "kitprobe_big" / "blob.bin").read_bytes() == text
+
+
+def test_collect_turns_measured_figures_into_fit_cost_points(tmp_path):
+    from bench.device.collect import calibration, call_files, merge
+
+    def fig(group, name, median):
+        return {"group": group, "name": name, "unit": "s", "median": median, "min": median, "max": median, "n": 1}
+
+    calls = [
+        {"kit": {"commit": "abc"}, "machine": {"cpu_cores": 16},
+         "suites": {"gpu": {"figures": [fig("network on CUDA · fp32", "engine loop rows/s", 12_800_000),
+                                        fig("LightGBM CUDA build · synthetic 1M", "CUDA seconds", 1.2),
+                                        fig("LightGBM CUDA build · synthetic 1M", "CPU seconds", 4.8),
+                                        fig("two 0.5-GPU network fits", "speed-up (wall)", 1.41)]}}},
+        {"kit": {"commit": "abc"}, "machine": {"cpu_cores": 16},
+         "suites": {"gpu": {"figures": [fig("XGBoost · synthetic 1M", "CUDA seconds", 1.5),
+                                        fig("XGBoost · synthetic 1M", "CPU hist seconds", 4.7)]}}},
+    ]
+    for n, data in enumerate(calls, 1):
+        (tmp_path / f"20261201T000000Z-gpu-nvidia-h100-80gb-hbm3-c{n}.json").write_text(json.dumps(data))
+    (run,) = merge(call_files([tmp_path])).values()
+    assert run["_name"] == "20261201T000000Z-full-gpu-nvidia-h100-80gb-hbm3.json"
+    out = calibration(run)
+    assert out["learners"]["lightgbm/cuda"] == {"device": "cuda", "points": [[2.56, 1.2]], "start_s": 0.5}
+    assert out["learners"]["lightgbm/cpu"] == {"device": "cpu", "points": [[2.56, 4.8]], "threads": 16}
+    assert out["learners"]["xgboost/hist"]["points"] == [[2.56, 4.7]]
+    assert out["learners"]["network/cuda"]["points"] == [[6.4, 0.5]]  # 6.4M row-epochs at 12.8M rows/s
+    assert out["packing"]["network"]["speed_up"] == 1.41
+    assert "lightgbm/opencl" not in out["learners"]  # not measured: no point
