@@ -189,7 +189,7 @@ def _devices_chosen(run_dir: Path) -> dict:
     out = {}
     for item in plan.get("models", plan if isinstance(plan, list) else []):
         if isinstance(item, dict) and "name" in item:
-            out[item["name"]] = item.get("device")
+            out[item["name"]] = f"{item.get('device')} ({item.get('device_reason', '')})"
     return out
 
 
