@@ -458,7 +458,7 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
     estimate = {s.name: s.seconds for s in STEPS}
     n = 1
     while n <= len(schedule):
-        budget, kept, moved = CALL_LIMIT_S / SLACK - SETUP_S.get(n, SETUP_OTHER_S), [], []
+        budget, kept, moved = CALL_LIMIT_S - SETUP_S.get(n, SETUP_OTHER_S), [], []
         for name in schedule[n]:
             if budget - estimate[name] >= 0 or not kept:
                 kept.append(name)
@@ -511,6 +511,11 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
         for c in call_list
         if c["payload_bytes"] + tree_bytes > TREE_LIMIT_MIB * MIB
     ]
+    notes = []
+    if total_s > PLAN_LIMIT_S:
+        notes.append(f"the estimate, {total_s / 60:.1f} min, exceeds {PLAN_LIMIT_S / 60:g} min: run.sh ends the "
+                     f"plan at {worst_s / 60:.1f} min, and the last steps ({', '.join(call_list[-1]['steps'][-2:])}) "
+                     "may then be written as not measured")
     if worst_s > BUDGET_S:
         problems.append(
             f"every call at its time limit takes {worst_s / 60:.1f} min > the {BUDGET_S / 60:g} min budget"
@@ -533,6 +538,7 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
         "plan_command_s": plan_command_s,
         "worst_case_device_s": worst_s,
         "problems": problems,
+        "notes": notes,
     }
 
 
@@ -565,6 +571,8 @@ def render(m: dict) -> str:
                 f"{len(f['parts'])} parts (calls {', '.join(str(p['call']) for p in f['parts'])})"
             )
     lines += ["", "left out on purpose:"] + [f"  {k}: {v}" for k, v in m["left_out"].items()]
+    if m.get("notes"):
+        lines += ["", "notes:"] + [f"  {n}" for n in m["notes"]]
     if m["problems"]:
         lines += ["", "PROBLEMS:"] + [f"  {p}" for p in m["problems"]]
     return "\n".join(lines) + "\n"
