@@ -27,8 +27,10 @@ $(STAMP): pyproject.toml
 # LightGBM with its CUDA learner (device_type=cuda), built from the sdist of the version installed; the
 # PyPI wheel carries only the OpenCL learner. With nvcc on the PATH (a system CUDA toolkit), pip builds it
 # with that; without, CUDA's compiler, headers and static runtime come from PyPI
-# (pipeline.models.lightgbm_cuda_wheel): a C++ compiler and an NVIDIA driver (580+ for CUDA 13.0) suffice,
-# and nvidia-nccl-cu13, which the build links, is installed beside it. LIGHTGBM_SDIST=path/to/lightgbm-X.tar.gz
+# (pipeline.models.lightgbm_cuda_wheel): a C++ compiler and an NVIDIA driver (580+ for CUDA 13.0) suffice.
+# The build links NCCL (libnccl.so.2, through nvidia/nccl/lib): the one of nvidia-nccl-cu12 (XGBoost's) serves
+# where present, as NCCL's C API is the same; else nvidia-nccl-cu13 is installed (both packages write the same
+# files, so one never goes beside the other). LIGHTGBM_SDIST=path/to/lightgbm-X.tar.gz
 # builds from a local sdist; CUDA_ARCHITECTURES (default 90: H100/H200) picks the GPUs' architectures.
 LIGHTGBM_VERSION = $(shell $(PY) -c "import importlib.metadata as m; print(m.version('lightgbm'))" 2>/dev/null)
 CUDA_ARCHITECTURES ?= 90
@@ -42,8 +44,10 @@ install-gpu: install
 			$(if $(LIGHTGBM_SDIST),$(LIGHTGBM_SDIST),lightgbm==$(LIGHTGBM_VERSION)); \
 	else \
 		echo "install-gpu: no nvcc on the PATH: CUDA's compiler from PyPI"; \
-		$(MAKE) lightgbm-cuda-wheel && \
-		$(PY) -m pip install --quiet nvidia-nccl-cu13 && \
+		{ ls $(LIGHTGBM_CUDA_DIR)/lightgbm-$(LIGHTGBM_VERSION)-*.whl >/dev/null 2>&1 || \
+			$(PY) -m pipeline.models.lightgbm_cuda_wheel --out $(LIGHTGBM_CUDA_DIR) \
+				--architectures "$(CUDA_ARCHITECTURES)" $(if $(LIGHTGBM_SDIST),--sdist $(LIGHTGBM_SDIST),); } && \
+		{ $(PY) -c "import nvidia.nccl" 2>/dev/null || $(PY) -m pip install --quiet nvidia-nccl-cu13; } && \
 		$(PY) -m pip install --force-reinstall --no-deps $(LIGHTGBM_CUDA_DIR)/lightgbm-$(LIGHTGBM_VERSION)-*.whl; \
 	fi
 	$(PY) -c "from pipeline.models.lightgbm_build import cuda_unavailable_reason as r; print('LightGBM CUDA learner:', r() or 'available')"
