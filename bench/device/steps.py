@@ -87,7 +87,9 @@ def _planned(step: str) -> list[tuple[str, str, str]]:
     if step == "xgboost":
         return [("XGBoost · synthetic 1M", f, "x" if "speed-up" in f else "s") for f in gpu.XGB_FIGURES]
     if step == "packing":
-        return [(gpu.PACK_GROUP, f, "x" if "speed-up" in f else "s") for f in gpu.PACK_FIGURES]
+        return [(gpu.PACK_GROUP, f, "x" if "speed-up" in f else "s") for f in gpu.PACK_FIGURES] + [
+            (gpu.PACK_GROUP, "packed by the planner", "")
+        ]
     if step == "startup":
         return [("startup", "python -m pipeline +hardware=4gpu model=all dry_run=true tracking=none", "s")]
     if step == "tracked":
@@ -290,11 +292,57 @@ def step_xgboost(opts, device) -> list[dict]:
     return gpu._xgboost(engine, ov, "synthetic 1M", gpu.FULL["rounds"], 2, device, opts, lambda _: data)
 
 
+PLANNER_PACKS = [
+    "+hardware=1gpu",
+    "model=nn_gpu",
+    "parallelism.num_folds=2",
+    "model.nn.resources.num_gpus=null",
+    "dry_run=true",
+    "tracking=none",
+]
+
+
 def step_packing(opts, device) -> list[dict]:
-    from bench.common import Engine
+    """Packed vs one after the other with the shares set; then whether the planner, left to derive them,
+    packs two network folds on one GPU (1) or gives each a whole device (0), from the dry run's plan."""
+    from bench.common import Engine, guarded
     from bench.suites import gpu
 
-    return gpu._packing(Engine(opts.scratch), opts, gpu.FULL, 2, device)
+    figures = gpu._packing(Engine(opts.scratch), opts, gpu.FULL, 2, device)
+    return figures + guarded(
+        gpu.PACK_GROUP, ["packed by the planner"], lambda: [_planner_packs(opts, device)]
+    )
+
+
+def _planner_packs(opts, device) -> dict:
+    from bench.common import figure
+    from bench.suites import gpu
+
+    cwd = opts.scratch / "planner"
+    cwd.mkdir(parents=True, exist_ok=True)
+    run_dir = cwd / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", *PLANNER_PACKS, f"hydra.run.dir={run_dir}"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the dry run exited {proc.returncode}: {proc.stderr[-400:]}")
+    (model,) = json.loads((run_dir / "plan.json").read_text())["models"]
+    packed = float(model["fit"]["num_gpus"] < 1 and model["folds_parallel"] > 1)
+    return figure(
+        "packed by the planner",
+        [packed],
+        "",
+        group=gpu.PACK_GROUP,
+        device=device,
+        fit=model["fit"],
+        folds_parallel=model["folds_parallel"],
+        reason=model.get("gpu_packing_reason"),
+        command="python -m pipeline " + " ".join(PLANNER_PACKS),
+    )
 
 
 def step_startup(opts, device) -> list[dict]:
