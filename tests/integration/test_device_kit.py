@@ -217,7 +217,8 @@ def test_collect_turns_measured_figures_into_fit_cost_points(tmp_path):
     from bench.device.collect import calibration, call_files, merge
 
     def fig(group, name, median):
-        return {"group": group, "name": name, "unit": "s", "median": median, "min": median, "max": median, "n": 1}
+        return {"group": group, "name": name, "unit": "s", "median": median, "min": median, "max": median,
+                "n": 1}
 
     calls = [
         {"kit": {"commit": "abc"}, "machine": {"cpu_cores": 16},
