@@ -515,8 +515,8 @@ def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box,
     if total_s > PLAN_LIMIT_S:
         last = ", ".join(call_list[-1]["steps"][-2:])
         notes.append(f"the estimate, {total_s / 60:.1f} min, exceeds {PLAN_LIMIT_S / 60:g} min: run.sh ends "
-                     f"the plan at {worst_s / 60:.1f} min, and the last steps ({last}) may then be written as "
-                     "not measured")
+                     f"the plan at {worst_s / 60:.1f} min, and the last steps ({last}) may then be "
+                     "written as not measured")
     if worst_s > BUDGET_S:
         problems.append(
             f"every call at its time limit takes {worst_s / 60:.1f} min > the {BUDGET_S / 60:g} min budget"
