@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install install-gpu bytecode run test test-gpu bench docs clean
+.PHONY: install install-gpu lightgbm-cuda-wheel device-kit bytecode run test test-gpu bench docs clean
 
 install: $(STAMP) bytecode
 
@@ -24,17 +24,45 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,ray]'
 	touch $(STAMP)
 
-# LightGBM with its CUDA learner (device_type=cuda), built from the sdist of the version installed:
-# needs nvcc (CUDA toolkit), CMake and a C++ compiler; ninja speeds it up. The PyPI wheel carries
-# only the OpenCL learner. LIGHTGBM_SDIST=path/to/lightgbm-X.tar.gz builds from a local sdist.
+# LightGBM with its CUDA learner (device_type=cuda), built from the sdist of the version installed; the
+# PyPI wheel carries only the OpenCL learner. With nvcc on the PATH (a system CUDA toolkit), pip builds it
+# with that; without, CUDA's compiler, headers and static runtime come from PyPI
+# (pipeline.models.lightgbm_cuda_wheel): a C++ compiler and an NVIDIA driver (580+ for CUDA 13.0) suffice.
+# The build links NCCL (libnccl.so.2, through nvidia/nccl/lib): the one of nvidia-nccl-cu12 (XGBoost's) serves
+# where present, as NCCL's C API is the same; else nvidia-nccl-cu13 is installed (both packages write the same
+# files, so one never goes beside the other). LIGHTGBM_SDIST=path/to/lightgbm-X.tar.gz
+# builds from a local sdist; CUDA_ARCHITECTURES (default 90: H100/H200) picks the GPUs' architectures.
 LIGHTGBM_VERSION = $(shell $(PY) -c "import importlib.metadata as m; print(m.version('lightgbm'))" 2>/dev/null)
+CUDA_ARCHITECTURES ?= 90
+LIGHTGBM_CUDA_DIR := build/lightgbm-cuda
 install-gpu: install
-	@command -v nvcc >/dev/null || { echo "install-gpu: nvcc not found (install the CUDA toolkit, or put it on PATH)"; exit 1; }
-	@command -v cmake >/dev/null || { echo "install-gpu: cmake not found"; exit 1; }
-	$(PY) -m pip install --force-reinstall --no-deps --no-binary lightgbm \
-		--config-settings=cmake.define.USE_CUDA=ON \
-		$(if $(LIGHTGBM_SDIST),$(LIGHTGBM_SDIST),lightgbm==$(LIGHTGBM_VERSION))
+	@if command -v nvcc >/dev/null; then \
+		command -v cmake >/dev/null || { echo "install-gpu: cmake not found"; exit 1; }; \
+		$(PY) -m pip install --force-reinstall --no-deps --no-binary lightgbm \
+			--config-settings=cmake.define.USE_CUDA=ON \
+			--config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="$(CUDA_ARCHITECTURES)" \
+			$(if $(LIGHTGBM_SDIST),$(LIGHTGBM_SDIST),lightgbm==$(LIGHTGBM_VERSION)); \
+	else \
+		echo "install-gpu: no nvcc on the PATH: CUDA's compiler from PyPI"; \
+		{ ls $(LIGHTGBM_CUDA_DIR)/lightgbm-$(LIGHTGBM_VERSION)-*.whl >/dev/null 2>&1 || \
+			$(PY) -m pipeline.models.lightgbm_cuda_wheel --out $(LIGHTGBM_CUDA_DIR) \
+				--architectures "$(CUDA_ARCHITECTURES)" $(if $(LIGHTGBM_SDIST),--sdist $(LIGHTGBM_SDIST),); } && \
+		{ $(PY) -c "import nvidia.nccl" 2>/dev/null || $(PY) -m pip install --quiet nvidia-nccl-cu13; } && \
+		$(PY) -m pip install --force-reinstall --no-deps $(LIGHTGBM_CUDA_DIR)/lightgbm-$(LIGHTGBM_VERSION)-*.whl; \
+	fi
 	$(PY) -c "from pipeline.models.lightgbm_build import cuda_unavailable_reason as r; print('LightGBM CUDA learner:', r() or 'available')"
+
+# The CUDA build as a wheel, with CUDA's compiler from PyPI (no GPU needed): `make install-gpu` and the
+# GPU proof kit install it. Built once per LightGBM version.
+lightgbm-cuda-wheel: install
+	@ls $(LIGHTGBM_CUDA_DIR)/lightgbm-$(LIGHTGBM_VERSION)-*.whl >/dev/null 2>&1 || \
+		$(PY) -m pipeline.models.lightgbm_cuda_wheel --out $(LIGHTGBM_CUDA_DIR) --architectures "$(CUDA_ARCHITECTURES)" \
+			$(if $(LIGHTGBM_SDIST),--sdist $(LIGHTGBM_SDIST),)
+
+# The GPU proof kit (docs/gpu_kit.md): .device/ holds the project, the wheels a GPU box lacks and the
+# LightGBM CUDA build, in calls of at most 60 MiB; .device/MANIFEST.txt says which command carries what.
+device-kit: lightgbm-cuda-wheel
+	$(PY) -m bench.device.kit --lightgbm-cuda $$(ls $(LIGHTGBM_CUDA_DIR)/lightgbm-$(LIGHTGBM_VERSION)-*.whl | head -1)
 
 run: install
 	$(PY) -m pipeline $(ARGS)

@@ -35,10 +35,20 @@ LIBRARY_DISTRIBUTIONS = {"lightgbm": "lightgbm", "xgboost": "xgboost", "torch": 
                          "sklearn": "scikit-learn"}
 
 
+# The same import package under other distribution names: MLflow's client alone, XGBoost's builds per CUDA
+# version or without CUDA. The predictor's requirements name the one installed.
+ALTERNATIVES = {"mlflow": ("mlflow-skinny",), "xgboost": ("xgboost-cu13", "xgboost-cu12", "xgboost-cpu")}
+
+
 def pinned(distribution: str) -> str:
-    """'name==version' of the installed distribution, without a local build tag (torch's '+cpu'),
-    so that the package index can serve it."""
-    return f"{distribution}=={metadata.version(distribution).split('+', 1)[0]}"
+    """'name==version' of the installed distribution (or of the alternative installed in its place),
+    without a local build tag (torch's '+cpu'), so that the package index can serve it."""
+    for name in (distribution, *ALTERNATIVES.get(distribution, ())):
+        try:
+            return f"{name}=={metadata.version(name).split('+', 1)[0]}"
+        except metadata.PackageNotFoundError:
+            continue
+    raise metadata.PackageNotFoundError(distribution)
 
 
 def requirements(libraries) -> list[str]:
