@@ -45,6 +45,7 @@ class TrialSource:
         self.dropped: set[tuple[str, int]] = set()  # cut by the time limit before all their folds ran
         self._studies: dict[str, Any] = {}
         self._trials: dict[tuple[str, int], Any] = {}
+        self._counts: dict[str, int] = {}  # model -> trials asked in this run
 
     def params(self, model: str, trial: int) -> dict:
         key = (model, trial)
@@ -63,7 +64,7 @@ class TrialSource:
             self._trials[key] = optuna_trial
             params = dict(optuna_trial.params)
         self.asked[key] = params
-        self._save(model)
+        self._save(model, trial)
         return params
 
     def tell(self, model: str, trial: int, score: float, pruned: bool = False) -> None:
@@ -97,9 +98,25 @@ class TrialSource:
             self._studies[model] = optuna.create_study(direction=self.direction, sampler=sampler, study_name=model)
         return self._studies[model]
 
-    def _save(self, model: str) -> None:
+    def _save(self, model: str, trial: int) -> None:
+        """The trial just asked, appended to `<model>.jsonl` (a line per trial: O(1) per ask); the whole
+        `<model>.json` is written again only when its count doubles, and by `flush` at the run's end."""
         if self.store_dir is None:
             return
+        self._counts[model] = self._counts.get(model, 0) + 1
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.store_dir / f"{model}.jsonl", "a") as f:
+            f.write(json.dumps({str(trial): self.asked[(model, trial)]}, default=str) + "\n")
+        count = self._counts[model]
+        if count & (count - 1) == 0:
+            self._snapshot(model)
+
+    def flush(self) -> None:
+        """Every model's `<model>.json`, whole: what a resumed run and its readers take."""
+        for model in self._counts:
+            self._snapshot(model)
+
+    def _snapshot(self, model: str) -> None:
         mine = {str(t): p for (m, t), p in self.asked.items() if m == model}
         from pipeline.store import atomic_write_bytes  # it makes the folder too
 
@@ -108,4 +125,6 @@ class TrialSource:
     def _load_prior(self) -> dict:
         if self.store_dir is None or not self.store_dir.exists():
             return {}
-        return {p.stem: json.loads(p.read_text()) for p in self.store_dir.glob("*.json")}
+        from pipeline.store import read_trials
+
+        return read_trials(self.store_dir)

@@ -51,6 +51,9 @@ def plan_tree(plan: Plan) -> Tree:
             f"{a.trials_parallel} in parallel; uses {used.num_cpus} CPU / {fmt(used.num_gpus)} GPU "
             f"({a.folds_parallel * a.trials_parallel} fits at once)"
         )
+        if plan.unlisted(a.model):
+            node.add(f"trials: the first {plan.listed[a.model]} of {a.num_trials} shown; every trial has their shape, "
+                     f"the others follow round by round ({a.trials_parallel} at a time)")
         if a.device_reason:
             node.add(f"device {a.device_reason}")
         if a.packing_reason:
@@ -73,9 +76,10 @@ def plan_tree(plan: Plan) -> Tree:
         waves = defaultdict(list)
         for t in by_model[a.model]:
             waves[t.wave].append(t)
+        more = plan.unlisted(a.model) * len(waves) // max(1, plan.listed.get(a.model, 1))  # the unlisted trials'
         for i, wave in enumerate(sorted(waves)):
             if i == MAX_WAVES_SHOWN:
-                node.add(f"... {len(waves) - MAX_WAVES_SHOWN} more wave(s)")
+                node.add(f"... {len(waves) - MAX_WAVES_SHOWN + more} more wave(s)")
                 break
             cells = []
             for t in waves[wave]:
@@ -111,8 +115,10 @@ def level_counts(fits: list) -> dict[int, str]:
 
 
 def graph_steps(plan: Plan) -> list[tuple[str, int]]:
-    """The plan's tasks as the steps they run in: runs of one kind (and stacking level), in plan order."""
+    """The plan's tasks as the steps they run in: runs of one kind (and stacking level), in plan order;
+    the trials' fits and bags counted whole, those the plan does not list included."""
     steps: list[list] = []
+    unlisted = {"fit": plan.unlisted_fits, "bag": sum(plan.unlisted(a.model) for a in plan.allocations)}
     for t in plan.tasks:
         step = t.kind
         if t.kind == "fit" and t.fold_set == ():
@@ -122,7 +128,7 @@ def graph_steps(plan: Plan) -> list[tuple[str, int]]:
         if steps and steps[-1][0] == step:
             steps[-1][1] += 1
         else:
-            steps.append([step, 1])
+            steps.append([step, 1 + unlisted.pop(step, 0)])
     return [(step, count) for step, count in steps]
 
 

@@ -291,6 +291,21 @@ def prior_trials(directories: list[Path]) -> dict:
     """Trials recorded in these run directories, by name; a later directory's win."""
     prior = {}
     for directory in directories:
-        for path in (directory / "trials").glob("*.json"):
-            prior[path.stem] = json.loads(path.read_text())
+        prior.update(read_trials(directory / "trials"))
     return prior
+
+
+def read_trials(directory: Path) -> dict:
+    """Model -> {trial: parameters} recorded in `directory`: each `<model>.json`, and the trials its
+    `<model>.jsonl` appended since (a line torn by a crash is skipped)."""
+    out: dict[str, dict] = {}
+    for path in directory.glob("*.json"):
+        out[path.stem] = json.loads(path.read_text())
+    for path in directory.glob("*.jsonl"):
+        mine = out.setdefault(path.stem, {})
+        for line in path.read_text().splitlines():
+            try:
+                mine.update(json.loads(line))
+            except ValueError:
+                continue
+    return out
