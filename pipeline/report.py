@@ -182,10 +182,24 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
     return table
 
 
-def time_limit_line(limit_s: float) -> str:
-    """Under the plan: what time_limit_s will do to it."""
-    return (f"time limit: {limit_s:g} s for the fits (time_limit_s), from the first one; trials run round by "
-            "round across the models, and fits that cannot end by then are not started")
+def time_limit_line(limit_s, fit_limit_s=None) -> str:
+    """Under the plan: what time_limit_s (or fit_time_limit_s) will do to it."""
+    if limit_s is not None:
+        head = (f"time limit: {limit_s:g} s for the whole run (time_limit_s), start-up to the last line; the fits "
+                "end early enough for the refits, ensemble, saving and logging after them")
+    else:
+        head = f"time limit: {fit_limit_s:g} s for the fits (fit_time_limit_s), from the first one"
+    return head + ("; trials run round by round across the models, and fits that cannot end by then are not "
+                   "started")
+
+
+def run_time_line(limit_s: float, started: float) -> str:
+    """The run's last line under time_limit_s: how long it took, start-up included."""
+    import time
+
+    took = time.time() - started
+    within = "within" if took <= limit_s else "past"
+    return f"time_limit_s={limit_s:g} s: the run took {took:.1f} s from start-up to this line, {within} the limit"
 
 
 def budget_lines(summary) -> list[str]:
@@ -193,7 +207,7 @@ def budget_lines(summary) -> list[str]:
     lines = [summary.line()]
     if summary.left_out:
         lines.append(f"not on the leaderboard nor in the ensemble: {', '.join(summary.left_out)} (no trial finished "
-                     f"all its folds within time_limit_s={summary.limit_s:g})")
+                     f"all its folds within {summary.key}={summary.limit_s:g})")
     return lines
 
 

@@ -7,6 +7,7 @@ so sweepers can optimise it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ class Runtime:
     job_num: Optional[int] = None
     sweep_dir: Optional[Path] = None  # a job of a multirun: the sweep's directory (absolute)
     swept: tuple[str, ...] = ()  # the keys the sweep varies, in its order
+    started: Optional[float] = None  # time.time() the run started (time_limit_s counts from it); None: now
 
     @classmethod
     def from_hydra(cls) -> "Runtime":
@@ -64,9 +66,13 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     forkserver, thread pool, tracker process or Ray connection (the planner's look at a Ray
     cluster's nodes is a connection it closes again, and every fit is checked against those nodes).
     """
+    from pipeline.run_clock import run_started
+
+    started = run_started()
     settings = read_settings(cfg)
     lean_imports_for_run(settings.lean_imports)
     runtime = runtime or Runtime.from_hydra()
+    runtime = dataclasses.replace(runtime, started=runtime.started or started)
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)
     make_folders(runtime.run_dir)
@@ -79,13 +85,16 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     from pipeline import report
 
     report.print_plan(plan)
-    if settings.conf.time_limit_s is not None:
-        report.console.print(report.time_limit_line(settings.conf.time_limit_s))
+    if settings.conf.time_limit_s is not None or settings.conf.fit_time_limit_s is not None:
+        report.console.print(report.time_limit_line(settings.conf.time_limit_s, settings.conf.fit_time_limit_s))
     plan.write(runtime.run_dir / "plan.json")
     if settings.conf.dry_run:
         report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
         return None
-    return execute(settings, plan, runtime, components, checked)
+    result = execute(settings, plan, runtime, components, checked)
+    if settings.conf.time_limit_s is not None:
+        report.console.print(report.run_time_line(settings.conf.time_limit_s, runtime.started), highlight=False)
+    return result
 
 
 @dataclass(frozen=True)
@@ -253,8 +262,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
     store = ResultStore(runtime.run_dir, sources)
     from pipeline.graph.time_budget import TimeBudget
 
-    limit = settings.conf.time_limit_s
-    budget = TimeBudget(limit) if limit is not None else None
+    budget = _budget(settings, plan, runtime)
     full = plan.expanded()  # every trial (the plan lists the first of each model); the scheduler runs these
     with FitProgress(full) as progress:
         scheduler = Scheduler(
@@ -280,6 +288,23 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
         record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
                          scheduler.abandoned), runtime.run_dir, tracker)
     return outcome.results[EVALUATE].rows, inner_fit_seconds(full.fit_tasks, outcome.results)
+
+
+def _budget(settings: Settings, plan: Plan, runtime: Runtime):
+    """time_limit_s: the whole run's budget, from its start, less its tail; fit_time_limit_s: the fits'."""
+    from pipeline.graph.tail import TailEstimate
+    from pipeline.graph.time_budget import TimeBudget
+
+    conf = settings.conf
+    if conf.fit_time_limit_s is not None:
+        return TimeBudget(conf.fit_time_limit_s)
+    if conf.time_limit_s is None:
+        return None
+    models = tuple((a.model, a.num_folds, a.fit.num_cpus) for a in plan.allocations)
+    tail = TailEstimate(models, plan.hardware.num_cpus, conf.refit, not conf.tracking._target_.endswith("no_tracker"))
+    budget = TimeBudget(conf.time_limit_s, start=runtime.started, whole_run=True, tail=tail)
+    object.__setattr__(tail, "fit_seconds", budget.model_estimate)
+    return budget
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:

@@ -92,7 +92,7 @@ class Scheduler:
         self.running: dict[object, tuple[Task, tuple, Any]] = {}
         attempts: dict[str, int] = defaultdict(int)
         ctx.data_ref = self.backend.prepare(self.plan, ctx.data)
-        if self.budget is not None:  # the clock starts with the first fit
+        if self.budget is not None:  # fit_time_limit_s: the clock starts with the first fit
             ctx.deadline = self.budget.begin()
         self._release()
         while self.queued or self.running:
@@ -283,6 +283,7 @@ class Scheduler:
                 self._record_seconds(task.model, seconds)
             if self.budget is not None:
                 self.budget.record(task, seconds, getattr(result, "stopped_by_budget", False))
+                self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._settle(task.id)
         self._release()
