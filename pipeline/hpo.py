@@ -34,8 +34,10 @@ class TrialSource:
     fold may still end by the deadline; a trial cut after that is dropped (`drop`), never half-scored."""
 
     def __init__(self, spec: HpoConf, spaces: dict[str, dict[str, SearchDimConf]], defaults: dict[str, dict],
-                 directions: str, store_dir: Optional[Path] = None, prior: Optional[dict] = None):
+                 directions: str, store_dir: Optional[Path] = None, prior: Optional[dict] = None,
+                 portfolios: Optional[dict[str, tuple]] = None):
         self.spec, self.spaces, self.defaults = spec, spaces, defaults
+        self.portfolios = portfolios or {}  # model -> its kind's proven configurations (hpo=auto)
         self.searcher = spec.make_searcher()
         self.direction = directions  # "maximize" | "minimize"
         self.store_dir = store_dir
@@ -58,6 +60,8 @@ class TrialSource:
             fixed = self.prior.get(model, {}).get(str(trial))
             if fixed is None and trial == 0 and self.spec.start_from_defaults:
                 fixed = {k: v for k, v in self.defaults.get(model, {}).items() if k in self.spaces[model]}
+            if fixed is None and self.searcher.portfolio:
+                fixed = self._portfolio(model, trial - (1 if self.spec.start_from_defaults else 0))
             if fixed:
                 study.enqueue_trial(fixed, skip_if_exists=False)
             optuna_trial = study.ask({k: d.distribution() for k, d in self.spaces[model].items()})
@@ -66,6 +70,14 @@ class TrialSource:
         self.asked[key] = params
         self._save(model, trial)
         return params
+
+    def _portfolio(self, model: str, index: int) -> Optional[dict]:
+        """The portfolio's configuration `index` for `model`, its values inside the search space."""
+        configs = self.portfolios.get(model, ())
+        if not 0 <= index < len(configs):
+            return None
+        space = self.spaces[model]
+        return {k: v for k, v in configs[index].items() if k in space and space[k].contains(v)} or None
 
     def tell(self, model: str, trial: int, score: float, pruned: bool = False) -> None:
         self.scores[(model, trial)] = score

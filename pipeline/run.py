@@ -73,6 +73,9 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     lean_imports_for_run(settings.lean_imports)
     runtime = runtime or Runtime.from_hydra()
     runtime = dataclasses.replace(runtime, started=runtime.started or started)
+    from pipeline.planning.budget import search_for_budget
+
+    settings = search_for_budget(settings, runtime.overrides)
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)
     make_folders(runtime.run_dir)
@@ -255,6 +258,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
         "maximize" if metric.greater_is_better else "minimize",
         store_dir=runtime.run_dir / "trials",
         prior=prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
+        portfolios={s.name: s.cls.portfolio for s in settings.models},
     )
     outputs = RunOutputs(runtime.run_dir, tracker, settings.conf.tracking.register_model,
                          settings.conf.tracking.register_alias)
