@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITES = ("overhead", "startup", "parallel_folds", "fixed_cost", "nn_loop", "autogluon", "gpu", "async_sweep", "scale")
+SUITES = ("overhead", "startup", "parallel_folds", "fixed_cost", "nn_loop", "autogluon", "gpu", "async_sweep", "scale",
+          "equal_budget")
 
 
 def parse(argv=None) -> argparse.Namespace:
