@@ -26,6 +26,7 @@ RUNNER = HERE / "peer_runner.py"
 FLAML_PYTHON = HERE / ".venv-flaml" / "bin" / "python"
 LIMITS = (30, 120)
 LOWER_IS_BETTER = {"rmse"}
+METRIC = {"binary": "roc_auc", "multiclass": "accuracy", "regression": "rmse"}  # the engine's eval_metric=auto
 
 
 def tables() -> dict:
@@ -60,14 +61,14 @@ def run(opts: Options) -> dict:
         data, _ = load_data(data_ov, opts.scratch / "engine")
         train, test = _write_split(data, where)
         log(f"equal_budget: {name}: engine default run")
-        default = _engine(data_ov, where / "default")
+        default = _engine(data_ov, where / "default", METRIC[task])
         runs[name] = {"rows": {"train+val": int(len(data.train_idx) + len(data.val_idx)),
                                "test": int(len(data.test_idx))}, "task": task, "default": default}
         for limit in limits:
             group = f"{name} · {limit} s"
             log(f"equal_budget: {group}: engine")
-            engine = _engine(data_ov + [f"time_limit_s={limit}"], where / f"engine{limit}")
-            metric = engine["metric"] or default["metric"]
+            engine = _engine(data_ov + [f"time_limit_s={limit}"], where / f"engine{limit}", METRIC[task])
+            metric = METRIC[task]
             sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
             sides = {"engine": engine}
             for peer, python in peers.items():
@@ -120,7 +121,7 @@ def _write_split(data, folder: Path) -> tuple[Path, Path]:
     return paths
 
 
-def _engine(overrides: list[str], run_dir: Path) -> dict:
+def _engine(overrides: list[str], run_dir: Path, metric: str) -> dict:
     """One whole engine process; its wall time and the test score of its leaderboard's first row."""
     import pandas as pd
 
@@ -129,11 +130,11 @@ def _engine(overrides: list[str], run_dir: Path) -> dict:
                           capture_output=True, text=True, cwd=run_dir.parent)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:  # a limit too short to finish a trial: no score, said in the results
-        return {"wall_s": wall, "score": float("nan"), "metric": "", "failed": proc.stderr[-1000:]}
+        return {"wall_s": wall, "score": float("nan"), "metric": metric, "failed": proc.stderr[-1000:]}
     board = pd.read_csv(run_dir / "leaderboard.csv")
-    column = next(c for c in board.columns if c.startswith("test_"))
+    column = f"test_{metric}"
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    return {"wall_s": wall, "score": float(board.iloc[0][column]), "metric": column[len("test_"):],
+    return {"wall_s": wall, "score": float(board.iloc[0][column]), "metric": metric,
             "model": str(board.iloc[0]["model"]), "last_line": last,
             "board": board[["model", column]].head(8).to_dict("records")}
 

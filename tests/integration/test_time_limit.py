@@ -34,12 +34,27 @@ def test_a_time_limit_bounds_the_whole_run_from_start_up_to_the_last_line(cli, t
     began = time.monotonic()
     proc = cli("data.max_rows=2000", "model=lightgbm", "model.lightgbm.params.num_iterations=30",
                "hpo=random", "hpo.num_trials=400", "parallelism.num_folds=2", "executor.in_process=always",
-               "tracking=none", "time_limit_s=12", "hydra.run.dir=run", check=True, timeout=120)
+               "tracking=none", "time_limit_s=15", "hydra.run.dir=run", check=True, timeout=120)
     wall = time.monotonic() - began
     budget = json.loads((tmp_path / "run" / "run_state.json").read_text())["time_budget"]
-    assert budget["key"] == "time_limit_s" and 0 < budget["reserved_s"] < 12
-    assert budget["fits_ended_s"] <= 12 - budget["reserved_s"] + 1  # the fits left the tail its time
-    assert "time limit: 12 s for the whole run (time_limit_s)" in proc.stdout
+    assert budget["key"] == "time_limit_s" and 0 < budget["reserved_s"] < 15
+    assert budget["fits_ended_s"] <= 15 - budget["reserved_s"] + 1  # the fits left the tail its time
+    assert "time limit: 15 s for the whole run (time_limit_s)" in proc.stdout
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("time_limit_s=12 s: the run took ") and last.endswith("within the limit"), last
-    assert wall <= 12 + 1.5, f"the process took {wall:.1f} s"
+    assert last.startswith("time_limit_s=15 s: the run took ") and last.endswith("within the limit"), last
+    assert wall <= 15 + 1.5, f"the process took {wall:.1f} s"
+
+
+def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli, tmp_path):
+    """Each job's clock starts with the job (the first with its process); no hpo chosen: hpo=auto,
+    its first trials each model's own params then its portfolio."""
+    proc = cli("-m", "seed=0,1", "model=lightgbm", "data.max_rows=1000", "parallelism.num_folds=2",
+               "executor.in_process=always", "tracking=none", "time_limit_s=20",
+               "model.lightgbm.params.num_iterations=20", "hydra.sweep.dir=sweep", check=True, timeout=240)
+    assert proc.stdout.count("hpo=auto: time_limit_s=20 is set and no hpo was chosen") == 2
+    assert proc.stdout.count("within the limit") == 2
+    for job in ("0", "1"):
+        state = json.loads((tmp_path / "sweep" / job / "run_state.json").read_text())
+        assert state["time_budget"]["key"] == "time_limit_s" and state["time_budget"]["fits_ended_s"] < 20
+        asked = json.loads((tmp_path / "sweep" / job / "trials" / "lightgbm.json").read_text())
+        assert len(asked) >= 2  # searched: the model's own params, then more
