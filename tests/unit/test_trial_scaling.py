@@ -85,3 +85,22 @@ def test_the_schedulers_work_per_fit_is_flat_from_10_to_400_trials(tmp_path):
     ten = _calls_per_fit(tmp_path / "10", 10)
     many = _calls_per_fit(tmp_path / "400", 400)
     assert many <= 2 * ten, f"{many:.0f} calls per fit at 400 trials, {ten:.0f} at 10"
+
+
+def test_asked_trials_are_appended_once_each_and_read_back_whole_a_torn_line_skipped(tmp_path):
+    """Each ask appends a line (no rewrite of every trial asked so far); the snapshot is written as the
+    count doubles and by flush; a resumed run reads the snapshot and the lines after it."""
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
+    from pipeline.store import read_trials
+
+    source = TrialSource(HpoConf(), {"m": {}}, {}, "maximize", store_dir=tmp_path)
+    for trial in range(5):
+        source.params("m", trial)
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 5
+    assert len(read_trials(tmp_path)["m"]) == 5  # the snapshot (4) and the lines after it
+    with open(tmp_path / "m.jsonl", "a") as f:
+        f.write('{"5": {"a"')  # a crash mid-line
+    assert sorted(read_trials(tmp_path)["m"]) == ["0", "1", "2", "3", "4"]
+    source.flush()
+    assert len(__import__("json").loads((tmp_path / "m.json").read_text())) == 5
