@@ -15,6 +15,7 @@ from pipeline.settings import Settings
 log = logging.getLogger("pipeline")
 
 AUTO = "pipeline.searchers.AutoSearch"
+IN_DRIVER_UP_TO_S = 60.0  # a limit this short fits hpo=auto's trials in the driver: no worker pool to start
 
 
 def search_for_budget(settings: Settings, overrides: tuple[str, ...]) -> Settings:
@@ -41,8 +42,30 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...]) -> Setting
         f"hpo=auto: time_limit_s={conf.time_limit_s:g} is set and no hpo was chosen, so each model fits its own "
         "params, then its kind's proven configurations, then a TPE search with pruning, for as many trials as "
         "finish in time (hpo=none: one trial of each model's own params)", highlight=False)
+    changes = {"hpo._target_": AUTO, "hpo.num_trials": 1000, "hpo.pruning": True}
+    executor = conf.executor
+    if _in_driver(settings, overrides):
+        # the pool's start (each worker importing LightGBM, XGBoost, torch) measured 3 s on the idle 2-core
+        # box and 20 s under load: a short budget cannot spare it, and the default run has none to start
+        executor = dataclasses.replace(executor, in_process="always")
+        changes["executor.in_process"] = "always"
+        report.console.print(
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g} (<= {IN_DRIVER_UP_TO_S:g} s): the trials are fitted "
+            "in the driver, one at a time, so no worker pool's start spends the budget "
+            "(executor.in_process=never keeps the pool)", highlight=False)
     params = dict(settings.params)
-    for key, value in (("hpo._target_", AUTO), ("hpo.num_trials", 1000), ("hpo.pruning", True)):
+    for key, value in changes.items():
         if key in params:
             params[key] = value
-    return dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo), params=params)
+    return dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor), params=params)
+
+
+def _in_driver(settings: Settings, overrides: tuple[str, ...]) -> bool:
+    """Whether hpo=auto's fits run in the driver: a short limit, the local executor left to choose
+    (in_process=auto, no task timeout, which needs worker processes), no executor setting overridden."""
+    from pipeline.config import LOCAL_EXECUTOR
+
+    ex = settings.conf.executor
+    touched = any(o.lstrip("+~").split("=")[0].split(".")[0] == "executor" for o in overrides)
+    return (settings.conf.time_limit_s <= IN_DRIVER_UP_TO_S and not touched and ex._target_ == LOCAL_EXECUTOR
+            and ex.in_process == "auto" and ex.task_timeout_s is None)

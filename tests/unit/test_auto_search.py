@@ -45,3 +45,14 @@ def test_the_first_trials_are_the_models_own_params_then_its_portfolio_then_the_
     assert asked[0] == {k: v for k, v in spec.params.items() if k in space}
     assert asked[1:4] == list(LightGBMModel.portfolio)
     assert asked[4] not in asked[:4] and all(space[k].contains(v) for k, v in asked[4].items())
+
+
+@pytest.mark.parametrize("overrides, in_process", [
+    (["time_limit_s=30"], "always"),  # a short budget: no worker pool to start
+    (["time_limit_s=120"], "auto"),
+    (["time_limit_s=30", "executor.in_process=never"], "never"),
+])
+def test_a_short_limit_fits_hpo_autos_trials_in_the_driver_unless_the_executor_was_chosen(compose, overrides,
+                                                                                         in_process):
+    settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
+    assert settings.conf.executor.in_process == in_process
