@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SUITES = ("overhead", "startup", "parallel_folds", "fixed_cost", "nn_loop", "autogluon", "gpu", "async_sweep", "scale",
-          "real_tables", "role_inference")
+          "real_tables", "role_inference", "equal_budget")
 
 
 def parse(argv=None) -> argparse.Namespace:

@@ -57,6 +57,16 @@ class SearchDimConf:
         if self.log and self.step is not None:
             raise ConfigError(f"{key}: log and step cannot be combined")
 
+    def contains(self, value) -> bool:
+        """Whether `value` is one this dimension can take."""
+        if self.type == "categorical":
+            return value in (self.choices or [])
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return False
+        if self.type == "int" and value != int(value):
+            return False
+        return self.low <= value <= self.high
+
     def distribution(self):
         """The Optuna distribution of this dimension."""
         import optuna

@@ -158,13 +158,18 @@ class Config:
     allowed_targets: List[str] = field(default_factory=list)  # module prefixes _target_ may name
     # what the run returns to a sweeper: val_score, fit_seconds, predict_seconds (pipeline/objectives.py)
     objectives: List[str] = field(default_factory=lambda: ["val_score"])
-    time_limit_s: Optional[float] = None  # seconds the fits may take from the first one's start; null: no limit
+    time_limit_s: Optional[float] = None  # seconds the whole run may take, start-up to last line; null: no limit
+    fit_time_limit_s: Optional[float] = None  # seconds the fits alone may take, from the first one's start
 
     def __post_init__(self) -> None:
-        limit = self.time_limit_s
-        if limit is not None and not (0 < limit < float("inf")):
-            raise ConfigError(f"time_limit_s={limit!r} must be a positive number of seconds (e.g. time_limit_s=60), "
-                              "or null: no time limit")
+        for key in ("time_limit_s", "fit_time_limit_s"):
+            limit = getattr(self, key)
+            if limit is not None and not (0 < limit < float("inf")):
+                raise ConfigError(f"{key}={limit!r} must be a positive number of seconds (e.g. {key}=60), "
+                                  "or null: no time limit")
+        if self.time_limit_s is not None and self.fit_time_limit_s is not None:
+            raise ConfigError(f"time_limit_s={self.time_limit_s:g} and fit_time_limit_s={self.fit_time_limit_s:g} are "
+                              "both set: time_limit_s bounds the whole run, fit_time_limit_s the fits alone; set one")
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,10 @@ class TrialSource:
     fold may still end by the deadline; a trial cut after that is dropped (`drop`), never half-scored."""
 
     def __init__(self, spec: HpoConf, spaces: dict[str, dict[str, SearchDimConf]], defaults: dict[str, dict],
-                 directions: str, store_dir: Optional[Path] = None, prior: Optional[dict] = None):
+                 directions: str, store_dir: Optional[Path] = None, prior: Optional[dict] = None,
+                 portfolios: Optional[dict[str, tuple]] = None):
         self.spec, self.spaces, self.defaults = spec, spaces, defaults
+        self.portfolios = portfolios or {}  # model -> its kind's proven configurations (hpo=auto)
         self.searcher = spec.make_searcher()
         self.direction = directions  # "maximize" | "minimize"
         self.store_dir = store_dir
@@ -45,6 +47,7 @@ class TrialSource:
         self.dropped: set[tuple[str, int]] = set()  # cut by the time limit before all their folds ran
         self._studies: dict[str, Any] = {}
         self._trials: dict[tuple[str, int], Any] = {}
+        self._counts: dict[str, int] = {}  # model -> trials asked in this run
 
     def params(self, model: str, trial: int) -> dict:
         key = (model, trial)
@@ -59,14 +62,24 @@ class TrialSource:
                 fixed = in_space(fixed, self.spaces[model], f"model {model}, trial {trial}")
             elif fixed is None and trial == 0 and self.spec.start_from_defaults:
                 fixed = {k: v for k, v in self.defaults.get(model, {}).items() if k in self.spaces[model]}
+            if fixed is None and self.searcher.portfolio:
+                fixed = self._portfolio(model, trial - (1 if self.spec.start_from_defaults else 0))
             if fixed:
                 study.enqueue_trial(fixed, skip_if_exists=False)
             optuna_trial = study.ask({k: d.distribution() for k, d in self.spaces[model].items()})
             self._trials[key] = optuna_trial
             params = dict(optuna_trial.params)
         self.asked[key] = params
-        self._save(model)
+        self._save(model, trial)
         return params
+
+    def _portfolio(self, model: str, index: int) -> Optional[dict]:
+        """The portfolio's configuration `index` for `model`, its values inside the search space."""
+        configs = self.portfolios.get(model, ())
+        if not 0 <= index < len(configs):
+            return None
+        space = self.spaces[model]
+        return {k: v for k, v in configs[index].items() if k in space and space[k].contains(v)} or None
 
     def tell(self, model: str, trial: int, score: float, pruned: bool = False) -> None:
         self.scores[(model, trial)] = score
@@ -99,9 +112,25 @@ class TrialSource:
             self._studies[model] = optuna.create_study(direction=self.direction, sampler=sampler, study_name=model)
         return self._studies[model]
 
-    def _save(self, model: str) -> None:
+    def _save(self, model: str, trial: int) -> None:
+        """The trial just asked, appended to `<model>.jsonl` (a line per trial: O(1) per ask); the whole
+        `<model>.json` is written again only when its count doubles, and by `flush` at the run's end."""
         if self.store_dir is None:
             return
+        self._counts[model] = self._counts.get(model, 0) + 1
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.store_dir / f"{model}.jsonl", "a") as f:
+            f.write(json.dumps({str(trial): self.asked[(model, trial)]}, default=str) + "\n")
+        count = self._counts[model]
+        if count & (count - 1) == 0:
+            self._snapshot(model)
+
+    def flush(self) -> None:
+        """Every model's `<model>.json`, whole: what a resumed run and its readers take."""
+        for model in self._counts:
+            self._snapshot(model)
+
+    def _snapshot(self, model: str) -> None:
         mine = {str(t): p for (m, t), p in self.asked.items() if m == model}
         from pipeline.store import atomic_write_bytes  # it makes the folder too
 
@@ -110,9 +139,9 @@ class TrialSource:
     def _load_prior(self) -> dict:
         if self.store_dir is None or not self.store_dir.exists():
             return {}
-        from pipeline.store import read_json  # a regular file only, opened without blocking
+        from pipeline.store import read_trials
 
-        return {p.stem: read_json(p) for p in self.store_dir.glob("*.json")}
+        return read_trials(self.store_dir)
 
 
 def in_space(params: dict, space: dict[str, SearchDimConf], where: str) -> dict:

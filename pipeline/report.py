@@ -51,6 +51,9 @@ def plan_tree(plan: Plan) -> Tree:
             f"{a.trials_parallel} in parallel; uses {used.num_cpus} CPU / {fmt(used.num_gpus)} GPU "
             f"({a.folds_parallel * a.trials_parallel} fits at once)"
         )
+        if plan.unlisted(a.model):
+            node.add(f"trials: the first {plan.listed[a.model]} of {a.num_trials} shown; every trial has their shape, "
+                     f"the others follow round by round ({a.trials_parallel} at a time)")
         if a.device_reason:
             node.add(f"device {a.device_reason}")
         if a.packing_reason:
@@ -73,9 +76,10 @@ def plan_tree(plan: Plan) -> Tree:
         waves = defaultdict(list)
         for t in by_model[a.model]:
             waves[t.wave].append(t)
+        more = plan.unlisted(a.model) * len(waves) // max(1, plan.listed.get(a.model, 1))  # the unlisted trials'
         for i, wave in enumerate(sorted(waves)):
             if i == MAX_WAVES_SHOWN:
-                node.add(f"... {len(waves) - MAX_WAVES_SHOWN} more wave(s)")
+                node.add(f"... {len(waves) - MAX_WAVES_SHOWN + more} more wave(s)")
                 break
             cells = []
             for t in waves[wave]:
@@ -111,8 +115,10 @@ def level_counts(fits: list) -> dict[int, str]:
 
 
 def graph_steps(plan: Plan) -> list[tuple[str, int]]:
-    """The plan's tasks as the steps they run in: runs of one kind (and stacking level), in plan order."""
+    """The plan's tasks as the steps they run in: runs of one kind (and stacking level), in plan order;
+    the trials' fits and bags counted whole, those the plan does not list included."""
     steps: list[list] = []
+    unlisted = {"fit": plan.unlisted_fits, "bag": sum(plan.unlisted(a.model) for a in plan.allocations)}
     for t in plan.tasks:
         step = t.kind
         if t.kind == "fit" and t.fold_set == ():
@@ -122,7 +128,7 @@ def graph_steps(plan: Plan) -> list[tuple[str, int]]:
         if steps and steps[-1][0] == step:
             steps[-1][1] += 1
         else:
-            steps.append([step, 1])
+            steps.append([step, 1 + unlisted.pop(step, 0)])
     return [(step, count) for step, count in steps]
 
 
@@ -190,10 +196,24 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
     return table
 
 
-def time_limit_line(limit_s: float) -> str:
-    """Under the plan: what time_limit_s will do to it."""
-    return (f"time limit: {limit_s:g} s for the fits (time_limit_s), from the first one; trials run round by "
-            "round across the models, and fits that cannot end by then are not started")
+def time_limit_line(limit_s, fit_limit_s=None) -> str:
+    """Under the plan: what time_limit_s (or fit_time_limit_s) will do to it."""
+    if limit_s is not None:
+        head = (f"time limit: {limit_s:g} s for the whole run (time_limit_s), start-up to the last line; the fits "
+                "end early enough for the refits, ensemble, saving and logging after them")
+    else:
+        head = f"time limit: {fit_limit_s:g} s for the fits (fit_time_limit_s), from the first one"
+    return head + ("; trials run round by round across the models, and fits that cannot end by then are not "
+                   "started")
+
+
+def run_time_line(limit_s: float, started: float) -> str:
+    """The run's last line under time_limit_s: how long it took, start-up included."""
+    import time
+
+    took = time.time() - started
+    within = "within" if took <= limit_s else "past"
+    return f"time_limit_s={limit_s:g} s: the run took {took:.1f} s from start-up to this line, {within} the limit"
 
 
 def budget_lines(summary) -> list[str]:
@@ -201,7 +221,7 @@ def budget_lines(summary) -> list[str]:
     lines = [summary.line()]
     if summary.left_out:
         lines.append(f"not on the leaderboard nor in the ensemble: {', '.join(summary.left_out)} (no trial finished "
-                     f"all its folds within time_limit_s={summary.limit_s:g})")
+                     f"all its folds within {summary.key}={summary.limit_s:g})")
     return lines
 
 

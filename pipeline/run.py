@@ -16,17 +16,14 @@ from typing import Callable, Optional, Union
 
 from omegaconf import DictConfig
 
-from pipeline import hardware as hw
 from pipeline.checks import (
-    Checked, check_after_loading, check_data_and_params, check_environment, check_gpu_models,
+    Checked, check_after_loading, check_data_and_params, check_environment,
 )
 from pipeline.errors import ConfigError, Interrupted
 from pipeline.lean_imports import for_run as lean_imports_for_run
-from pipeline.levels import ineffective_bag
-from pipeline.graph.plan import EVALUATE, Plan, build_plan
+from pipeline.graph.plan import EVALUATE, Plan
 from pipeline.objectives import inner_fit_seconds, job_return
-from pipeline.quantities import fmt
-from pipeline.resources import Resources, allocate, cpus_beside_gpu_fits
+from pipeline.planning import _on_cluster, make_plan  # noqa: F401  (make_plan: importable from here too)
 from pipeline.settings import Settings, read_settings
 from pipeline.run_folder import make_run_folder
 
@@ -44,6 +41,7 @@ class Runtime:
     job_num: Optional[int] = None
     sweep_dir: Optional[Path] = None  # a job of a multirun: the sweep's directory (absolute)
     swept: tuple[str, ...] = ()  # the keys the sweep varies, in its order
+    started: Optional[float] = None  # time.time() the run started (time_limit_s counts from it); None: now
 
     @classmethod
     def from_hydra(cls) -> "Runtime":
@@ -69,9 +67,16 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     forkserver, thread pool, tracker process or Ray connection (the planner's look at a Ray
     cluster's nodes is a connection it closes again, and every fit is checked against those nodes).
     """
+    from pipeline.run_clock import run_started
+
+    started = run_started()
     settings = read_settings(cfg)
     lean_imports_for_run(settings.lean_imports)
     runtime = runtime or Runtime.from_hydra()
+    runtime = dataclasses.replace(runtime, started=runtime.started or started)
+    from pipeline.planning.budget import search_for_budget
+
+    settings = search_for_budget(settings, runtime.overrides)
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)
     make_run_folder(runtime.run_dir)  # checked (by Hydra's callback too, before Hydra wrote into it), made
@@ -89,13 +94,16 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
         from pipeline.data import write_schema
 
         write_schema(runtime.run_dir / "schema.json", checked.roles)
-    if settings.conf.time_limit_s is not None:
-        report.console.print(report.time_limit_line(settings.conf.time_limit_s))
+    if settings.conf.time_limit_s is not None or settings.conf.fit_time_limit_s is not None:
+        report.console.print(report.time_limit_line(settings.conf.time_limit_s, settings.conf.fit_time_limit_s))
     plan.write(runtime.run_dir / "plan.json")
     if settings.conf.dry_run:
         report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
         return None
-    return execute(settings, plan, runtime, components, checked)
+    result = execute(settings, plan, runtime, components, checked)
+    if settings.conf.time_limit_s is not None:
+        report.console.print(report.run_time_line(settings.conf.time_limit_s, runtime.started), highlight=False)
+    return result
 
 
 @dataclass(frozen=True)
@@ -143,84 +151,6 @@ class Components:
             raise ConfigError(f"executor._target_={conf._target_!r} built a {type(backend).__name__}, "
                               "not a pipeline.graph.backend.Backend")
         return backend
-
-
-def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Optional[hw.Machine] = None) -> Plan:
-    """Validate the resource hierarchy and the memory of every model and build the execution graph, for
-    `machine` (a Ray cluster's, from the root's look at it), else this machine."""
-    from pipeline.device_choice import model_device
-    from pipeline.memory.planner import MemoryPlanner
-
-    machine = machine or hw.detect()
-    conf, par = settings.conf, settings.conf.parallelism
-    hardware = hw.resolve(conf.hardware, machine, dry_run=conf.dry_run)
-    for message in ineffective_bag(par.bag.request.num_cpus, par.bag.request.num_gpus, par.num_folds):
-        log.warning(message)
-    check_gpu_models(settings, hardware)
-    memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
-    allocations = []
-    gpu_capacities = list(hardware.capacities().values())
-    fit_shape = memory.fit_shape(memory.shape) if memory.shape is not None else None
-    models = []
-    for spec in settings.models:
-        _warn_overridden(settings, spec)
-        num_trials = conf.hpo.trials_for(spec.name, spec.search_space)
-
-        def allocate_for(fit_request, needs, warn=log.warning, num_trials=num_trials, total=hardware.total,
-                         alongside=False):
-            return allocate(
-                total, par.bag.request, fit_request, needs, num_folds=par.num_folds, num_trials=num_trials,
-                sequential=par.sequential, gpu_capacities=gpu_capacities, warn=warn, alongside=alongside,
-            )
-
-        fit_request = spec.resources.over(par.fit.request)
-        choice = model_device(spec, hardware, fit_shape, lambda needs, r=fit_request, a=allocate_for: a(r, needs, None),
-                              log.warning)
-        spec = spec.on(choice.device)
-        needs = spec.cls.needs(spec.name, spec.params)
-        models.append((spec, needs, choice, allocate_for, fit_request, allocate_for(fit_request, needs)))
-    beside = cpus_beside_gpu_fits(hardware.total.num_cpus, [m[-1] for m in models])
-    parallel_on_cpus = {m[0].name for m in models if m[-1].fit.num_gpus == 0 and m[-1].folds_parallel > 1}
-    for spec, needs, choice, allocate_for, fit_request, allocation in models:
-        # other models' folds run at once on the CPUs: their workers are started, and they take the CPUs a
-        # partial wave of this model's would leave (pipeline.payoff)
-        alongside = bool(parallel_on_cpus - {spec.name}) and bool(allocation.parallel_reason)
-        if allocation.fit.num_gpus == 0 and 0 < beside < hardware.total.num_cpus and not par.sequential \
-                and max(fit_request.num_cpus or 0, par.bag.request.num_cpus or 0) <= beside:
-            # the GPU models' fits hold their few threads; this CPU model takes the rest, at the same time
-            allocation = allocate_for(fit_request, needs, warn=None, total=Resources(beside, hardware.total.num_gpus),
-                                      alongside=alongside)
-        elif alongside:
-            allocation = allocate_for(fit_request, needs, warn=None, alongside=True)
-        check = getattr(spec.cls, "check_placement", None)
-        if check is not None:
-            check(spec.name, spec.params, allocation.fit)
-        # GPU memory may raise a fit's share: the same request with that share, already warned about
-        raised = lambda share, r=fit_request, needs=needs, a=allocate_for: a(  # noqa: E731
-            dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), needs, None)
-        allocation = memory.plan(spec, allocation, raised)
-        allocations.append(dataclasses.replace(allocation, device=choice.device, device_reason=choice.reason))
-    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=conf.refit,
-                      stack_levels=conf.stack_levels)
-
-
-def _warn_overridden(settings: Settings, spec) -> None:
-    """A model's own resources win over parallelism.fit; say so when both are set and differ."""
-    for field in ("num_cpus", "num_gpus"):
-        mine, theirs = getattr(spec.resources, field), getattr(settings.conf.parallelism.fit.request, field)
-        if mine is not None and theirs is not None and mine != theirs:
-            log.warning("model.%s.resources.%s=%s overrides parallelism.fit.%s=%s for model %s",
-                        spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
-
-
-def _on_cluster(settings: Settings) -> bool:
-    """The fits run on the Ray cluster at executor.address, not on this machine: the executor is of
-    kind `ray` (pipeline.executors.ray_backend)."""
-    from pipeline.targets import resolve
-
-    ex = settings.conf.executor
-    executor = resolve("executor._target_", ex._target_, settings.allowed_targets)
-    return getattr(executor, "kind", None) == "ray" and bool(ex.address)
 
 
 def _look_at_cluster(settings: Settings):
@@ -346,6 +276,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
         "maximize" if metric.greater_is_better else "minimize",
         store_dir=runtime.run_dir / "trials",
         prior=prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
+        portfolios={s.name: s.cls.portfolio for s in settings.models},
     )
     outputs = RunOutputs(runtime.run_dir, tracker, settings.conf.tracking.register_model,
                          settings.conf.tracking.register_alias)
@@ -353,21 +284,22 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
     store = ResultStore(runtime.run_dir, sources)
     from pipeline.graph.time_budget import TimeBudget
 
-    limit = settings.conf.time_limit_s
-    budget = TimeBudget(limit) if limit is not None else None
-    with FitProgress(plan) as progress:
+    budget = _budget(settings, plan, runtime)
+    full = plan.expanded()  # every trial (the plan lists the first of each model); the scheduler runs these
+    with FitProgress(full) as progress:
         scheduler = Scheduler(
             plan, backend, store, trials,
             {s.name: s.prototype() for s in settings.models}, data, metric,
             seed=settings.conf.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
             hooks=HookList(RunHooks(progress, tracker, metric, settings.conf.hpo.searches, on_run_id=record.run_id),
-                           OutputHooks(outputs, plan, data, metric, lambda: scheduler.ctx.outcome)),
+                           OutputHooks(outputs, full, data, metric, lambda: scheduler.ctx.outcome)),
             pruning=settings.conf.hpo.pruning, unseen_categories=settings.conf.data.unseen_categories, budget=budget,
         )
         outcome = scheduler.run()
+    trials.flush()
     from pipeline.store import reuse_summary
 
-    said = reuse_summary(store.reused, len(plan.fit_tasks), runtime.run_dir)
+    said = reuse_summary(store.reused, len(full.fit_tasks), runtime.run_dir)
     if said is not None:
         from pipeline import report
 
@@ -377,7 +309,24 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
 
         record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
                          scheduler.abandoned), runtime.run_dir, tracker)
-    return outcome.results[EVALUATE].rows, inner_fit_seconds(plan.fit_tasks, outcome.results)
+    return outcome.results[EVALUATE].rows, inner_fit_seconds(full.fit_tasks, outcome.results)
+
+
+def _budget(settings: Settings, plan: Plan, runtime: Runtime):
+    """time_limit_s: the whole run's budget, from its start, less its tail; fit_time_limit_s: the fits'."""
+    from pipeline.graph.tail import TailEstimate
+    from pipeline.graph.time_budget import TimeBudget
+
+    conf = settings.conf
+    if conf.fit_time_limit_s is not None:
+        return TimeBudget(conf.fit_time_limit_s)
+    if conf.time_limit_s is None:
+        return None
+    models = tuple((a.model, a.num_folds, a.fit.num_cpus) for a in plan.allocations)
+    tail = TailEstimate(models, plan.hardware.num_cpus, conf.refit, not conf.tracking._target_.endswith("no_tracker"))
+    budget = TimeBudget(conf.time_limit_s, start=runtime.started, whole_run=True, tail=tail)
+    object.__setattr__(tail, "fit_seconds", budget.model_estimate)
+    return budget
 
 
 def run_name(settings: Settings, runtime: Runtime) -> str:

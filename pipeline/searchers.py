@@ -15,6 +15,7 @@ class Searcher:
     """Makes the Optuna sampler of one model's study; `searches = False` fits the model's own params."""
 
     searches = True
+    portfolio = False  # whether the first trials after the model's own params are its kind's portfolio
     kind: str = ""  # the engine's: none | random | tpe | grid (the run's records show a user's by its class)
 
     def sampler(self, hpo, model: str, space: dict) -> Any:
@@ -58,6 +59,19 @@ class TpeSearch(Searcher):
         if startup is None:
             startup = min(10, max(2, hpo.num_trials // 3))
         return optuna.samplers.TPESampler(seed=hpo.seed, n_startup_trials=startup)
+
+
+class AutoSearch(TpeSearch):
+    """hpo=auto, for a time budget (the default when time_limit_s is given and hpo is not): each model's
+    own params first (trial 0), then its kind's portfolio of proven configurations (TabularModel.portfolio),
+    then TPE learning from them, with pruning; the budget decides how many trials run (the scheduler
+    starts none that cannot finish), so num_trials is only a ceiling."""
+
+    kind = "auto"
+    portfolio = True
+
+    def __init__(self, n_startup_trials: Optional[int] = 4):
+        super().__init__(n_startup_trials)
 
 
 class GridSearch(Searcher):

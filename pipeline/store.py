@@ -252,7 +252,12 @@ def read_state(run_dir: Path) -> Optional[dict]:
 
 
 def read_json(path: Path):
-    """The JSON in `path`, opened without following a symbolic link and without blocking (a FIFO planted
+    """The JSON in `path`, read as `read_regular` reads it."""
+    return json.loads(read_regular(path))
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of `path`, opened without following a symbolic link and without blocking (a FIFO planted
     there cannot hang the run); UntrustedFile unless it is a regular file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -266,7 +271,7 @@ def read_json(path: Path):
             raise UntrustedFile(f"{path} is not a regular file (a FIFO, a device or a socket): the engine "
                                 "reads only the files it wrote; remove it")
         os.set_blocking(fd, True)
-        return json.loads(fh.read())
+        return fh.read()
 
 
 def check_run_source(directory: Path, key: str) -> None:
@@ -317,6 +322,21 @@ def prior_trials(directories: list[Path]) -> dict:
     """Trials recorded in these run directories, by name; a later directory's win."""
     prior = {}
     for directory in directories:
-        for path in sorted((directory / "trials").glob("*.json")):
-            prior[path.stem] = read_json(path)
+        prior.update(read_trials(directory / "trials"))
     return prior
+
+
+def read_trials(directory: Path) -> dict:
+    """Model -> {trial: parameters} recorded in `directory`: each `<model>.json`, and the trials its
+    `<model>.jsonl` appended since (a line torn by a crash is skipped)."""
+    out: dict[str, dict] = {}
+    for path in sorted(directory.glob("*.json")):
+        out[path.stem] = read_json(path)
+    for path in sorted(directory.glob("*.jsonl")):
+        mine = out.setdefault(path.stem, {})
+        for line in read_regular(path).splitlines():
+            try:
+                mine.update(json.loads(line))
+            except ValueError:
+                continue
+    return out

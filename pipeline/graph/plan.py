@@ -4,6 +4,11 @@ fits, then the node that assembles them) and the evaluation, each with its resou
 The scheduler runs exactly these tasks (pipeline.graph.nodes says what each kind does). `dry_run` stops
 here and writes plan.json.
 
+Trials of one model share one resource shape, so a plan lists only the first rounds of each model's
+trials (`listed_trials`: two rounds of its trials in parallel, whatever hpo.num_trials is) and
+states the count; `Plan.expanded` instantiates the others, each a copy of a listed trial a whole
+number of rounds later, when the plan runs. Planning costs the same for 10 trials as for 10,000.
+
 The graph's shape (the tasks and their ids, one builder per node kind) is pipeline.graph.shape's; this
 module places the fits on the hardware and admits them while the plan runs.
 """
@@ -14,6 +19,7 @@ import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -41,6 +47,40 @@ class Plan:
                                  "a plan lists every task after the tasks it depends on")
             seen.add(task.id)
 
+    @cached_property
+    def _by_id(self) -> dict[str, Task]:
+        return {t.id: t for t in self.tasks}
+
+    @cached_property
+    def listed(self) -> dict[str, int]:
+        """Model -> how many of its trials the plan lists (the first ones); the others repeat their shape."""
+        out: dict[str, int] = defaultdict(int)
+        for t in self.tasks:
+            if t.kind == "bag" and t.level == 1 and t.trial is not None:
+                out[t.model] += 1
+        return dict(out)
+
+    def unlisted(self, model: str) -> int:
+        """How many trials of `model` the plan counts but does not list."""
+        return max(0, self.allocation(model).num_trials - self.listed.get(model, 0))
+
+    @property
+    def unlisted_fits(self) -> int:
+        return sum(self.unlisted(a.model) * a.num_folds for a in self.allocations)
+
+    @property
+    def num_fits(self) -> int:
+        """Every fit the plan will run, listed or not."""
+        return len(self.fit_tasks) + self.unlisted_fits
+
+    def expanded(self) -> "Plan":
+        """This plan with every trial listed: what the scheduler runs (pipeline.graph.plan's docstring)."""
+        if not any(self.unlisted(a.model) for a in self.allocations):
+            return self
+        if "_expanded" not in self.__dict__:  # made once: the scheduler and the run's outputs share it
+            self.__dict__["_expanded"] = dataclasses.replace(self, tasks=tuple(_expand(self)))
+        return self.__dict__["_expanded"]
+
     def with_task(self, task: Task, *, before: Optional[str] = None) -> "Plan":
         """This plan with `task` added (before the task `before`, which then also depends on it;
         else at the end): how a node of another kind joins the graph."""
@@ -63,14 +103,15 @@ class Plan:
         return [t for t in self.tasks if t.kind == "fit"]
 
     def task(self, task_id: str) -> Task:
-        return next(t for t in self.tasks if t.id == task_id)
+        return self._by_id[task_id]
 
     def allocation(self, model: str) -> Allocation:
         return next(a for a in self.allocations if a.model == model)
 
     @property
     def num_waves(self) -> int:
-        return 1 + max((t.wave for t in self.fit_tasks), default=-1)
+        """Waves of the whole plan, the unlisted trials' included (`_rounds` extrapolates them)."""
+        return 1 + max((t.wave for t in self.fit_tasks), default=-1) + _rounds(self)[1]
 
     @property
     def max_concurrency(self) -> int:
@@ -91,6 +132,7 @@ class Plan:
                     **({"gpu_packing_reason": a.packing_reason} if a.packing_reason else {}),
                     "num_folds": a.num_folds,
                     "num_trials": a.num_trials,
+                    "trials_listed": self.listed.get(a.model, 0),
                     "folds_parallel": a.folds_parallel,
                     "folds_parallel_reason": a.parallel_reason,
                     "trials_parallel": a.trials_parallel,
@@ -104,6 +146,10 @@ class Plan:
             **({"memory": self.memory.to_json()} if self.memory is not None else {}),
             "stack_levels": self.stack_levels,
             "num_waves": self.num_waves,
+            "num_fits": self.num_fits,
+            "trials_note": ("tasks lists the first trials of each model (trials_listed of num_trials): every trial "
+                            "has their shape (folds, devices, memory); the others run the same way, a whole "
+                            "number of rounds of trials_parallel later"),
             "tasks": [t.to_json() for t in self.tasks],
         }
 
@@ -170,12 +216,83 @@ def build_plan(hardware: Hardware, allocations: list[Allocation], memory=None, *
                refit: bool = False, stack_levels: int = 0) -> Plan:
     """The graph `BUILDERS` make, each fit placed (wave, device ids) by a unit-time simulation that
     starts a fit once everything it depends on is done; a driver task's wave follows its inputs'."""
-    shape = Shape(tuple(allocations), stack_levels, evaluate, refit)
+    listed = [dataclasses.replace(a, num_trials=listed_trials(a)) for a in allocations]
+    shape = Shape(tuple(listed), stack_levels, evaluate, refit)
     tasks: list[Task] = []
     for builder in BUILDERS:
         tasks += builder(shape, tasks)
-    placed = _simulate(hardware, allocations, tasks, memory.ram_for_fits if memory is not None else None)
+    placed = _simulate(hardware, listed, tasks, memory.ram_for_fits if memory is not None else None)
     return Plan(hardware, tuple(allocations), tuple(placed), memory, stack_levels)
+
+
+def listed_trials(a: Allocation) -> int:
+    """The trials of a model a plan lists: two rounds of its trials in parallel (four at least), so that
+    the second round shows how the rounds follow each other."""
+    return min(a.num_trials, max(4, 2 * a.trials_parallel))
+
+
+def _rounds(plan: Plan) -> tuple[dict[str, tuple[int, int, dict]], int]:
+    """Per model with unlisted trials: its trials in parallel P, the waves D from one round to the next
+    (trial i to trial i + P, in the last listed round), and the first wave of each listed trial; and the waves the
+    unlisted trials add to the plan's end."""
+    firsts: dict[str, dict[int, int]] = defaultdict(dict)
+    lasts: dict[str, int] = defaultdict(int)
+    for t in plan.tasks:
+        if t.kind == "fit" and t.fold_set is None:
+            first = firsts[t.model]
+            first[t.trial] = min(first.get(t.trial, t.wave), t.wave)
+            lasts[t.model] = max(lasts[t.model], t.wave)
+    out, added = {}, 0
+    for a in plan.allocations:
+        listed, extra = plan.listed.get(a.model, 0), plan.unlisted(a.model)
+        if not extra:
+            continue
+        p, first = max(1, a.trials_parallel), firsts[a.model]
+        # the second round against the first: the steady state, once the models' first fits have interleaved
+        step = max([1] + [first[i + p] - first[i] for i in range(max(0, listed - 2 * p), listed - p) if i + p in first])
+        out[a.model] = (p, step, first)
+        added = max(added, -(-extra // p) * step)
+    return out, added
+
+
+def _expand(plan: Plan) -> list[Task]:
+    """The plan's tasks with every trial: trial t past the listed L is a copy of listed trial
+    L - P + (t - L) mod P, (t - L) // P + 1 rounds of D waves later (`_rounds`); each task that reads
+    every trial of a model (the ensemble, stacking, refits) reads the new bags too; what follows the
+    trials moves by the waves they add."""
+    rounds, added = _rounds(plan)
+    by_id = plan._by_id
+    new_fits: list[Task] = []
+    new_bags: dict[str, list[str]] = {}
+    for a in plan.allocations:
+        if a.model not in rounds:
+            continue
+        p, step, _ = rounds[a.model]
+        listed = plan.listed[a.model]
+        bags = []
+        for trial in range(listed, a.num_trials):
+            template, later = listed - p + (trial - listed) % p, ((trial - listed) // p + 1) * step
+            fits = []
+            for fold in range(a.num_folds):
+                fit = by_id[fit_id(a.model, template, fold)]
+                fits.append(dataclasses.replace(fit, id=fit_id(a.model, trial, fold), trial=trial, wave=fit.wave + later))
+            bag = by_id[bag_id(a.model, template)]
+            new_fits += fits
+            new_fits.append(dataclasses.replace(bag, id=bag_id(a.model, trial), trial=trial, wave=bag.wave + later,
+                                                depends_on=tuple(f.id for f in fits)))
+            bags.append(bag_id(a.model, trial))
+        new_bags[bag_id(a.model, listed - 1)] = bags
+    out: list[Task] = []
+    trial_task = lambda t: t.level == 1 and t.trial is not None and t.kind in ("fit", "bag")  # noqa: E731
+    last_trial = max(i for i, t in enumerate(plan.tasks) if trial_task(t))
+    for i, t in enumerate(plan.tasks):
+        if not trial_task(t):
+            deps = tuple(d2 for d in t.depends_on for d2 in (d, *new_bags.get(d, ())))
+            t = dataclasses.replace(t, depends_on=deps, wave=t.wave + added)
+        out.append(t)
+        if i == last_trial:
+            out += new_fits
+    return out
 
 
 def _simulate(hardware: Hardware, allocations: list[Allocation], tasks: list[Task], ram: Optional[int]) -> list[Task]:

@@ -15,6 +15,7 @@ deadline to stop at, and a fit still running past the deadline's grace is stoppe
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections import defaultdict
@@ -26,9 +27,10 @@ from pipeline.graph.tasks import TaskFailure
 from pipeline.metrics import Metric
 from pipeline.graph.nodes import node_kind
 from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResult
-from pipeline.graph.plan import Admission, Plan, Task
+from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
 from pipeline.graph.time_budget import GraphCut, TimeBudget
+from pipeline.graph.trial_gate import TrialGate
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
 
@@ -54,6 +56,7 @@ class Scheduler:
         unseen_categories: str = "missing",
         budget: Optional[TimeBudget] = None,
     ):
+        self.template, plan = plan, plan.expanded()  # the trials the plan counts but does not list, instantiated
         self.plan, self.backend, self.store = plan, backend, store
         self.max_retries, self.hooks, self.task_timeout_s = max_retries, hooks, task_timeout_s
         self.ctx = GraphContext(plan, data, metric, seed, trials, store, prototypes, pruning=pruning, hooks=hooks,
@@ -66,26 +69,30 @@ class Scheduler:
         self.cancelled = 0  # fits stopped past the deadline's grace
         self.abandoned = 0  # running fits stopped because their trial could no longer finish
         self._order = {t.id: i for i, t in enumerate(plan.tasks)}
-        self._consumers: dict[str, list[Task]] = defaultdict(list)
-        for t in plan.tasks:
+        self._consumers: dict[str, list[Task]] = defaultdict(list)  # of the listed tasks: what ranks read
+        for t in self.template.tasks:
             for d in t.depends_on:
                 self._consumers[d].append(t)
         # model -> [seconds, count] of its finished fits
         self._fit_seconds: dict[str, list] = defaultdict(lambda: [0.0, 0])
         self._ranked: dict[str, float] = {}  # model -> the mean seconds the ranks were computed with
         self._ranks: Optional[dict[str, float]] = None  # None: to compute (again) before the next admission
+        self.gate = TrialGate(plan)
 
     def run(self) -> Outcome:
         """Run every task of the plan (under a budget, those it did not cut); the outcome holds each
         task's result under its id."""
         ctx = self.ctx
         admission = Admission(self.plan.hardware, self.plan.allocations, self.plan.ram_for_fits)
-        self.blocked: list[Task] = list(self.plan.tasks)  # waiting for their dependencies
+        self.blocked: dict[str, Task] = {t.id: t for t in self.plan.tasks}  # waiting for their dependencies
+        self._waiting = {t.id: len(t.depends_on) for t in self.plan.tasks}  # dependencies not settled
+        self._ready = [self._order[t.id] for t in self.plan.tasks if not t.depends_on]  # heap, in plan order
+        self._settled: set[str] = set()  # done or cut, their consumers told
         self.queued: list[Task] = []  # worker tasks waiting for admission, in priority order
         self.running: dict[object, tuple[Task, tuple, Any]] = {}
         attempts: dict[str, int] = defaultdict(int)
         ctx.data_ref = self.backend.prepare(self.plan, ctx.data)
-        if self.budget is not None:  # the clock starts with the first fit
+        if self.budget is not None:  # fit_time_limit_s: the clock starts with the first fit
             ctx.deadline = self.budget.begin()
         self._release()
         while self.queued or self.running:
@@ -121,13 +128,14 @@ class Scheduler:
                     log.warning("task %s failed (attempt %d of %d): %s; retrying", task.id, attempts[task.id],
                                 self.max_retries + 1, result.message)
                     self.queued.insert(0, task)
+                    self.gate.again(task)
                     continue
                 result.attempt = attempts[task.id]
                 if not getattr(result, "stopped_by_budget", False):  # a shortened fit is not its key's result
                     self.store.put(request.key, result)
                 self._complete(task, result, request)
         if self.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan
-            raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {self.blocked[0].id}")
+            raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {next(iter(self.blocked))}")
         return ctx.outcome
 
     def _priority(self, task: Task) -> tuple:
@@ -138,7 +146,10 @@ class Scheduler:
         trial = (task.trial or 0) if self.budget is not None else 0
         if self._ranks is None:
             self._ranks = self._upward_ranks()
-        return trial, task.model in self._ranked, -self._ranks[task.id], self._order[task.id]
+        rank = self._ranks.get(task.id)
+        if rank is None:  # a trial the plan does not list: its fold's rank in the first trial (the same shape)
+            rank = self._ranks[fit_id(task.model, 0, task.fold)]
+        return trial, task.model in self._ranked, -rank, self._order[task.id]
 
     def _upward_ranks(self) -> dict[str, float]:
         """Each task's seconds plus the longest such sum over the tasks that consume it: a fit takes its
@@ -146,7 +157,7 @@ class Scheduler:
         self._ranked = {m: total / fits for m, (total, fits) in self._fit_seconds.items()}
         unknown = max(self._ranked.values(), default=1.0)
         ranks: dict[str, float] = {}
-        for t in reversed(self.plan.tasks):  # listed after their dependencies: consumers come first here
+        for t in reversed(self.template.tasks):  # listed after their dependencies: consumers come first here
             own = self._ranked.get(t.model or "", unknown) if self.kinds[t.kind].on_worker else 0.0
             ranks[t.id] = own + max((ranks[c.id] for c in self._consumers[t.id]), default=0.0)
         return ranks
@@ -174,7 +185,7 @@ class Scheduler:
             if go is None:
                 held_back.append(task)
             elif go is False:
-                self.queued.remove(task)
+                self._dequeue(task)
                 progressed = True
             else:
                 progressed = self._start(task, admission, attempts) or progressed
@@ -187,7 +198,7 @@ class Scheduler:
         shares = admission.try_admit(task)
         if shares is None:
             return False
-        self.queued.remove(task)
+        self._dequeue(task)
         self.cut.started.add(task.id)
         request = self.kinds[task.kind].request(task, shares, self.ctx, attempts[task.id])
         cached = self.store.get(request.key)
@@ -254,10 +265,12 @@ class Scheduler:
                 self.submitted_at.pop(handle, None)
                 admission.release(task, shares)
                 self.cut.cut[task.id] = "unused"
+                self._settle(task.id)
                 self.abandoned += 1
 
     def _cut(self, task: Task, why: str) -> None:
         for tid in self.cut.cut_task(task.id, why):
+            self._settle(tid)
             cut = self.cut.tasks[tid]
             self.kinds[cut.kind].cut(cut, self.ctx)
             if tid not in self.ctx.outcome.results and self.hooks and hasattr(self.hooks, "on_task_cut"):
@@ -270,30 +283,56 @@ class Scheduler:
                 self._record_seconds(task.model, seconds)
             if self.budget is not None:
                 self.budget.record(task, seconds, getattr(result, "stopped_by_budget", False))
+                self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
+        self._settle(task.id)
         self._release()
 
+    def _settle(self, task_id: str) -> None:
+        """`task_id` is done or cut: each consumer waits for one input less (a cut one is ready at once)."""
+        if task_id in self._settled:
+            return
+        self._settled.add(task_id)
+        if task_id in self.blocked and task_id in self.cut.cut:
+            heapq.heappush(self._ready, self._order[task_id])
+        for c in self.cut.consumers.get(task_id, ()):
+            if c in self.blocked:
+                self._waiting[c] -= 1
+                if self._waiting[c] == 0:
+                    heapq.heappush(self._ready, self._order[c])
+        if task_id in self.gate.gated and task_id not in self.blocked:  # cut while it waited for its trial
+            self.gate.gone(self.plan.tasks[self._order[task_id]])
+
+    def _dequeue(self, task: Task) -> None:
+        """`task` leaves the admission queue (started, or cut); its trial's next may enter (`TrialGate`)."""
+        self.queued.remove(task)
+        self._enqueue(self.gate.left(task))
+
+    def _enqueue(self, tasks) -> None:
+        if tasks:
+            self.queued += tasks
+            self.queued.sort(key=self._priority)
+
     def _release(self) -> None:
-        """Every task whose dependencies are settled (done, or cut) leaves `blocked`: a cut one is
-        dropped, a driver task runs now on the inputs that were made (and may release others), a
-        worker task joins the admission queue."""
+        """Every task whose dependencies are settled (done, or cut) leaves `blocked`, in plan order: a cut
+        one is dropped, a driver task runs now on the inputs that were made (and may release others), a
+        worker task joins the admission queue (a trial's fits once `TrialGate` opens their trial)."""
         done, cut = self.ctx.outcome.results, self.cut.cut
-        settled = lambda t: t.id in cut or all(d in done or d in cut for d in t.depends_on)  # noqa: E731
-        ready = next((t for t in self.blocked if settled(t)), None)
-        while ready is not None:
-            self.blocked.remove(ready)
+        while self._ready:
+            ready = self.plan.tasks[heapq.heappop(self._ready)]
+            if self.blocked.pop(ready.id, None) is None:
+                continue
             kind = self.kinds[ready.kind]
             if ready.id in cut:
                 pass
             elif kind.on_worker:
-                self.queued.append(ready)
-                self.queued.sort(key=self._priority)
+                self._enqueue(self.gate.arrive(ready))
             else:
                 self.cut.started.add(ready.id)
                 done[ready.id] = kind.run(ready, {d: done[d] for d in ready.depends_on if d in done}, self.ctx)
+                self._settle(ready.id)
                 if self.hooks and hasattr(self.hooks, "on_node_end"):  # the root writes and logs what it computed
                     self.hooks.on_node_end(ready, done[ready.id])
-            ready = next((t for t in self.blocked if settled(t)), None)
 
     def _wait(self, running: dict) -> list:
         """The backend's finished fits; with a task time limit, also each fit past it, stopped and
@@ -321,3 +360,4 @@ class Scheduler:
                 done.append((handle, TaskFailure(task.id, f"the fit ran longer than executor.task_timeout_s="
                                                           f"{self.task_timeout_s:g} s and was stopped")))
         return done
+

@@ -1,9 +1,12 @@
-"""The run's time budget (`time_limit_s`): a deadline the scheduler plans to, and what it cut.
+"""The run's time budget: a deadline the scheduler plans to, and what it cut.
 
-The deadline is `time_limit_s` seconds after the scheduler starts the graph, once the backend holds
-the data (start-up comes before: config, plan, data loading, workers or Ray starting), as an absolute
-`time.time()`, so every worker process and Ray node reads the same instant. It covers the fits and the bag nodes; the driver's
-tail (ensemble selection, the test rows scored, models saved and logged) runs after the last fit.
+`time_limit_s` bounds the whole run, from the process's start to its last line, as AutoGluon's
+`time_limit` does: start-up (config, plan, data, workers or Ray) spends it too, and the fits' deadline
+is the limit less what the run's tail needs after the last fit (`reserved`: the refits, the ensemble,
+models saved and logged, estimated from measured costs, pipeline.graph.tail) and less the grace a fit
+has to stop. `fit_time_limit_s` is the narrower budget: seconds for the fits alone, from the first
+one's start; the tail comes after it. Either deadline is an absolute `time.time()`, so every worker
+process and Ray node reads the same instant.
 
 - `TimeBudget` estimates how long a fit takes, from the fits of the same model that finished
   (mean per fold; a fit stopped early gives a floor); a model with none finished starts. A better
@@ -41,6 +44,11 @@ def stop_grace_s(limit_s: float) -> float:
     return max(10.0, 0.1 * limit_s)
 
 
+def run_grace_s(limit_s: float) -> float:
+    """The stop grace under a whole-run limit: short, and kept back from the fits' time."""
+    return max(1.0, 0.03 * limit_s)
+
+
 def _level(task) -> Optional[int]:
     return getattr(task, "level", None)
 
@@ -49,18 +57,41 @@ class TimeBudget:
     """The deadline, and the fit-time estimates that decide whether a fit may still start."""
 
     def __init__(self, limit_s: float, *, start: Optional[float] = None, prior: FitEstimate = no_estimate,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, whole_run: bool = False,
+                 tail: Optional[Callable[[], float]] = None):
+        """`whole_run`: the limit runs from `start` (the process's start) and keeps `tail()` seconds
+        back for what follows the fits; else it runs from `begin` (the first fit) and covers the fits."""
         self.limit_s, self.prior, self.clock = float(limit_s), prior, clock
-        self.begin(start)
+        self.whole_run, self.tail = whole_run, tail or (lambda: 0.0)
+        self.key = "time_limit_s" if whole_run else "fit_time_limit_s"
+        self.start = self.clock() if start is None else start
         self._complete: dict[tuple, list[float]] = defaultdict(list)  # (model, level) -> seconds of whole fits
         self._stopped: dict[tuple, list[float]] = defaultdict(list)  # ... of fits stopped early: floors
 
     def begin(self, start: Optional[float] = None) -> float:
-        """Start the clock (now, or at `start`); the deadline, as a time.time()."""
-        self.start = self.clock() if start is None else start
-        self.deadline = self.start + self.limit_s
-        self.stop_at = self.deadline + stop_grace_s(self.limit_s)  # running fits past it are stopped
+        """The fits start: for a fits-only budget the clock starts now (or at `start`); the deadline."""
+        if not self.whole_run:
+            self.start = self.clock() if start is None else start
         return self.deadline
+
+    @property
+    def grace(self) -> float:
+        return run_grace_s(self.limit_s) if self.whole_run else stop_grace_s(self.limit_s)
+
+    @property
+    def reserved(self) -> float:
+        """Seconds of a whole-run limit kept back from the fits: the tail's estimate and the stop grace."""
+        return self.tail() + self.grace if self.whole_run else 0.0
+
+    @property
+    def deadline(self) -> float:
+        """When the fits must end, as a time.time() (it moves as the tail's estimate does)."""
+        return self.start + self.limit_s - self.reserved
+
+    @property
+    def stop_at(self) -> float:
+        """Running fits still running then are stopped."""
+        return self.deadline + self.grace
 
     def record(self, task, seconds: float, stopped: bool = False) -> None:
         """A finished fit of `task`'s model took `seconds` (`stopped`: it was cut short)."""
@@ -77,6 +108,10 @@ class TimeBudget:
             return fmean(same_model)
         floors = [s for (m, _), seconds in self._stopped.items() if m == task.model for s in seconds]
         return max(floors) if floors else self.prior(task)
+
+    def model_estimate(self, model: str) -> Optional[float]:
+        """Seconds one fit of `model` takes at level 1, as `estimate` says it."""
+        return self.estimate(_Probe(model, 1))
 
     def can_finish(self, task, fits: int = 1, slots: Sequence[float] = (), after: float = 0.0,
                    now: Optional[float] = None) -> bool:
@@ -97,6 +132,12 @@ class TimeBudget:
 
     def remaining(self, now: Optional[float] = None) -> float:
         return self.deadline - (self.clock() if now is None else now)
+
+
+@dataclass(frozen=True)
+class _Probe:
+    model: str
+    level: int
 
 
 class GraphCut:
@@ -156,6 +197,8 @@ class BudgetSummary:
     fits_abandoned: int = 0  # running when the rest of their trial was cut: stopped, their result unused
     other_cut: dict[str, int] = field(default_factory=dict)  # node kind -> how many were cut
     left_out: list[str] = field(default_factory=list)  # models without one complete trial
+    key: str = "time_limit_s"  # the setting: time_limit_s (the whole run) or fit_time_limit_s (the fits)
+    reserved_s: float = 0.0  # time_limit_s: what was kept back for the tail when the fits' deadline came
 
     @property
     def cut_anything(self) -> bool:
@@ -179,7 +222,10 @@ class BudgetSummary:
         parts += [f"{n} {kind} node(s) not run" for kind, n in self.other_cut.items()]
         if self.left_out:
             parts.append("left out (no complete trial): " + ", ".join(self.left_out))
-        return f"time limit {self.limit_s:g} s: " + ", ".join(parts) + f"; the fits ended after {self.fits_ended_s:.1f} s"
+        since = "start-up" if self.key == "time_limit_s" else "the first fit's start"
+        return (f"{self.key}={self.limit_s:g} s: " + ", ".join(parts)
+                + f"; the fits ended {self.fits_ended_s:.1f} s after {since}"
+                + (f" ({self.reserved_s:.1f} s kept for the run's tail)" if self.key == "time_limit_s" else ""))
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"line": self.line()}
@@ -209,12 +255,13 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
         fits_stopped=sum(bool(e.get("stopped_by_budget")) for e in timeline), fits_cancelled=cancelled,
         fits_abandoned=abandoned,
         other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
+        key=budget.key, reserved_s=budget.reserved,
     )
 
 
 def record(summary: BudgetSummary, run_dir, tracker) -> None:
     """Print the summary, keep it in the run's state.json and on its MLflow run; when nothing
-    finished, a TimeLimitError saying to raise time_limit_s."""
+    finished, a TimeLimitError saying to raise the limit."""
     from pipeline import report
     from pipeline.store import write_state
 
@@ -228,6 +275,6 @@ def record(summary: BudgetSummary, run_dir, tracker) -> None:
                          "time_limit/fits_stopped": float(summary.fits_stopped)})
     if summary.nothing_finished:
         raise TimeLimitError(
-            f"time_limit_s={summary.limit_s:g}: no model finished a complete trial (every fold of it) within the "
-            f"limit, so there is no leaderboard; raise time_limit_s (or fit less: fewer folds, a smaller model)"
+            f"{summary.key}={summary.limit_s:g}: no model finished a complete trial (every fold of it) within the "
+            f"limit, so there is no leaderboard; raise {summary.key} (or fit less: fewer folds, a smaller model)"
         )

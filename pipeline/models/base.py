@@ -86,6 +86,9 @@ class TabularModel(ABC):
         return cls.gpu_fit_cpus
 
     cost_library: ClassVar[str] = ""  # the library's name in the fit-time calibration (pipeline/fit_costs.yaml)
+    # hpo=auto's first trials after the model's own params: proven configurations of this kind (values of
+    # its search space; a key outside the space, or a value outside its range, is left to the sampler)
+    portfolio: ClassVar[tuple[dict, ...]] = ()
     device_param: ClassVar[str] = ""  # the library parameter that takes 'cpu' or 'cuda' as it is, if any
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):

@@ -111,7 +111,7 @@ def ray_instance():
             os.environ[key] = value
 
 
-def plan_for(cpus, gpus, fit_cpus, fit_gpus, num_folds=1, model="lightgbm"):
+def plan_for(cpus, gpus, fit_cpus, fit_gpus, num_folds=1, model="lightgbm", num_trials=1):
     from pipeline.config import HardwareConf
     from pipeline.hardware import Machine, resolve
     from pipeline.graph.plan import build_plan
@@ -121,8 +121,8 @@ def plan_for(cpus, gpus, fit_cpus, fit_gpus, num_folds=1, model="lightgbm"):
     hw = resolve(HardwareConf(name="box", num_cpus=cpus, num_gpus=gpus), machine, dry_run=False)
     needs = ModelNeeds(model, bool(fit_gpus), bool(fit_gpus), 1, "params.device=cuda")
     a = allocate(hw.total, Request.parse(None, None, "parallelism.bag"),
-                 Request.parse(fit_cpus, fit_gpus, "parallelism.fit"), needs, num_folds=num_folds, num_trials=1,
-                 gpu_capacities=list(hw.capacities().values()))
+                 Request.parse(fit_cpus, fit_gpus, "parallelism.fit"), needs, num_folds=num_folds,
+                 num_trials=num_trials, gpu_capacities=list(hw.capacities().values()))
     return build_plan(hw, [a])
 
 
@@ -316,3 +316,32 @@ def test_the_ray_executor_runs_the_same_graph_with_a_node_kind_registered_outsid
     assert ran["done"] == ["bag/sleep/t0", "fit/sleep/t0/f0", "fit/sleep/t0/f1"]
     assert set(outcome.results) == {t.id for t in plan.tasks}
     assert {e["pid"] for e in outcome.timeline} != {os.getpid()}  # the fits ran in Ray's workers
+
+
+def test_ray_runs_the_trials_a_plan_counts_but_does_not_list_under_a_whole_run_deadline(ray_instance, adult,
+                                                                                          tmp_path):
+    """The plan lists the first rounds of trials; the scheduler instantiates the rest, and each Ray task
+    carries the whole-run budget's deadline (the limit from the run's start, less the tail's reserve)."""
+    import time
+
+    from pipeline.config import HpoConf
+    from pipeline.executors.ray import RayBackend
+    from pipeline.graph.plan import bag_id
+    from pipeline.graph.scheduler import Scheduler
+    from pipeline.graph.time_budget import TimeBudget
+    from pipeline.hpo import TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.store import ResultStore
+    from tests.fault_models import SleepModel
+
+    plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep", num_trials=12)
+    assert plan.listed["sleep"] < 12 and plan.num_fits == 24
+    budget = TimeBudget(600, start=time.time(), whole_run=True, tail=lambda: 5.0)
+    with RayBackend() as backend:
+        scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
+                              {"sleep": SleepModel({"seconds": 0}, "sleep")}, adult, METRICS["roc_auc"], seed=0,
+                              budget=budget)
+        outcome = scheduler.run()
+    assert {bag_id("sleep", t) for t in range(12)} <= set(outcome.results)
+    assert set(outcome.results) == {t.id for t in plan.expanded().tasks}
+    assert scheduler.ctx.deadline == pytest.approx(budget.start + 600 - 5.0 - budget.grace)

@@ -1,17 +1,19 @@
-"""`time_limit_s` through the CLI: far more HPO trials than fit in the limit end with a leaderboard of
-what finished and a summary of what the limit cut, on the terminal and in the run directory."""
+"""`time_limit_s` (the whole run) and `fit_time_limit_s` (the fits) through the CLI: far more HPO trials
+than fit in the limit end with a leaderboard of what finished and a summary of what the limit cut, on
+the terminal and in the run directory."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pandas as pd
 
 
-def test_a_time_limit_cuts_trials_and_still_ends_with_a_leaderboard(cli, tmp_path):
+def test_a_fit_time_limit_cuts_trials_and_still_ends_with_a_leaderboard(cli, tmp_path):
     proc = cli("data.max_rows=2000", "model=lightgbm", "model.lightgbm.params.num_iterations=30",
                "hpo=random", "hpo.num_trials=400", "parallelism.num_folds=2", "executor.in_process=always",
-               "tracking=none", "time_limit_s=8", "hydra.run.dir=run", check=True, timeout=120)
+               "tracking=none", "fit_time_limit_s=8", "hydra.run.dir=run", check=True, timeout=120)
     run_dir = tmp_path / "run"
     board = pd.read_csv(run_dir / "leaderboard.csv")
     assert list(board["model"]) == ["lightgbm"]
@@ -19,8 +21,40 @@ def test_a_time_limit_cuts_trials_and_still_ends_with_a_leaderboard(cli, tmp_pat
     budget = state["time_budget"]
     assert state["status"] == "FINISHED" and budget["limit_s"] == 8.0
     assert 0 < budget["trials_not_run"] < 400 and budget["fits_not_run"] > 0
-    assert "time limit: 8 s for the fits (time_limit_s)" in proc.stdout  # under the plan
-    assert f"time limit 8 s: {budget['trials_not_run']} of 400 trials not run" in proc.stdout
+    assert "time limit: 8 s for the fits (fit_time_limit_s)" in proc.stdout  # under the plan
+    assert f"fit_time_limit_s=8 s: {budget['trials_not_run']} of 400 trials not run" in proc.stdout
     assert budget["fits_ended_s"] < 8.0 + 10  # the last fit ended within the limit and its stop grace
     finished = 400 - budget["trials_not_run"] - budget["trials_dropped"]
     assert finished >= 1 and len(json.loads((run_dir / "timeline.json").read_text())) >= 2 * finished
+
+
+def test_a_time_limit_bounds_the_whole_run_from_start_up_to_the_last_line(cli, tmp_path):
+    """The process ends within time_limit_s and a little more (the interpreter's exit): start-up, the
+    fits and the tail after them (ensemble, test scores, saving) all spend the limit."""
+    began = time.monotonic()
+    proc = cli("data.max_rows=2000", "model=lightgbm", "model.lightgbm.params.num_iterations=30",
+               "hpo=random", "hpo.num_trials=400", "parallelism.num_folds=2", "executor.in_process=always",
+               "tracking=none", "time_limit_s=15", "hydra.run.dir=run", check=True, timeout=120)
+    wall = time.monotonic() - began
+    budget = json.loads((tmp_path / "run" / "run_state.json").read_text())["time_budget"]
+    assert budget["key"] == "time_limit_s" and 0 < budget["reserved_s"] < 15
+    assert budget["fits_ended_s"] <= 15 - budget["reserved_s"] + 1  # the fits left the tail its time
+    assert "time limit: 15 s for the whole run (time_limit_s)" in proc.stdout
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("time_limit_s=15 s: the run took ") and last.endswith("within the limit"), last
+    assert wall <= 15 + 1.5, f"the process took {wall:.1f} s"
+
+
+def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli, tmp_path):
+    """Each job's clock starts with the job (the first with its process); no hpo chosen: hpo=auto,
+    its first trials each model's own params then its portfolio."""
+    proc = cli("-m", "seed=0,1", "model=lightgbm", "data.max_rows=1000", "parallelism.num_folds=2",
+               "executor.in_process=always", "tracking=none", "time_limit_s=20",
+               "model.lightgbm.params.num_iterations=20", "hydra.sweep.dir=sweep", check=True, timeout=240)
+    assert proc.stdout.count("hpo=auto: time_limit_s=20 is set and no hpo was chosen") == 2
+    assert proc.stdout.count("within the limit") == 2
+    for job in ("0", "1"):
+        state = json.loads((tmp_path / "sweep" / job / "run_state.json").read_text())
+        assert state["time_budget"]["key"] == "time_limit_s" and state["time_budget"]["fits_ended_s"] < 20
+        asked = json.loads((tmp_path / "sweep" / job / "trials" / "lightgbm.json").read_text())
+        assert len(asked) >= 2  # searched: the model's own params, then more

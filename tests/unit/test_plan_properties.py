@@ -96,7 +96,7 @@ def test_consistent_values_plan_and_rejections_name_a_set_key(
     plan = build_plan(hw, [a])
     assert a.used.num_cpus <= total_cpus and a.used.num_gpus <= total_gpus
     waves = {}
-    for t in plan.fit_tasks:
+    for t in plan.expanded().fit_tasks:  # every trial: those the plan lists and those it repeats
         waves.setdefault(t.wave, []).append(t)
     for tasks in waves.values():
         assert sum(t.resources.num_cpus for t in tasks) <= total_cpus
@@ -107,4 +107,4 @@ def test_consistent_values_plan_and_rejections_name_a_set_key(
             assert sum(t.gpu_shares, F(0)) == t.resources.num_gpus
         assert all(v <= min(1, total_gpus) for v in per_device.values())
         assert len(tasks) <= a.folds_parallel * a.trials_parallel
-    assert len(plan.fit_tasks) == max(1, folds) * trials
+    assert plan.num_fits == len(plan.expanded().fit_tasks) == max(1, folds) * trials

@@ -220,7 +220,7 @@ def test_the_scheduler_starts_only_fits_that_end_by_the_deadline_and_cuts_the_re
     summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline)
     assert summary.trials == 8 and summary.trials_not_run == 8 - len(done_bags) and summary.trials_dropped == 0
     assert summary.fits_not_run == 16 - len(ends) and summary.left_out == []
-    assert summary.line().startswith(f"time limit 20 s: {8 - len(done_bags)} of 8 trials not run")
+    assert summary.line().startswith(f"fit_time_limit_s=20 s: {8 - len(done_bags)} of 8 trials not run")
 
 
 def test_a_fit_that_does_not_stop_is_stopped_past_the_grace_and_nothing_finished_is_an_error(tmp_path):
@@ -234,7 +234,7 @@ def test_a_fit_that_does_not_stop_is_stopped_past_the_grace_and_nothing_finished
     summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled)
     assert summary.nothing_finished and summary.left_out == ["stuck"] and scheduler.cancelled == 2
     (tmp_path / "run").mkdir()
-    with pytest.raises(TimeLimitError, match="time_limit_s=5: no model finished a complete trial.*raise time_limit_s"):
+    with pytest.raises(TimeLimitError, match="fit_time_limit_s=5: no model finished a complete trial.*raise fit_time_limit_s"):
         record(summary, tmp_path / "run", NullTracker())
     assert "2 stopped past the deadline" in summary.line()
 

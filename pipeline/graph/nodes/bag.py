@@ -42,7 +42,7 @@ class BagNode(NodeKind):
         ctx.trials.drop(task.model, task.trial)
 
     def describe(self, tasks, plan) -> str:
-        trials = sum(t.level == 1 for t in tasks)
-        above = len(tasks) - trials
-        return (f"bag: {len(tasks)} node(s), each trial's fold models averaged and scored out of fold"
+        trials = sum(t.level == 1 for t in tasks) + sum(plan.unlisted(a.model) for a in plan.allocations)
+        above = sum(t.level > 1 for t in tasks)
+        return (f"bag: {trials + above} node(s), each trial's fold models averaged and scored out of fold"
                 + (f" ({above} of them a stacked level's)" if above else ""))

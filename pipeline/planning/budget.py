@@ -1,0 +1,71 @@
+"""How a time budget is spent: with `time_limit_s` given and no `hpo` chosen, the run searches with
+hpo=auto (each model's own params, then its kind's portfolio of proven configurations, then TPE with
+pruning: pipeline.searchers.AutoSearch) for as many trials as the budget lets finish; hpo=auto without
+a limit is refused, since nothing would end its trials."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from pipeline.components import HpoConf
+from pipeline.errors import ConfigError
+from pipeline.settings import Settings
+
+log = logging.getLogger("pipeline")
+
+AUTO = "pipeline.searchers.AutoSearch"
+IN_DRIVER_UP_TO_S = 60.0  # a limit this short fits hpo=auto's trials in the driver: no worker pool to start
+
+
+def search_for_budget(settings: Settings, overrides: tuple[str, ...]) -> Settings:
+    """`settings`, with hpo=auto when time_limit_s is set and the user chose no hpo (said on the terminal)."""
+    from pipeline.searchers import AutoSearch
+
+    conf = settings.conf
+    limited = conf.time_limit_s is not None or conf.fit_time_limit_s is not None
+    if isinstance(conf.hpo.make_searcher(), AutoSearch) and not limited:
+        raise ConfigError("hpo=auto searches for as long as a time budget allows: set time_limit_s (e.g. "
+                          "time_limit_s=60), or choose hpo=tpe or hpo=random with hpo.num_trials")
+    chosen = any(o.lstrip("+~").split("=")[0].split(".")[0] == "hpo" for o in overrides)
+    if conf.time_limit_s is None or chosen or conf.hpo._target_ != "pipeline.searchers.NoSearch" \
+            or conf.hpo.num_trials != 1:
+        return settings
+    empty = [s.name for s in settings.models if not s.search_space]
+    if empty:
+        log.warning("time_limit_s is set but model(s) %s have no search_space: hpo stays none", ", ".join(empty))
+        return settings
+    hpo = HpoConf(num_trials=1000, seed=conf.hpo.seed, start_from_defaults=True, pruning=True, _target_=AUTO)
+    from pipeline import report
+
+    report.console.print(
+        f"hpo=auto: time_limit_s={conf.time_limit_s:g} is set and no hpo was chosen, so each model fits its own "
+        "params, then its kind's proven configurations, then a TPE search with pruning, for as many trials as "
+        "finish in time (hpo=none: one trial of each model's own params)", highlight=False)
+    changes = {"hpo._target_": AUTO, "hpo.num_trials": 1000, "hpo.pruning": True}
+    executor = conf.executor
+    if _in_driver(settings, overrides):
+        # the pool's start (each worker importing LightGBM, XGBoost, torch) measured 3 s on the idle 2-core
+        # box and 20 s under load: a short budget cannot spare it, and the default run has none to start
+        executor = dataclasses.replace(executor, in_process="always")
+        changes["executor.in_process"] = "always"
+        report.console.print(
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g} (<= {IN_DRIVER_UP_TO_S:g} s): the trials are fitted "
+            "in the driver, one at a time, so no worker pool's start spends the budget "
+            "(executor.in_process=never keeps the pool)", highlight=False)
+    params = dict(settings.params)
+    for key, value in changes.items():
+        if key in params:
+            params[key] = value
+    return dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor), params=params)
+
+
+def _in_driver(settings: Settings, overrides: tuple[str, ...]) -> bool:
+    """Whether hpo=auto's fits run in the driver: a short limit, the local executor left to choose
+    (in_process=auto, no task timeout, which needs worker processes), no executor setting overridden."""
+    from pipeline.config import LOCAL_EXECUTOR
+
+    ex = settings.conf.executor
+    touched = any(o.lstrip("+~").split("=")[0].split(".")[0] == "executor" for o in overrides)
+    return (settings.conf.time_limit_s <= IN_DRIVER_UP_TO_S and not touched and ex._target_ == LOCAL_EXECUTOR
+            and ex.in_process == "auto" and ex.task_timeout_s is None)

@@ -1,0 +1,58 @@
+"""hpo=auto: the default when time_limit_s is given and no hpo is chosen; each model's own params first,
+then its kind's portfolio of proven configurations, then the sampler."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.hpo import TrialSource
+from pipeline.models import LightGBMModel
+from pipeline.planning.budget import search_for_budget
+from pipeline.searchers import AutoSearch, NoSearch
+from pipeline.settings import read_settings
+
+
+def test_a_time_limit_without_a_chosen_hpo_searches_with_hpo_auto(compose):
+    settings = search_for_budget(read_settings(compose(["time_limit_s=60"])), ("time_limit_s=60",))
+    assert isinstance(settings.conf.hpo.make_searcher(), AutoSearch)
+    assert settings.conf.hpo.pruning and settings.conf.hpo.num_trials == 1000
+
+
+@pytest.mark.parametrize("overrides", [["time_limit_s=60", "hpo=none"], ["fit_time_limit_s=60"], []])
+def test_a_chosen_hpo_or_no_whole_run_limit_keeps_the_config(compose, overrides):
+    settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
+    assert isinstance(settings.conf.hpo.make_searcher(), NoSearch)
+
+
+def test_hpo_auto_without_a_limit_is_refused_naming_the_key(compose):
+    with pytest.raises(ConfigError, match="hpo=auto.*set time_limit_s"):
+        search_for_budget(read_settings(compose(["hpo=auto"])), ("hpo=auto",))
+
+
+def test_both_limits_at_once_are_refused(compose):
+    with pytest.raises(ConfigError, match="time_limit_s=60 and fit_time_limit_s=30 are both set"):
+        read_settings(compose(["time_limit_s=60", "fit_time_limit_s=30"]))
+
+
+def test_the_first_trials_are_the_models_own_params_then_its_portfolio_then_the_sampler(compose):
+    settings = read_settings(compose(["model=lightgbm", "hpo=auto", "time_limit_s=60"]))
+    spec = settings.models[0]
+    source = TrialSource(settings.conf.hpo, {spec.name: spec.search_space}, {spec.name: spec.params}, "maximize",
+                         portfolios={spec.name: spec.cls.portfolio})
+    space = spec.search_space
+    asked = [source.params(spec.name, t) for t in range(6)]
+    assert asked[0] == {k: v for k, v in spec.params.items() if k in space}
+    assert asked[1:4] == list(LightGBMModel.portfolio)
+    assert asked[4] not in asked[:4] and all(space[k].contains(v) for k, v in asked[4].items())
+
+
+@pytest.mark.parametrize("overrides, in_process", [
+    (["time_limit_s=30"], "always"),  # a short budget: no worker pool to start
+    (["time_limit_s=120"], "auto"),
+    (["time_limit_s=30", "executor.in_process=never"], "never"),
+])
+def test_a_short_limit_fits_hpo_autos_trials_in_the_driver_unless_the_executor_was_chosen(compose, overrides,
+                                                                                         in_process):
+    settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
+    assert settings.conf.executor.in_process == in_process

@@ -1,0 +1,106 @@
+"""Cost grows with the work, not faster: planning 10,000 trials costs what planning 10 does, and the
+scheduler's work per fit stays flat as the trials grow (counted, not timed: the CPUs are shared)."""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+
+from pipeline.graph.plan import Admission, bag_id, build_plan, fit_id
+from pipeline.hardware import Machine, resolve
+from pipeline.resources import ModelNeeds, Request, allocate
+from tests.unit.test_time_budget import simulate
+
+
+class Counted(Exception):
+    pass
+
+
+def _plan(trials: int, folds: int = 5, models=("a", "b", "c"), evaluate=False):
+    hw = resolve(None, Machine(2), dry_run=False)
+    allocations = [allocate(hw.total, Request.parse(None, None, "b"), Request.parse(1, None, "f"),
+                            ModelNeeds(m, False, False, 1), num_folds=folds, num_trials=trials) for m in models]
+    return build_plan(hw, allocations, evaluate=evaluate)
+
+
+def _admissions(monkeypatch, trials: int, limit: int) -> int:
+    """try_admit calls while planning `trials` trials; Counted past `limit` (today's quadratic
+    simulation would take hours at 10,000 trials: it fails fast instead)."""
+    calls = [0]
+    real = Admission.try_admit
+
+    def counted(self, task):
+        calls[0] += 1
+        if calls[0] > limit:
+            raise Counted(f"planning {trials} trials made more than {limit} admission checks")
+        return real(self, task)
+
+    monkeypatch.setattr(Admission, "try_admit", counted)
+    plan = _plan(trials)
+    monkeypatch.setattr(Admission, "try_admit", real)
+    return calls[0], plan
+
+
+def test_planning_10000_trials_costs_what_10_do_and_the_plan_states_the_count(monkeypatch):
+    ten, small = _admissions(monkeypatch, 10, limit=10**6)
+    many, plan = _admissions(monkeypatch, 10_000, limit=10 * ten)
+    assert many <= 2 * ten
+    assert len(plan.tasks) == len(small.tasks)  # the trial shape, listed once
+    assert plan.num_fits == 3 * 10_000 * 5 and all(a.num_trials == 10_000 for a in plan.allocations)
+    written = plan.to_json()
+    assert [m["num_trials"] for m in written["models"]] == [10_000] * 3
+    assert written["num_fits"] == 150_000 and len(written["tasks"]) == len(small.tasks)
+
+
+def test_the_unlisted_trials_repeat_a_listed_trial_a_whole_number_of_rounds_later():
+    plan = _plan(10, folds=2, evaluate=True)
+    full = plan.expanded()
+    assert len(full.fit_tasks) == plan.num_fits == 3 * 10 * 2 and plan.expanded() is full
+    listed = plan.listed["a"]
+    assert listed < 10
+    ids = {t.id: t for t in full.tasks}
+    for trial in range(listed, 10):
+        fit = ids[fit_id("a", trial, 1)]
+        assert fit.trial == trial and fit.resources == ids[fit_id("a", 0, 1)].resources
+        assert ids[bag_id("a", trial)].depends_on == (fit_id("a", trial, 0), fit_id("a", trial, 1))
+        assert fit.wave > ids[fit_id("a", trial - 1, 1)].wave
+    assert sorted(ids["ensemble"].depends_on) == sorted(t.id for t in full.tasks if t.kind == "bag")
+    assert [t.id for t in full.tasks].index("ensemble") > max(
+        i for i, t in enumerate(full.tasks) if t.kind == "bag")
+
+
+def _calls_per_fit(tmp_path, trials: int) -> float:
+    """Python function calls the scheduler makes per fit, two models of 2 folds and `trials` trials."""
+    profile = cProfile.Profile()
+    profile.enable()
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"fast": 1.0, "slow": 2.0}, limit_s=1e9,
+                                                         trials=trials)
+    profile.disable()
+    fits = len(backend.submitted)
+    assert fits == 2 * trials * 2 and len(outcome.results["collect"]) == 2 * trials
+    return pstats.Stats(profile).total_calls / fits
+
+
+def test_the_schedulers_work_per_fit_is_flat_from_10_to_400_trials(tmp_path):
+    ten = _calls_per_fit(tmp_path / "10", 10)
+    many = _calls_per_fit(tmp_path / "400", 400)
+    assert many <= 2 * ten, f"{many:.0f} calls per fit at 400 trials, {ten:.0f} at 10"
+
+
+def test_asked_trials_are_appended_once_each_and_read_back_whole_a_torn_line_skipped(tmp_path):
+    """Each ask appends a line (no rewrite of every trial asked so far); the snapshot is written as the
+    count doubles and by flush; a resumed run reads the snapshot and the lines after it."""
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
+    from pipeline.store import read_trials
+
+    source = TrialSource(HpoConf(), {"m": {}}, {}, "maximize", store_dir=tmp_path)
+    for trial in range(5):
+        source.params("m", trial)
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 5
+    assert len(read_trials(tmp_path)["m"]) == 5  # the snapshot (4) and the lines after it
+    with open(tmp_path / "m.jsonl", "a") as f:
+        f.write('{"5": {"a"')  # a crash mid-line
+    assert sorted(read_trials(tmp_path)["m"]) == ["0", "1", "2", "3", "4"]
+    source.flush()
+    assert len(__import__("json").loads((tmp_path / "m.json").read_text())) == 5
