@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -119,8 +120,13 @@ class TrialSource:
             return
         self._counts[model] = self._counts.get(model, 0) + 1
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.store_dir / f"{model}.jsonl", "a") as f:
-            f.write(json.dumps({str(trial): self.asked[(model, trial)]}, default=str) + "\n")
+        line = json.dumps({str(trial): self.asked[(model, trial)]}, default=str) + "\n"
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # never through a link
+        fd = os.open(self.store_dir / f"{model}.jsonl", flags, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
         count = self._counts[model]
         if count & (count - 1) == 0:
             self._snapshot(model)
