@@ -326,18 +326,9 @@ def build(
     if wheel_dir is None:
         # LightGBM's sdist (1.7 MiB): where the CUDA build is missing or does not load on the box, run.sh
         # builds it there, in the background of call 1, with the image's nvcc
-        version = metadata.version("lightgbm")
-        _pip(
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--no-binary",
-            "lightgbm",
-            "-d",
-            str(staging),
-            f"lightgbm=={version}",
-        )
-        add(staging / f"lightgbm-{version}.tar.gz", "sdist", "sdist")
+        from pipeline.models.lightgbm_cuda_wheel import sdist
+
+        add(sdist(metadata.version("lightgbm"), staging), "sdist", "sdist")
     if lightgbm_cuda is not None:
         # the CUDA build travels beside the PyPI build under a build tag, so both names stay valid wheels
         parts = lightgbm_cuda.name[:-4].split("-")

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from bench.common import Options, figure, load_data, log, not_measured
+from bench.suites.autogluon import _write_split
 
 HERE = Path(__file__).resolve().parents[1]
 RUNNER = HERE / "peer_runner.py"
@@ -109,19 +110,6 @@ def run(opts: Options) -> dict:
                          "(multiclass), RMSE (regression); the engine's from its leaderboard's first row",
                 "runs": runs}
     return {"settings": settings, "figures": figures, "notes": notes}
-
-
-def _write_split(data, folder: Path) -> tuple[Path, Path]:
-    import numpy as np
-
-    frame = data.X.copy()
-    frame[data.label] = data.y
-    train = frame.iloc[np.concatenate([data.train_idx, data.val_idx])].reset_index(drop=True)
-    test = frame.iloc[data.test_idx].reset_index(drop=True)
-    paths = folder / "train.parquet", folder / "test.parquet"
-    train.to_parquet(paths[0])
-    test.to_parquet(paths[1])
-    return paths
 
 
 def _engine(overrides: list[str], run_dir: Path, metric: str) -> dict:
