@@ -12,6 +12,7 @@ overview and drops the key.)
 from __future__ import annotations
 
 import json
+import time
 from typing import Optional, Sequence
 
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow's prefix of a shared view's experiment tag
@@ -69,11 +70,20 @@ def serve_command(uri: str, port: int) -> str:
     return f"mlflow ui --backend-store-uri {uri} --port {port}"
 
 
-def share(client, experiment_id: str, state: dict) -> None:
+def share(client, experiment_id: str, state: dict, attempts: int = 5) -> None:
     """Write `state` as the experiment's shared view, keeping the columns it had that `state` lacks;
-    unchanged, nothing is written."""
+    unchanged, nothing is written. Jobs of a sweep write it at once: where another job's write wins
+    the race (SQLite's unique key on the tag), the stored view is read again and merged again."""
     tag = SHARED_VIEW_TAG + VIEW_KEY
-    stored = client.get_experiment(experiment_id).tags.get(tag)
-    view = json.dumps(merged(stored, state))
-    if view != stored:
-        client.set_experiment_tag(experiment_id, tag, view)
+    for attempt in range(attempts):
+        stored = client.get_experiment(experiment_id).tags.get(tag)
+        view = json.dumps(merged(stored, state))
+        if view == stored:
+            return
+        try:
+            client.set_experiment_tag(experiment_id, tag, view)
+            return
+        except Exception:  # noqa: BLE001 - the store's own error type differs by backend
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))

@@ -90,7 +90,8 @@ def test_secrets_in_override_values_are_masked_in_mlflow(cli, tmp_path):
     (job,) = [r for r in all_runs if "pipeline.run_dir" in r.data.tags]
     assert job.data.tags["src"] == SAS.replace(SECRET, "***")
     assert job.data.tags["conn"] == CONNECTION.replace(f"{SECRET}==", "***")
-    assert "+data.storage_options={token:***,account_key:***}" in job.info.run_name
+    assert "storage_options={token:***,account_key:***}" in job.info.run_name  # short, and masked
+    assert "+data.storage_options={token:***,account_key:***}" in job.data.tags["pipeline.overrides"]
     assert job.data.params["data.storage_options.token"] == "***"
     store = [p for p in (tmp_path / "outputs").rglob("*") if p.is_file()]
     assert store and not [p for p in store if SECRET.encode() in p.read_bytes()]  # the database, artifacts

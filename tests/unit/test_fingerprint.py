@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from pipeline import data as td
+from pipeline import fingerprint as fp
 
 
 def table(rows: int = 1000, **changes) -> td.TabularData:
@@ -28,20 +29,20 @@ def table(rows: int = 1000, **changes) -> td.TabularData:
 @pytest.fixture
 def threaded(monkeypatch):
     """Every table counts as large and the process has two cores: the columns hash on threads."""
-    monkeypatch.setattr(td, "PARALLEL_HASH_BYTES", 0)
-    monkeypatch.setattr(td.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(fp, "PARALLEL_HASH_BYTES", 0)
+    monkeypatch.setattr(fp.os, "sched_getaffinity", lambda pid: {0, 1})
 
 
 def test_threads_hash_the_columns_and_give_the_serial_value(monkeypatch):
-    monkeypatch.setattr(td, "PARALLEL_HASH_BYTES", 10**12)
-    serial_value = td.fingerprint(table())
-    monkeypatch.setattr(td, "PARALLEL_HASH_BYTES", 0)
-    monkeypatch.setattr(td.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(fp, "PARALLEL_HASH_BYTES", 10**12)
+    serial_value = fp.fingerprint(table())
+    monkeypatch.setattr(fp, "PARALLEL_HASH_BYTES", 0)
+    monkeypatch.setattr(fp.os, "sched_getaffinity", lambda pid: {0, 1})
     threads = []
-    digest = td._digest
-    monkeypatch.setattr(td, "_digest",
+    digest = fp._digest
+    monkeypatch.setattr(fp, "_digest",
                         lambda *part: threads.append(threading.current_thread().name) or digest(*part))
-    assert td.fingerprint(table()) == serial_value
+    assert fp.fingerprint(table()) == serial_value
     assert len(threads) == 8 and all(name.startswith("fingerprint") for name in threads), threads
 
 
@@ -74,4 +75,4 @@ def recategorised() -> td.TabularData:
     lambda: table(problem_type="multiclass"),
 ], ids=["a value", "a column name", "category names", "labels", "split", "problem type"])
 def test_any_change_changes_the_fingerprint(threaded, other):
-    assert td.fingerprint(other()) != td.fingerprint(table())
+    assert fp.fingerprint(other()) != fp.fingerprint(table())

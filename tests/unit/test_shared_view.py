@@ -34,3 +34,31 @@ def test_the_link_opens_the_runs_tab_with_the_view():
     server = view.ui_base("http://alice:secret@host:5000/", True, 5051)
     assert view.runs_link(server, "1") == \
         "http://alice:***@host:5000/#/experiments/1/runs?viewStateShareKey=pipeline"
+
+
+class RacingClient:
+    """A store where another job writes the view between this job's read and its write, once."""
+
+    def __init__(self, other_view: str):
+        self.tags: dict = {}
+        self.other_view = other_view
+        self.raced = False
+
+    def get_experiment(self, experiment_id):
+        return type("Experiment", (), {"tags": dict(self.tags)})()
+
+    def set_experiment_tag(self, experiment_id, key, value):
+        if not self.raced:
+            self.raced = True
+            self.tags[key] = self.other_view
+            raise RuntimeError("UNIQUE constraint failed: experiment_tags.key, experiment_tags.experiment_id")
+        self.tags[key] = value
+
+
+def test_jobs_writing_the_view_at_once_keep_both_jobs_columns():
+    other = json.dumps(view.view_state("roc_auc", True, ["model", "seed"]))
+    client = RacingClient(other)
+    view.share(client, "1", view.view_state("roc_auc", True, ["model", "model.lightgbm.params.num_leaves"]))
+    stored = json.loads(client.tags[view.SHARED_VIEW_TAG + view.VIEW_KEY])
+    assert "params.`seed`" in stored["selectedColumns"]
+    assert "params.`model.lightgbm.params.num_leaves`" in stored["selectedColumns"]
