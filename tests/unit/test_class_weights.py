@@ -48,8 +48,12 @@ def test_a_regression_label_with_class_weights_is_a_config_error_naming_key_valu
 def test_the_option_composes_and_is_checked_in_the_schema(compose):
     from pipeline.settings import read_settings
 
+    from pipeline.tracking.naming import comparable_params
+
     settings = read_settings(compose(["data.class_weight=balanced"]))
     assert settings.conf.data.class_weight == "balanced"
+    logged = comparable_params(settings.params, ["lightgbm"], {}, False, "bundled")
+    assert logged["data.class_weight"] == "balanced"  # an MLflow param of the run
     assert read_settings(compose([])).conf.data.class_weight == "none"
     with pytest.raises(ConfigError, match="data.class_weight"):
         read_settings(compose(["data.class_weight=balanced", "data.problem_type=regression"]))
