@@ -86,13 +86,18 @@ KINDS = {
 }
 
 
-def positive_rate(cls, data, class_weight: str) -> float:
+def fit_proba(cls, data, class_weight: str, eval_metric: str = "roc_auc"):
+    """The test rows' probabilities of one fit through run_fit, as every fit of a run is made."""
     request = FitRequest(
         task_id="fit/m/t0/f0", key="k", model=cls(KINDS[cls], cls.__name__), params={}, model_name="m",
-        trial=0, fold=0, num_folds=1, fold_seed=0, seed=0, eval_metric="roc_auc", num_cpus=1, gpu_ids=(),
+        trial=0, fold=0, num_folds=1, fold_seed=0, seed=0, eval_metric=eval_metric, num_cpus=1, gpu_ids=(),
         gpu_shares=(Fraction(0),), data=DataRef(obj=data), class_weight=class_weight,
     )
-    return float((run_fit(request).test_pred[:, 1] >= 0.5).mean())
+    return run_fit(request).test_pred
+
+
+def positive_rate(cls, data, class_weight: str) -> float:
+    return float((fit_proba(cls, data, class_weight)[:, 1] >= 0.5).mean())
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +136,21 @@ def test_the_libraries_hold_the_weights(rare, monkeypatch):
     assert val_weights == pytest.approx(expected[rare.y[rare.val_idx]])
     assert seen["QuantileDMatrix"][0] == pytest.approx(expected[rare.y[rare.train_idx]])
     assert seen["DMatrix"][0] == pytest.approx(expected[rare.y[rare.val_idx]])
+
+
+def test_a_multiclass_label_is_weighted_too():
+    """Three classes, the third 4% of the rows: weighted, the boosters predict it far more often."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    X = pd.DataFrame(rng.normal(size=(n, 4)), columns=list("abcd"))
+    y = np.where(X["a"] + rng.normal(0, 0.8, n) > 2.2, 2, (X["b"] > 0).astype(int)).astype(np.int64)
+    order = rng.permutation(n)
+    data = TabularData(X, y, "multiclass", "y", classes=[0, 1, 2], numeric=list(X.columns),
+                       train_idx=order[:1800], val_idx=order[1800:2400], test_idx=order[2400:],
+                       fingerprint="multi")
+    for cls in (LightGBMModel, XGBoostModel):
+        rates = {}
+        for weight in ("none", "balanced"):
+            proba = fit_proba(cls, data, weight, "accuracy")
+            rates[weight] = float((proba.argmax(axis=1) == 2).mean())
+        assert rates["balanced"] > 1.5 * max(rates["none"], 0.01), (cls.__name__, rates)
