@@ -41,6 +41,7 @@ def check_data_and_params(settings: Settings, launch_dir: Path) -> Checked:
     check_before_reading(settings.conf.data, launch_dir)  # a missing file, before the plan is shown
     problem_type = settings.conf.data.make_source().problem_type(launch_dir)
     roles = _roles(settings, launch_dir, problem_type)
+    check_class_weight(settings, problem_type)
     if problem_type is None:
         metrics.check_name(settings.conf.eval_metric)
         check_params(settings, None)
@@ -48,6 +49,13 @@ def check_data_and_params(settings: Settings, launch_dir: Path) -> Checked:
     metric = metrics.resolve(settings.conf.eval_metric, problem_type)
     check_params(settings, problem_type)
     return Checked(problem_type, metric, roles)
+
+
+def check_class_weight(settings: Settings, problem_type: Optional[str]) -> None:
+    """data.class_weight weighs classes: a regression label has none (a ConfigError before any fit)."""
+    from pipeline import class_weights
+
+    class_weights.check(settings.conf.data.class_weight, problem_type)
 
 
 def _roles(settings: Settings, launch_dir: Path, problem_type: Optional[str]):
@@ -63,6 +71,7 @@ def check_after_loading(settings: Settings, checked: Checked, problem_type: str)
     known before loading (or the loaded rows tell another)."""
     from pipeline import metrics
 
+    check_class_weight(settings, problem_type)
     if checked.metric is not None and checked.problem_type == problem_type:
         return checked.metric
     metric = metrics.resolve(settings.conf.eval_metric, problem_type)

@@ -166,6 +166,8 @@ class DataConf:
     test_path: Optional[str] = None  # a separate test file; else a seeded split of data.path
     storage_options: Dict[str, Any] = field(default_factory=dict)  # pandas/fsspec options (s3://, gs://): keys, tokens
     unseen_categories: str = "missing"  # test categories never seen in training: missing | error
+    # classification: none | balanced (each training row weighs n_rows / (n_classes × rows of its class))
+    class_weight: str = "none"
     test_size: float = 0.2
     val_size: float = 0.2  # of what remains after the test split
     max_rows: Optional[int] = None  # a seeded subsample (of Parquet, from as few row groups as hold it)
@@ -182,6 +184,9 @@ class DataConf:
     def __post_init__(self) -> None:
         one_of("data.problem_type", self.problem_type, PROBLEM_TYPES)
         one_of("data.unseen_categories", self.unseen_categories, UNSEEN_POLICIES)
+        from pipeline import class_weights
+
+        class_weights.check(self.class_weight, self.problem_type)
         for key in ("test_size", "val_size"):
             value = getattr(self, key)
             if not 0 < value < 1:

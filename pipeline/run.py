@@ -89,6 +89,10 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     from pipeline import report
 
     report.print_plan(plan)
+    if settings.conf.data.class_weight != "none":
+        from pipeline.class_weights import plan_line
+
+        report.console.print(plan_line(settings.conf.data.class_weight), highlight=False)
     if checked.roles is not None:
         report.print_roles(checked.roles)
         from pipeline.data import write_schema
@@ -204,7 +208,13 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
 
             report.print_roles(data.roles)
         data_module.write_schema(runtime.run_dir / "schema.json", data)
-    return data, check_after_loading(settings, checked, data.problem_type)
+    metric = check_after_loading(settings, checked, data.problem_type)
+    if settings.conf.data.class_weight != "none":
+        from pipeline import class_weights, report
+
+        line = class_weights.weights_line(data.y[data.train_idx], data.classes)
+        report.console.print(line, highlight=False)
+    return data, metric
 
 
 def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker, backend,
@@ -294,6 +304,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
             hooks=HookList(RunHooks(progress, tracker, metric, settings.conf.hpo.searches, on_run_id=record.run_id),
                            OutputHooks(outputs, full, data, metric, lambda: scheduler.ctx.outcome)),
             pruning=settings.conf.hpo.pruning, unseen_categories=settings.conf.data.unseen_categories, budget=budget,
+            class_weight=settings.conf.data.class_weight,
         )
         outcome = scheduler.run()
     trials.flush()

@@ -48,6 +48,5 @@ def warn_one_class(name: str, positive: np.ndarray, threshold: float, classes) -
     if hits in (0, len(positive)) and len(positive):
         only = classes[1] if hits else classes[0]
         log.warning("%s predicts %r for all %d test rows (threshold %.3f): it has not learnt to tell the "
-                    "classes apart; try class weights (model.lightgbm.params.is_unbalance=true, "
-                    "model.xgboost.params.scale_pos_weight=<negatives/positives>)",
+                    "classes apart; try class weights (data.class_weight=balanced)",
                     name, only, len(positive), threshold)

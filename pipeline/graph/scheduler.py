@@ -54,13 +54,14 @@ class Scheduler:
         pruning: bool = False,
         task_timeout_s: Optional[float] = None,
         unseen_categories: str = "missing",
+        class_weight: str = "none",
         budget: Optional[TimeBudget] = None,
     ):
         self.template, plan = plan, plan.expanded()  # the trials the plan counts but does not list, instantiated
         self.plan, self.backend, self.store = plan, backend, store
         self.max_retries, self.hooks, self.task_timeout_s = max_retries, hooks, task_timeout_s
         self.ctx = GraphContext(plan, data, metric, seed, trials, store, prototypes, pruning=pruning, hooks=hooks,
-                                unseen_categories=unseen_categories)
+                                unseen_categories=unseen_categories, class_weight=class_weight)
         self.kinds = {kind: node_kind(kind) for kind in dict.fromkeys(t.kind for t in plan.tasks)}
         self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission

@@ -85,6 +85,7 @@ class FitRequest:
     deadline: Optional[float] = None  # time.time() the fit stops by (time_limit_s): absolute, as every host reads it
     fold_set: Optional[tuple[int, ...]] = None  # a stacked fit: learn outside these folds (() : every row)
     stack: Optional[StackFeatures] = None  # a stacked level's features from the level below
+    class_weight: str = "none"  # data.class_weight
 
 
 @dataclass
@@ -126,13 +127,14 @@ class TaskFailure:
 
 def task_key(fingerprint: str, model: TabularModel, params: dict, fold: Optional[int], num_folds: int,
              fold_seed: int, seed: int, eval_metric: str, pruning: bool = False, device: str = "cpu",
-             fold_set: Optional[tuple[int, ...]] = None, stack: Optional[StackFeatures] = None) -> str:
+             fold_set: Optional[tuple[int, ...]] = None, stack: Optional[StackFeatures] = None,
+             class_weight: str = "none") -> str:
     """A hash of everything that determines a fold's result; the cache and resume key.
 
     Besides the data, model, parameters, fold and seeds: the versions of the engine and of the
     libraries the fit uses (an upgrade refits), `device` ("cpu" or "gpu": where a model that
     may use a GPU, such as the network on device auto, is placed) and, for a stacked fit, its fold
-    set and its features' digest.
+    set and its features' digest, and class weights other than none.
     """
     payload = {
         "data": fingerprint,
@@ -151,6 +153,8 @@ def task_key(fingerprint: str, model: TabularModel, params: dict, fold: Optional
         payload["fold_set"] = list(fold_set)
     if stack is not None:
         payload["stack"] = stack.digest
+    if class_weight != "none":  # absent otherwise: the keys of runs without class weights stay as they were
+        payload["class_weight"] = class_weight
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -264,6 +268,7 @@ def run_fit(request: FitRequest) -> FoldResult:
         eval_metric=request.eval_metric,
         report=report,
         deadline=request.deadline,
+        class_weight=request.class_weight,
     )
     model = request.model.clone(request.params)
     X, y = data.X, data.y

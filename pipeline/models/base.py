@@ -54,6 +54,7 @@ class FitContext:
     report: Optional[Callable[[int, float], bool]] = None  # (step, value) -> prune?
     deadline: Optional[float] = None  # time.time() the fit must end by (the run's time_limit_s); None: none
     stopped_by_budget: bool = False  # set when the fit stopped early for the deadline
+    class_weight: str = "none"  # data.class_weight: none | balanced (pipeline.class_weights)
 
     def out_of_time(self, step_seconds: float = 0.0) -> bool:
         """Whether one more step (a boosting round, an epoch) of `step_seconds` would end past the
@@ -61,6 +62,15 @@ class FitContext:
         if self.deadline is not None and not self.stopped_by_budget:
             self.stopped_by_budget = time.time() + step_seconds >= self.deadline
         return self.stopped_by_budget
+
+    def row_weights(self, y_train: np.ndarray, y_val: Optional[np.ndarray] = None):
+        """(training rows' weights, validation rows' weights) of `class_weight` for a fit on these labels;
+        (None, None) without class weights or for a regression label."""
+        from pipeline.class_weights import row_weights
+
+        if self.problem_type == "regression":
+            return None, None
+        return row_weights(self.class_weight, y_train, y_val, self.num_classes)
 
 
 class TabularModel(ABC):

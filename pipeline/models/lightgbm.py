@@ -126,16 +126,21 @@ class LightGBMModel(TabularModel):
         import lightgbm as lgb
 
         names = self._names(X)
-        train = lgb.Dataset(X, y, free_raw_data=True, feature_name=names)
-        self._train(train, lgb.Dataset(X_val, y_val, reference=train, feature_name=names), ctx)
+        weight, val_weight = ctx.row_weights(y, y_val)
+        train = lgb.Dataset(X, y, weight=weight, free_raw_data=True, feature_name=names)
+        valid = lgb.Dataset(X_val, y_val, weight=val_weight, reference=train, feature_name=names)
+        self._train(train, valid, ctx)
 
     def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
         import lightgbm as lgb
 
         # the rows' frames belong to the datasets alone, which drop them once binned (as lgb.train would)
         names = self._names(X)
-        train = lgb.Dataset(X.iloc[train_rows], y[train_rows], free_raw_data=True, feature_name=names)
-        valid = lgb.Dataset(X.iloc[val_rows], y[val_rows], reference=train, feature_name=names)
+        weight, val_weight = ctx.row_weights(y[train_rows], y[val_rows])
+        train = lgb.Dataset(X.iloc[train_rows], y[train_rows], weight=weight, free_raw_data=True,
+                            feature_name=names)
+        valid = lgb.Dataset(X.iloc[val_rows], y[val_rows], weight=val_weight, reference=train,
+                            feature_name=names)
         self._train(train, valid, ctx, validation_rows=lambda: X.iloc[val_rows])
 
     def _names(self, X):

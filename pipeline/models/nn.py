@@ -78,8 +78,10 @@ class TorchMLPModel(TabularModel):
         self.encoder_ = TabularEncoder()
         regression = ctx.problem_type == "regression"
         self.y_scale_ = (float(np.mean(y)), float(np.std(y)) or 1.0) if regression else (0.0, 1.0)
+        weights = [None if w is None else torch.as_tensor(w, dtype=torch.float32)
+                   for w in ctx.row_weights(y, y_val)]
         arrays = Arrays(*self._tensors(self.encoder_.fit_transform(X, rows), y),
-                        *self._tensors(self.encoder_.transform(X_val, val_rows), y_val))
+                        *self._tensors(self.encoder_.transform(X_val, val_rows), y_val), *weights)
         self.spec_ = NetSpec(
             num_numeric=len(self.encoder_.numeric),
             cardinalities=tuple(self.encoder_.cardinalities),

@@ -112,13 +112,15 @@ class XGBoostModel(TabularModel):
         booster's own config is checked, since XGBoost silently falls back to the CPU."""
 
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
-        self._train(self._training_matrix(self._frame(X), y, ctx),
-                    _matrix(self._frame(X_val), y_val, ctx.placement.num_cpus), ctx)
+        weight, val_weight = ctx.row_weights(y, y_val)
+        self._train(self._training_matrix(self._frame(X), y, ctx, weight),
+                    _matrix(self._frame(X_val), y_val, ctx.placement.num_cpus, val_weight), ctx)
 
     def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
         # each matrix copies its rows: their frames go once it is made
-        self._train(self._training_matrix(self._frame(X, train_rows), y[train_rows], ctx),
-                    _matrix(self._frame(X, val_rows), y[val_rows], ctx.placement.num_cpus), ctx)
+        weight, val_weight = ctx.row_weights(y[train_rows], y[val_rows])
+        self._train(self._training_matrix(self._frame(X, train_rows), y[train_rows], ctx, weight),
+                    _matrix(self._frame(X, val_rows), y[val_rows], ctx.placement.num_cpus, val_weight), ctx)
 
     def _frame(self, X, rows=None):
         """X (or its rows) as XGBoost reads it: with zero_as_missing, numeric zeros as missing values."""
@@ -133,7 +135,7 @@ class XGBoostModel(TabularModel):
             X = X.set_axis(safe_names(X.columns, XGBOOST_REFUSES), axis=1)
         return X
 
-    def _training_matrix(self, X, y, ctx: FitContext):
+    def _training_matrix(self, X, y, ctx: FitContext, weight=None):
         """For the CPU's hist method a QuantileDMatrix: XGBoost bins the rows straight from the frame,
         without the DMatrix's copy of them as floats (the same bins, so the same model). The
         validation rows stay a DMatrix: they are scored on their values, as predict scores them.
@@ -146,8 +148,9 @@ class XGBoostModel(TabularModel):
 
         params = _booster_params(self.params, ctx.problem_type, ctx.num_classes)
         if params["tree_method"] != "hist" or self.gpu_request(params)[0]:
-            return _matrix(X, y, ctx.placement.num_cpus)
-        return xgb.QuantileDMatrix(X, label=y, enable_categorical=True, nthread=ctx.placement.num_cpus)
+            return _matrix(X, y, ctx.placement.num_cpus, weight)
+        return xgb.QuantileDMatrix(X, label=y, weight=weight, enable_categorical=True,
+                                   nthread=ctx.placement.num_cpus)
 
     def _train(self, train, valid, ctx: FitContext) -> None:
         import xgboost as xgb
@@ -273,10 +276,10 @@ def _numbers(column):
     return column.to_numpy(dtype=np.float32, na_value=np.nan)
 
 
-def _matrix(X, y, threads: int):
+def _matrix(X, y, threads: int, weight=None):
     import xgboost as xgb
 
-    return xgb.DMatrix(X, label=y, enable_categorical=True, nthread=threads)
+    return xgb.DMatrix(X, label=y, weight=weight, enable_categorical=True, nthread=threads)
 
 
 def _visible() -> str:

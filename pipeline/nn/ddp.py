@@ -43,7 +43,8 @@ def fit_distributed(
 
     world_size = len(devices)
     for t in vars(arrays).values():
-        t.share_memory_()
+        if t is not None:  # no row weights: None
+            t.share_memory_()
     with tempfile.TemporaryDirectory(prefix="ddp-") as tmp:
         out = Path(tmp) / "result.pt"
         mp.start_processes(

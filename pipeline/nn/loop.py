@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
 import torch
 from torch import nn
 
 from pipeline.errors import HardwareError
 from pipeline.metrics import Metric
-from pipeline.nn.network import NetSpec
+from pipeline.nn.network import NetSpec, to_prediction  # noqa: F401  (importable from here too)
 from pipeline.nn.options import (
     COMPILE_MODES, EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, largest_batch,
     optimizer_options, scaled_lr,
@@ -37,7 +36,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Arrays:
-    """CPU tensors of one fit: training rows and validation rows."""
+    """CPU tensors of one fit: training rows, validation rows, their weights (None: each row weighs 1)."""
 
     x_num: torch.Tensor
     x_cat: torch.Tensor
@@ -45,6 +44,8 @@ class Arrays:
     v_num: torch.Tensor
     v_cat: torch.Tensor
     v_y: torch.Tensor
+    w: Optional[torch.Tensor] = None
+    v_w: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -90,10 +91,12 @@ class Loop:
         self.dtype: Optional[torch.dtype] = getattr(torch, dtype) if dtype else None
 
     # ------------------------------------------------------------------ setup
-    def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _loss(self, out: torch.Tensor, y: torch.Tensor, w: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The rows' mean loss; with weights `w`, of each row's loss times its weight (as GBMs weigh it)."""
         if self.problem_type == "regression":
             return nn.functional.mse_loss(out.float().squeeze(1), y)
-        return nn.functional.cross_entropy(out.float(), y)
+        loss = nn.functional.cross_entropy(out.float(), y, reduction="mean" if w is None else "none")
+        return loss if w is None else (loss * w).mean()
 
     def _autocast(self):
         if self.dtype is None:
@@ -102,13 +105,14 @@ class Loop:
 
     def _to_device(self, a: Arrays) -> tuple:
         d = self.device
-        return tuple(t.to(d, non_blocking=True) for t in (a.x_num, a.x_cat, a.y, a.v_num, a.v_cat, a.v_y))
+        return tuple(None if t is None else t.to(d, non_blocking=True)
+                     for t in (a.x_num, a.x_cat, a.y, a.v_num, a.v_cat, a.v_y, a.w, a.v_w))
 
     # ------------------------------------------------------------------ run
     def run(self, arrays: Arrays) -> LoopResult:
         torch.manual_seed(self.seed)
         module = self.spec.build().to(self.device)
-        x_num, x_cat, y, v_num, v_cat, v_y = self._to_device(arrays)
+        x_num, x_cat, y, v_num, v_cat, v_y, w, v_w = self._to_device(arrays)
         n = len(y)
         state = self._load_checkpoint()
         if state is not None:
@@ -147,13 +151,14 @@ class Loop:
             epoch_start = time.time()
             perm = torch.randperm(n, generator=generator).to(self.device)
             t0 = time.perf_counter()
-            loss_sum, rows, batch = self._epoch(model, optimizer, scaler, perm, x_num, x_cat, y, batch, result)
+            loss_sum, rows, batch = self._epoch(model, optimizer, scaler, perm, x_num, x_cat, y, w, batch,
+                                                result)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             seconds = time.perf_counter() - t0
             stop = torch.zeros(1, device=self.device)
             if self.rank == 0:
-                val_loss, score, output = self._evaluate(module, v_num, v_cat, v_y)
+                val_loss, score, output = self._evaluate(module, v_num, v_cat, v_y, v_w)
                 improved = result.best_epoch < 0 or self.metric.better(score, result.best_score)
                 if improved:
                     best_state = {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
@@ -196,7 +201,7 @@ class Loop:
             result.validation_output = result.validation_output.cpu()
         return result
 
-    def _epoch(self, model, optimizer, scaler, perm, x_num, x_cat, y, batch, result):
+    def _epoch(self, model, optimizer, scaler, perm, x_num, x_cat, y, w, batch, result):
         n = len(perm)
         acc = self.cfg.accumulate_grad_batches
         loss_sum = torch.zeros((), device=self.device)
@@ -210,7 +215,7 @@ class Loop:
             if self.world > 1:
                 idx = idx[self.rank * batch : (self.rank + 1) * batch]
             try:
-                loss = self._step(model, optimizer, scaler, idx, x_num, x_cat, y, step)
+                loss = self._step(model, optimizer, scaler, idx, x_num, x_cat, y, step, w)
             except torch.OutOfMemoryError:
                 batch = self._back_off(batch, optimizer, result)
                 continue  # retry the same rows with the smaller batch
@@ -221,14 +226,14 @@ class Loop:
             self._optimizer_step(optimizer, scaler)
         return loss_sum, rows, batch
 
-    def _step(self, model, optimizer, scaler, idx, x_num, x_cat, y, step):
+    def _step(self, model, optimizer, scaler, idx, x_num, x_cat, y, step, w=None):
         acc = self.cfg.accumulate_grad_batches
         boundary = (step + 1) % acc == 0
         sync = model.no_sync() if self.world > 1 and not boundary and hasattr(model, "no_sync") else contextlib.nullcontext()
         with sync:
             with self._autocast():
                 out = model(x_num[idx], x_cat[idx])
-            loss = self._loss(out, y[idx])
+            loss = self._loss(out, y[idx], None if w is None else w[idx])
             scaler.scale(loss / acc).backward()
         if boundary:
             self._optimizer_step(optimizer, scaler)
@@ -306,10 +311,10 @@ class Loop:
         module.train()
         return torch.cat(outs) if outs else torch.empty(0, self.spec.out_dim, device=self.device)
 
-    def _evaluate(self, module, v_num, v_cat, v_y) -> tuple[float, float, torch.Tensor]:
-        """Validation loss, score and the outputs they were computed from."""
+    def _evaluate(self, module, v_num, v_cat, v_y, v_w=None) -> tuple[float, float, torch.Tensor]:
+        """Validation loss (weighted as training's), unweighted score and the outputs they come from."""
         out = self._predict_raw(module, v_num, v_cat)
-        val_loss = self._loss(out, v_y).item()
+        val_loss = self._loss(out, v_y, v_w).item()
         pred = to_prediction(out, self.problem_type, self.y_scale)
         truth = v_y.cpu().numpy()
         if self.problem_type == "regression":
@@ -361,13 +366,6 @@ class Loop:
         with create_file(tmp) as fh:
             torch.save(state, fh)
         os.replace(tmp, path)
-
-
-def to_prediction(out: torch.Tensor, problem_type: str, y_scale=(0.0, 1.0)) -> np.ndarray:
-    """Network outputs to what models return: class probabilities, or values on the label's scale."""
-    if problem_type == "regression":
-        return out.squeeze(1).double().cpu().numpy() * y_scale[1] + y_scale[0]
-    return torch.softmax(out.float(), dim=1).double().cpu().numpy()
 
 
 def find_batch_size(module, probe, n_rows: int, max_batch: int, device: torch.device, start: int = 32) -> int:

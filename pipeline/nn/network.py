@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -79,3 +80,10 @@ class NetSpec:
             self.num_numeric, list(self.cardinalities), self.out_dim, self.hidden_sizes, self.dropout,
             self.max_embedding_dim,
         )
+
+
+def to_prediction(out: torch.Tensor, problem_type: str, y_scale=(0.0, 1.0)) -> np.ndarray:
+    """Network outputs to what models return: class probabilities, or values on the label's scale."""
+    if problem_type == "regression":
+        return out.squeeze(1).double().cpu().numpy() * y_scale[1] + y_scale[0]
+    return torch.softmax(out.float(), dim=1).double().cpu().numpy()

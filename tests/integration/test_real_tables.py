@@ -168,3 +168,19 @@ def test_a_rare_class_gets_a_threshold_stated_in_the_leaderboard(tables):
     row = leaderboard(run_dir_of(proc))["lightgbm"]
     assert row["threshold_metric"] == "balanced_accuracy" and 0 < float(row["threshold"]) < 1
     assert "decision threshold, chosen for balanced_accuracy" in " ".join(proc.stdout.split())
+
+
+def test_class_weights_are_said_and_a_regression_label_refuses_them_before_any_fit(tables):
+    frame = pd.read_csv(tables / "Smarket.csv").drop(columns=["Today"])
+    frame["Direction"] = (frame["Lag1"] > 1.6).map({True: "Big", False: "Other"})  # about 7% positive
+    frame.to_csv(tables / "rare_weighted.csv", index=False)
+    proc = run_cli(["data.path=rare_weighted.csv", "data.label=Direction", "data.class_weight=balanced",
+                    *fast("lightgbm")], tables, check=True)
+    said = " ".join(proc.stdout.split())
+    assert "class weights: balanced (each training row weighs n_rows / (n_classes × rows of its class)" in said
+    assert "class weights on the training split: Big " in said
+    proc = run_cli(["data.path=Auto.csv", "data.label=mpg", "data.class_weight=balanced", *fast("xgboost")], tables)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "data.class_weight=balanced weighs the classes of a classification label" in said
+    assert "valid for regression: data.class_weight=none" in said and "Leaderboard" not in said

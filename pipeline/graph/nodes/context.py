@@ -87,6 +87,7 @@ class GraphContext:
     pruning: bool = False
     hooks: Optional[Hooks] = None
     unseen_categories: str = "missing"  # data.unseen_categories, carried by every saved predictor
+    class_weight: str = "none"  # data.class_weight, for every fit
     data_ref: Any = None  # executors.tasks.DataRef, set when the backend has prepared the data
     deadline: Optional[float] = None  # time.time() the fits must end by (time_limit_s); None: no limit
     outcome: Outcome = field(default_factory=Outcome)

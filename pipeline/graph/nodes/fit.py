@@ -27,7 +27,8 @@ class FitNode(NodeKind):
         num_folds = ctx.plan.allocation(task.model).num_folds
         seed = task_seed(ctx.seed, task.model, task.trial, task.fold)
         key = task_key(ctx.data.fingerprint, prototype, params, task.fold, num_folds, ctx.seed, seed,
-                       ctx.metric.name, ctx.pruning, device=_device_kind(prototype, params, shares))
+                       ctx.metric.name, ctx.pruning, device=_device_kind(prototype, params, shares),
+                       class_weight=ctx.class_weight)
         return FitRequest(
             task_id=task.id, key=key, model=prototype, params=params, model_name=task.model,
             trial=task.trial, fold=task.fold, num_folds=num_folds, fold_seed=ctx.seed, seed=seed,
@@ -35,7 +36,7 @@ class FitNode(NodeKind):
             gpu_ids=tuple(d for d, _ in shares), gpu_shares=tuple(s for _, s in shares), data=ctx.data_ref,
             checkpoint_dir=str(ctx.store.checkpoint_dir(key)), pruning=ctx.pruning,
             prune_reference=tuple(ctx.curves.get((task.model, task.fold), ())) if ctx.pruning else (),
-            deadline=ctx.deadline,
+            deadline=ctx.deadline, class_weight=ctx.class_weight,
         )
 
     def done(self, task, result, request, ctx):
@@ -107,12 +108,14 @@ def _stacked_request(task, shares, ctx):
         stack = StackFeatures.of(names, values)
     seed = task_seed(ctx.seed, task.id, best.trial, -1)
     key = task_key(ctx.data.fingerprint, prototype, params, task.fold, num_folds, ctx.seed, seed, ctx.metric.name,
-                   device=_device_kind(prototype, params, shares), fold_set=task.fold_set, stack=stack)
+                   device=_device_kind(prototype, params, shares), fold_set=task.fold_set, stack=stack,
+                   class_weight=ctx.class_weight)
     return FitRequest(
         task_id=task.id, key=key, model=prototype, params=params, model_name=task.model, trial=best.trial,
         fold=task.fold, num_folds=num_folds, fold_seed=ctx.seed, seed=seed, eval_metric=ctx.metric.name,
         num_cpus=task.resources.num_cpus, gpu_ids=tuple(d for d, _ in shares), gpu_shares=tuple(s for _, s in shares),
         data=ctx.data_ref, checkpoint_dir=str(ctx.store.checkpoint_dir(key)), fold_set=task.fold_set, stack=stack,
+        class_weight=ctx.class_weight,
     )
 
 
