@@ -29,6 +29,7 @@ from pipeline.errors import DataError
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 8 * 2**20  # about what one chunk of text holds; a file no larger is read whole, as before
+KEY_STREAM = 0x637376  # the row keys draw from a stream of their own, not default_rng(seed)'s
 
 
 def sample_csv(path: Path, max_rows: Optional[int], seed: int, label: Optional[str] = None,
@@ -38,7 +39,7 @@ def sample_csv(path: Path, max_rows: Optional[int], seed: int, label: Optional[s
     in one chunk: it is then read whole, and sampled after, as it always was."""
     if max_rows is None or path.stat().st_size <= CHUNK_BYTES:
         return None
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, KEY_STREAM])
     parts: list[tuple[pd.DataFrame, np.ndarray]] = []
     witnesses: dict[str, dict[str, pd.Series]] = {}  # column -> dtype -> one value of it
     threshold, held, missing = np.inf, 0, 0

@@ -542,7 +542,7 @@ def long_csv(tmp_path_factory) -> Path:
         fh.write("row,x,colour,label\n")
         for start in range(0, 4_000_000, block):
             i = np.arange(start, start + block)
-            x = np.round(np.random.default_rng(start).random(block), 3)
+            x = np.round(np.random.default_rng(start + 1).random(block), 3)
             fh.write("".join(f"{a},{b},{c},{d}\n" for a, b, c, d in
                              zip(i.tolist(), x.tolist(), colours[i % 3].tolist(), (i % 2).tolist())))
     return path
