@@ -104,3 +104,16 @@ def test_memory_running_out_between_chunks_is_a_data_error_naming_the_file(numbe
     with pytest.raises(DataError, match=f"data.path='{numbered}' cannot be read: memory ran out"):
         calls.clear()
         label_column(numbered, "csv", "label", "data.path", max_rows=2000)
+
+
+def test_a_bound_above_the_files_rows_loads_what_the_whole_read_loads(numbered, small_chunks):
+    from pipeline.config import DataConf
+    from pipeline.data import load
+
+    def loaded(max_rows):
+        spec = DataConf(name="csv", _target_="pipeline.data_sources.CsvSource", path=str(numbered),
+                        label="label", max_rows=max_rows)
+        return load(spec, numbered.parent)
+
+    assert loaded(ROWS).fingerprint == loaded(None).fingerprint
+    assert len(loaded(2000).X) == 2000
