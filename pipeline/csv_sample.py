@@ -16,10 +16,9 @@ not only of the chunks it drew from.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Optional
-
-import logging
 
 import numpy as np
 import pandas as pd
@@ -69,6 +68,8 @@ def sample_csv(path: Path, max_rows: Optional[int], seed: int, label: Optional[s
                     "from the others", label, missing, len(frame))
     frame = frame.sort_index(kind="stable").reset_index(drop=True)
     for column, values in witnesses.items():
+        if not values:  # empty in every chunk: as each chunk read it
+            continue
         dtype = pd.concat(list(values.values()), ignore_index=True).dtype
         if frame[column].dtype != dtype:
             frame[column] = frame[column].astype(dtype)

@@ -64,6 +64,7 @@ def test_dtypes_are_those_of_the_whole_files_read(tmp_path, small_chunks):
         "bools_missing_late": np.where(late, "", np.where(i % 2, "True", "False")),
         "text_with_missing": np.where(i % 7 == 0, "", np.array(["a", "b", "c"])[i % 3]),
         "text_only_late": np.where(late, "zz", ""),
+        "empty": "",
         "floats": (i / 3).round(2).astype(str),
         "dates": np.array([f"2024-01-0{k % 9 + 1}" for k in range(n)]),
         "label": (i % 2).astype(str),
