@@ -51,6 +51,8 @@ def sample_csv(path: Path, max_rows: Optional[int], seed: int, label: Optional[s
                 keys[absent] = np.inf
             _witness(chunk, witnesses)
             take = np.flatnonzero(keys < threshold)
+            if len(take) > max_rows:  # only this chunk's max_rows smallest can be among the smallest
+                take = np.sort(take[np.argpartition(keys[take], max_rows - 1)[:max_rows]])
             parts.append((chunk.iloc[take], keys[take]))
             held += len(take)
             del chunk
