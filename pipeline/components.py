@@ -170,7 +170,7 @@ class DataConf:
     class_weight: str = "none"
     test_size: float = 0.2
     val_size: float = 0.2  # of what remains after the test split
-    max_rows: Optional[int] = None  # a seeded subsample (of Parquet, from as few row groups as hold it)
+    max_rows: Optional[int] = None  # a seeded subsample (of Parquet, few row groups; of CSV, chunk by chunk)
     # synthetic generator
     rows: int = 10_000
     features: int = 20

@@ -135,10 +135,11 @@ class FileSource(DataSource):
 
     def read(self, base_dir: Path) -> pd.DataFrame:
         return read_file(resolve(self.spec.path, base_dir), "data.path", self.kind, self.spec.storage_options,
-                         **self._bound())
+                         label=self.label, **self._bound())
 
     def _bound(self) -> dict:
-        """data.max_rows bounds what a local Parquet file's read holds (pipeline.parquet.row_groups_for)."""
+        """data.max_rows bounds what a local file's read holds: of Parquet, the row groups
+        pipeline.parquet.row_groups_for picks; of CSV, a sample kept chunk by chunk (pipeline.csv_sample)."""
         return {"max_rows": self.spec.max_rows, "seed": self.spec.seed if self.spec.seed is not None else 0}
 
     def local_path(self, base_dir: Path) -> Optional[Path]:
@@ -314,7 +315,8 @@ def check_column_names(columns: list[str], spec: "DataConf", label: str, key: st
 def label_column(path: Path, kind: Optional[str], label: str, key: str, max_rows: Optional[int] = None,
                  seed: int = 0) -> pd.Series:
     """One column of a local CSV or Parquet file, read without the others (of a Parquet file, only the
-    row groups `max_rows` needs); a DataError names `key`."""
+    row groups `max_rows` needs; of a CSV file larger than a chunk, the labels of the `max_rows` rows
+    its bounded read keeps); a DataError names `key`."""
     kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
     try:
         if kind == "parquet":
@@ -328,7 +330,10 @@ def label_column(path: Path, kind: Optional[str], label: str, key: str, max_rows
             return table.column(0).to_pandas()
         import pandas as pd
 
-        return pd.read_csv(path, usecols=[label])[label]
+        from pipeline.csv_sample import sample_csv
+
+        sample = sample_csv(path, max_rows, seed, label, usecols=[label])
+        return (pd.read_csv(path, usecols=[label]) if sample is None else sample)[label]
     except MemoryError as exc:  # pyarrow's ArrowMemoryError is one
         raise _too_big(path, key, exc) from None
     except (OSError, ValueError, KeyError) as exc:
@@ -338,12 +343,14 @@ def label_column(path: Path, kind: Optional[str], label: str, key: str, max_rows
 def _too_big(path: Path, key: str, exc: BaseException) -> DataError:
     return DataError(f"{key}={str(path)!r} cannot be read: memory ran out while reading it ({exc}); set "
                      "data.max_rows to read fewer rows (a Parquet file is then read a row group at a time, "
-                     "only as many as the rows need)")
+                     "only as many as the rows need; a CSV file a chunk at a time, keeping only the sample)")
 
 
 def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optional[dict] = None,
-              max_rows: Optional[int] = None, seed: int = 0) -> pd.DataFrame:
-    """A CSV or Parquet table (kind, else by suffix); every failure is a DataError naming `key`."""
+              max_rows: Optional[int] = None, seed: int = 0, label: Optional[str] = None) -> pd.DataFrame:
+    """A CSV or Parquet table (kind, else by suffix); every failure is a DataError naming `key`. With
+    `max_rows`, a local file's read holds about that many rows (whole row groups of Parquet; of CSV,
+    a seeded sample of the rows with a `label`), not the whole table."""
     if not isinstance(path, Path):
         return _read_remote(path, key, kind, storage_options)
     import pandas as pd
@@ -355,7 +362,11 @@ def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optio
             with path.open(newline="") as fh:
                 header = next(csv.reader(fh), [])
             _check_unique(header, key, path)
-            frame = pd.read_csv(path)
+            from pipeline.csv_sample import sample_csv
+
+            frame = sample_csv(path, max_rows, seed, label if label in header else None)
+            if frame is None:
+                frame = pd.read_csv(path)
         else:
             from pipeline.parquet import read_parquet
 

@@ -531,6 +531,43 @@ def test_max_rows_reads_only_the_row_groups_it_needs(tall_parquet):
     assert len(read_file(tall_parquet, "data.path", "parquet", max_rows=1_500_000, seed=1)) == 2_000_000
 
 
+@pytest.fixture(scope="module")
+def long_csv(tmp_path_factory) -> Path:
+    """4M short rows, about 80 MB on disk: pandas holds about 300 MB more once it has read it whole."""
+    import numpy as np
+
+    path, block = tmp_path_factory.mktemp("long") / "long.csv", 500_000
+    colours = np.array(["red", "green", "blue"])
+    with path.open("w") as fh:
+        fh.write("row,x,colour,label\n")
+        for start in range(0, 4_000_000, block):
+            i = np.arange(start, start + block)
+            x = np.round(np.random.default_rng(start + 1).random(block), 3)
+            fh.write("".join(f"{a},{b},{c},{d}\n" for a, b, c, d in
+                             zip(i.tolist(), x.tolist(), colours[i % 3].tolist(), (i % 2).tolist())))
+    return path
+
+
+def _load_peak_mb(path: Path, cwd: Path) -> float:
+    """The peak RSS of a process that loads `path` as a run does, with data.max_rows=2000."""
+    load = ("import sys; from pathlib import Path; from pipeline.config import DataConf; "
+            "from pipeline.data import load; data = load(DataConf(name='csv', _target_='pipeline.data_sources."
+            "CsvSource', path=sys.argv[1], label='label', max_rows=2000), Path.cwd()); "
+            "assert len(data.X) == 2000, len(data.X)")
+    proc = subprocess.run(["/usr/bin/time", "-f", "peak %M KB", sys.executable, "-c", load, str(path)],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stderr.rsplit("peak ", 1)[1].split()[0]) / 1024
+
+
+def test_max_rows_bounds_what_a_long_csv_file_costs(long_csv, tmp_path):
+    head = tmp_path / "head.csv"
+    with long_csv.open() as fh, head.open("w") as out:
+        out.writelines(line for _, line in zip(range(10_001), fh))
+    extra_mb = _load_peak_mb(long_csv, tmp_path) - _load_peak_mb(head, tmp_path)
+    assert extra_mb < 150, f"{extra_mb:.0f} MB more than for its first 10,000 rows"  # about 65 (300 before)
+
+
 def test_memory_running_out_while_reading_is_a_data_error_naming_the_file(tall_parquet, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
