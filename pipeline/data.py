@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import DataConf
-from pipeline.data_sources import read_file, resolve
+from pipeline.data_sources import resolve
+from pipeline.table_files import read_file
 from pipeline.errors import DataError
 from pipeline.features import FeatureMaker
 from pipeline.fingerprint import fingerprint

@@ -65,7 +65,7 @@ def predict(settings, base_dir: Path) -> int:
     """Score settings.data with the model settings.source names into settings.output; returns the number of rows."""
     from pipeline.chunks import ChunkWriter
     from pipeline.data import local_path
-    from pipeline.data_sources import check_file
+    from pipeline.table_files import check_file
     from pipeline.devices import local_ordinals, torch_device
     from pipeline.predictor_source import load_predictor
     from pipeline.report import console

@@ -524,7 +524,7 @@ def test_max_rows_bounds_what_a_tall_parquet_file_costs(tall_parquet, tmp_path):
 
 
 def test_max_rows_reads_only_the_row_groups_it_needs(tall_parquet):
-    from pipeline.data_sources import label_column, read_file
+    from pipeline.table_files import label_column, read_file
 
     label = label_column(tall_parquet, "parquet", "label", "data.path", max_rows=2000, seed=1)
     assert len(label) == 1_000_000  # one row group of the 40
@@ -572,7 +572,7 @@ def test_memory_running_out_while_reading_is_a_data_error_naming_the_file(tall_p
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.data_sources import label_column
+    from pipeline.table_files import label_column
     from pipeline.errors import DataError
 
     def out_of_memory(*args, **kwargs):

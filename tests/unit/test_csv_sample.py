@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pipeline import csv_sample
-from pipeline.data_sources import label_column, read_file
+from pipeline.table_files import label_column, read_file
 from pipeline.errors import DataError
 
 ROWS = 200_000
