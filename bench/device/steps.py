@@ -137,15 +137,20 @@ def step_pytest(opts, device) -> list[dict]:
     return out
 
 
+def _runner(runner_class, cwd: Path):
+    """The fixed-cost suite's Runner in `cwd`, with a private runtime folder of its own for tracker
+    services and wide console lines."""
+    runtime = cwd / "xdg_runtime"
+    runtime.mkdir(parents=True, mode=0o700, exist_ok=True)
+    return runner_class(cwd, {**os.environ, "COLUMNS": "200", "XDG_RUNTIME_DIR": str(runtime)})
+
+
 def step_flagship(opts, device) -> list[dict]:
     """Whole processes, as a user runs them: +hardware=1gpu model=gbm_gpu against model=gbm on the CPUs."""
     from bench.common import figure, guarded, ratios
     from bench.suites.fixed_cost import Runner, _alternate, _best_auc
 
-    cwd = opts.scratch / "flagship"
-    runtime = cwd / "xdg_runtime"
-    runtime.mkdir(parents=True, mode=0o700, exist_ok=True)
-    runner = Runner(cwd, {**os.environ, "COLUMNS": "200", "XDG_RUNTIME_DIR": str(runtime)})
+    runner = _runner(Runner, opts.scratch / "flagship")
     common = ["tracking=none", "hpo=none"]
     sizes = dict(FLAGSHIP_SIZES)
     sizes[_largest_name()] = (
@@ -363,10 +368,7 @@ def step_tracked(opts, device) -> list[dict]:
     from bench.common import guarded
     from bench.suites.fixed_cost import GPU_RUNS, Runner, _gpu_overhead, _stop_services
 
-    cwd = opts.scratch / "tracked"
-    runtime = cwd / "xdg_runtime"
-    runtime.mkdir(parents=True, mode=0o700, exist_ok=True)
-    runner = Runner(cwd, {**os.environ, "COLUMNS": "200", "XDG_RUNTIME_DIR": str(runtime)})
+    runner = _runner(Runner, opts.scratch / "tracked")
     figures = []
     try:
         figures += guarded(
