@@ -61,13 +61,9 @@ def _composed_main(cfg: DictConfig):
             from pipeline.signals import ignore_stop_signals
 
             ignore_stop_signals()  # the exit code says which signal stopped the run; a repeat must not change it
-        from pipeline.redact import redact_text
-        from rich.markup import escape
+        from pipeline.report import exit_with_error
 
-        from pipeline.report import err_console
-
-        err_console.print(f"[bold red]error:[/bold red] {escape(redact_text(str(exc)))}", soft_wrap=True)
-        sys.exit(exc.exit_code)
+        exit_with_error(exc)
 
 
 def refuse_former_keys(argv: list[str]) -> None:
@@ -79,13 +75,9 @@ def refuse_former_keys(argv: list[str]) -> None:
     try:
         check_overrides(argv, Path(CONFIG_DIR))
     except ConfigError as exc:
-        from pipeline.redact import redact_text
-        from rich.markup import escape
+        from pipeline.report import exit_with_error
 
-        from pipeline.report import err_console
-
-        err_console.print(f"[bold red]error:[/bold red] {escape(redact_text(str(exc)))}", soft_wrap=True)
-        sys.exit(exc.exit_code)
+        exit_with_error(exc)
 
 
 def entry() -> None:

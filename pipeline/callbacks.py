@@ -22,17 +22,6 @@ from hydra.experimental.callback import Callback
 log = logging.getLogger(__name__)
 
 
-def _exit_with(error) -> None:
-    """One `error:` line and the error's exit code: Hydra turns a callback's exceptions into warnings."""
-    import sys
-
-    from pipeline.redact import redact_text
-    from pipeline.report import err_console
-
-    err_console.print(f"[bold red]error:[/bold red] {redact_text(str(error))}", soft_wrap=True)
-    sys.exit(error.exit_code)
-
-
 class RunFolderCallback(Callback):
     """The run's (or sweep's) folder checked before Hydra writes into it (pipeline.run_folder), and
     Hydra's own files (.hydra/*.yaml with the whole config, multirun.yaml, pipeline.log) made this
@@ -48,8 +37,10 @@ class RunFolderCallback(Callback):
 
         try:
             check_run_folder(folder, key)
-        except UntrustedFile as exc:
-            _exit_with(exc)
+        except UntrustedFile as exc:  # Hydra turns a callback's exceptions into warnings: exit here
+            from pipeline.report import exit_with_error
+
+            exit_with_error(exc)
         self._umask = private_umask()
 
     def on_run_start(self, config, **kwargs: Any) -> None:
@@ -89,12 +80,9 @@ class LaunchCheckCallback(Callback):
                 error = error.__cause__ or error.__context__
             if error is None:
                 raise
-            import sys
+            from pipeline.report import exit_with_error
 
-            from pipeline.report import err_console
-
-            err_console.print(f"[bold red]error:[/bold red] {error}", soft_wrap=True)
-            sys.exit(error.exit_code)  # SystemExit: Hydra turns a callback's exceptions into warnings
+            exit_with_error(error)  # SystemExit: Hydra turns a callback's exceptions into warnings
 
 
 def mlflow_settings(config):

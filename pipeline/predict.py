@@ -43,13 +43,9 @@ def _composed_main(cfg: DictConfig):
     try:
         return run(cfg)
     except PipelineError as exc:
-        from pipeline.redact import redact_text
-        from rich.markup import escape
+        from pipeline.report import exit_with_error
 
-        from pipeline.report import err_console
-
-        err_console.print(f"[bold red]error:[/bold red] {escape(redact_text(str(exc)))}", soft_wrap=True)
-        sys.exit(exc.exit_code)
+        exit_with_error(exc)
 
 
 def run(cfg: DictConfig) -> int:

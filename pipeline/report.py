@@ -28,6 +28,17 @@ def _width():
 console = Console(stderr=False, highlight=False, width=_width())
 err_console = Console(stderr=True, highlight=False, width=_width())
 
+
+def exit_with_error(error) -> None:
+    """One `error:` line for a user's error (secrets masked, its brackets printed as written, not read as
+    rich markup), then exit with the error's code: no traceback."""
+    from rich.markup import escape
+
+    from pipeline.redact import redact_text
+
+    err_console.print(f"[bold red]error:[/bold red] {escape(redact_text(str(error)))}", soft_wrap=True)
+    sys.exit(error.exit_code)
+
 MAX_WAVES_SHOWN = 6
 
 
