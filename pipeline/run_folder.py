@@ -32,15 +32,17 @@ _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 def close_umask() -> int:
     """Add group and other write to the umask (the umask 0o000 a user may have becomes 0o022); returns
     the umask before."""
-    old = os.umask(0o022)
-    os.umask(old | 0o022)
-    return old
+    return _add_to_umask(0o022)
 
 
 def private_umask() -> int:
     """This user's alone from now on (umask 0o077 added); returns the umask before."""
-    old = os.umask(0o077)
-    os.umask(old | 0o077)
+    return _add_to_umask(0o077)
+
+
+def _add_to_umask(bits: int) -> int:
+    old = os.umask(bits)  # the only way to read the umask is to set it
+    os.umask(old | bits)
     return old
 
 

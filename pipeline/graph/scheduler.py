@@ -361,4 +361,3 @@ class Scheduler:
                 done.append((handle, TaskFailure(task.id, f"the fit ran longer than executor.task_timeout_s="
                                                           f"{self.task_timeout_s:g} s and was stopped")))
         return done
-
