@@ -23,7 +23,7 @@ from pipeline.errors import ConfigError, Interrupted
 from pipeline.lean_imports import for_run as lean_imports_for_run
 from pipeline.graph.plan import EVALUATE, Plan
 from pipeline.objectives import inner_fit_seconds, job_return
-from pipeline.planning import _on_cluster, make_plan  # noqa: F401  (make_plan: importable from here too)
+from pipeline.planning import make_plan, on_cluster  # noqa: F401  (make_plan: importable from here too)
 from pipeline.settings import Settings, read_settings
 from pipeline.run_folder import make_run_folder
 
@@ -159,7 +159,7 @@ class Components:
 
 def _look_at_cluster(settings: Settings):
     """The Ray cluster the run joins (its nodes), when the fits run on one; else None."""
-    if not _on_cluster(settings):
+    if not on_cluster(settings):
         return None
     from pipeline.executors.ray import look_at_cluster
 

@@ -33,7 +33,7 @@ def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Opti
     for message in ineffective_bag(par.bag.request.num_cpus, par.bag.request.num_gpus, par.num_folds):
         log.warning(message)
     check_gpu_models(settings, hardware)
-    memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=_on_cluster(settings))
+    memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=on_cluster(settings))
     allocations = []
     gpu_capacities = list(hardware.capacities().values())
     fit_shape = memory.fit_shape(memory.shape) if memory.shape is not None else None
@@ -89,7 +89,7 @@ def _warn_overridden(settings: Settings, spec) -> None:
                         spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
 
 
-def _on_cluster(settings: Settings) -> bool:
+def on_cluster(settings: Settings) -> bool:
     """The fits run on the Ray cluster at executor.address, not on this machine: the executor is of
     kind `ray` (pipeline.executors.ray_backend)."""
     from pipeline.targets import resolve

@@ -27,8 +27,7 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...]) -> Setting
     if isinstance(conf.hpo.make_searcher(), AutoSearch) and not limited:
         raise ConfigError("hpo=auto searches for as long as a time budget allows: set time_limit_s (e.g. "
                           "time_limit_s=60), or choose hpo=tpe or hpo=random with hpo.num_trials")
-    chosen = any(o.lstrip("+~").split("=")[0].split(".")[0] == "hpo" for o in overrides)
-    if conf.time_limit_s is None or chosen or conf.hpo._target_ != "pipeline.searchers.NoSearch" \
+    if conf.time_limit_s is None or _overridden("hpo", overrides) or conf.hpo._target_ != "pipeline.searchers.NoSearch" \
             or conf.hpo.num_trials != 1:
         return settings
     empty = [s.name for s in settings.models if not s.search_space]
@@ -66,6 +65,10 @@ def _in_driver(settings: Settings, overrides: tuple[str, ...]) -> bool:
     from pipeline.config import LOCAL_EXECUTOR
 
     ex = settings.conf.executor
-    touched = any(o.lstrip("+~").split("=")[0].split(".")[0] == "executor" for o in overrides)
-    return (settings.conf.time_limit_s <= IN_DRIVER_UP_TO_S and not touched and ex._target_ == LOCAL_EXECUTOR
-            and ex.in_process == "auto" and ex.task_timeout_s is None)
+    return (settings.conf.time_limit_s <= IN_DRIVER_UP_TO_S and not _overridden("executor", overrides)
+            and ex._target_ == LOCAL_EXECUTOR and ex.in_process == "auto" and ex.task_timeout_s is None)
+
+
+def _overridden(group: str, overrides: tuple[str, ...]) -> bool:
+    """Whether the command line set `group` or a key under it (`hpo=tpe`, `executor.in_process=never`)."""
+    return any(o.lstrip("+~").split("=")[0].split(".")[0] == group for o in overrides)

@@ -75,18 +75,18 @@ def test_a_components_kind_is_its_own_attribute_else_its_target(target, kind):
     assert kind_of(resolve("executor._target_", target, USER), target) == kind
 
 
-@pytest.mark.parametrize("overrides, on_cluster", [
+@pytest.mark.parametrize("overrides, expected", [
     (["executor=ray", "executor.address=auto"], True),
     (["executor=ray"], False),  # a local Ray instance
     (["executor.address=auto"], False),  # the local executor: an address means nothing to it
     (["executor._target_=tests.user_components.InlineBackend", "executor.address=auto"], False),
 ])
-def test_the_fits_run_on_a_cluster_when_the_ray_executor_has_an_address(compose, overrides, on_cluster):
-    from pipeline.run import _on_cluster
+def test_the_fits_run_on_a_cluster_when_the_ray_executor_has_an_address(compose, overrides, expected):
+    from pipeline.planning import on_cluster
     from pipeline.settings import read_settings
 
     settings = read_settings(compose(["model=lightgbm", "allowed_targets=[tests.]", *overrides]))
-    assert _on_cluster(settings) is on_cluster
+    assert on_cluster(settings) is expected
 
 
 def test_an_explicit_kind_is_checked():
