@@ -1,4 +1,5 @@
-"""Each model's device: `model.<name>.device` is auto, cpu or cuda; the library's parameters follow.
+"""Each model's device: `model.<name>.device` is auto or an accelerator (pipeline.accelerators, which
+checks it), planned as cpu or cuda; the library's parameters follow.
 
 For `auto` the planner estimates one fit on the CPU (with the threads the fit would get there) and on
 the GPU from the data's shape known before loading and the calibration (pipeline.fit_cost), and picks
@@ -14,8 +15,6 @@ from fractions import Fraction
 from typing import Callable, Optional
 
 from pipeline.errors import ConfigError
-
-DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -39,14 +38,6 @@ class Estimate:
         cpu = f"{self.cpu_s:.1f} s on {self.cpu_threads} CPU thread{'s' if self.cpu_threads != 1 else ''}"
         gpu = f"{self.gpu_s:.1f} s on {self.gpu_learner}"
         return f"est. {gpu} vs {cpu}" if device == "cuda" else f"est. {cpu} vs {gpu}"
-
-
-def check_device(value: str, key: str) -> str:
-    """`model.<name>.device`, lower-cased; a ConfigError naming the key for anything else."""
-    device = str(value).strip().lower()
-    if device not in DEVICES:
-        raise ConfigError(f"{key}={value!r} is not a device; use one of {', '.join(DEVICES)}")
-    return device
 
 
 def estimate(cls, params: dict, fit, cpu_threads: int) -> Optional[Estimate]:

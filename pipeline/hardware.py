@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
-from pipeline import devices
+from pipeline import accelerators
+from pipeline.accelerators import cuda
 from pipeline.errors import HardwareError
 from pipeline.quantities import cpu_count, fmt, gpu_amount
 from pipeline.resources import Resources, select_devices
@@ -74,7 +73,7 @@ class Hardware:
 
     def worker_env(self, ids) -> dict[str, str]:
         """The environment of a worker process that sees exactly these devices (no ids: none)."""
-        return devices.child_env(self._tokens(ids))
+        return cuda.child_env(self._tokens(ids))
 
     def _tokens(self, ids) -> tuple[str, ...]:
         lookup = dict(zip(self.devices, self.tokens))
@@ -102,7 +101,7 @@ def detect() -> Machine:
     devices, PIPELINE_SLOT_CPUS and PIPELINE_SLOT_GPUS its CPU count and GPU share. Inside a SLURM
     job, what SLURM gave it: see `slurm_cpus_per_task` and `visible_devices_env`.
     """
-    devices.pin_order()  # before anything in this process starts CUDA: its ordinals follow NVML's order
+    cuda.pin_order()  # before anything in this process starts CUDA: its ordinals follow NVML's order
     machine = _detect_devices()
     cpus, share = machine.num_cpus, None
     slurm_cpus = slurm_cpus_per_task()
@@ -128,23 +127,26 @@ def _detect_devices() -> Machine:
         if visible is not None:
             tokens = tuple(t for t in visible if t in tokens)
         return Machine(cpus, tokens, ("simulated",) * len(tokens), (0,) * len(tokens), simulated=True)
-    gpus = _nvml_devices() or _nvidia_smi_devices()
+    accelerator, found = accelerators.detect_gpus()
+    gpus = [(d.token, d.name, d.memory) for d in found]
     # Read only where there are GPUs: SLURM sets CUDA_VISIBLE_DEVICES=NoDevFiles for a job without any.
-    visible = visible_devices_env() if gpus else None
+    visible = visible_devices_env(accelerator) if gpus else None
     if visible is None:
         return Machine(
             cpus, tuple(str(i) for i in range(len(gpus))), tuple(g[1] for g in gpus), tuple(g[2] for g in gpus)
         )
     kept = []
     for token in visible:
-        if devices.token_kind(token) == "mig":  # NVML lists parent GPUs only; the instance is one device
+        if cuda.token_kind(token) == "mig":  # NVML lists parent GPUs only; the instance is one device
             kept.append((token, "MIG instance", 0))
             continue
-        index = devices.match_token(token, [g[0] for g in gpus])
+        index = cuda.match_token(token, [g[0] for g in gpus])
         if index is None:
+            var = next((v for v in accelerator.visible_vars if os.environ.get(v) is not None), cuda.VISIBLE)
+            lister = "NVML" if accelerator.name == "cuda" else accelerator.label
             raise HardwareError(
-                f"{devices.VISIBLE}={os.environ.get(devices.VISIBLE)}: {token!r} names no GPU of this machine "
-                f"(NVML lists {len(gpus)}: indices 0-{len(gpus) - 1}, UUIDs {', '.join(g[0] for g in gpus)})"
+                f"{var}={os.environ.get(var)}: {token!r} names no GPU of this machine "
+                f"({lister} lists {len(gpus)}: indices 0-{len(gpus) - 1}, UUIDs {', '.join(g[0] for g in gpus)})"
             )
         kept.append((token, gpus[index][1], gpus[index][2]))
     return Machine(cpus, tuple(t for t, _, _ in kept), tuple(n for _, n, _ in kept), tuple(m for _, _, m in kept))
@@ -167,52 +169,14 @@ def slurm_cpus_per_task() -> Optional[int]:
     return None
 
 
-def visible_devices_env() -> Optional[tuple[str, ...]]:
-    """The CUDA device tokens this process may use: CUDA_VISIBLE_DEVICES; inside a SLURM job that did
-    not set it, the node's GPUs the job was given (SLURM_JOB_GPUS, e.g. "1,3"). None: every device."""
-    if os.environ.get(devices.VISIBLE) is None and os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_GPUS"):
-        return devices.parse_visible(os.environ["SLURM_JOB_GPUS"])
-    return devices.visible_tokens()
-
-
-def _nvml_devices() -> list[tuple[str, str, int]]:
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver: NVMLError_LibraryNotFound and friends
-        return []
-    try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
-            out.append((_text(uuid), _text(name), int(memory)))
-        return out
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _nvidia_smi_devices() -> list[tuple[str, str, int]]:
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        text = subprocess.run(
-            ["nvidia-smi", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    rows = [r.split(", ") for r in text.strip().splitlines() if r.strip()]
-    return [(r[0], r[1], int(float(r[2])) * 2**20) for r in rows if len(r) == 3]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def visible_devices_env(accelerator: accelerators.Accelerator = accelerators.CUDA) -> Optional[tuple[str, ...]]:
+    """The device tokens this process may use: its accelerator's visibility variable (CUDA_VISIBLE_DEVICES);
+    inside a SLURM job that set none, the node's GPUs the job was given (SLURM_JOB_GPUS, e.g. "1,3").
+    None: every device."""
+    unset = all(os.environ.get(v) is None for v in accelerator.visible_vars)
+    if unset and os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_GPUS"):
+        return accelerator.parse_devices(os.environ["SLURM_JOB_GPUS"])
+    return accelerator.visible_tokens()
 
 
 def resolve(declared: Optional[HardwareConf], machine: Machine, *, dry_run: bool) -> Hardware:

@@ -149,7 +149,7 @@ def write_evaluation(out: RunOutputs, evaluation, plan, data, metric, outcome) -
     import pandas as pd
 
     from pipeline import report
-    from pipeline.devices import devices_used
+    from pipeline.accelerators import devices_used
 
     tracker, rows, top = out.tracker, evaluation.rows, evaluation.top
     _log_throughput(rows, tracker)

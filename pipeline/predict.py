@@ -62,7 +62,7 @@ def predict(settings, base_dir: Path) -> int:
     from pipeline.chunks import ChunkWriter
     from pipeline.data import local_path
     from pipeline.table_files import check_file
-    from pipeline.devices import local_ordinals, torch_device
+    from pipeline.accelerators import local_ordinals, torch_device
     from pipeline.predictor_source import load_predictor
     from pipeline.report import console
 

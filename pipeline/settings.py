@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from pipeline.accelerators import check_device
 from pipeline.config import Config, DataConf, ModelSpecConf, PredictConfig, Resume, SearchDimConf
-from pipeline.device_choice import check_device
 from pipeline.errors import ConfigError
 from pipeline.lean_imports import PRELOAD as LEAN_PRELOAD
 from pipeline.memory.budget import MemoryRequest
@@ -201,5 +201,5 @@ def _model_spec(name: str, spec: ModelSpecConf, allowed: tuple[str, ...]) -> Mod
     check_name(key, name)
     cls = check_component(key, spec._target_, allowed, "pipeline.models.base.TabularModel", "a model class")
     spec.resources.check(f"{key}.resources")
-    spec.device = check_device(spec.device, f"{key}.device")
+    spec.device = check_device(spec.device, f"{key}.device", cls.library)
     return ModelSpec(name, spec, cls)

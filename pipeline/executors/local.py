@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from pipeline.devices import local_ordinals
+from pipeline.accelerators import local_ordinals
 from pipeline.graph.backend import Backend
 from pipeline.graph.datafile import write_data_file
 from pipeline.graph.tasks import DataRef, FitRequest, TaskFailure, safe_run_fit

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Optional
 
-from pipeline import devices
+from pipeline.accelerators import cuda as devices
 from pipeline.errors import ConfigError, HardwareError
 from pipeline.graph.backend import Backend
 from pipeline.graph.tasks import DataRef, FitRequest, FoldResult, TaskFailure, safe_run_fit

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from pipeline.devices import local_ordinals
+from pipeline.accelerators import local_ordinals
 from pipeline.graph.datafile import resolve_data
 from pipeline.memory.measure import PeakMemory
 from pipeline.models.base import FitContext, Placement, TabularModel

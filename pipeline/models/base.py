@@ -32,7 +32,7 @@ class Placement:
 
     @property
     def device(self) -> str:
-        from pipeline.devices import torch_device
+        from pipeline.accelerators import torch_device
 
         return torch_device(self.local_gpus)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import Optional
 
-from pipeline.devices import lightgbm_device_id
+from pipeline.accelerators.cuda import lightgbm_device_id
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models.lightgbm_gpu import device_log, probe
 from pipeline.models.links import from_raw, to_raw

@@ -6,7 +6,7 @@ import json
 import warnings
 from typing import Optional
 
-from pipeline.devices import xgboost_device
+from pipeline.accelerators.cuda import xgboost_device
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models.base import FitContext, TabularModel
 from pipeline.models.links import from_raw

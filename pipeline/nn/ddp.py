@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from pipeline.devices import torch_device
+from pipeline.accelerators import for_torch, torch_device
 from pipeline.metrics import Metric
 from pipeline.nn.loop import Arrays, Loop, LoopConfig, LoopResult, NetSpec
 from pipeline.trusted import create_file, open_trusted
@@ -33,8 +33,9 @@ def fit_distributed(
     y_scale: tuple[float, float] = (0.0, 1.0),
     deadline: Optional[float] = None,
 ) -> LoopResult:
-    """Train one rank per entry of `devices` (rank r on cuda:devices[r] with nccl: the CUDA ordinals the
-    plan gave the fit, as pipeline.devices maps them; every rank on the CPU with gloo); rank 0's result.
+    """Train one rank per entry of `devices` (rank r on the GPU of ordinal devices[r] with nccl: the
+    ordinals the plan gave the fit, as pipeline.accelerators maps them; every rank on the CPU with gloo);
+    rank 0's result.
 
     Ranks meet through a file store (no TCP rendezvous server) and talk over the loopback interface:
     one machine, nothing listening beyond 127.0.0.1.
@@ -66,8 +67,7 @@ def _rank_main(rank, world_size, devices, backend, rendezvous, spec, config, pro
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     device = torch.device(torch_device(devices, rank)) if backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    for_torch(device).setup_device(device)
     store = dist.FileStore(rendezvous, world_size)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     try:

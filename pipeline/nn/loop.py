@@ -2,7 +2,7 @@
 
 No DataLoader: the whole training table sits on the device as tensors and every batch is a
 gather by a slice of a shuffled index. Mixed precision by autocast (a gradient scaler for fp16),
-gradient accumulation, an optional torch.compile, a power-of-two batch-size search, CUDA OOM
+gradient accumulation, an optional torch.compile, a power-of-two batch-size search, out-of-memory
 back-off, early stopping, a checkpoint per epoch, and DDP when `world_size > 1` (the caller
 starts the process group; evaluation and checkpoints happen on rank 0).
 """
@@ -22,6 +22,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from pipeline.accelerators import for_torch
 from pipeline.errors import HardwareError
 from pipeline.metrics import Metric
 from pipeline.nn.network import NetSpec, to_prediction  # noqa: F401  (importable from here too)
@@ -86,7 +87,8 @@ class Loop:
         self.checkpoint_dir = checkpoint_dir
         self.y_scale = y_scale
         self.report, self.deadline = report, deadline  # deadline: a time.time() (the run's time_limit_s)
-        check_precision(config.precision, device.type == "cuda")
+        self.accelerator = for_torch(device)
+        check_precision(config.precision, self.accelerator.fp16)
         dtype = PRECISIONS[config.precision]
         self.dtype: Optional[torch.dtype] = getattr(torch, dtype) if dtype else None
 
@@ -122,12 +124,12 @@ class Loop:
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
-            model = DistributedDataParallel(module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            model = DistributedDataParallel(module, device_ids=self.accelerator.ddp_device_ids(self.device))
         if self.cfg.compile:
             model = torch.compile(model, mode=COMPILE_MODES[self.cfg.compile])
         lr = scaled_lr(self.cfg.learning_rate, self.world, self.cfg.lr_scaling)
         optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=self.cfg.weight_decay,
-                                      **optimizer_options(self.device.type))
+                                      **optimizer_options(self.accelerator.fused_optimizer))
         scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype is torch.float16)
         generator = torch.Generator().manual_seed(self.seed)
         result = LoopResult(state_dict={}, batch_size=batch)
@@ -137,14 +139,12 @@ class Loop:
             scaler.load_state_dict(state["scaler"])
             generator.set_state(state["generator"])
             torch.set_rng_state(state["torch_rng"])
-            if self.device.type == "cuda" and state.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+            self.accelerator.set_rng_state(state.get("device_rng"), self.device)
             best_state, bad_epochs, start_epoch = state["best_state"], state["bad_epochs"], state["epoch"] + 1
             result.history, result.best_epoch, result.best_score = state["history"], state["best_epoch"], state["best_score"]
             result.oom_backoffs = state["oom_backoffs"]
             log.info("resuming the network fit from its checkpoint after epoch %d", state["epoch"])
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        self.accelerator.reset_peak_memory(self.device)
 
         for epoch in range(start_epoch, self.cfg.max_epochs):
             model.train()
@@ -153,8 +153,7 @@ class Loop:
             t0 = time.perf_counter()
             loss_sum, rows, batch = self._epoch(model, optimizer, scaler, perm, x_num, x_cat, y, w, batch,
                                                 result)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
+            self.accelerator.synchronize(self.device)
             seconds = time.perf_counter() - t0
             stop = torch.zeros(1, device=self.device)
             if self.rank == 0:
@@ -248,15 +247,17 @@ class Loop:
     def _back_off(self, batch: int, optimizer, result: LoopResult) -> int:
         if self.world > 1:
             raise HardwareError(
-                f"CUDA ran out of memory at batch_size={batch} per device under DDP; ranks cannot halve "
+                f"{self.accelerator.label} ran out of memory at batch_size={batch} per device under DDP; ranks cannot halve "
                 "their batch independently, so set a smaller params.batch_size (or batch_size=auto)"
             )
         optimizer.zero_grad(set_to_none=True)
         _free_memory(self.device)
         if batch <= 1:
-            raise HardwareError("CUDA ran out of memory with a batch of 1 row; the network does not fit on the device")
+            raise HardwareError(f"{self.accelerator.label} ran out of memory with a batch of 1 row; the network does "
+                                "not fit on the device")
         result.oom_backoffs += 1
-        log.warning("CUDA out of memory at batch_size=%d: halving it to %d and continuing", batch, batch // 2)
+        log.warning("%s out of memory at batch_size=%d: halving it to %d and continuing", self.accelerator.label,
+                    batch, batch // 2)
         return batch // 2
 
     def _batch_size(self, module, x_num, x_cat, y, state) -> int:
@@ -284,8 +285,8 @@ class Loop:
         width = self.spec.num_numeric + sum(e.embedding_dim for e in module.embeddings)
         per_row = activation_bytes(width, self.spec.hidden_sizes, len(self.spec.cardinalities))
         state = 3 * 4 * sum(p.numel() for p in module.parameters())  # gradients and AdamW's moments, still to come
-        if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
+        free = self.accelerator.free_memory(self.device)
+        if free is not None:
             budget = int(0.8 * free) - state
         else:
             import psutil
@@ -322,9 +323,8 @@ class Loop:
         return val_loss, self.metric(truth, pred), out
 
     def _peak_memory_mb(self) -> Optional[float]:
-        if self.device.type != "cuda":
-            return None
-        return torch.cuda.max_memory_allocated(self.device) / 2**20
+        peak = self.accelerator.peak_memory(self.device)
+        return None if peak is None else peak / 2**20
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_path(self) -> Optional[Path]:
@@ -351,7 +351,7 @@ class Loop:
             "scaler": scaler.state_dict(),
             "generator": generator.get_state(),
             "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            "device_rng": self.accelerator.rng_state(self.device),
             "best_state": best_state,
             "best_epoch": result.best_epoch,
             "best_score": result.best_score,
@@ -383,7 +383,8 @@ def find_batch_size(module, probe, n_rows: int, max_batch: int, device: torch.de
             if best is not None:
                 break
             if batch == 1:
-                raise HardwareError("CUDA ran out of memory with a batch of 1 row; the network does not fit on the device") from None
+                raise HardwareError(f"{for_torch(device).label} ran out of memory with a batch of 1 row; the network "
+                                    "does not fit on the device") from None
             batch //= 2
             continue
         if batch >= cap:
@@ -394,5 +395,4 @@ def find_batch_size(module, probe, n_rows: int, max_batch: int, device: torch.de
 
 def _free_memory(device: torch.device) -> None:
     gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    for_torch(device).empty_cache(device)

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Union
 
+from pipeline.accelerators import PLAN_DEVICES
 from pipeline.errors import ConfigError, closest
 
 DEFAULTS = {
@@ -28,7 +29,6 @@ DEFAULTS = {
     "accumulate_grad_batches": 1,
     "compile": False,
 }
-DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = {False: None, True: "default", "default": "default", "reduce-overhead": "reduce-overhead",
                  "max-autotune": "max-autotune"}  # params.compile -> torch.compile's mode (None: eager)
 PRECISIONS = {"32": None, "16-mixed": "float16", "bf16-mixed": "bfloat16"}  # Lightning's names -> autocast dtype
@@ -46,7 +46,7 @@ def check(params: dict, key: str = "params") -> dict:
                 f"parameters: {', '.join(DEFAULTS)}"
             )
     p = {**DEFAULTS, **params}
-    _choice(key, "device", str(p["device"]).lower(), DEVICES)
+    _choice(key, "device", str(p["device"]).lower(), PLAN_DEVICES)
     _choice(key, "precision", str(p["precision"]), PRECISIONS)
     _choice(key, "lr_scaling", p["lr_scaling"], LR_SCALING)
     batch = p["batch_size"]
@@ -72,20 +72,21 @@ def check(params: dict, key: str = "params") -> dict:
     return p
 
 
-def check_precision(precision: str, on_cuda: bool, key: str = "params") -> None:
-    """fp16 autocast needs a CUDA device (its gradient scaler and kernels); bf16 runs on the CPU too."""
-    if str(precision) == "16-mixed" and not on_cuda:
+def check_precision(precision: str, has_fp16: bool, key: str = "params") -> None:
+    """fp16 autocast needs a device with its gradient scaler and kernels (CUDA's, as ROCm's); bf16 runs
+    on the CPU too. `has_fp16`: the fit's accelerator has them (Accelerator.fp16)."""
+    if str(precision) == "16-mixed" and not has_fp16:
         raise ConfigError(
             f"{key}.precision=16-mixed needs a CUDA device but this fit has none; "
             "on the CPU use precision=bf16-mixed or 32"
         )
 
 
-def optimizer_options(device_type: str) -> dict:
-    """AdamW's fused implementation, on CUDA (one launch updates every parameter, where the for-each
-    path launches several a step) and on the CPU (one pass over each parameter: a network fit on
-    Adult takes 8% less time)."""
-    return {"fused": True} if device_type in ("cuda", "cpu") else {}
+def optimizer_options(fused: bool) -> dict:
+    """AdamW's fused implementation where the accelerator has one (Accelerator.fused_optimizer): on CUDA
+    one launch updates every parameter, where the for-each path launches several a step; on the CPU
+    one pass over each parameter (a network fit on Adult takes 8% less time)."""
+    return {"fused": True} if fused else {}
 
 
 def scaled_lr(lr: float, world_size: int, rule: str) -> float:

@@ -4,7 +4,8 @@ from fractions import Fraction as F
 
 import pytest
 
-from pipeline import devices, hardware
+from pipeline import hardware
+from pipeline.accelerators import cuda as devices, nvml
 from pipeline.errors import HardwareError
 from pipeline.config import HardwareConf
 from pipeline.hardware import resolve
@@ -20,7 +21,7 @@ def four_gpus(monkeypatch):
     monkeypatch.delenv(hardware.SLOT_CPUS_ENV, raising=False)
     monkeypatch.delenv(hardware.SLOT_GPUS_ENV, raising=False)
     monkeypatch.delenv(devices.VISIBLE, raising=False)
-    monkeypatch.setattr(hardware, "_nvml_devices", lambda: list(NVML))
+    monkeypatch.setattr(nvml, "nvml_devices", lambda: list(NVML))
     return monkeypatch
 
 
@@ -174,7 +175,7 @@ def test_the_lightgbm_check_runs_with_the_first_fits_devices(monkeypatch):
 def test_a_machine_without_gpus_ignores_what_cuda_visible_devices_holds(monkeypatch):
     """SLURM sets CUDA_VISIBLE_DEVICES=NoDevFiles for a job without GPUs: no GPU, no error."""
     monkeypatch.delenv(hardware.SIMULATE_ENV, raising=False)
-    monkeypatch.setattr(hardware, "_nvml_devices", lambda: [])
-    monkeypatch.setattr(hardware, "_nvidia_smi_devices", lambda: [])
+    monkeypatch.setattr(nvml, "nvml_devices", lambda: [])
+    monkeypatch.setattr(nvml, "nvidia_smi_devices", lambda: [])
     monkeypatch.setenv(devices.VISIBLE, "NoDevFiles")
     assert hardware.detect().num_gpus == 0

@@ -203,10 +203,12 @@ def test_torch_compile_trains():
 
 def test_adamw_is_fused_on_cuda_and_on_the_cpu():
     """One kernel (CUDA) or one pass per parameter (CPU) updates the weights; the loop builds it so."""
+    from pipeline.accelerators import REGISTRY
     from pipeline.nn.options import optimizer_options
 
-    assert optimizer_options("cuda") == {"fused": True}
-    assert optimizer_options("cpu") == {"fused": True}
+    CUDA, CPU_ACC = REGISTRY["cuda"], REGISTRY["cpu"]
+    assert optimizer_options(CUDA.fused_optimizer) == {"fused": True}
+    assert optimizer_options(CPU_ACC.fused_optimizer) == {"fused": True}
     built = []
     real = torch.optim.AdamW
 

@@ -33,7 +33,7 @@ class Slot:
 
     def env(self) -> dict[str, Optional[str]]:
         """The variables a job process starts with; None removes a variable."""
-        from pipeline.devices import child_env
+        from pipeline.accelerators.cuda import child_env
 
         return {
             **child_env(self.tokens),  # CUDA_VISIBLE_DEVICES and the PCI bus order the tokens are in

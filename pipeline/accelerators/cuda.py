@@ -1,4 +1,4 @@
-"""The one map from the plan's device ids to what a process and its libraries see.
+"""NVIDIA's CUDA devices, and the one map from the plan's device ids to what a process and its libraries see.
 
 The plan numbers GPUs 0..n-1 in the order this machine's NVML lists them (PCI bus order). A
 process started by the engine sees devices through `CUDA_VISIBLE_DEVICES` (worker processes, Ray
@@ -6,7 +6,8 @@ tasks) or sees the driver's own devices (the in-process backend); CUDA numbers w
 0, in PCI order only when `CUDA_DEVICE_ORDER=PCI_BUS_ID` (its default is fastest first). Every
 backend and model goes through this module: `child_env` for a process's environment,
 `local_ordinals` for the ordinals a fit uses, and `torch_device`, `xgboost_device`,
-`lightgbm_device_id` for what each library is given.
+`lightgbm_device_id` for what each library is given; `CUDAAccelerator` answers for CUDA in the
+registry, with detection and process memory from NVML (pipeline.accelerators.nvml).
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Callable, Iterable, Mapping, MutableMapping, Optional, Sequence
+import sys
+from typing import Any, Callable, Iterable, Mapping, MutableMapping, Optional, Sequence
 
+from pipeline.accelerators.base import Accelerator, Device, ProcessMemory
+from pipeline.accelerators import nvml
 from pipeline.errors import HardwareError
 
 log = logging.getLogger(__name__)
@@ -149,3 +153,91 @@ def devices_used(fits: Iterable[dict], plan_tokens: Callable[[list[int]], str]) 
 
 def _natural(token: str):
     return (0, int(token), "") if token.isdigit() else (1, 0, token)
+
+
+# ---------------------------------------------------------------------- the accelerator
+class CUDAAccelerator(Accelerator):
+    """NVIDIA GPUs through CUDA: every library the engine trains with has a CUDA build."""
+
+    name = "cuda"
+    label = "CUDA"
+    torch_type = "cuda"
+    plan_device = "cuda"
+    libraries = frozenset({"PyTorch", "XGBoost", "LightGBM"})
+    visible_vars = (VISIBLE,)
+    fp16 = True
+    fused_optimizer = True
+
+    def detect(self) -> tuple[Device, ...]:
+        return tuple(Device(*g) for g in nvml.nvml_devices() or nvml.nvidia_smi_devices())
+
+    def parse_devices(self, value: Optional[str]) -> Optional[tuple[str, ...]]:
+        return parse_visible(value)
+
+    def visible_env(self, tokens: Sequence[str]) -> dict[str, str]:
+        return child_env(tokens)
+
+    def memory_probe(self) -> Optional[ProcessMemory]:
+        return nvml.NvmlProcess.open()
+
+    def library_device(self, library: str, local: Sequence[int]) -> Any:
+        if library == "LightGBM":
+            return lightgbm_device_id(local)
+        return xgboost_device(local) if library == "XGBoost" else torch_device(local)
+
+    # torch's CUDA calls (a ROCm build of torch answers them too, for its HIP devices)
+    def setup_device(self, device) -> None:
+        import torch
+
+        torch.cuda.set_device(device)
+
+    def synchronize(self, device) -> None:
+        import torch
+
+        torch.cuda.synchronize(device)
+
+    def reset_peak_memory(self, device) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def peak_memory(self, device) -> Optional[int]:
+        import torch
+
+        return torch.cuda.max_memory_allocated(device)
+
+    def free_memory(self, device) -> Optional[int]:
+        import torch
+
+        return torch.cuda.mem_get_info(device)[0]
+
+    def empty_cache(self, device) -> None:
+        import torch
+
+        torch.cuda.empty_cache()
+
+    def rng_state(self, device):
+        import torch
+
+        return torch.cuda.get_rng_state(device)
+
+    def set_rng_state(self, state, device) -> None:
+        import torch
+
+        if state is not None:
+            torch.cuda.set_rng_state(state, device)
+
+    def ddp_device_ids(self, device) -> Optional[list[int]]:
+        return [device.index]
+
+    def torch_peaks(self) -> Optional[int]:
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_initialized():
+            return None
+        return max((torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())), default=0)
+
+    def reset_torch_peaks(self) -> None:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            for i in range(torch.cuda.device_count()):
+                torch.cuda.reset_peak_memory_stats(i)
