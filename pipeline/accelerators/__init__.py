@@ -23,8 +23,8 @@ from pipeline.accelerators.rocm import ROCmAccelerator, is_rocm_torch
 from pipeline.errors import ConfigError
 
 __all__ = ["Accelerator", "Device", "ProcessMemory", "REGISTRY", "DEVICE_CHOICES", "PLAN_DEVICES", "get",
-           "check_device", "detect_gpus", "machine_gpu", "for_torch", "torch_device", "memory_probe", "local_ordinals",
-           "devices_used"]
+           "check_device", "detect_gpus", "machine_gpu", "for_torch", "torch_device", "memory_probe", "torch_peaks",
+           "reset_torch_peaks", "local_ordinals", "devices_used"]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,23 @@ def for_torch(device) -> Accelerator:
 def torch_device(local: Sequence[int], rank: int = 0) -> str:
     """torch's device of one rank of a fit on this machine's ordinals `local` (none: the CPU)."""
     return machine_gpu().torch_device(local, rank) if local else "cpu"
+
+
+def _by_torch_type() -> tuple[Accelerator, ...]:
+    """One GPU accelerator per torch device type (ROCm's torch calls are CUDA's)."""
+    return tuple({a.torch_type: a for a in reversed(gpus())}.values())
+
+
+def reset_torch_peaks() -> None:
+    """Reset the allocator peaks of the devices torch started in this process (none: nothing)."""
+    for accelerator in _by_torch_type():
+        accelerator.reset_torch_peaks()
+
+
+def torch_peaks() -> Optional[int]:
+    """The largest allocator peak over the devices torch started in this process; None where it started none."""
+    peaks = [p for p in (a.torch_peaks() for a in _by_torch_type()) if p is not None]
+    return max(peaks) if peaks else None
 
 
 def memory_probe() -> Optional[ProcessMemory]:

@@ -64,7 +64,7 @@ class PeakMemory:
             self.ram = _rss()
         if self.watch_gpu:
             self._probe = accelerators.memory_probe()
-            accelerators.machine_gpu().reset_torch_peaks()
+            accelerators.reset_torch_peaks()
         if not self._exact_ram or self._probe is not None:
             self._thread = threading.Thread(target=self._sample, name="peak-memory", daemon=True)
             self._thread.start()
@@ -89,6 +89,6 @@ class PeakMemory:
             self.ram = _hwm() or 0
         if self._probe is not None:
             self._probe.close()
-        allocated = accelerators.machine_gpu().torch_peaks() if self.watch_gpu else None
+        allocated = accelerators.torch_peaks() if self.watch_gpu else None
         if allocated is not None:
             self.gpu = max(self.gpu, allocated)

@@ -256,3 +256,21 @@ def test_the_loop_asks_its_accelerator_not_torch_cuda(monkeypatch, tmp_path):
          torch.device("cpu"), checkpoint_dir=tmp_path).run(Arrays(x, c, y, x[:64], c[:64], y[:64]))
     assert rec.calls.count("synchronize") == 2 and rec.calls.count("peak_memory") == 2
     assert rec.calls.count("rng_state") == 2 and {"reset_peak_memory", "free_memory"} <= set(rec.calls)
+
+
+def test_torch_allocator_peaks_count_where_torch_started_a_gpu(clean):
+    """A fit that used torch on a GPU: each started device's peak is reset at the start, the largest is kept."""
+    from pipeline.memory.measure import PeakMemory
+
+    reset = []
+    clean.setattr(torch.cuda, "is_initialized", lambda: True)
+    clean.setattr(torch.cuda, "device_count", lambda: 2)
+    clean.setattr(torch.cuda, "reset_peak_memory_stats", reset.append)
+    clean.setattr(torch.cuda, "max_memory_allocated", lambda i: (3 << 20, 8 << 20)[i])
+    clean.setitem(sys.modules, "pynvml", None)
+    with PeakMemory(gpu=True) as peak:
+        pass
+    assert reset == [0, 1] and peak.gpu == 8 << 20
+    with PeakMemory(gpu=False) as cpu_only:
+        pass
+    assert cpu_only.gpu == 0
