@@ -144,9 +144,10 @@ def _detect_devices() -> Machine:
         if index is None:
             var = next((v for v in accelerator.visible_vars if os.environ.get(v) is not None), cuda.VISIBLE)
             lister = "NVML" if accelerator.name == "cuda" else accelerator.label
+            uuids = ", ".join(g[0] for g in gpus)
             raise HardwareError(
                 f"{var}={os.environ.get(var)}: {token!r} names no GPU of this machine "
-                f"({lister} lists {len(gpus)}: indices 0-{len(gpus) - 1}, UUIDs {', '.join(g[0] for g in gpus)})"
+                f"({lister} lists {len(gpus)}: indices 0-{len(gpus) - 1}, UUIDs {uuids})"
             )
         kept.append((token, gpus[index][1], gpus[index][2]))
     return Machine(cpus, tuple(t for t, _, _ in kept), tuple(n for _, n, _ in kept), tuple(m for _, _, m in kept))
@@ -169,10 +170,11 @@ def slurm_cpus_per_task() -> Optional[int]:
     return None
 
 
-def visible_devices_env(accelerator: accelerators.Accelerator = accelerators.CUDA) -> Optional[tuple[str, ...]]:
+def visible_devices_env(accelerator: Optional[accelerators.Accelerator] = None) -> Optional[tuple[str, ...]]:
     """The device tokens this process may use: its accelerator's visibility variable (CUDA_VISIBLE_DEVICES);
     inside a SLURM job that set none, the node's GPUs the job was given (SLURM_JOB_GPUS, e.g. "1,3").
     None: every device."""
+    accelerator = accelerator or accelerators.CUDA
     unset = all(os.environ.get(v) is None for v in accelerator.visible_vars)
     if unset and os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_GPUS"):
         return accelerator.parse_devices(os.environ["SLURM_JOB_GPUS"])

@@ -23,8 +23,8 @@ from pipeline.accelerators.rocm import ROCmAccelerator, is_rocm_torch
 from pipeline.errors import ConfigError
 
 __all__ = ["Accelerator", "Device", "ProcessMemory", "REGISTRY", "DEVICE_CHOICES", "PLAN_DEVICES", "get",
-           "check_device", "detect_gpus", "machine_gpu", "for_torch", "torch_device", "memory_probe", "torch_peaks",
-           "reset_torch_peaks", "local_ordinals", "devices_used"]
+           "check_device", "detect_gpus", "machine_gpu", "for_torch", "torch_device", "memory_probe",
+           "torch_peaks", "reset_torch_peaks", "local_ordinals", "devices_used"]
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ def check_device(value, key: str, library: Optional[str] = None) -> str:
     """`value` of `key` (model.<name>.device), lower-cased, as the plan records it: auto, cpu or cuda.
 
     A ConfigError names the key, the value and what is valid for an unknown name, or for an
-    accelerator that `library` (TabularModel.library: PyTorch, XGBoost, LightGBM) has no build for. `auto` for a library the
-    machine's GPU accelerator cannot run stays on the CPU, and says so.
+    accelerator that `library` (TabularModel.library: PyTorch, XGBoost, LightGBM) has no build for.
+    `auto` for a library the machine's GPU accelerator cannot run stays on the CPU, and says so.
     """
     device = str(value).strip().lower()
     if device not in DEVICE_CHOICES:
@@ -67,7 +67,11 @@ def check_device(value, key: str, library: Optional[str] = None) -> str:
     if device not in able:
         raise ConfigError(f"{key}={device}: {library} has no build that runs on {REGISTRY[device].label}; "
                           f"use one of auto, {', '.join(able)}")
-    return REGISTRY[device].plan_device
+    planned = REGISTRY[device].plan_device
+    if planned != device:
+        log.info("%s=%s: planned as a GPU fit (%s in the plan) on this machine's %s devices", key, device,
+                 planned, REGISTRY[device].label)
+    return planned
 
 
 def detect_gpus() -> tuple[Accelerator, tuple[Device, ...]]:
@@ -110,7 +114,7 @@ def reset_torch_peaks() -> None:
 
 
 def torch_peaks() -> Optional[int]:
-    """The largest allocator peak over the devices torch started in this process; None where it started none."""
+    """The largest allocator peak over the devices torch started in this process (None: it started none)."""
     peaks = [p for p in (a.torch_peaks() for a in _by_torch_type()) if p is not None]
     return max(peaks) if peaks else None
 

@@ -42,7 +42,7 @@ class Accelerator(ABC):
     torch_type: ClassVar[str]  # torch's device type for it ("cpu", "cuda", "mps")
     plan_device: ClassVar[str]  # what the plan records for a fit on it: "cpu", or "cuda" for a GPU fit
     libraries: ClassVar[frozenset[str]]  # model libraries (TabularModel.library) with a build that runs on it
-    visible_vars: ClassVar[tuple[str, ...]] = ()  # environment variables that restrict the devices a process sees
+    visible_vars: ClassVar[tuple[str, ...]] = ()  # variables that restrict the devices a process sees
     fp16: ClassVar[bool] = False  # float16 autocast with a gradient scaler
     fused_optimizer: ClassVar[bool] = False  # torch's fused AdamW runs on it
 

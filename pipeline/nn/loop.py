@@ -245,19 +245,20 @@ class Loop:
         optimizer.zero_grad(set_to_none=True)
 
     def _back_off(self, batch: int, optimizer, result: LoopResult) -> int:
+        label = self.accelerator.label
         if self.world > 1:
             raise HardwareError(
-                f"{self.accelerator.label} ran out of memory at batch_size={batch} per device under DDP; ranks cannot halve "
+                f"{label} ran out of memory at batch_size={batch} per device under DDP; ranks cannot halve "
                 "their batch independently, so set a smaller params.batch_size (or batch_size=auto)"
             )
         optimizer.zero_grad(set_to_none=True)
         _free_memory(self.device)
         if batch <= 1:
-            raise HardwareError(f"{self.accelerator.label} ran out of memory with a batch of 1 row; the network does "
-                                "not fit on the device")
+            raise HardwareError(f"{label} ran out of memory with a batch of 1 row; the network does not fit "
+                                "on the device")
         result.oom_backoffs += 1
-        log.warning("%s out of memory at batch_size=%d: halving it to %d and continuing", self.accelerator.label,
-                    batch, batch // 2)
+        log.warning("%s out of memory at batch_size=%d: halving it to %d and continuing",
+                    label, batch, batch // 2)
         return batch // 2
 
     def _batch_size(self, module, x_num, x_cat, y, state) -> int:
@@ -383,8 +384,9 @@ def find_batch_size(module, probe, n_rows: int, max_batch: int, device: torch.de
             if best is not None:
                 break
             if batch == 1:
-                raise HardwareError(f"{for_torch(device).label} ran out of memory with a batch of 1 row; the network "
-                                    "does not fit on the device") from None
+                label = for_torch(device).label
+                raise HardwareError(f"{label} ran out of memory with a batch of 1 row; the network does not "
+                                    "fit on the device") from None
             batch //= 2
             continue
         if batch >= cap:

@@ -68,14 +68,15 @@ class TestRegistry:
             "cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "mps": "cuda"}
 
     def test_an_unknown_device_names_the_key_the_value_and_the_choices(self):
-        with pytest.raises(ConfigError, match=r"model.nn.device='tpu' is not a device; use one of auto, cpu, cuda, "
-                                              r"rocm, mps"):
+        expected = r"model.nn.device='tpu' is not a device; use one of auto, cpu, cuda, rocm, mps"
+        with pytest.raises(ConfigError, match=expected):
             accelerators.check_device("tpu", "model.nn.device", "PyTorch")
 
     @pytest.mark.parametrize("library", ["LightGBM", "XGBoost"])
     def test_a_gbm_on_mps_is_refused_before_any_work(self, library):
-        with pytest.raises(ConfigError, match=rf"model.m.device=mps: {library} has no build that runs on MPS; "
-                                              r"use one of auto, cpu, cuda, rocm$"):
+        expected = (rf"model.m.device=mps: {library} has no build that runs on MPS; "
+                    r"use one of auto, cpu, cuda, rocm$")
+        with pytest.raises(ConfigError, match=expected):
             accelerators.check_device("MPS", "model.m.device", library)
 
     def test_the_pairs_libraries_can_run_are_planned_as_a_gpu_fit(self):
@@ -100,7 +101,8 @@ class TestRegistry:
     def test_the_cli_refuses_lightgbm_on_mps_naming_the_key(self, compose):
         from pipeline.settings import read_settings
 
-        with pytest.raises(ConfigError, match=r"model.lightgbm.device=mps: LightGBM has no build that runs on MPS"):
+        expected = r"model.lightgbm.device=mps: LightGBM has no build that runs on MPS"
+        with pytest.raises(ConfigError, match=expected):
             read_settings(compose(["model=lightgbm", "model.lightgbm.device=mps"]))
 
     def test_the_networks_own_device_parameter_takes_the_plans_devices(self):
@@ -140,7 +142,8 @@ class TestROCm:
         from pipeline.errors import HardwareError
 
         amd.setenv("HIP_VISIBLE_DEVICES", "7")
-        with pytest.raises(HardwareError, match=r"HIP_VISIBLE_DEVICES=7: '7' names no GPU of this machine \(ROCm lists 3"):
+        expected = r"HIP_VISIBLE_DEVICES=7: '7' names no GPU of this machine \(ROCm lists 3"
+        with pytest.raises(HardwareError, match=expected):
             hardware.detect()
 
     def test_a_child_is_shown_its_devices_through_hip(self):
@@ -150,10 +153,11 @@ class TestROCm:
         assert accelerators.get("mps").visible_env(["0"]) == {}
 
     def test_rocm_smi_answers_without_the_python_module(self, clean):
-        cards = {"card1": {"Card Series": "MI210", "VRAM Total Memory (B)": "68702699520", "Unique ID": "0xbb"},
-                 "card0": {"Card Series": "MI210", "VRAM Total Memory (B)": "68702699520", "Unique ID": "0xaa"},
+        card = {"Card Series": "MI210", "VRAM Total Memory (B)": "68702699520"}
+        cards = {"card1": {**card, "Unique ID": "0xbb"}, "card0": {**card, "Unique ID": "0xaa"},
                  "system": {"Driver version": "6.8"}}
-        clean.setattr(rocm.shutil, "which", lambda name: "/opt/rocm/bin/rocm-smi" if name == "rocm-smi" else None)
+        smi = "/opt/rocm/bin/rocm-smi"
+        clean.setattr(rocm.shutil, "which", lambda name: smi if name == "rocm-smi" else None)
         clean.setattr(rocm.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=json.dumps(cards)))
         found = accelerators.get("rocm").detect()
         assert [(d.token, d.name, d.memory) for d in found] == [("0xaa", "MI210", 68702699520),
@@ -249,7 +253,8 @@ def test_the_loop_asks_its_accelerator_not_torch_cuda(monkeypatch, tmp_path):
     g = torch.Generator().manual_seed(0)
     x, c = torch.randn(256, 3, generator=g), torch.randint(0, 4, (256, 1), generator=g)
     y = (x[:, 0] > 0).long()
-    spec = NetSpec(num_numeric=3, cardinalities=(4,), out_dim=2, hidden_sizes=(8,), dropout=0.0, max_embedding_dim=2)
+    spec = NetSpec(num_numeric=3, cardinalities=(4,), out_dim=2, hidden_sizes=(8,), dropout=0.0,
+                   max_embedding_dim=2)
     rec = Recording()
     monkeypatch.setattr("pipeline.nn.loop.for_torch", lambda device: rec)
     Loop(spec, LoopConfig(batch_size="auto", max_epochs=2, patience=0), "binary", METRICS["accuracy"],
@@ -259,7 +264,7 @@ def test_the_loop_asks_its_accelerator_not_torch_cuda(monkeypatch, tmp_path):
 
 
 def test_torch_allocator_peaks_count_where_torch_started_a_gpu(clean):
-    """A fit that used torch on a GPU: each started device's peak is reset at the start, the largest is kept."""
+    """A fit that used torch on a GPU: each started device's peak is reset first, the largest one kept."""
     from pipeline.memory.measure import PeakMemory
 
     reset = []
