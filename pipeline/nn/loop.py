@@ -139,7 +139,7 @@ class Loop:
             scaler.load_state_dict(state["scaler"])
             generator.set_state(state["generator"])
             torch.set_rng_state(state["torch_rng"])
-            self.accelerator.set_rng_state(state.get("device_rng"), self.device)
+            self.accelerator.set_rng_state(state.get("device_rng", state.get("cuda_rng")), self.device)
             best_state, bad_epochs, start_epoch = state["best_state"], state["bad_epochs"], state["epoch"] + 1
             result.history, result.best_epoch, result.best_score = state["history"], state["best_epoch"], state["best_score"]
             result.oom_backoffs = state["oom_backoffs"]
