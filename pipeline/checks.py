@@ -85,13 +85,13 @@ def check_params(settings: Settings, problem_type: Optional[str]) -> None:
         spec.cls.check_params(spec.name, spec.all_params, problem_type)
 
 
-def check_gpu_models(settings: Settings, hardware) -> None:
-    """Where the total has no GPU, one error naming every model configured for one, and the overrides
-    that would put them on the CPU."""
+def check_gpu_models(models, hardware) -> None:
+    """Where the total has no GPU, one error naming every model (a pipeline.settings.ModelSpec) configured
+    for one, and the overrides that would put them on the CPU."""
     if hardware.total.num_gpus:
         return
     asking = []
-    for spec in settings.models:
+    for spec in models:
         needs = spec.cls.needs(spec.name, spec.params)
         if needs.requires_gpu:
             asking.append((spec.name, needs.gpu_param))
@@ -109,12 +109,13 @@ def check_gpu_models(settings: Settings, hardware) -> None:
     )
 
 
-def check_environment(settings: Settings, plan: Plan, on_cluster: bool) -> None:
-    """Probe each model's library where its first fit will run (a GPU build), unless the fits run elsewhere."""
+def check_environment(models, plan: Plan, on_cluster: bool) -> None:
+    """Probe each model's library (`models`: ModelSpecs on their planned devices) where its first fit will run
+    (a GPU build), unless the fits run elsewhere."""
     if plan.hardware.planned_only or on_cluster:
         return
     reasons = {a.model: a.device_reason for a in plan.allocations}
-    for spec in settings.models:
+    for spec in models:
         if spec.cls.needs(spec.name, spec.params).requires_gpu:
             try:
                 spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))

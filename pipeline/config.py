@@ -76,7 +76,7 @@ class ModelSpecConf:
 
     _target_: str = MISSING
     params: Dict[str, Any] = field(default_factory=dict)
-    device: str = "cpu"  # auto | cpu | cuda; auto: the planner's estimate picks (pipeline.device_choice)
+    device: str = "cpu"  # auto | cpu | cuda; auto: the planner's estimate picks (pipeline.planning.device_choice)
     gpu_params: Dict[str, Any] = field(default_factory=dict)  # laid over params when the model runs on a GPU
     resources: ResourcesConf = field(default_factory=ResourcesConf)
     search_space: Dict[str, SearchDimConf] = field(default_factory=dict)

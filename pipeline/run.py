@@ -23,7 +23,7 @@ from pipeline.errors import ConfigError, Interrupted
 from pipeline.lean_imports import for_run as lean_imports_for_run
 from pipeline.graph.plan import EVALUATE, Plan
 from pipeline.objectives import inner_fit_seconds, job_return
-from pipeline.planning import make_plan, on_cluster  # noqa: F401  (make_plan: importable from here too)
+from pipeline.planning import make_plan, placed  # noqa: F401  (make_plan: importable from here too)
 from pipeline.settings import Settings, read_settings
 from pipeline.run_folder import make_run_folder
 
@@ -80,12 +80,12 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)
     make_run_folder(runtime.run_dir)  # checked (by Hydra's callback too, before Hydra wrote into it), made
-    cluster = _look_at_cluster(settings)
-    plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)
-    settings = settings.on_devices({a.model: a.device for a in plan.allocations})  # the library params follow
+    cluster = components.cluster(settings)  # the executor's look at the nodes the fits run on; None: here
+    plan = make_plan(settings.plan_input(runtime.launch_dir, cluster.machine if cluster else None, cluster is not None))
     if cluster is not None:
         cluster.check(plan)
-    check_environment(settings, plan, on_cluster=cluster is not None)
+    models = placed(settings.models, plan)  # each on the plan's device: the library params follow
+    check_environment(models, plan, on_cluster=cluster is not None)
     from pipeline import report
 
     report.print_plan(plan)
@@ -104,7 +104,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     if settings.conf.dry_run:
         report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
         return None
-    result = execute(settings, plan, runtime, components, checked)
+    result = execute(settings, plan, models, runtime, components, checked)
     if settings.conf.time_limit_s is not None:
         report.console.print(report.run_time_line(settings.conf.time_limit_s, runtime.started), highlight=False)
     return result
@@ -156,17 +156,19 @@ class Components:
                               "not a pipeline.graph.backend.Backend")
         return backend
 
+    def cluster(self, settings: Settings):
+        """The cluster the fits run on, as the executor looked at it (its totals, and `check(plan)` of every
+        fit against its nodes), when the executor has one (`cluster` attribute); else None: this machine."""
+        look = getattr(self.executor, "cluster", None)
+        return look(settings.conf.executor) if look is not None else None
 
-def _look_at_cluster(settings: Settings):
-    """The Ray cluster the run joins (its nodes), when the fits run on one; else None."""
-    if not on_cluster(settings):
-        return None
-    from pipeline.executors.ray import look_at_cluster
-
-    return look_at_cluster(settings.conf.executor.address, settings.conf.executor.ray_init)
+    def on_cluster(self, settings: Settings) -> bool:
+        """Whether the fits run on a cluster's nodes, not this machine, without looking at it."""
+        joins = getattr(self.executor, "joins_cluster", None)
+        return bool(joins is not None and joins(settings.conf.executor))
 
 
-def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components,
+def execute(settings: Settings, plan: Plan, models: tuple, runtime: Runtime, components: Components,
             checked: Checked) -> Union[float, list[float]]:
     """Fit the plan, once the data is loaded and checked."""
     from pipeline.signals import StopSignals
@@ -174,13 +176,13 @@ def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Compon
 
     with RunDirectoryLock(runtime.run_dir), StopSignals() as signals:
         try:
-            return _execute(settings, plan, runtime, components, checked, signals)
+            return _execute(settings, plan, models, runtime, components, checked, signals)
         finally:
             signals.clean_up()
 
 
-def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components, checked: Checked,
-             signals):
+def _execute(settings: Settings, plan: Plan, models: tuple, runtime: Runtime, components: Components,
+             checked: Checked, signals):
     """The data loads and is checked; only then does the tracker connect (a tracker service may be
     started, which outlives the run) and the executor start (workers spawn, Ray connects), while the
     tracker's host opens the store and starts the MLflow run."""
@@ -194,7 +196,8 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Compo
         except BaseException:
             tracker.end("FAILED")  # no run was started: this only stops the tracker's process
             raise
-        return _fit(settings, plan, runtime, data, metric, tracker, backend, signals, components.kinds(settings))
+        return _fit(settings, plan, models, runtime, data, metric, tracker, backend, signals,
+                    components.kinds(settings))
 
 
 def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()):
@@ -217,7 +220,7 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
     return data, metric
 
 
-def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker, backend,
+def _fit(settings: Settings, plan: Plan, models: tuple, runtime: Runtime, data, metric, tracker, backend,
          signals, kinds: dict[str, str]) -> Union[float, list[float]]:
     from pipeline.outputs import RunRecord
 
@@ -242,7 +245,7 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
 
         tracker.log_datasets(summarize(data), locations(settings.conf.data, runtime.launch_dir))
         _log_config(settings, runtime, tracker)
-        rows, inner = run_graph(settings, plan, data, metric, runtime, tracker, backend, record)
+        rows, inner = run_graph(settings, plan, models, data, metric, runtime, tracker, backend, record)
         if tracker.enabled:
             record.run_id(tracker.run_id)  # waits for the start, if need be
         status = "FINISHED"
@@ -268,7 +271,7 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
             )
 
 
-def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend,
+def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runtime: Runtime, tracker, backend,
               record) -> tuple[list[dict], dict[int, float]]:
     """Wire the scheduler (result store, trial source, progress and tracking hooks, the run's outputs)
     and run every task of the plan; returns the leaderboard rows, best first, and `inner_fit_seconds`."""
@@ -282,7 +285,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
     trials = TrialSource(
         settings.conf.hpo,
         {s.name: s.search_space for s in settings.models},
-        {s.name: s.params for s in settings.models},
+        {s.name: s.params for s in models},
         "maximize" if metric.greater_is_better else "minimize",
         store_dir=runtime.run_dir / "trials",
         prior=prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
@@ -299,7 +302,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
     with FitProgress(full) as progress:
         scheduler = Scheduler(
             plan, backend, store, trials,
-            {s.name: s.prototype() for s in settings.models}, data, metric,
+            {s.name: s.prototype() for s in models}, data, metric,
             seed=settings.conf.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
             hooks=HookList(RunHooks(progress, tracker, metric, settings.conf.hpo.searches, on_run_id=record.run_id),
                            OutputHooks(outputs, full, data, metric, lambda: scheduler.ctx.outcome)),

@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config import Config, DataConf, ModelSpecConf, PredictConfig, Resume, SearchDimConf
-from pipeline.device_choice import check_device
+from pipeline.planning.device_choice import check_device
 from pipeline.errors import ConfigError
 from pipeline.lean_imports import PRELOAD as LEAN_PRELOAD
 from pipeline.memory.budget import MemoryRequest
@@ -27,7 +28,9 @@ from pipeline.graph.stacking import check as check_stacking
 from pipeline.targets import ALWAYS_ALLOWED, Kind, check_allowed_targets, check_no_targets, inside, resolve
 
 if TYPE_CHECKING:
+    from pipeline.hardware import Machine
     from pipeline.models.base import TabularModel
+    from pipeline.planning.inputs import PlanInput
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,22 @@ class Settings:
     params: dict  # the resolved config, flattened and redacted, for MLflow
     config_yaml: str  # the resolved config, redacted
 
-    def on_devices(self, devices: dict[str, str]) -> "Settings":
-        """These settings with each model on its planned device ({model name: cpu | cuda})."""
-        return dataclasses.replace(self, models=tuple(m.on(devices[m.name]) if m.name in devices else m
-                                                      for m in self.models))
+    def plan_input(self, base_dir: Optional[Path] = None, machine: Optional[Machine] = None,
+                   on_cluster: bool = False) -> PlanInput:
+        """What planning reads, from these settings: the models and their trial counts, the levels, the
+        data's shape (read from `base_dir`'s files), and `machine` (a cluster's, else this one, detected)."""
+        from pipeline import hardware as hw
+        from pipeline.memory.shape import data_shape
+        from pipeline.planning.inputs import DataInput, Levels, ModelInput, PlanInput
+
+        conf, par = self.conf, self.conf.parallelism
+        levels = Levels(par.num_folds, par.bag.request, par.fit.request, par.bag.memory_request,
+                        par.fit.memory_request, par.sequential)
+        machine = machine or hw.detect()
+        data = DataInput(data_shape(conf.data, base_dir or Path.cwd()), conf.data.test_size, conf.data.val_size)
+        models = tuple(ModelInput(s, conf.hpo.trials_for(s.name, s.search_space)) for s in self.models)
+        return PlanInput(models, levels, data, machine, conf.hardware, self.library_modules, self.lean_imports,
+                         conf.dry_run, conf.refit, conf.stack_levels, on_cluster)
 
     @property
     def library_modules(self) -> tuple[str, ...]:

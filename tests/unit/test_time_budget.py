@@ -163,7 +163,8 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2):
     from pipeline.hpo import TrialSource
     from pipeline.metrics import METRICS
     from pipeline.graph.plan import build_plan
-    from pipeline.resources import ModelNeeds, Request, allocate
+    from pipeline.resources import ModelNeeds, Request
+    from pipeline.planning.allocation import allocate
     from pipeline.store import ResultStore
     from tests.fault_models import SleepModel
 
