@@ -1,10 +1,12 @@
-"""The checks a run makes before it acts, each once: the data's files and columns, the problem type
-where it can be had without reading the table, the eval metric, every model's library parameters,
-GPU requests against the hardware, and each model's library where its first fit will run.
+"""The checks a run makes before it acts, each once. The config's values were checked as the settings
+were read (pipeline.config_checks); `check` then looks at the data's files and columns, the problem type
+where it can be had without reading the table, the eval metric and every model's library parameters.
+Planning checks GPU requests against the hardware, and, once the plan says where the first fit runs,
+each model's library there (`check_environment`).
 
-The composition root (`pipeline.run`) calls them in that order, before it plans (the plan needs
-none of them) and in a dry run too; none starts a process, pool, thread or connection, except
-the library probes of GPU models (a child process each, which is the check).
+The composition root (`pipeline.run`) calls them in that order, in a dry run too; none starts a
+process, pool, thread or connection, except the library probes of GPU models (a child process each,
+which is the check).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Checked:
     roles: Optional[Roles] = None  # the columns' roles from the file's first rows (None: inferred at loading)
 
 
-def check_data_and_params(settings: Settings, launch_dir: Path) -> Checked:
+def check(settings: Settings, launch_dir: Path) -> Checked:
     """The data's files and columns, the eval metric and the models' parameters, before any work."""
     from pipeline import metrics
     from pipeline.data_sources import check_before_reading

@@ -62,7 +62,8 @@ def make_plan(given: PlanInput) -> Plan:
         raised = lambda share, p=p, key=gpus_key: p.allocate(  # noqa: E731
             dataclasses.replace(p.request, num_gpus=share, gpus_key=key), warn=None)
         allocation = memory.plan(p.spec, allocation, raised)
-        allocations.append(dataclasses.replace(allocation, device=p.choice.device, device_reason=p.choice.reason))
+        allocation = dataclasses.replace(allocation, device=p.choice.device, device_reason=p.choice.reason)
+        allocations.append(allocation)
     return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=given.refit,
                       stack_levels=given.stack_levels)
 
@@ -75,11 +76,13 @@ def _place(model: ModelInput, levels: Levels, hardware, fit_shape) -> _Placed:
 
     def allocate_for(request: Request, needs, warn=log.warning, total: Resources = hardware.total,
                      alongside: bool = False) -> Allocation:
-        return allocate(total, levels.bag, request, needs, num_folds=levels.num_folds, num_trials=model.num_trials,
-                        sequential=levels.sequential, gpu_capacities=gpu_capacities, warn=warn, alongside=alongside)
+        return allocate(total, levels.bag, request, needs, num_folds=levels.num_folds,
+                        num_trials=model.num_trials, sequential=levels.sequential,
+                        gpu_capacities=gpu_capacities, warn=warn, alongside=alongside)
 
     request = spec.resources.over(levels.fit)
-    choice = model_device(spec, hardware, fit_shape, lambda needs: allocate_for(request, needs, None), log.warning)
+    on_cpu = lambda needs: allocate_for(request, needs, None)  # noqa: E731  (the threads a CPU fit gets)
+    choice = model_device(spec, hardware, fit_shape, on_cpu, log.warning)
     spec = spec.on(choice.device)
     needs = spec.cls.needs(spec.name, spec.params)
 
@@ -96,7 +99,8 @@ def _beside_others(p: _Placed, levels: Levels, hardware, beside: int, others_on_
     allocation, total = p.allocation, hardware.total
     alongside = bool(others_on_cpus) and bool(allocation.parallel_reason)
     wanted = max(p.request.num_cpus or 0, levels.bag.num_cpus or 0)
-    if allocation.fit.num_gpus == 0 and 0 < beside < total.num_cpus and not levels.sequential and wanted <= beside:
+    on_cpus = allocation.fit.num_gpus == 0 and not levels.sequential
+    if on_cpus and 0 < beside < total.num_cpus and wanted <= beside:
         return p.allocate(p.request, warn=None, total=Resources(beside, total.num_gpus), alongside=alongside)
     if alongside:
         return p.allocate(p.request, warn=None, alongside=True)

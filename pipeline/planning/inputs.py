@@ -30,7 +30,7 @@ class ModelInput:
 
 @dataclass(frozen=True)
 class Levels:
-    """`parallelism`: the folds, the bag's and the fit's requests (CPUs and GPU shares, memory), sequential."""
+    """`parallelism`, checked: the folds, the bag's and the fit's requests (CPUs and GPU shares, memory)."""
 
     num_folds: int
     bag: Request
