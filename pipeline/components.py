@@ -12,7 +12,10 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from pipeline.errors import ConfigError, closest
 from pipeline.targets import imported
+
+log = logging.getLogger(__name__)
 
 # The defaults' classes, as conf/data/adult.yaml and conf/hpo/none.yaml name them.
 BUNDLED_SOURCE = "pipeline.data_sources.BundledSource"
@@ -21,6 +24,12 @@ BUNDLED = {"adult": "income", "california_housing": "MedHouseVal"}  # bundled da
 PROBLEM_TYPES = ("auto", "binary", "multiclass", "regression")
 UNSEEN_POLICIES = ("missing", "error")
 DIM_TYPES = ("float", "int", "categorical")
+
+
+def one_of(key: str, value: Any, valid) -> None:
+    """A ConfigError naming the key, the value, the valid ones and the closest, unless value is valid."""
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(valid)}{closest(str(value), tuple(valid))}")
 
 
 @dataclass
@@ -33,6 +42,21 @@ class SearchDimConf:
     log: bool = False
     step: Optional[float] = None
     choices: Optional[List[Any]] = None
+
+    def check(self, key: str) -> None:
+        one_of(f"{key}.type", self.type, DIM_TYPES)
+        if self.type == "categorical":
+            if not self.choices:
+                raise ConfigError(f"{key}: a categorical dimension needs a non-empty choices list")
+            return
+        if self.low is None or self.high is None:
+            raise ConfigError(f"{key}: a {self.type} dimension needs low and high")
+        if self.low >= self.high:
+            raise ConfigError(f"{key}: low={self.low} must be below high={self.high}")
+        if self.log and self.low <= 0:
+            raise ConfigError(f"{key}: a log scale needs low > 0 (low={self.low})")
+        if self.log and self.step is not None:
+            raise ConfigError(f"{key}: log and step cannot be combined")
 
     def contains(self, value) -> bool:
         """Whether `value` is one this dimension can take."""
@@ -95,6 +119,21 @@ class HpoConf:
         between calls, and this config holds none of them)."""
         # the target was checked by settings.read_settings; options are values, never built into objects
         return imported(self._target_)(**copy.deepcopy(self.options))
+
+    def check(self, spaces: dict[str, dict[str, SearchDimConf]]) -> None:
+        """The search spaces against the searcher (its class already checked): each dimension valid,
+        none empty when searching."""
+        for model, space in spaces.items():
+            for name, dim in space.items():
+                dim.check(f"model.{model}.search_space.{name}")
+            if self.searches and not space:
+                raise ConfigError(f"hpo._target_={self._target_} searches, but model.{model}.search_space is "
+                                  "empty; give it a search space, or choose hpo=none")
+        if not self.searches and self.num_trials > 1:
+            log.warning(
+                "hpo._target_=%s does not search: the %d trials fit each model's own params with different "
+                "seeds; choose hpo=random, hpo=tpe or hpo=grid to search", self._target_, self.num_trials,
+            )
 
     def trials_for(self, model: str, space: dict[str, SearchDimConf]) -> int:
         """How many trials a model runs: num_trials, or fewer when the searcher has fewer points."""

@@ -1,16 +1,16 @@
 """Every check of the config's values, in one place: `pipeline.settings.read_settings` runs them once,
 in this order, as the settings are read and before anything starts. First each group's own values (in
 the order the schema builds the groups: data, parallelism, hpo, executor, tracking, then the time
-limits), then what spans groups (`check_models`, `check_components`). The checks change nothing: what
-they derive (parsed requests, a model's device, the seeds a null inherits) they return.
+limits), then what spans groups (each model, the searcher and its search spaces, the data source, the
+executor and the tracker: within allowed_targets). The checks change nothing: what they derive (parsed
+requests, a model's device, the targets' classes) they return, and the settings hold it as new values.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from pipeline.components import BUNDLED, BUNDLED_SOURCE, DIM_TYPES, PROBLEM_TYPES, UNSEEN_POLICIES
+from pipeline.components import BUNDLED, BUNDLED_SOURCE, PROBLEM_TYPES, UNSEEN_POLICIES, one_of
 from pipeline.config import IN_PROCESS, LOCAL_EXECUTOR, NO_TRACKER
 from pipeline.errors import ConfigError, closest
 from pipeline.memory.budget import MemoryRequest
@@ -24,14 +24,6 @@ if TYPE_CHECKING:
         Config, DataConf, ExecutorConf, HpoConf, ModelSpecConf, ParallelismConf, ResourcesConf, SearchDimConf,
         TrackingConf,
     )
-
-log = logging.getLogger("pipeline.components")  # the logger the searcher's warning has always named
-
-
-def one_of(key: str, value: Any, valid) -> None:
-    """A ConfigError naming the key, the value, the valid ones and the closest, unless value is valid."""
-    if value not in valid:
-        raise ConfigError(f"{key}={value!r} is not one of {', '.join(valid)}{closest(str(value), tuple(valid))}")
 
 
 def check_values(conf: Config) -> Levels:
@@ -134,35 +126,9 @@ def check_limits(conf: Config) -> None:
 
 
 def check_search(hpo: HpoConf, spaces: dict[str, dict[str, SearchDimConf]]) -> None:
-    """The search spaces against the searcher (its class already checked): each dimension valid,
-    none empty when searching."""
-    for model, space in spaces.items():
-        for name, dim in space.items():
-            check_dimension(dim, f"model.{model}.search_space.{name}")
-        if hpo.searches and not space:
-            raise ConfigError(f"hpo._target_={hpo._target_} searches, but model.{model}.search_space is "
-                              "empty; give it a search space, or choose hpo=none")
-    if not hpo.searches and hpo.num_trials > 1:
-        log.warning(
-            "hpo._target_=%s does not search: the %d trials fit each model's own params with different "
-            "seeds; choose hpo=random, hpo=tpe or hpo=grid to search", hpo._target_, hpo.num_trials,
-        )
-
-
-def check_dimension(dim: SearchDimConf, key: str) -> None:
-    one_of(f"{key}.type", dim.type, DIM_TYPES)
-    if dim.type == "categorical":
-        if not dim.choices:
-            raise ConfigError(f"{key}: a categorical dimension needs a non-empty choices list")
-        return
-    if dim.low is None or dim.high is None:
-        raise ConfigError(f"{key}: a {dim.type} dimension needs low and high")
-    if dim.low >= dim.high:
-        raise ConfigError(f"{key}: low={dim.low} must be below high={dim.high}")
-    if dim.log and dim.low <= 0:
-        raise ConfigError(f"{key}: a log scale needs low > 0 (low={dim.low})")
-    if dim.log and dim.step is not None:
-        raise ConfigError(f"{key}: log and step cannot be combined")
+    """The search spaces against the searcher (its class already checked): each dimension valid, none
+    empty when searching (the schema's own checks: HpoConf.check, SearchDimConf.check)."""
+    hpo.check(spaces)
 
 
 def check_component(key: str, target: str, allowed: tuple[str, ...], base: str, what: str = "") -> type:
