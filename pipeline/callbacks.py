@@ -91,12 +91,14 @@ def mlflow_settings(config):
     from omegaconf import OmegaConf
 
     from pipeline.config import MLFLOW_TRACKER
+    from pipeline.config_checks import check_tracking
     from pipeline.errors import ConfigError
 
     if "tracking" not in config:
         return None
     try:
-        conf = OmegaConf.to_object(config.tracking)  # its checks run here
+        conf = OmegaConf.to_object(config.tracking)
+        check_tracking(conf)
         return conf if conf._target_ == MLFLOW_TRACKER else None
     except ConfigError:
         return None
@@ -115,12 +117,11 @@ class MlflowSweepCallback(Callback):
             return
         from pipeline.errors import TrackingError
         from pipeline.redact import redact_override
-        from pipeline.tracking import sweep
-        from pipeline.tracking.factory import mlflow_store
+        from pipeline.tracking import factory, sweep
         from pipeline.tracking.sweep_host import SweepHost, SweepSpec
 
         launch_dir = Path(config.hydra.runtime.cwd)
-        store = mlflow_store(conf, launch_dir)
+        store = factory.mlflow_store(conf, launch_dir)
         sweep_dir = sweep.sweep_directory(launch_dir, config.hydra.sweep.dir)
         from omegaconf import OmegaConf
 

@@ -1,10 +1,12 @@
-"""The checks a run makes before it acts, each once: the data's files and columns, the problem type
-where it can be had without reading the table, the eval metric, every model's library parameters,
-GPU requests against the hardware, and each model's library where its first fit will run.
+"""The checks a run makes before it acts, each once. The config's values were checked as the settings
+were read (pipeline.config_checks); `check` then looks at the data's files and columns, the problem type
+where it can be had without reading the table, the eval metric and every model's library parameters.
+Planning checks GPU requests against the hardware, and, once the plan says where the first fit runs,
+each model's library there (`check_environment`).
 
-The composition root (`pipeline.run`) calls them in that order, before it plans (the plan needs
-none of them) and in a dry run too; none starts a process, pool, thread or connection, except
-the library probes of GPU models (a child process each, which is the check).
+The composition root (`pipeline.run`) calls them in that order, in a dry run too; none starts a
+process, pool, thread or connection, except the library probes of GPU models (a child process each,
+which is the check).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Checked:
     roles: Optional[Roles] = None  # the columns' roles from the file's first rows (None: inferred at loading)
 
 
-def check_data_and_params(settings: Settings, launch_dir: Path) -> Checked:
+def check(settings: Settings, launch_dir: Path) -> Checked:
     """The data's files and columns, the eval metric and the models' parameters, before any work."""
     from pipeline import metrics
     from pipeline.data_sources import check_before_reading
@@ -85,13 +87,13 @@ def check_params(settings: Settings, problem_type: Optional[str]) -> None:
         spec.cls.check_params(spec.name, spec.all_params, problem_type)
 
 
-def check_gpu_models(settings: Settings, hardware) -> None:
-    """Where the total has no GPU, one error naming every model configured for one, and the overrides
-    that would put them on the CPU."""
+def check_gpu_models(models, hardware) -> None:
+    """Where the total has no GPU, one error naming every model (a pipeline.settings.ModelSpec) configured
+    for one, and the overrides that would put them on the CPU."""
     if hardware.total.num_gpus:
         return
     asking = []
-    for spec in settings.models:
+    for spec in models:
         needs = spec.cls.needs(spec.name, spec.params)
         if needs.requires_gpu:
             asking.append((spec.name, needs.gpu_param))
@@ -109,12 +111,13 @@ def check_gpu_models(settings: Settings, hardware) -> None:
     )
 
 
-def check_environment(settings: Settings, plan: Plan, on_cluster: bool) -> None:
-    """Probe each model's library where its first fit will run (a GPU build), unless the fits run elsewhere."""
+def check_environment(models, plan: Plan, on_cluster: bool) -> None:
+    """Probe each model's library (`models`: ModelSpecs on their planned devices) where its first fit will run
+    (a GPU build), unless the fits run elsewhere."""
     if plan.hardware.planned_only or on_cluster:
         return
     reasons = {a.model: a.device_reason for a in plan.allocations}
-    for spec in settings.models:
+    for spec in models:
         if spec.cls.needs(spec.name, spec.params).requires_gpu:
             try:
                 spec.cls.check_environment(spec.name, spec.params, first_fit_env(plan, spec.name))

@@ -1,5 +1,6 @@
 """Config dataclasses of the groups whose class a user may swap by `_target_`: the data source
-(`data`) and the searcher (`hpo`, with its search-space dimensions). `pipeline.config` re-exports them.
+(`data`) and the searcher (`hpo`, with its search-space dimensions). `pipeline.config` re-exports them;
+`pipeline.config_checks` checks their values.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class SearchDimConf:
 
 @dataclass
 class HpoConf:
-    """In-run search: which searcher, how many trials; checked when the config becomes settings."""
+    """In-run search: which searcher, how many trials; checked when the config becomes settings
+    (pipeline.config_checks)."""
 
     num_trials: int = 1
     seed: Optional[int] = None  # null: the run's seed
@@ -107,23 +109,16 @@ class HpoConf:
     _target_: str = NO_SEARCH
     options: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of that class
 
-    def __post_init__(self) -> None:
-        if self.num_trials < 1:
-            raise ConfigError(f"hpo.num_trials={self.num_trials} must be >= 1")
-        if self.grid_points < 2:
-            raise ConfigError(f"hpo.grid_points={self.grid_points} must be >= 2")
-
     @property
     def searches(self) -> bool:
         """Whether trials draw parameters from the search spaces (else each fits the model's own)."""
         return self.make_searcher().searches
 
     def make_searcher(self):
-        """The searcher object (the target's class, given `options` as keywords), made once."""
-        if getattr(self, "_searcher", None) is None:
-            # the target was checked by settings.read_settings; options are values, never built into objects
-            self._searcher = imported(self._target_)(**copy.deepcopy(self.options))
-        return self._searcher
+        """A searcher object (the target's class, given `options` as keywords; searchers hold no state
+        between calls, and this config holds none of them)."""
+        # the target was checked by settings.read_settings; options are values, never built into objects
+        return imported(self._target_)(**copy.deepcopy(self.options))
 
     def check(self, spaces: dict[str, dict[str, SearchDimConf]]) -> None:
         """The search spaces against the searcher (its class already checked): each dimension valid,
@@ -143,9 +138,6 @@ class HpoConf:
     def trials_for(self, model: str, space: dict[str, SearchDimConf]) -> int:
         """How many trials a model runs: num_trials, or fewer when the searcher has fewer points."""
         return self.make_searcher().trials(self, model, space)
-
-    def __getstate__(self) -> dict:  # the searcher is made again where it is needed
-        return {k: v for k, v in self.__dict__.items() if k != "_searcher"}
 
 
 @dataclass
@@ -182,32 +174,14 @@ class DataConf:
     options: Dict[str, Any] = field(default_factory=dict)  # keyword arguments of that class
 
     def __post_init__(self) -> None:
-        one_of("data.problem_type", self.problem_type, PROBLEM_TYPES)
-        one_of("data.unseen_categories", self.unseen_categories, UNSEEN_POLICIES)
-        from pipeline import class_weights
-
-        class_weights.check(self.class_weight, self.problem_type)
-        for key in ("test_size", "val_size"):
-            value = getattr(self, key)
-            if not 0 < value < 1:
-                raise ConfigError(f"data.{key}={value} must be a fraction between 0 and 1")
-        if self.max_rows is not None and self.max_rows < 10:
-            raise ConfigError(f"data.max_rows={self.max_rows} must be at least 10")
-        from pipeline.roles import check_overrides
-
-        check_overrides(self.column_roles, self.leak_check)
-        one_of("data.split", self.split, ("random", "time"))
-        if self.split == "time" and not self.time_column:
-            raise ConfigError("data.split=time needs data.time_column: the column that orders the rows")
+        """What the config leaves null, derived as the value is built: a file's source from its extension,
+        a bundled data set's path and label (pipeline.config_checks checks the values)."""
         if self._target_ == BUNDLED_SOURCE and self.path and self.path not in BUNDLED:
             self._source_from_extension()
         if self._target_ == BUNDLED_SOURCE:
             self.path = self.path or self.name
-            if self.path not in BUNDLED:
-                raise ConfigError(f"data.path={self.path!r} is not a bundled data set; bundled: "
-                                  f"{', '.join(BUNDLED)}{closest(str(self.path), tuple(BUNDLED))}; "
-                                  "for your own file add data=csv or data=parquet")
-            self.label = self.label or BUNDLED[self.path]
+            if self.path in BUNDLED:
+                self.label = self.label or BUNDLED[self.path]
 
     def _source_from_extension(self) -> None:
         """`data.path=x.csv` or `x.parquet` without `data=`: the file's source, said in the log."""

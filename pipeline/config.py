@@ -3,7 +3,7 @@
 The primary config (`conf/config.yaml`) lists `config_schema` first in its defaults, so every
 group merges into these dataclasses: a misspelt key or a wrong type fails at compose time
 with Hydra's message naming the key. OmegaConf.to_object then builds them as the run's typed
-settings (`pipeline.settings`), and their `__post_init__` checks the values.
+settings (`pipeline.settings`); `pipeline.config_checks` checks their values, once.
 """
 
 from __future__ import annotations
@@ -35,16 +35,6 @@ class ResourcesConf:
     memory_gb: Optional[float] = None  # RAM a fit (or a bag's folds together) may use; null: the estimate
     gpu_memory_gb: Optional[float] = None  # memory on each GPU of a fit; null: the estimate
 
-    def check(self, key: str) -> "ResourcesConf":
-        """Validate the values under `key` (parallelism.fit, model.lightgbm.resources): `request` becomes the
-        CPUs and exact GPU share (pipeline.resources.Request), `memory_request` the bytes; returns self."""
-        from pipeline.memory.budget import MemoryRequest
-        from pipeline.resources import Request
-
-        self.request = Request.parse(self.num_cpus, self.num_gpus, key)
-        self.memory_request = MemoryRequest.parse(self.memory_gb, self.gpu_memory_gb, key)
-        return self
-
 
 @dataclass
 class HardwareConf:
@@ -65,10 +55,6 @@ class ParallelismConf:
     fit: ResourcesConf = field(default_factory=ResourcesConf)  # one base-model fit (one fold)
     sequential: bool = False  # one fit at a time, however many would fit
 
-    def __post_init__(self) -> None:
-        self.bag.check("parallelism.bag")
-        self.fit.check("parallelism.fit")
-
 
 @dataclass
 class ModelSpecConf:
@@ -76,7 +62,7 @@ class ModelSpecConf:
 
     _target_: str = MISSING
     params: Dict[str, Any] = field(default_factory=dict)
-    device: str = "cpu"  # auto | cpu | cuda; auto: the planner's estimate picks (pipeline.device_choice)
+    device: str = "cpu"  # auto | cpu | cuda; auto: the planner's estimate picks (pipeline.planning.device_choice)
     gpu_params: Dict[str, Any] = field(default_factory=dict)  # laid over params when the model runs on a GPU
     resources: ResourcesConf = field(default_factory=ResourcesConf)
     search_space: Dict[str, SearchDimConf] = field(default_factory=dict)
@@ -91,19 +77,6 @@ class ExecutorConf:
     address: Optional[str] = None  # ray: null starts a local instance; "auto" or ray://host:port joins one
     ray_init: Dict[str, Any] = field(default_factory=dict)  # extra ray.init keyword arguments
 
-    def __post_init__(self) -> None:
-        if self.in_process not in IN_PROCESS:
-            raise ConfigError(f"executor.in_process={self.in_process!r} is not one of {', '.join(IN_PROCESS)}")
-        if self.max_retries < 0:
-            raise ConfigError(f"executor.max_retries={self.max_retries} must be >= 0")
-        timeout = self.task_timeout_s
-        if timeout is not None and not timeout > 0:
-            raise ConfigError(f"executor.task_timeout_s={timeout} must be > 0 seconds (or null: no limit)")
-        if timeout is not None and self._target_ == LOCAL_EXECUTOR and self.in_process == "always":
-            raise ConfigError(
-                f"executor.task_timeout_s={timeout} needs fits in worker processes, which can be stopped, but "
-                "executor.in_process=always fits in the driver; use in_process=auto or never"
-            )
 
 
 @dataclass
@@ -122,22 +95,6 @@ class TrackingConf:
     register_alias: str = "champion"  # the alias that points at the newly registered version
     ui_port: int = 5000  # the port of `mlflow ui` in the links the console prints for a local store
 
-    def __post_init__(self) -> None:
-        if self.system_metrics_interval_s <= 0:
-            raise ConfigError(f"tracking.system_metrics_interval_s={self.system_metrics_interval_s} must be > 0")
-        if self.register_model is not None and self._target_ == NO_TRACKER:
-            raise ConfigError(f"tracking.register_model={self.register_model!r} needs MLflow tracking: "
-                              "drop tracking=none, or drop tracking.register_model")
-        if self.register_model is not None and not self.log_models:
-            raise ConfigError(f"tracking.register_model={self.register_model!r} registers a logged model, but "
-                              "tracking.log_models=false logs none; set tracking.log_models=true")
-        if not 0 < self.ui_port < 65536:
-            raise ConfigError(f"tracking.ui_port={self.ui_port} must be a TCP port, 1 to 65535")
-        if self.timeout_s <= 0:
-            raise ConfigError(f"tracking.timeout_s={self.timeout_s} must be > 0")
-        if self.keep_alive_s < 0:
-            raise ConfigError(f"tracking.keep_alive_s={self.keep_alive_s} must be >= 0 seconds (0: no tracker "
-                              "service, every run imports MLflow in a process of its own)")
 
 
 @dataclass
@@ -160,16 +117,6 @@ class Config:
     objectives: List[str] = field(default_factory=lambda: ["val_score"])
     time_limit_s: Optional[float] = None  # seconds the whole run may take, start-up to last line; null: no limit
     fit_time_limit_s: Optional[float] = None  # seconds the fits alone may take, from the first one's start
-
-    def __post_init__(self) -> None:
-        for key in ("time_limit_s", "fit_time_limit_s"):
-            limit = getattr(self, key)
-            if limit is not None and not (0 < limit < float("inf")):
-                raise ConfigError(f"{key}={limit!r} must be a positive number of seconds (e.g. {key}=60), "
-                                  "or null: no time limit")
-        if self.time_limit_s is not None and self.fit_time_limit_s is not None:
-            raise ConfigError(f"time_limit_s={self.time_limit_s:g} and fit_time_limit_s={self.fit_time_limit_s:g} are "
-                              "both set: time_limit_s bounds the whole run, fit_time_limit_s the fits alone; set one")
 
 
 @dataclass(frozen=True)

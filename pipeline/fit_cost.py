@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from pipeline.payoff import fit_time
+from pipeline.planning.payoff import fit_time
 
 CALIBRATION = Path(__file__).with_name("fit_costs.yaml")
 

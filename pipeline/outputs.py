@@ -63,6 +63,16 @@ class RunRecord:
     def ended(self, status: str) -> None:
         write_state(self.run_dir, status=status, ended=time.time())
 
+    # as a subscriber of the run's events (pipeline.run)
+    def on_run_start(self, start) -> None:
+        self.started()
+
+    def on_time_budget(self, summary) -> None:
+        write_state(self.run_dir, time_budget=summary.to_json())
+
+    def on_run_end(self, status: str, run_dir: Path) -> None:
+        self.ended(status)
+
 
 class RunHooks:
     """Advances the model's progress bar per fit; logs each finished trial when an HPO search runs;

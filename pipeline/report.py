@@ -236,6 +236,14 @@ def budget_lines(summary) -> list[str]:
     return lines
 
 
+class ConsoleHooks:
+    """The console as a subscriber of the run's events (pipeline.run): what the time limit cut."""
+
+    def on_time_budget(self, summary) -> None:
+        for line in budget_lines(summary):
+            console.print(line, highlight=False, soft_wrap=True)
+
+
 def memory_table(rows: list[dict]) -> Table:
     """Estimated vs measured peak memory per model (MiB)."""
     table = Table(title="Memory per fit (MiB): estimate vs measured peak", show_lines=False)

@@ -16,14 +16,12 @@ from typing import Callable, Optional, Union
 
 from omegaconf import DictConfig
 
-from pipeline.checks import (
-    Checked, check_after_loading, check_data_and_params, check_environment,
-)
+from pipeline.checks import Checked, check, check_after_loading, check_environment
 from pipeline.errors import ConfigError, Interrupted
 from pipeline.lean_imports import for_run as lean_imports_for_run
 from pipeline.graph.plan import EVALUATE, Plan
 from pipeline.objectives import inner_fit_seconds, job_return
-from pipeline.planning import make_plan, on_cluster  # noqa: F401  (make_plan: importable from here too)
+from pipeline.planning import make_plan, placed  # noqa: F401  (make_plan: importable from here too)
 from pipeline.settings import Settings, read_settings
 from pipeline.run_folder import make_run_folder
 
@@ -61,16 +59,16 @@ class Runtime:
 
 
 def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float, list[float]]:
-    """Check everything that can be checked without the data, plan, then fit (unless `dry_run`).
+    """Settings, check, plan, then execute (unless `dry_run`) and report.
 
-    Nothing starts before the checks pass (pipeline.checks), in a dry run too: no worker,
-    forkserver, thread pool, tracker process or Ray connection (the planner's look at a Ray
-    cluster's nodes is a connection it closes again, and every fit is checked against those nodes).
+    Nothing starts before the checks pass (pipeline.config_checks, pipeline.checks), in a dry run too: no
+    worker, forkserver, thread pool, tracker process or Ray connection (the executor's look at a cluster's
+    nodes is a connection it closes again, and every fit is checked against those nodes).
     """
     from pipeline.run_clock import run_started
 
     started = run_started()
-    settings = read_settings(cfg)
+    settings = read_settings(cfg)  # read once, every config value checked once (pipeline.config_checks)
     lean_imports_for_run(settings.lean_imports)
     runtime = runtime or Runtime.from_hydra()
     runtime = dataclasses.replace(runtime, started=runtime.started or started)
@@ -78,14 +76,39 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
 
     settings = search_for_budget(settings, runtime.overrides)
     components = Components.resolve(settings)
-    checked = check_data_and_params(settings, runtime.launch_dir)
+    checked = check(settings, runtime.launch_dir)  # the data, the metric, the models' params: before any work
     make_run_folder(runtime.run_dir)  # checked (by Hydra's callback too, before Hydra wrote into it), made
-    cluster = _look_at_cluster(settings)
-    plan = make_plan(settings, runtime.launch_dir, cluster.machine if cluster else None)
-    settings = settings.on_devices({a.model: a.device for a in plan.allocations})  # the library params follow
-    if cluster is not None:
+    plan, models = plan_run(settings, runtime, components)
+    show_plan(settings, plan, runtime, checked)
+    if settings.conf.dry_run:
+        from pipeline import report
+
+        report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
+        return None
+    result = execute(settings, plan, models, runtime, components, checked)
+    if settings.conf.time_limit_s is not None:
+        from pipeline import report
+
+        report.console.print(report.run_time_line(settings.conf.time_limit_s, runtime.started), highlight=False)
+    return result
+
+
+def plan_run(settings: Settings, runtime: Runtime, components: "Components") -> tuple[Plan, tuple]:
+    """The plan, for the machine the fits run on (a cluster the executor looks at, else this one), checked
+    against that cluster's nodes and each GPU library where its first fit runs; and the models, each on
+    the device the plan chose (their library params follow it)."""
+    cluster = components.cluster(settings)
+    on_cluster = cluster is not None
+    plan = make_plan(settings.plan_input(runtime.launch_dir, cluster.machine if on_cluster else None, on_cluster))
+    if on_cluster:
         cluster.check(plan)
-    check_environment(settings, plan, on_cluster=cluster is not None)
+    models = placed(settings.models, plan)
+    check_environment(models, plan, on_cluster=on_cluster)
+    return plan, models
+
+
+def show_plan(settings: Settings, plan: Plan, runtime: Runtime, checked: Checked) -> None:
+    """The plan on the console and in plan.json; the columns' roles, where known, in schema.json."""
     from pipeline import report
 
     report.print_plan(plan)
@@ -101,30 +124,19 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     if settings.conf.time_limit_s is not None or settings.conf.fit_time_limit_s is not None:
         report.console.print(report.time_limit_line(settings.conf.time_limit_s, settings.conf.fit_time_limit_s))
     plan.write(runtime.run_dir / "plan.json")
-    if settings.conf.dry_run:
-        report.console.print(f"dry run: plan written to {runtime.run_dir / 'plan.json'}; nothing was fitted")
-        return None
-    result = execute(settings, plan, runtime, components, checked)
-    if settings.conf.time_limit_s is not None:
-        report.console.print(report.run_time_line(settings.conf.time_limit_s, runtime.started), highlight=False)
-    return result
 
 
 @dataclass(frozen=True)
 class Components:
     """The run's executor and tracker, resolved from `_target_` (imported, within allowed_targets) while
-    the config is checked, and built only once every check has passed."""
+    the config is checked (pipeline.config_checks), and built only once every check has passed."""
 
     executor: Callable
     tracker: Callable
 
     @classmethod
     def resolve(cls, settings: Settings) -> "Components":
-        from pipeline.targets import resolve
-
-        conf, allowed = settings.conf, settings.allowed_targets
-        return cls(resolve("executor._target_", conf.executor._target_, allowed),
-                   resolve("tracking._target_", conf.tracking._target_, allowed))
+        return cls(settings.executor, settings.tracker)
 
     def kinds(self, settings: Settings) -> dict[str, str]:
         """The searcher's and the executor's kinds (`tpe`, `local`; a user's by its `_target_`), for the
@@ -156,17 +168,19 @@ class Components:
                               "not a pipeline.graph.backend.Backend")
         return backend
 
+    def cluster(self, settings: Settings):
+        """The cluster the fits run on, as the executor looked at it (its totals, and `check(plan)` of every
+        fit against its nodes), when the executor has one (`cluster` attribute); else None: this machine."""
+        look = getattr(self.executor, "cluster", None)
+        return look(settings.conf.executor) if look is not None else None
 
-def _look_at_cluster(settings: Settings):
-    """The Ray cluster the run joins (its nodes), when the fits run on one; else None."""
-    if not on_cluster(settings):
-        return None
-    from pipeline.executors.ray import look_at_cluster
-
-    return look_at_cluster(settings.conf.executor.address, settings.conf.executor.ray_init)
+    def on_cluster(self, settings: Settings) -> bool:
+        """Whether the fits run on a cluster's nodes, not this machine, without looking at it."""
+        joins = getattr(self.executor, "joins_cluster", None)
+        return bool(joins is not None and joins(settings.conf.executor))
 
 
-def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components,
+def execute(settings: Settings, plan: Plan, models: tuple, runtime: Runtime, components: Components,
             checked: Checked) -> Union[float, list[float]]:
     """Fit the plan, once the data is loaded and checked."""
     from pipeline.signals import StopSignals
@@ -174,13 +188,13 @@ def execute(settings: Settings, plan: Plan, runtime: Runtime, components: Compon
 
     with RunDirectoryLock(runtime.run_dir), StopSignals() as signals:
         try:
-            return _execute(settings, plan, runtime, components, checked, signals)
+            return _execute(settings, plan, models, runtime, components, checked, signals)
         finally:
             signals.clean_up()
 
 
-def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Components, checked: Checked,
-             signals):
+def _execute(settings: Settings, plan: Plan, models: tuple, runtime: Runtime, components: Components,
+             checked: Checked, signals):
     """The data loads and is checked; only then does the tracker connect (a tracker service may be
     started, which outlives the run) and the executor start (workers spawn, Ray connects), while the
     tracker's host opens the store and starts the MLflow run."""
@@ -194,7 +208,8 @@ def _execute(settings: Settings, plan: Plan, runtime: Runtime, components: Compo
         except BaseException:
             tracker.end("FAILED")  # no run was started: this only stops the tracker's process
             raise
-        return _fit(settings, plan, runtime, data, metric, tracker, backend, signals, components.kinds(settings))
+        return _fit(settings, plan, models, runtime, data, metric, tracker, backend, signals,
+                    components.kinds(settings))
 
 
 def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()):
@@ -217,34 +232,25 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
     return data, metric
 
 
-def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker, backend,
+def _fit(settings: Settings, plan: Plan, models: tuple, runtime: Runtime, data, metric, tracker, backend,
          signals, kinds: dict[str, str]) -> Union[float, list[float]]:
-    from pipeline.outputs import RunRecord
+    """Fit the graph, announcing the run's events to its subscribers: the console, the run's state file
+    (pipeline.outputs.RunRecord) and the tracker (pipeline.tracking.hooks)."""
+    from pipeline.outputs import HookList, RunRecord
+    from pipeline.report import ConsoleHooks
+    from pipeline.tracking.hooks import TrackingHooks, run_start
 
     record, status = RunRecord(runtime.run_dir), "FAILED"
+    events = HookList(ConsoleHooks(), record, TrackingHooks(tracker, on_run_id=record.run_id))
     try:
-        # not waited for: the tracker's process starts the MLflow run while this one fits
-        from pipeline.tracking.naming import comparable_params
-
-        conf = settings.conf
-        params = comparable_params(settings.params, [s.name for s in settings.models], kinds,
-                                   conf.hpo.searches, conf.data.make_source().kind, runtime.swept)
-        tracker.start(run_name(settings, runtime), params, run_tags(settings, plan, runtime))
-        from pipeline.tracking.view import view_state
-
-        shown = ["model", *(k for k in runtime.swept if k in params and k != "model")]
-        tracker.share_view(view_state(metric.name, metric.greater_is_better, shown))
-        record.started()
-        tracker.log_artifact(runtime.run_dir / "plan.json")
+        events.on_run_start(run_start(settings, plan, runtime, metric, kinds, user_command()))
+        events.on_artifact(runtime.run_dir / "plan.json")
         if (runtime.run_dir / "schema.json").exists():
-            tracker.log_artifact(runtime.run_dir / "schema.json")
-        from pipeline.tracking.datasets import locations, summarize
-
-        tracker.log_datasets(summarize(data), locations(settings.conf.data, runtime.launch_dir))
-        _log_config(settings, runtime, tracker)
-        rows, inner = run_graph(settings, plan, data, metric, runtime, tracker, backend, record)
-        if tracker.enabled:
-            record.run_id(tracker.run_id)  # waits for the start, if need be
+            events.on_artifact(runtime.run_dir / "schema.json")
+        events.on_data(data, settings.conf.data, runtime.launch_dir)
+        events.on_artifact(_write_config(settings, runtime))
+        rows, inner = run_graph(settings, plan, models, data, metric, runtime, tracker, backend, record, events)
+        events.on_fits_done()
         status = "FINISHED"
         return job_return(settings.conf.objectives, rows, metric.name, inner)
     except Interrupted:
@@ -252,24 +258,11 @@ def _fit(settings: Settings, plan: Plan, runtime: Runtime, data, metric, tracker
         raise
     finally:
         signals.clean_up()
-        record.ended(status)
-        tracker.end(status)
-        if status == "FINISHED":
-            from pipeline import report
-
-            for line in tracker.closing_lines():
-                report.console.print(line, soft_wrap=True, highlight=False)
-        if tracker.failure is not None and status == "FINISHED":
-            from pipeline.errors import TrackingError
-
-            raise TrackingError(
-                f"the run finished and its results are in {runtime.run_dir}, but MLflow tracking failed: "
-                f"{tracker.failure}"
-            )
+        events.on_run_end(status, runtime.run_dir)
 
 
-def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tracker, backend,
-              record) -> tuple[list[dict], dict[int, float]]:
+def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runtime: Runtime, tracker, backend,
+              record, events) -> tuple[list[dict], dict[int, float]]:
     """Wire the scheduler (result store, trial source, progress and tracking hooks, the run's outputs)
     and run every task of the plan; returns the leaderboard rows, best first, and `inner_fit_seconds`."""
     from pipeline.graph.scheduler import Scheduler
@@ -282,7 +275,7 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
     trials = TrialSource(
         settings.conf.hpo,
         {s.name: s.search_space for s in settings.models},
-        {s.name: s.params for s in settings.models},
+        {s.name: s.params for s in models},
         "maximize" if metric.greater_is_better else "minimize",
         store_dir=runtime.run_dir / "trials",
         prior=prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
@@ -292,14 +285,12 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
                          settings.conf.tracking.register_alias)
     ex = settings.conf.executor
     store = ResultStore(runtime.run_dir, sources)
-    from pipeline.graph.time_budget import TimeBudget
-
     budget = _budget(settings, plan, runtime)
     full = plan.expanded()  # every trial (the plan lists the first of each model); the scheduler runs these
     with FitProgress(full) as progress:
         scheduler = Scheduler(
             plan, backend, store, trials,
-            {s.name: s.prototype() for s in settings.models}, data, metric,
+            {s.name: s.prototype() for s in models}, data, metric,
             seed=settings.conf.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
             hooks=HookList(RunHooks(progress, tracker, metric, settings.conf.hpo.searches, on_run_id=record.run_id),
                            OutputHooks(outputs, full, data, metric, lambda: scheduler.ctx.outcome)),
@@ -315,11 +306,12 @@ def run_graph(settings: Settings, plan: Plan, data, metric, runtime: Runtime, tr
         from pipeline import report
 
         report.console.print(said, highlight=False)
-    if budget is not None:
-        from pipeline.graph.time_budget import record, summarize
+    if budget is not None:  # what the limit cut: said, kept in run_state.json and logged by the subscribers
+        from pipeline.graph.time_budget import check_finished
 
-        record(summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
-                         scheduler.abandoned), runtime.run_dir, tracker)
+        summary = scheduler.budget_summary()
+        events.on_time_budget(summary)
+        check_finished(summary)
     return outcome.results[EVALUATE].rows, inner_fit_seconds(full.fit_tasks, outcome.results)
 
 
@@ -340,18 +332,6 @@ def _budget(settings: Settings, plan: Plan, runtime: Runtime):
     return budget
 
 
-def run_name(settings: Settings, runtime: Runtime) -> str:
-    """tracking.run_name, else what varies: a sweep job's swept values, short; a single run's models; masked."""
-    from pipeline.redact import redact_text
-    from pipeline.tracking import naming
-
-    if settings.conf.tracking.run_name:
-        return redact_text(settings.conf.tracking.run_name)
-    if runtime.sweep_dir is not None:
-        return redact_text(naming.job_name(runtime.overrides, runtime.swept))
-    return redact_text(naming.single_name([s.name for s in settings.models], runtime.overrides))
-
-
 def user_command(argv: Optional[list[str]] = None) -> str:
     """The command that started this process, secrets masked: `python -m pipeline -m model=a,b seed=0,1`."""
     from pipeline.redact import redact_override
@@ -361,30 +341,10 @@ def user_command(argv: Optional[list[str]] = None) -> str:
     return " ".join([program, *(redact_override(a) for a in argv[1:])])
 
 
-def run_tags(settings: Settings, plan: Plan, runtime: Runtime) -> dict:
-    from pipeline.redact import redact
-
-    gpu_ids = sorted({t for task in plan.fit_tasks for t in task.device_ids})
-    physical = plan.hardware.visible_devices(gpu_ids) if gpu_ids else ""
-    tags = {
-        "pipeline.run_dir": str(runtime.run_dir),
-        "pipeline.hardware": str(plan.hardware),
-        "pipeline.gpu_ids": physical or "none",
-        "pipeline.models": ",".join(a.model for a in plan.allocations),
-        "pipeline.overrides": " ".join(runtime.overrides),
-        # MLflow's Source: the user's command, not the tracker process that creates the run
-        "mlflow.source.name": user_command(),
-        "mlflow.source.type": "LOCAL",
-        **redact(settings.conf.tracking.tags),
-    }
-    if runtime.job_num is not None:
-        tags["pipeline.job_num"] = str(runtime.job_num)
-    return tags
-
-
-def _log_config(settings: Settings, runtime: Runtime, tracker) -> None:
+def _write_config(settings: Settings, runtime: Runtime) -> Path:
+    """The resolved, redacted config in the run folder, for the tracker."""
     from pipeline.store import atomic_write_bytes
 
     path = runtime.run_dir / "config.yaml"
     atomic_write_bytes(path, settings.config_yaml.encode())
-    tracker.log_artifact(path)
+    return path

@@ -1,33 +1,38 @@
 """The run's settings, read once from the composed config by the composition root.
 
 The config is the settings: OmegaConf.to_object builds the ConfigStore dataclasses of
-`pipeline.config` and runs their checks, and this module adds the checks that span groups (models'
-classes within allowed_targets, search spaces against the searcher, the data source's class). Code
-below `pipeline.run` reads those dataclasses; it never sees a DictConfig.
+`pipeline.config`, and `pipeline.config_checks` checks every value once, in one pass (each group's,
+then those that span groups: models' classes within allowed_targets, search spaces against the
+searcher, the data source's class). What the checks derive (parsed resources, a model's device, the
+seeds a null inherits) the settings hold as new values; nothing is changed in place after the pass.
+Code below `pipeline.run` reads those dataclasses; it never sees a DictConfig.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pipeline.accelerators import check_device
-from pipeline.config import Config, DataConf, ModelSpecConf, PredictConfig, Resume, SearchDimConf
+from pipeline import config_checks as checks
+from pipeline.config import Config, ModelSpecConf, PredictConfig, Resume, SearchDimConf
 from pipeline.errors import ConfigError
 from pipeline.lean_imports import PRELOAD as LEAN_PRELOAD
 from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
+from pipeline.planning.inputs import Levels
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
 from pipeline.graph.stacking import check as check_stacking
-from pipeline.targets import ALWAYS_ALLOWED, Kind, check_allowed_targets, check_no_targets, inside, resolve
+from pipeline.targets import ALWAYS_ALLOWED, check_allowed_targets, check_no_targets, inside
 
 if TYPE_CHECKING:
+    from pipeline.hardware import Machine
     from pipeline.models.base import TabularModel
+    from pipeline.planning.inputs import PlanInput
 
 
 @dataclass(frozen=True)
@@ -36,9 +41,11 @@ class ModelSpec:
     planned, the device the planner chose for it, whose library parameters `params` then holds."""
 
     name: str
-    conf: ModelSpecConf  # its resources checked: conf.resources.request / .memory_request
+    conf: ModelSpecConf  # checked: its device lower-cased
     cls: type[TabularModel]
-    device: Optional[str] = None  # cpu | cuda, once planned (pipeline.device_choice)
+    resources: Request  # its own resources, checked (conf.resources parsed)
+    memory: MemoryRequest  # its own memory_gb / gpu_memory_gb, checked
+    device: Optional[str] = None  # cpu | cuda, once planned (pipeline.planning.device_choice)
 
     @property
     def params(self) -> dict:
@@ -61,15 +68,6 @@ class ModelSpec:
     def search_space(self) -> dict[str, SearchDimConf]:
         return self.conf.search_space
 
-    @property
-    def resources(self) -> Request:
-        return self.conf.resources.request
-
-    @property
-    def memory(self) -> MemoryRequest:
-        """The model's own memory_gb / gpu_memory_gb."""
-        return self.conf.resources.memory_request
-
     def prototype(self) -> TabularModel:
         """A fresh model object; its params are values, never objects to build (see check_no_targets)."""
         import copy
@@ -79,21 +77,36 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class Settings:
-    """The run's config after its one validation pass: `conf` holds every group as its ConfigStore dataclass
-    (their checks run as OmegaConf builds them); beside it only what cannot be a config value: each model's
-    class, `resume` typed, the allowed `_target_` prefixes, and the resolved, redacted config for MLflow."""
+    """The run's config after its one validation pass (pipeline.config_checks): `conf` holds every group as
+    its ConfigStore dataclass; beside it only what cannot be a config value: each model's class, the parsed
+    levels, `resume` typed, the allowed `_target_` prefixes, the resolved, redacted config for MLflow, and
+    the executor's and the tracker's classes."""
 
     conf: Config
     models: tuple[ModelSpec, ...]
+    levels: Levels  # parallelism's requests, checked
     resume: Resume
     allowed_targets: tuple[str, ...]  # module prefixes a _target_ may name
     params: dict  # the resolved config, flattened and redacted, for MLflow
     config_yaml: str  # the resolved config, redacted
+    executor: Callable  # executor._target_, imported within allowed_targets; built once every check passed
+    tracker: Callable  # tracking._target_, likewise
 
-    def on_devices(self, devices: dict[str, str]) -> "Settings":
-        """These settings with each model on its planned device ({model name: cpu | cuda})."""
-        return dataclasses.replace(self, models=tuple(m.on(devices[m.name]) if m.name in devices else m
-                                                      for m in self.models))
+    def plan_input(self, base_dir: Optional[Path] = None, machine: Optional[Machine] = None,
+                   on_cluster: bool = False) -> PlanInput:
+        """What planning reads, from these settings: the models and their trial counts, the levels, the
+        data's shape (read from `base_dir`'s files), and `machine` (a cluster's, else this one, detected)."""
+        from pipeline import hardware as hw
+        from pipeline.memory.shape import data_shape
+        from pipeline.planning.inputs import DataInput, ModelInput, PlanInput
+
+        conf = self.conf
+        machine = machine or hw.detect()
+        shape = data_shape(conf.data, base_dir or Path.cwd())
+        data = DataInput(shape, conf.data.test_size, conf.data.val_size)
+        models = tuple(ModelInput(s, conf.hpo.trials_for(s.name, s.search_space)) for s in self.models)
+        return PlanInput(models, self.levels, data, machine, conf.hardware, self.library_modules,
+                         self.lean_imports, conf.dry_run, conf.refit, conf.stack_levels, on_cluster)
 
     @property
     def library_modules(self) -> tuple[str, ...]:
@@ -139,67 +152,44 @@ def values(cfg: DictConfig) -> dict:
 
 
 def read_settings(cfg: DictConfig) -> Settings:
-    """The one place that reads the config tree."""
+    """The one place that reads the config tree, and checks it once (pipeline.config_checks)."""
     conf: Config = typed(cfg, Config)
     tree = values(cfg)
+    levels = checks.check_values(conf)
     allowed = ALWAYS_ALLOWED + check_allowed_targets(conf.allowed_targets)
     if not conf.model:
         raise ConfigError("model: no model is configured; pick one with model=lightgbm (or xgboost, nn, all)")
     models = tuple(_model_spec(name, spec, allowed) for name, spec in conf.model.items())
-    if conf.hpo.seed is None:
-        conf.hpo.seed = conf.seed
-    check_component("hpo", conf.hpo._target_, allowed, "pipeline.searchers.Searcher", "a searcher class")
-    conf.hpo.check({m.name: m.search_space for m in models})
-    check_data(conf.data, allowed, conf.seed)
-    conf.objectives = list(check_objectives(conf.objectives))
+    hpo = dataclasses.replace(conf.hpo, seed=checks.seed_or(conf.hpo.seed, conf.seed))
+    checks.check_component("hpo", hpo._target_, allowed, "pipeline.searchers.Searcher", "a searcher class")
+    checks.check_search(hpo, {m.name: m.search_space for m in models})
+    checks.check_data_source(conf.data, allowed)
+    data = dataclasses.replace(conf.data, seed=checks.seed_or(conf.data.seed, conf.seed))
+    objectives = list(check_objectives(conf.objectives))
     check_stacking(conf.stack_levels, conf.parallelism.num_folds)
+    executor, tracker = checks.check_executor_and_tracker(conf, allowed)
+    conf = dataclasses.replace(conf, hpo=hpo, data=data, objectives=objectives)
     redacted = redact(tree)
-    return Settings(conf, models, Resume.parse(conf.resume), allowed, flatten(redacted),
-                    OmegaConf.to_yaml(OmegaConf.create(redacted)))
-
-
-def check_data(data: DataConf, allowed: tuple[str, ...], seed: int) -> None:
-    """The data source's class within allowed_targets (loading runs its own checks); null data.seed
-    is the run's."""
-    if data.seed is None:
-        data.seed = seed
-    check_component("data", data._target_, allowed, "pipeline.data_sources.DataSource", "a data source class")
-
-
-def check_component(key: str, target: str, allowed: tuple[str, ...], base: str, what: str = "") -> type:
-    """The class `key._target_` names: inside allowed_targets, importable, a subclass of `base`."""
-    return resolve(f"{key}._target_", target, allowed, Kind(base, what or "a class"))
+    return Settings(conf, models, levels, Resume.parse(conf.resume), allowed, flatten(redacted),
+                    OmegaConf.to_yaml(OmegaConf.create(redacted)), executor, tracker)
 
 
 def read_predict_settings(cfg: DictConfig) -> PredictConfig:
     """The one place that reads the `predict` config tree: its schema's dataclass, checked."""
     conf: PredictConfig = typed(cfg, PredictConfig)
+    checks.check_data(conf.data)
+    checks.check_tracking(conf.tracking)
     if conf.chunk_rows < 1:
         raise ConfigError(f"chunk_rows={conf.chunk_rows} must be at least 1")
-    check_name("predictor", conf.predictor)
+    checks.check_name("predictor", conf.predictor)
     if not conf.output.endswith((".csv", ".parquet", ".pq")):
         raise ConfigError(f"output={conf.output!r} must name a .csv or .parquet file")
     values(cfg)
-    check_data(conf.data, ALWAYS_ALLOWED + check_allowed_targets(conf.allowed_targets), 0)
-    return conf
-
-
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
-
-
-def check_name(key: str, name: str) -> None:
-    """A name that becomes a file's name (predictors/<model>.pkl, trials/<model>.json) is an identifier
-    (letters, digits, _ and -): `../x` or `a/b` would write or read outside the run folder."""
-    if not NAME.match(str(name)):
-        raise ConfigError(f"{key}: {name!r} is not a name: it becomes a file name in the run folder, so "
-                          "it must start with a letter or _ and hold only letters, digits, _ and - "
-                          "(no /, no ..)")
+    checks.check_data_source(conf.data, ALWAYS_ALLOWED + check_allowed_targets(conf.allowed_targets))
+    data = dataclasses.replace(conf.data, seed=checks.seed_or(conf.data.seed, 0))
+    return dataclasses.replace(conf, data=data)
 
 
 def _model_spec(name: str, spec: ModelSpecConf, allowed: tuple[str, ...]) -> ModelSpec:
-    key = f"model.{name}"
-    check_name(key, name)
-    cls = check_component(key, spec._target_, allowed, "pipeline.models.base.TabularModel", "a model class")
-    spec.resources.check(f"{key}.resources")
-    spec.device = check_device(spec.device, f"{key}.device", cls.library)
-    return ModelSpec(name, spec, cls)
+    cls, resources, memory, device = checks.check_model(name, spec, allowed)
+    return ModelSpec(name, dataclasses.replace(spec, device=device), cls, resources, memory)

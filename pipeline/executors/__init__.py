@@ -5,7 +5,9 @@ ray.yaml `ray_backend`). The composition root calls the target with keyword argu
 typed `executor` settings), `plan`, `run_dir` and `preload` (the model libraries workers import
 early), once every check has passed; it must return a `pipeline.graph.backend.Backend`: a class of
 it, or a function that says so (`-> Backend`). Its `kind`
-attribute, where it has one, tells the run what it is (`ray`: the fits may run on a cluster).
+attribute, where it has one, tells the run what it is; `cluster(conf)`, where it has one, looks at the
+nodes the fits run on (their totals for the plan, a check of every fit against them) and
+`joins_cluster(conf)` says whether it would, without looking.
 """
 
 from __future__ import annotations
@@ -34,4 +36,16 @@ def ray_backend(conf, plan, run_dir: Path, preload: tuple[str, ...] = ()) -> Bac
     return RayBackend(address=conf.address, init_kwargs=conf.ray_init, preload=preload)
 
 
+def ray_cluster(conf):
+    """The Ray cluster at `executor.address` (its nodes, looked at once and let go), which the fits run on;
+    None without an address: a local Ray instance runs them on this machine."""
+    if not conf.address:
+        return None
+    from pipeline.executors.ray import look_at_cluster
+
+    return look_at_cluster(conf.address, conf.ray_init)
+
+
 ray_backend.kind = "ray"
+ray_backend.cluster = ray_cluster
+ray_backend.joins_cluster = lambda conf: bool(conf.address)

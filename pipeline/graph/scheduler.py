@@ -29,7 +29,7 @@ from pipeline.graph.nodes import node_kind
 from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResult
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
-from pipeline.graph.time_budget import GraphCut, TimeBudget
+from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
 from pipeline.graph.trial_gate import TrialGate
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
@@ -138,6 +138,11 @@ class Scheduler:
         if self.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan
             raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {next(iter(self.blocked))}")
         return ctx.outcome
+
+    def budget_summary(self) -> BudgetSummary:
+        """What the time budget cut, once the graph has run (the root announces it: `on_time_budget`)."""
+        outcome = self.ctx.outcome
+        return summarize(self.budget, self.cut, outcome.results, outcome.timeline, self.cancelled, self.abandoned)
 
     def _priority(self, task: Task) -> tuple:
         """The queue's order: under a budget, trial by trial across the models; then the fits of a model

@@ -259,20 +259,9 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     )
 
 
-def record(summary: BudgetSummary, run_dir, tracker) -> None:
-    """Print the summary, keep it in the run's state.json and on its MLflow run; when nothing
-    finished, a TimeLimitError saying to raise the limit."""
-    from pipeline import report
-    from pipeline.store import write_state
-
-    for line in report.budget_lines(summary):
-        report.console.print(line, highlight=False, soft_wrap=True)
-    write_state(run_dir, time_budget=summary.to_json())
-    tracker.set_tags({"pipeline.time_limit": summary.line()})
-    tracker.log_metrics({"time_limit/trials_not_run": float(summary.trials_not_run),
-                         "time_limit/trials_dropped": float(summary.trials_dropped),
-                         "time_limit/fits_not_run": float(summary.fits_not_run),
-                         "time_limit/fits_stopped": float(summary.fits_stopped)})
+def check_finished(summary: BudgetSummary) -> None:
+    """When nothing finished within the limit, a TimeLimitError saying to raise it (the summary itself is
+    said, kept and logged by the run's hooks: `on_time_budget`)."""
     if summary.nothing_finished:
         raise TimeLimitError(
             f"{summary.key}={summary.limit_s:g}: no model finished a complete trial (every fold of it) within the "

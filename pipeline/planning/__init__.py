@@ -1,5 +1,6 @@
-"""Planning: from the settings and the machine to the Plan. Each model's device, its allocation (total >=
-bag >= fit, pipeline.resources), the memory plan (pipeline.memory.planner) and the execution graph
+"""Planning: from a PlanInput (pipeline.planning.inputs, built by the root from the settings) to the Plan.
+Each model's device (pipeline.planning.device_choice), its allocation (total >= bag >= fit,
+pipeline.planning.allocation), the memory plan (pipeline.planning.memory) and the execution graph
 (pipeline.graph.plan: the trial shape of each model and the count of its trials).
 """
 
@@ -7,93 +8,116 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable
 
 from pipeline import hardware as hw
 from pipeline.checks import check_gpu_models
 from pipeline.graph.plan import Plan, build_plan
 from pipeline.levels import ineffective_bag
+from pipeline.planning.allocation import allocate, cpus_beside_gpu_fits
+from pipeline.planning.device_choice import DeviceChoice, model_device
+from pipeline.planning.inputs import Levels, ModelInput, PlanInput
+from pipeline.planning.memory import MemoryPlanner
 from pipeline.quantities import fmt
-from pipeline.resources import Resources, allocate, cpus_beside_gpu_fits
-from pipeline.settings import Settings
+from pipeline.resources import Allocation, Request, Resources
 
 log = logging.getLogger("pipeline")
 
 
-def make_plan(settings: Settings, base_dir: Optional[Path] = None, machine: Optional[hw.Machine] = None) -> Plan:
-    """Validate the resource hierarchy and the memory of every model and build the execution graph, for
-    `machine` (a Ray cluster's, from the root's look at it), else this machine."""
-    from pipeline.device_choice import model_device
-    from pipeline.memory.planner import MemoryPlanner
+@dataclass(frozen=True)
+class _Placed:
+    """A model on its device, allocated on the whole box (before the models beside it are known)."""
 
-    machine = machine or hw.detect()
-    conf, par = settings.conf, settings.conf.parallelism
-    hardware = hw.resolve(conf.hardware, machine, dry_run=conf.dry_run)
-    for message in ineffective_bag(par.bag.request.num_cpus, par.bag.request.num_gpus, par.num_folds):
+    spec: object  # a pipeline.settings.ModelSpec on its device
+    choice: DeviceChoice
+    request: Request  # its fit's request: its own resources over parallelism.fit
+    allocate: Callable[..., Allocation]  # allocate(request, warn=..., total=..., alongside=...)
+    allocation: Allocation
+
+
+def make_plan(given: PlanInput) -> Plan:
+    """Validate the resource hierarchy and the memory of every model and build the execution graph for
+    `given.machine` (this machine, or a Ray cluster's totals)."""
+    levels = given.levels
+    hardware = hw.resolve(given.declared, given.machine, dry_run=given.dry_run)
+    for message in ineffective_bag(levels.bag.num_cpus, levels.bag.num_gpus, levels.num_folds):
         log.warning(message)
-    check_gpu_models(settings, hardware)
-    memory = MemoryPlanner(settings, hardware, machine, base_dir or Path.cwd(), on_cluster=on_cluster(settings))
-    allocations = []
-    gpu_capacities = list(hardware.capacities().values())
+    check_gpu_models([m.spec for m in given.models], hardware)
+    memory = MemoryPlanner(given, hardware)
     fit_shape = memory.fit_shape(memory.shape) if memory.shape is not None else None
-    models = []
-    for spec in settings.models:
-        _warn_overridden(settings, spec)
-        num_trials = conf.hpo.trials_for(spec.name, spec.search_space)
-
-        def allocate_for(fit_request, needs, warn=log.warning, num_trials=num_trials, total=hardware.total,
-                         alongside=False):
-            return allocate(
-                total, par.bag.request, fit_request, needs, num_folds=par.num_folds, num_trials=num_trials,
-                sequential=par.sequential, gpu_capacities=gpu_capacities, warn=warn, alongside=alongside,
-            )
-
-        fit_request = spec.resources.over(par.fit.request)
-        choice = model_device(spec, hardware, fit_shape, lambda needs, r=fit_request, a=allocate_for: a(r, needs, None),
-                              log.warning)
-        spec = spec.on(choice.device)
-        needs = spec.cls.needs(spec.name, spec.params)
-        models.append((spec, needs, choice, allocate_for, fit_request, allocate_for(fit_request, needs)))
-    beside = cpus_beside_gpu_fits(hardware.total.num_cpus, [m[-1] for m in models])
-    parallel_on_cpus = {m[0].name for m in models if m[-1].fit.num_gpus == 0 and m[-1].folds_parallel > 1}
-    for spec, needs, choice, allocate_for, fit_request, allocation in models:
-        # other models' folds run at once on the CPUs: their workers are started, and they take the CPUs a
-        # partial wave of this model's would leave (pipeline.payoff)
-        alongside = bool(parallel_on_cpus - {spec.name}) and bool(allocation.parallel_reason)
-        if allocation.fit.num_gpus == 0 and 0 < beside < hardware.total.num_cpus and not par.sequential \
-                and max(fit_request.num_cpus or 0, par.bag.request.num_cpus or 0) <= beside:
-            # the GPU models' fits hold their few threads; this CPU model takes the rest, at the same time
-            allocation = allocate_for(fit_request, needs, warn=None, total=Resources(beside, hardware.total.num_gpus),
-                                      alongside=alongside)
-        elif alongside:
-            allocation = allocate_for(fit_request, needs, warn=None, alongside=True)
-        check = getattr(spec.cls, "check_placement", None)
+    placed = [_place(model, levels, hardware, fit_shape) for model in given.models]
+    # the GPU models' fits hold their few threads; a CPU model takes the rest, at the same time
+    beside = cpus_beside_gpu_fits(hardware.total.num_cpus, [p.allocation for p in placed])
+    parallel_on_cpus = {p.spec.name for p in placed
+                        if p.allocation.fit.num_gpus == 0 and p.allocation.folds_parallel > 1}
+    allocations = []
+    for p in placed:
+        allocation = _beside_others(p, levels, hardware, beside, parallel_on_cpus - {p.spec.name})
+        check = getattr(p.spec.cls, "check_placement", None)
         if check is not None:
-            check(spec.name, spec.params, allocation.fit)
+            check(p.spec.name, p.spec.params, allocation.fit)
         # GPU memory may raise a fit's share: the same request with that share, already warned about
-        raised = lambda share, r=fit_request, needs=needs, a=allocate_for: a(  # noqa: E731
-            dataclasses.replace(r, num_gpus=share, gpus_key=r.gpus_key or "parallelism.fit.num_gpus"), needs, None)
-        allocation = memory.plan(spec, allocation, raised)
-        allocations.append(dataclasses.replace(allocation, device=choice.device, device_reason=choice.reason))
-    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=conf.refit,
-                      stack_levels=conf.stack_levels)
+        gpus_key = p.request.gpus_key or "parallelism.fit.num_gpus"
+        raised = lambda share, p=p, key=gpus_key: p.allocate(  # noqa: E731
+            dataclasses.replace(p.request, num_gpus=share, gpus_key=key), warn=None)
+        allocation = memory.plan(p.spec, allocation, raised)
+        allocation = dataclasses.replace(allocation, device=p.choice.device, device_reason=p.choice.reason)
+        allocations.append(allocation)
+    return build_plan(hardware, allocations, memory.summary, evaluate=True, refit=given.refit,
+                      stack_levels=given.stack_levels)
 
 
-def _warn_overridden(settings: Settings, spec) -> None:
+def _place(model: ModelInput, levels: Levels, hardware, fit_shape) -> _Placed:
+    """The model's device (chosen, for auto, on its estimated fit times) and its allocation on the box."""
+    spec = model.spec
+    _warn_overridden(spec, levels.fit)
+    gpu_capacities = list(hardware.capacities().values())
+
+    def allocate_for(request: Request, needs, warn=log.warning, total: Resources = hardware.total,
+                     alongside: bool = False) -> Allocation:
+        return allocate(total, levels.bag, request, needs, num_folds=levels.num_folds,
+                        num_trials=model.num_trials, sequential=levels.sequential,
+                        gpu_capacities=gpu_capacities, warn=warn, alongside=alongside)
+
+    request = spec.resources.over(levels.fit)
+    on_cpu = lambda needs: allocate_for(request, needs, None)  # noqa: E731  (the threads a CPU fit gets)
+    choice = model_device(spec, hardware, fit_shape, on_cpu, log.warning)
+    spec = spec.on(choice.device)
+    needs = spec.cls.needs(spec.name, spec.params)
+
+    def again(request: Request, **kwargs) -> Allocation:
+        return allocate_for(request, needs, **kwargs)
+
+    return _Placed(spec, choice, request, again, again(request))
+
+
+def _beside_others(p: _Placed, levels: Levels, hardware, beside: int, others_on_cpus: set) -> Allocation:
+    """The model's allocation once the others are known: a CPU model takes the CPUs the GPU models' fits
+    leave; where other models' folds run at once on the CPUs, their workers are started, and they take
+    the CPUs a partial wave of this model's would leave (pipeline.planning.payoff)."""
+    allocation, total = p.allocation, hardware.total
+    alongside = bool(others_on_cpus) and bool(allocation.parallel_reason)
+    wanted = max(p.request.num_cpus or 0, levels.bag.num_cpus or 0)
+    on_cpus = allocation.fit.num_gpus == 0 and not levels.sequential
+    if on_cpus and 0 < beside < total.num_cpus and wanted <= beside:
+        return p.allocate(p.request, warn=None, total=Resources(beside, total.num_gpus), alongside=alongside)
+    if alongside:
+        return p.allocate(p.request, warn=None, alongside=True)
+    return allocation
+
+
+def _warn_overridden(spec, fit: Request) -> None:
     """A model's own resources win over parallelism.fit; say so when both are set and differ."""
     for field in ("num_cpus", "num_gpus"):
-        mine, theirs = getattr(spec.resources, field), getattr(settings.conf.parallelism.fit.request, field)
+        mine, theirs = getattr(spec.resources, field), getattr(fit, field)
         if mine is not None and theirs is not None and mine != theirs:
             log.warning("model.%s.resources.%s=%s overrides parallelism.fit.%s=%s for model %s",
                         spec.name, field, fmt(mine), field, fmt(theirs), spec.name)
 
 
-def on_cluster(settings: Settings) -> bool:
-    """The fits run on the Ray cluster at executor.address, not on this machine: the executor is of
-    kind `ray` (pipeline.executors.ray_backend)."""
-    from pipeline.targets import resolve
-
-    ex = settings.conf.executor
-    executor = resolve("executor._target_", ex._target_, settings.allowed_targets)
-    return getattr(executor, "kind", None) == "ray" and bool(ex.address)
+def placed(models: tuple, plan: Plan) -> tuple:
+    """The configured models (pipeline.settings.ModelSpec) each on the device the plan chose for it: their
+    library params follow the device."""
+    devices = {a.model: a.device for a in plan.allocations}
+    return tuple(m.on(devices[m.name]) if m.name in devices else m for m in models)

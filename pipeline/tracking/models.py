@@ -88,7 +88,7 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None) ->
     import mlflow.pyfunc
     from mlflow.models import infer_signature
 
-    code = Path(pipeline.__file__).parent / "mlflow_model.py"
+    code = Path(pipeline.__file__).parent / "tracking" / "mlflow_model.py"
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Integer columns in Python cannot represent missing values.*")
         warnings.filterwarnings("ignore", message=".*An input example was not provided.*")  # by design, above

@@ -46,7 +46,8 @@ def test_out_of_fold_predictions_cover_every_row_once(adult):
     from pipeline.metrics import METRICS
     from pipeline.models import LightGBMModel
     from pipeline.graph.plan import build_plan
-    from pipeline.resources import ModelNeeds, Request, allocate
+    from pipeline.resources import ModelNeeds, Request
+    from pipeline.planning.allocation import allocate
     from pipeline.store import ResultStore
 
     hw = resolve(None, Machine(2), dry_run=False)

@@ -10,7 +10,8 @@ import pytest
 def small_plan(num_folds=2, num_trials=2, evaluate=False, refit=False):
     from pipeline.hardware import Machine, resolve
     from pipeline.graph.plan import build_plan
-    from pipeline.resources import ModelNeeds, Request, allocate
+    from pipeline.resources import ModelNeeds, Request
+    from pipeline.planning.allocation import allocate
 
     hw = resolve(None, Machine(2), dry_run=False)
     a = allocate(hw.total, Request.parse(None, None, "b"), Request.parse(1, None, "f"),

@@ -40,7 +40,7 @@ def test_gpu_memory_plans_fewer_fits_per_device_and_says_why(cli, tmp_path):
 
 
 # One CPU per fit, set: the engine would otherwise run these folds one at a time with 2 threads each
-# on this 2-core machine (pipeline/payoff.py), and memory would have nothing left to limit.
+# on this 2-core machine (pipeline/planning/payoff.py), and memory would have nothing left to limit.
 CPU_CASE = ["+hardware=cpu", "model=lightgbm", "data=synthetic", "data.rows=100000", "parallelism=bag5",
             "parallelism.fit.num_cpus=1", "model.lightgbm.params.num_iterations=20", "tracking=none"]
 

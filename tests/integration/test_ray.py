@@ -115,7 +115,8 @@ def plan_for(cpus, gpus, fit_cpus, fit_gpus, num_folds=1, model="lightgbm", num_
     from pipeline.config import HardwareConf
     from pipeline.hardware import Machine, resolve
     from pipeline.graph.plan import build_plan
-    from pipeline.resources import ModelNeeds, Request, allocate
+    from pipeline.resources import ModelNeeds, Request
+    from pipeline.planning.allocation import allocate
 
     machine = Machine(cpus, tuple(str(i) for i in range(gpus)))
     hw = resolve(HardwareConf(name="box", num_cpus=cpus, num_gpus=gpus), machine, dry_run=False)

@@ -192,7 +192,7 @@ def test_a_logged_model_another_user_can_change_is_refused_and_never_runs(traine
 def test_the_pyfunc_model_reads_its_pickle_through_the_trusted_opener(tmp_path):
     from types import SimpleNamespace
 
-    from pipeline.mlflow_model import PipelinePredictor
+    from pipeline.tracking.mlflow_model import PipelinePredictor
     from pipeline.trusted import UntrustedFile
 
     marker, planted = tmp_path / "the_payload_ran", tmp_path / "predictor.pkl"

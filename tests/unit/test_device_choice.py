@@ -4,13 +4,14 @@ from fractions import Fraction as F
 
 import pytest
 
-from pipeline.device_choice import choose, estimate
+from pipeline.planning.device_choice import choose, estimate
 from pipeline.errors import ConfigError
 from pipeline.fit_cost import Learner, calibration
 from pipeline.memory.estimates import FitShape
 from pipeline.memory.shape import DataShape
 from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
-from pipeline.resources import Request, Resources, allocate
+from pipeline.resources import Request, Resources
+from pipeline.planning.allocation import allocate
 
 
 def fit_of(rows, features, classes=2):

@@ -159,7 +159,8 @@ class TestDevicesUsedTag:
 def test_the_lightgbm_check_runs_with_the_first_fits_devices(monkeypatch):
     """hardware.devices=[2,3] of four GPUs: the check's child process sees GPU 2, the first fit's, not device 0."""
     from pipeline.graph.plan import build_plan
-    from pipeline.resources import ModelNeeds, Request, allocate
+    from pipeline.resources import ModelNeeds, Request
+    from pipeline.planning.allocation import allocate
     from pipeline.checks import first_fit_env
 
     monkeypatch.setenv(hardware.SIMULATE_ENV, "4")

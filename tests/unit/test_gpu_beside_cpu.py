@@ -8,7 +8,8 @@ from pipeline.config import HardwareConf
 from pipeline.graph.plan import Admission, build_plan
 from pipeline.hardware import Machine, resolve
 from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
-from pipeline.resources import ModelNeeds, Request, allocate, cpus_beside_gpu_fits
+from pipeline.resources import ModelNeeds, Request
+from pipeline.planning.allocation import allocate, cpus_beside_gpu_fits
 
 XGB_CUDA = XGBoostModel.needs("xgboost", {"device": "cuda"})
 LGB_CPU = LightGBMModel.needs("lightgbm", {})
@@ -63,7 +64,7 @@ def test_the_plan_runs_the_cpu_model_beside_the_gpu_model(compose):
 
     cfg = compose(["+hardware=1gpu", "hardware.num_cpus=16", "model=gbm_gpu", "model.lightgbm.device=cpu", "model.xgboost.device=cuda",
                    "tracking=none", "dry_run=true"])
-    plan = make_plan(read_settings(cfg), machine=GPU_BOX)
+    plan = make_plan(read_settings(cfg).plan_input(machine=GPU_BOX))
     fits = {t.model: t for t in plan.fit_tasks}
     assert fits["xgboost"].resources.num_cpus == 1 and fits["xgboost"].device_ids == (0,)
     assert fits["lightgbm"].resources.num_cpus == 15 and fits["lightgbm"].device_ids == ()
@@ -76,5 +77,5 @@ def test_a_cpu_request_larger_than_what_is_left_runs_after_the_gpu_fits(compose)
 
     cfg = compose(["+hardware=1gpu", "hardware.num_cpus=16", "model=gbm_gpu", "model.lightgbm.device=cpu", "model.xgboost.device=cuda",
                    "+model.lightgbm.resources.num_cpus=16", "tracking=none", "dry_run=true"])
-    fits = {t.model: t for t in make_plan(read_settings(cfg), machine=GPU_BOX).fit_tasks}
+    fits = {t.model: t for t in make_plan(read_settings(cfg).plan_input(machine=GPU_BOX)).fit_tasks}
     assert fits["lightgbm"].resources.num_cpus == 16 and fits["lightgbm"].wave != fits["xgboost"].wave

@@ -8,7 +8,8 @@ from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
 from pipeline.levels import derived_gpu_share, ineffective_bag
 from pipeline.graph.plan import build_plan
-from pipeline.resources import ModelNeeds, Request, allocate
+from pipeline.resources import ModelNeeds, Request
+from pipeline.planning.allocation import allocate
 
 GBM_GPU = ModelNeeds("lightgbm", True, True, 1, "params.device_type=gpu", "LightGBM")
 

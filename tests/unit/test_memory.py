@@ -15,7 +15,8 @@ from pipeline.nn.options import largest_batch
 from pipeline.memory.measure import PeakMemory
 from pipeline.memory.shape import DataShape, data_shape
 from pipeline.graph.plan import build_plan
-from pipeline.resources import ModelNeeds, Request, allocate
+from pipeline.resources import ModelNeeds, Request
+from pipeline.planning.allocation import allocate
 
 CPU_MODEL = ModelNeeds("m", False, False, 1, "params.device=cpu", "Lib")
 NN_AUTO = ModelNeeds("nn", True, False, None, "params.device=auto")
@@ -310,7 +311,7 @@ def _stacked_plan(compose, *overrides):
 
     cfg = compose(["model=[lightgbm,xgboost]", "data=synthetic", "data.rows=400000", "parallelism.num_folds=3",
                    "tracking=none", "dry_run=true", *overrides])
-    return make_plan(read_settings(cfg), machine=Machine(2))
+    return make_plan(read_settings(cfg).plan_input(machine=Machine(2)))
 
 
 @pytest.mark.parametrize(("classes", "columns"), [(7, 2 * 7), (2, 2 * 1), (0, 2 * 1)])

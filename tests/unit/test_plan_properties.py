@@ -14,7 +14,8 @@ from pipeline.errors import ResourceError
 from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
 from pipeline.graph.plan import build_plan
-from pipeline.resources import ModelNeeds, Request, allocate
+from pipeline.resources import ModelNeeds, Request
+from pipeline.planning.allocation import allocate
 
 MODELS = {
     "nn": ModelNeeds("nn", True, False, None, "params.device=auto", "PyTorch"),

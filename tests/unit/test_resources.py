@@ -9,7 +9,8 @@ from pipeline.config import HardwareConf
 from pipeline.hardware import Machine, resolve
 from pipeline.graph.plan import build_plan
 from pipeline.quantities import gpu_amount
-from pipeline.resources import DevicePool, ModelNeeds, Request, Resources, allocate, parse_devices, select_devices
+from pipeline.resources import DevicePool, ModelNeeds, Request, Resources, parse_devices, select_devices
+from pipeline.planning.allocation import allocate
 
 NN_AUTO = ModelNeeds("nn", wants_gpu=True, requires_gpu=False, max_gpus_per_fit=None, gpu_param="params.device=auto")
 GBM_CPU = ModelNeeds("lightgbm", False, False, 1, "params.device_type=cpu", "LightGBM")
@@ -299,7 +300,7 @@ class TestFoldsThatPay:
         assert (b.folds_parallel, b.fit) == (1, Resources(2, F(0)))
 
     def test_the_estimate_never_picks_a_slower_choice(self):
-        from pipeline.payoff import estimate, folds_at_once
+        from pipeline.planning.payoff import estimate, folds_at_once
 
         for serial in (0.1, 0.3, 0.75):
             for k in range(2, 11):
@@ -315,7 +316,7 @@ class TestFoldsBesideOtherModels:
     worker start and a partial wave's idle CPU goes to the other model's fits."""
 
     def test_alongside_the_estimate_counts_no_start_and_a_partial_wave_as_a_fraction(self):
-        from pipeline.payoff import WORKER_START, estimate, fit_time
+        from pipeline.planning.payoff import WORKER_START, estimate, fit_time
 
         assert estimate(5, 2, 2, 0.11) == pytest.approx(3 * fit_time(1, 0.11) + WORKER_START)
         assert estimate(5, 2, 2, 0.11, alongside=True) == pytest.approx(2.5 * fit_time(1, 0.11))
@@ -342,5 +343,5 @@ class TestFoldsBesideOtherModels:
         from pipeline.settings import read_settings
 
         cfg = compose([f"model={models}", "parallelism=bag5", "tracking=none", "dry_run=true"])
-        plan = make_plan(read_settings(cfg), machine=Machine(2))
+        plan = make_plan(read_settings(cfg).plan_input(machine=Machine(2)))
         assert {a.model: a.fit.num_cpus for a in plan.allocations} == threads

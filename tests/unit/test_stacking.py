@@ -14,7 +14,8 @@ KINDS = ("prov_a", "prov_b")
 def stacked_plan(num_folds=5, stack_levels=1, kinds=KINDS, num_trials=1, refit=False, evaluate=False):
     from pipeline.hardware import Machine, resolve
     from pipeline.graph.plan import build_plan
-    from pipeline.resources import ModelNeeds, Request, allocate
+    from pipeline.resources import ModelNeeds, Request
+    from pipeline.planning.allocation import allocate
 
     hw = resolve(None, Machine(2), dry_run=False)
     allocations = [allocate(hw.total, Request.parse(None, None, "b"), Request.parse(1, None, "f"),

@@ -82,11 +82,11 @@ def test_a_components_kind_is_its_own_attribute_else_its_target(target, kind):
     (["executor._target_=tests.user_components.InlineBackend", "executor.address=auto"], False),
 ])
 def test_the_fits_run_on_a_cluster_when_the_ray_executor_has_an_address(compose, overrides, expected):
-    from pipeline.planning import on_cluster
+    from pipeline.run import Components
     from pipeline.settings import read_settings
 
     settings = read_settings(compose(["model=lightgbm", "allowed_targets=[tests.]", *overrides]))
-    assert on_cluster(settings) is expected
+    assert Components.resolve(settings).on_cluster(settings) is expected
 
 
 def test_an_explicit_kind_is_checked():

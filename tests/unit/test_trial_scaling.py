@@ -8,7 +8,8 @@ import pstats
 
 from pipeline.graph.plan import Admission, bag_id, build_plan, fit_id
 from pipeline.hardware import Machine, resolve
-from pipeline.resources import ModelNeeds, Request, allocate
+from pipeline.resources import ModelNeeds, Request
+from pipeline.planning.allocation import allocate
 from tests.unit.test_time_budget import simulate
 
 

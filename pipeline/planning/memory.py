@@ -1,44 +1,45 @@
-"""Memory in the composition root's planning: the data's shape, each model's estimate, the caps."""
+"""Memory in planning: the data's shape, each model's estimate, the caps."""
 
 from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
-from pathlib import Path
 from typing import Callable, Optional
 
 from pipeline.memory.budget import Advice, Capacity, MemoryPlan, capacity, plan_model
 from pipeline.memory.estimates import Estimate, FitShape, common_parts, stack_bytes
-from pipeline.memory.shape import DataShape, data_shape
+from pipeline.memory.shape import DataShape
+from pipeline.planning.inputs import PlanInput
 from pipeline.resources import Allocation
 
 
 class MemoryPlanner:
     """Reads the data's shape and the capacities once; then reserves and caps each model's fits."""
 
-    def __init__(self, settings, hardware, machine, base_dir: Path, *, on_cluster: bool = False):
-        self.settings = settings
-        self.libraries, self.lean = settings.library_modules, settings.lean_imports
-        self.shape = data_shape(settings.conf.data, base_dir)
+    def __init__(self, given: PlanInput, hardware):
+        self.given = given
+        self.libraries, self.lean = given.library_modules, given.lean_imports
+        self.shape = given.data.shape
         self.capacity: Optional[Capacity] = None
         note = ""
         if self.shape is None:
             note = "the data's size is unknown before loading it (a remote or missing file): memory is not planned"
         else:
-            declared = settings.conf.hardware
-            self.capacity = capacity(declared, hardware, machine, self.shape, dry_run=settings.conf.dry_run)
-            if on_cluster and (declared is None or declared.memory_gb is None):  # this machine's RAM says nothing of the nodes'
+            declared = given.declared
+            self.capacity = capacity(declared, hardware, given.machine, self.shape, dry_run=given.dry_run)
+            # on a cluster, this machine's RAM says nothing of the nodes'
+            if given.on_cluster and (declared is None or declared.memory_gb is None):
                 self.capacity = dataclasses.replace(
                     self.capacity, ram=None, ram_source="unknown on a cluster: set hardware.memory_gb per node"
                 )
         self.summary = MemoryPlan(self.shape, self.capacity, note)
         self.stack_columns = 0  # a fit above level 1 also learns from each model kind's outputs on the level below
-        if settings.conf.stack_levels and self.shape is not None:
-            self.stack_columns = len(settings.models) * self.fit_shape(self.shape).classes
+        if given.stack_levels and self.shape is not None:
+            self.stack_columns = len(given.models) * self.fit_shape(self.shape).classes
 
     def fit_shape(self, shape: DataShape) -> FitShape:
-        d = self.settings.conf.data
-        return FitShape.of(shape, self.settings.conf.parallelism.num_folds, d.test_size, d.val_size)
+        d = self.given.data
+        return FitShape.of(shape, self.given.levels.num_folds, d.test_size, d.val_size)
 
     def estimate(self, spec, on_gpu: bool, shape: Optional[DataShape] = None, stack_columns: int = 0) -> Estimate:
         """One fit of `spec` (a ModelSpec): its library's structures plus what every fit holds; with
@@ -60,11 +61,11 @@ class MemoryPlanner:
         on_gpu = allocation.fit.num_gpus > 0 and spec.cls.gpu_request(spec.params)[0]
         estimate = self.estimate(spec, on_gpu)
         above = self.estimate(spec, on_gpu, stack_columns=self.stack_columns) if self.stack_columns else None
-        par = self.settings.conf.parallelism
-        limits = spec.memory.over(par.fit.memory_request)
+        levels = self.given.levels
+        limits = spec.memory.over(levels.fit_memory)
         hint = spec.cls.memory_hint.format(name=spec.name) if spec.cls.memory_hint else ""
         advice = Advice(lambda room, gpu: self._rows_within(spec, room, gpu, on_gpu), hint)
-        return plan_model(allocation, estimate, limits, par.bag.memory_request, self.capacity, reallocate, advice,
+        return plan_model(allocation, estimate, limits, levels.bag_memory, self.capacity, reallocate, advice,
                           above=above)
 
     def _rows_within(self, spec, room: int, gpu: bool, on_gpu: bool) -> Optional[int]:
