@@ -172,7 +172,8 @@ class Walker:
             if owner is not None and node.id in ("self", "cls"):
                 return ("instance", owner)
             return self.symbol(module, node.id)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super" and owner:
+        is_super = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+        if is_super and owner:
             return ("super", owner)
         if isinstance(node, ast.Attribute):
             base = self.expression(node.value, module, local, owner)
@@ -229,11 +230,12 @@ def continuation_lines(path: Path) -> list[int]:
     source = path.read_text()
     inside: set[int] = set()
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type in (tokenize.STRING, tokenize.COMMENT) or tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
+        if tok.type in (tokenize.STRING, tokenize.COMMENT, getattr(tokenize, "FSTRING_MIDDLE", -1)):
             inside.update(range(tok.start[0], tok.end[0]))  # a line the token continues past
             if tok.type == tokenize.COMMENT:
                 inside.add(tok.start[0])
-    return [i for i, line in enumerate(source.splitlines(), 1) if line.rstrip().endswith("\\") and i not in inside]
+    lines = enumerate(source.splitlines(), 1)
+    return [i for i, line in lines if line.rstrip().endswith("\\") and i not in inside]
 
 
 def walk(root: Path, start: str) -> dict:
@@ -299,7 +301,8 @@ def walk(root: Path, start: str) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.structure", description=__doc__.split("\n\n")[0])
     p.add_argument("start", help="path/to/module.py:function[:argument], e.g. pipeline/run.py:run:cfg")
-    p.add_argument("--root", type=Path, default=Path.cwd(), help="the folder holding the package (default: .)")
+    p.add_argument("--root", type=Path, default=Path.cwd(), 
+                   help="the folder that holds the package (default: .)")
     p.add_argument("--json", action="store_true", help="print every figure, room and move as JSON")
     p.add_argument("--moves", action="store_true", help="also list the moves")
     args = p.parse_args(argv)
@@ -310,7 +313,8 @@ def main(argv=None) -> int:
     print(f"{figures['start']}: {figures['rooms']} rooms, {figures['moves']} moves, "
           f"{figures['climbs_back_up']} climbs back up, {figures['root_reentries']} root re-entries; "
           f"{figures['returns']} returns ({figures['root_returns']} to the root's module), "
-          f"{figures['functions_visited']} functions visited, {figures['continuation_lines']} continuation lines")
+          f"{figures['functions_visited']} functions visited, "
+          f"{figures['continuation_lines']} continuation lines")
     for path, lines in figures["continuations"].items():
         print(f"  continuation: {path}:{','.join(map(str, lines))}")
     if args.moves:
