@@ -203,6 +203,14 @@ def mlflow_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """Exactly `python -m pipeline` (bundled Adult, detected hardware, every model, local MLflow), run once
+    for every read-only check of what it leaves: (the folder it ran in, its finished process)."""
+    root = tmp_path_factory.mktemp("default-run")
+    return root, run_cli([], root, timeout=400, check=True)
+
+
+@pytest.fixture(scope="session")
 def adult():
     """The bundled Adult data, loaded and split once."""
     from pipeline.config import DataConf

@@ -19,9 +19,9 @@ def run_dirs(workdir: Path):
     return sorted((workdir / "outputs" / "runs").glob("*/*"))
 
 
-def test_default_job(cli, tmp_path):
+def test_default_job(default_run):
     """Exactly `python -m pipeline`: bundled Adult, detected hardware, all three models, local MLflow."""
-    proc = cli(check=True, timeout=400)
+    tmp_path, proc = default_run
     assert "Leaderboard (roc_auc)" in proc.stdout
     client, (run,) = job_runs(tmp_path)
     assert run.info.status == "FINISHED"
