@@ -47,7 +47,12 @@ def plan_for(model: str, num_folds: int = 2, cpus: int = 2, gpus: int = 0, fit_g
     from pipeline.config import HardwareConf
     from pipeline.graph.plan import build_plan
     from pipeline.hardware import Machine, resolve
-    from pipeline.resources import ModelNeeds, Request, allocate
+    from pipeline.resources import ModelNeeds, Request
+
+    try:
+        from pipeline.planning.allocation import allocate
+    except ImportError:  # before allocation moved into the planning package
+        from pipeline.resources import allocate
 
     machine = Machine(cpus, tuple(str(i) for i in range(gpus)))
     hw = resolve(HardwareConf(name="box", num_cpus=cpus, num_gpus=gpus), machine, dry_run=False)

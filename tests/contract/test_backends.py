@@ -6,6 +6,17 @@ import pytest
 from pipeline.testing.backend_contract import BackendContract, contract_data  # noqa: F401  (the suite's data)
 
 
+def _checked(schema, **values):
+    """The executor settings `values`, checked as a run checks them (by the schema itself, where it does)."""
+    conf = schema(**values)
+    try:
+        from pipeline.config_checks import check_executor
+    except ImportError:
+        return conf
+    check_executor(conf)
+    return conf
+
+
 class TestInProcess(BackendContract):
     fits_in_driver = True
     sees_only_its_devices = False
@@ -31,7 +42,7 @@ class TestInProcess(BackendContract):
         limited = ExecutorConf(task_timeout_s=2)
         assert not isinstance(local_backend(limited, single_slot, None), InProcessBackend)
         with pytest.raises(ConfigError, match="in_process=always"):
-            ExecutorConf(in_process="always", task_timeout_s=2)
+            _checked(ExecutorConf, in_process="always", task_timeout_s=2)
 
 
 class TestProcesses(BackendContract):
