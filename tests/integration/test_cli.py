@@ -140,13 +140,6 @@ def test_a_sweep_with_a_tracking_config_error_reports_it_once_from_the_job(cli):
     assert "Callback" not in proc.stderr and "Traceback" not in proc.stderr  # the sweep callback leaves it to the job
 
 
-def test_tracking_none_creates_no_store(cli, tmp_path):
-    cli("model=lightgbm", "tracking=none", *small(("lightgbm",)), check=True)
-    assert not (tmp_path / "outputs" / "mlflow.db").exists()
-    (run_dir,) = run_dirs(tmp_path)
-    assert (run_dir / "leaderboard.csv").exists()
-
-
 @pytest.mark.parametrize(
     "args, expected",
     [
