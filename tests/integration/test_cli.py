@@ -109,18 +109,6 @@ def test_two_job_multirun(cli, tmp_path):
     assert parents[0].data.metrics["val_roc_auc"] == max(r.data.metrics["val_roc_auc"] for r in jobs)
 
 
-def test_failing_job_leaves_its_run_failed(cli, tmp_path):
-    searchpath = user_config(tmp_path, "model", "boom", "defaults: [lightgbm]\nboom:\n  _target_: tests.fault_models.FailingModel\n")
-    proc = cli("model=boom", searchpath, "allowed_targets=[tests.]", "executor.max_retries=1",
-               *small(("lightgbm",)), env=FAULT_ENV)
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    assert "task fit/boom/t0/f0 failed after 2 attempt(s): RuntimeError: injected failure" in proc.stderr
-    assert "retrying" in proc.stdout + proc.stderr
-    _, (run,) = job_runs(tmp_path)
-    assert run.info.status == "FAILED"
-
-
 def test_a_sweep_whose_job_fails_leaves_no_run_running(cli, tmp_path):
     searchpath = user_config(tmp_path, "model", "boom", "boom:\n  _target_: tests.fault_models.FailingModel\n")
     proc = cli("-m", "model=lightgbm,boom", searchpath, "allowed_targets=[tests.]", "executor.max_retries=0",
