@@ -203,9 +203,38 @@ def mlflow_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """Exactly `python -m pipeline` (bundled Adult, detected hardware, every model, local MLflow), run once
+    for every read-only check of what it leaves: (the folder it ran in, its finished process)."""
+    root = tmp_path_factory.mktemp("default-run")
+    return root, run_cli([], root, timeout=400, check=True)
+
+
+@pytest.fixture(scope="session")
 def adult():
     """The bundled Adult data, loaded and split once."""
     from pipeline.config import DataConf
     from pipeline.data import load
 
     return load(DataConf(max_rows=6000), ROOT)
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """One local Ray instance (2 CPUs, no GPU) for tests that run RayBackend in this process (it
+    connects to this instance), one per module."""
+    import ray  # installed by the project's test setup: pip install -e '.[test,ray]'
+
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "PYTHONPATH")}
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    # Workers unpickle the test models, so they need the project root on their path.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), saved["PYTHONPATH"]) if p)
+    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

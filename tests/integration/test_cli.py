@@ -19,9 +19,9 @@ def run_dirs(workdir: Path):
     return sorted((workdir / "outputs" / "runs").glob("*/*"))
 
 
-def test_default_job(cli, tmp_path):
+def test_default_job(default_run):
     """Exactly `python -m pipeline`: bundled Adult, detected hardware, all three models, local MLflow."""
-    proc = cli(check=True, timeout=400)
+    tmp_path, proc = default_run
     assert "Leaderboard (roc_auc)" in proc.stdout
     client, (run,) = job_runs(tmp_path)
     assert run.info.status == "FINISHED"
@@ -109,18 +109,6 @@ def test_two_job_multirun(cli, tmp_path):
     assert parents[0].data.metrics["val_roc_auc"] == max(r.data.metrics["val_roc_auc"] for r in jobs)
 
 
-def test_failing_job_leaves_its_run_failed(cli, tmp_path):
-    searchpath = user_config(tmp_path, "model", "boom", "defaults: [lightgbm]\nboom:\n  _target_: tests.fault_models.FailingModel\n")
-    proc = cli("model=boom", searchpath, "allowed_targets=[tests.]", "executor.max_retries=1",
-               *small(("lightgbm",)), env=FAULT_ENV)
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    assert "task fit/boom/t0/f0 failed after 2 attempt(s): RuntimeError: injected failure" in proc.stderr
-    assert "retrying" in proc.stdout + proc.stderr
-    _, (run,) = job_runs(tmp_path)
-    assert run.info.status == "FAILED"
-
-
 def test_a_sweep_whose_job_fails_leaves_no_run_running(cli, tmp_path):
     searchpath = user_config(tmp_path, "model", "boom", "boom:\n  _target_: tests.fault_models.FailingModel\n")
     proc = cli("-m", "model=lightgbm,boom", searchpath, "allowed_targets=[tests.]", "executor.max_retries=0",
@@ -138,13 +126,6 @@ def test_a_sweep_with_a_tracking_config_error_reports_it_once_from_the_job(cli):
     assert proc.returncode == 2
     assert "tracking.register_model='x' registers a logged model" in proc.stderr
     assert "Callback" not in proc.stderr and "Traceback" not in proc.stderr  # the sweep callback leaves it to the job
-
-
-def test_tracking_none_creates_no_store(cli, tmp_path):
-    cli("model=lightgbm", "tracking=none", *small(("lightgbm",)), check=True)
-    assert not (tmp_path / "outputs" / "mlflow.db").exists()
-    (run_dir,) = run_dirs(tmp_path)
-    assert (run_dir / "leaderboard.csv").exists()
 
 
 @pytest.mark.parametrize(

@@ -112,18 +112,6 @@ def _killer_model(tmp_path):
     return marker, searchpath
 
 
-def test_a_killed_worker_is_a_failed_task_that_is_retried(cli, tmp_path):
-    marker, searchpath = _killer_model(tmp_path)
-    proc = cli("model=killer", searchpath, "allowed_targets=[tests.]", "executor.in_process=never",
-               "executor.max_retries=1", "data.max_rows=500", "tracking=none", env=FAULT_ENV, timeout=120, check=True)
-    assert marker.exists()
-    text = proc.stdout + proc.stderr
-    assert "the worker process died (killed by signal SIGKILL) during the fit" in text and "retrying" in text
-    (run_dir,) = run_dirs(tmp_path)
-    (entry,) = json.loads((run_dir / "timeline.json").read_text())
-    assert entry["attempt"] == 1
-
-
 def test_a_killed_worker_without_retries_fails_the_run_naming_the_task(cli, tmp_path):
     marker, searchpath = _killer_model(tmp_path)
     proc = cli("model=killer", searchpath, "allowed_targets=[tests.]", "executor.in_process=never",

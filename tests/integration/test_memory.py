@@ -103,11 +103,11 @@ def test_cpu_estimates_are_within_a_factor_of_two_of_the_measured_peaks(cli, tmp
     assert fit["peak_ram_mb"] == row["peak_ram_mb"] and fit["estimate_ram_mb"] == row["estimate_ram_mb"]
 
 
-def test_peaks_and_estimates_are_logged_to_mlflow(cli, tmp_path):
+def test_peaks_and_estimates_are_logged_to_mlflow(default_run):
     from tests.integration.mlflow_helpers import job_runs
 
-    cli("model=lightgbm", "data.max_rows=3000", "model.lightgbm.params.num_iterations=20", check=True)
-    _, (run,) = job_runs(tmp_path)
+    _, (run,) = job_runs(default_run[0])
     metrics = run.data.metrics
-    assert metrics["lightgbm/peak_ram_mb"] > 100
-    assert metrics["lightgbm/estimate_ram_mb"] > 100
+    for model in ("lightgbm", "xgboost", "nn"):
+        assert metrics[f"{model}/peak_ram_mb"] > 100
+        assert metrics[f"{model}/estimate_ram_mb"] > 100

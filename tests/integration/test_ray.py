@@ -8,8 +8,7 @@ import pandas as pd
 import pytest
 
 from pipeline.store import read_state
-from tests.conftest import FAULT_ENV, ROOT, run_cli, small, user_config
-from tests.fault_models import KillOnceModel
+from tests.conftest import FAULT_ENV, run_cli, small, user_config
 
 pytestmark = pytest.mark.slow
 
@@ -91,26 +90,6 @@ def test_a_failing_task_is_retried_then_fails_the_run_naming_it(cli, tmp_path):
 # --------------------------------------------------------------------------- RayBackend in this process
 
 
-@pytest.fixture(scope="module")
-def ray_instance():
-    """One local Ray instance (2 CPUs, no GPU) for the in-process tests; RayBackend reuses it."""
-    import ray  # installed by the project's test setup: pip install -e '.[test,ray]'
-
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "PYTHONPATH")}
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    # Workers unpickle the test models, so they need the project root on their path.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), saved["PYTHONPATH"]) if p)
-    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False,
-             logging_level="WARNING")
-    yield ray
-    ray.shutdown()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
 def plan_for(cpus, gpus, fit_cpus, fit_gpus, num_folds=1, model="lightgbm", num_trials=1):
     from pipeline.config import HardwareConf
     from pipeline.hardware import Machine, resolve
@@ -140,29 +119,6 @@ def test_a_gpu_fit_on_a_gpu_less_cluster_is_a_hardware_error_not_a_hang(ray_inst
     assert "task fit/xgboost/t0/f0 asks for 1 CPU / 1 GPU" in message
     assert "2 CPU / 0 GPU" in message
     assert ray_instance.is_initialized()  # an instance the backend did not start is left running
-
-
-def test_a_killed_ray_worker_is_a_failed_task_that_is_retried(ray_instance, adult, tmp_path, caplog):
-    from pipeline.executors.ray import RayBackend
-    from pipeline.graph.scheduler import Scheduler
-    from pipeline.config import HpoConf
-    from pipeline.hpo import TrialSource
-    from pipeline.metrics import METRICS
-    from pipeline.store import ResultStore
-
-    marker = tmp_path / "killed-once"
-    model = KillOnceModel({"marker": str(marker)}, "killer")
-    plan = plan_for(2, 0, 1, None, model="killer")
-    with caplog.at_level("WARNING", logger="pipeline.graph.scheduler"):
-        with RayBackend() as backend:
-            outcome = Scheduler(plan, backend, ResultStore(tmp_path / "run"),
-                                TrialSource(HpoConf(), {}, {}, "maximize"), {"killer": model}, adult,
-                                METRICS["roc_auc"], seed=0, max_retries=1).run()
-    assert marker.exists()
-    assert "task fit/killer/t0/f0 failed (attempt 1 of 2): the Ray worker process died during the fit" in caplog.text
-    (entry,) = outcome.timeline
-    assert entry["attempt"] == 1
-    assert ("killer", 0) in outcome.trials
 
 
 def test_the_ray_tasks_of_a_lean_run_import_the_libraries_lean(ray_instance, adult, tmp_path):
@@ -268,31 +224,6 @@ def test_without_ray_the_executor_is_a_config_error(monkeypatch, adult):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
     with pytest.raises(ConfigError, match=r"executor=ray needs Ray: pip install '\.\[ray\]'"):
         RayBackend().prepare(plan_for(2, 0, 1, None), adult)
-
-
-def test_a_ray_fit_past_the_time_limit_is_cancelled_and_fails(ray_instance, adult, tmp_path):
-    from pipeline.errors import TaskFailedError
-    from pipeline.executors.ray import RayBackend
-    from pipeline.graph.scheduler import Scheduler
-    from pipeline.config import HpoConf
-    from pipeline.hpo import TrialSource
-    from pipeline.metrics import METRICS
-    from pipeline.store import ResultStore
-    from tests.fault_models import SleepModel
-
-    records = tmp_path / "fits"  # a fit that finishes its 60 s sleep writes a record here
-    plan = plan_for(2, 0, 1, None, num_folds=2, model="sleep")
-    backend = RayBackend()
-    submitted = _recording_submits(backend)
-    scheduler = Scheduler(plan, backend, ResultStore(tmp_path / "run"), TrialSource(HpoConf(), {}, {}, "maximize"),
-                          {"sleep": SleepModel({"seconds": 60, "record_dir": str(records)}, "sleep")}, adult,
-                          METRICS["roc_auc"], seed=0, max_retries=0, task_timeout_s=2)
-    with pytest.raises(TaskFailedError, match=r"ran longer than executor.task_timeout_s=2 s and was stopped"), backend:
-        scheduler.run()
-    assert len(submitted) == 2
-    assert not records.exists()  # the run failed before either fit ended: it did not wait for them
-    assert backend.running == {}
-    _assert_cancelled(ray_instance, submitted)
 
 
 def test_the_ray_executor_runs_the_same_graph_with_a_node_kind_registered_outside_the_engine(ray_instance, adult,

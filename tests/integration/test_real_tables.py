@@ -61,6 +61,14 @@ def penguins(tables):
     return proc, run_dir_of(proc)
 
 
+def test_tracking_none_creates_no_store(auto, tables):
+    """The runs in `tables` all say tracking=none: a finished run, its leaderboard, and no MLflow store."""
+    _, run_dir = auto
+    assert (run_dir / "leaderboard.csv").exists()
+    assert not (tables / "outputs" / "mlflow.db").exists() and not (tables / "mlruns").exists()
+    assert not list(tables.rglob("mlflow.db")) and not (tables / "outputs" / "mlartifacts").exists()
+
+
 def test_a_csv_path_without_data_csv_trains_and_names_text_as_text(auto):
     proc, run_dir = auto
     assert "read as data=csv (from its extension)" in proc.stdout + proc.stderr

@@ -21,27 +21,6 @@ def _client(uri):
     return mlflow.MlflowClient(uri)
 
 
-def test_calls_arrive_in_order_and_end_waits_for_them(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    artifact = tmp_path / "note.txt"
-    artifact.write_text("hello")
-    tracker = TrackerClient(MlflowTracker(Store(uri, tmp_path / "artifacts"), "exp"))
-    tracker.connect()
-    tracker.start("a run", {"alpha": 1}, {"pipeline.models": "x"})
-    run_id = tracker.run_id
-    for step in range(3):
-        tracker.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
-    tracker.log_artifact(artifact)
-    tracker.end("FINISHED")
-    assert tracker.failure is None
-    run = _client(uri).get_run(run_id)
-    assert run.info.status == "FINISHED"
-    assert run.data.params == {"alpha": "1"} and run.data.tags["pipeline.models"] == "x"
-    history = _client(uri).get_metric_history(run_id, "loss")
-    assert [m.step for m in history] == [0, 1, 2] and history[-1].value == pytest.approx(1 / 3)
-    assert [a.path for a in _client(uri).list_artifacts(run_id)] == ["note.txt"]
-
-
 def test_a_sqlite_store_under_a_file_is_refused_at_connect(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
@@ -64,20 +43,6 @@ def test_a_store_that_cannot_open_fails_at_the_poll_after_it_answers(tmp_path):
     with pytest.raises(TrackingError, match="cannot open the MLflow store"):
         tracker.run_id
     tracker.end("FAILED")  # returns: the process has nothing left to do
-
-
-def test_poll_gives_the_run_id_once_the_process_has_started_the_run(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = TrackerClient(MlflowTracker(Store(uri), "exp"))
-    tracker.connect()
-    tracker.start("a run", {}, {})
-    deadline = time.time() + 120
-    while tracker.poll() is None and time.time() < deadline:
-        time.sleep(0.1)
-    run_id = tracker.poll()
-    assert run_id is not None and run_id == tracker.run_id
-    tracker.end("FINISHED")
-    assert _client(uri).get_run(run_id).info.status == "FINISHED"
 
 
 def test_the_process_runs_below_the_fits_in_priority(tmp_path):
