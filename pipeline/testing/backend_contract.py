@@ -49,10 +49,7 @@ def plan_for(model: str, num_folds: int = 2, cpus: int = 2, gpus: int = 0, fit_g
     from pipeline.hardware import Machine, resolve
     from pipeline.resources import ModelNeeds, Request
 
-    try:
-        from pipeline.planning.allocation import allocate
-    except ImportError:  # before allocation moved into the planning package
-        from pipeline.resources import allocate
+    from pipeline.planning.allocation import allocate
 
     machine = Machine(cpus, tuple(str(i) for i in range(gpus)))
     hw = resolve(HardwareConf(name="box", num_cpus=cpus, num_gpus=gpus), machine, dry_run=False)

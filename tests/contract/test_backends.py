@@ -7,12 +7,10 @@ from pipeline.testing.backend_contract import BackendContract, contract_data  # 
 
 
 def _checked(schema, **values):
-    """The executor settings `values`, checked as a run checks them (by the schema itself, where it does)."""
+    """The executor settings `values`, checked as a run checks them."""
+    from pipeline.config_checks import check_executor
+
     conf = schema(**values)
-    try:
-        from pipeline.config_checks import check_executor
-    except ImportError:
-        return conf
     check_executor(conf)
     return conf
 
