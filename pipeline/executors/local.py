@@ -25,6 +25,7 @@ class InProcessBackend(Backend):
     more than the fit. The driver's own devices are used by id, without CUDA_VISIBLE_DEVICES."""
 
     name = "in-process"
+    one_at_a_time = True  # submit runs the fit: the scheduler reads each result before it starts the next
 
     def __init__(self):
         self.done: dict[int, object] = {}

@@ -30,7 +30,7 @@ from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResu
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
 from pipeline.graph.time_budget import GraphCut, TimeBudget
-from pipeline.graph.trial_gate import TrialGate
+from pipeline.graph.trial_gate import TrialGate, losing_trial
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
 
@@ -181,7 +181,10 @@ class Scheduler:
         progressed, held_back = False, []
         if self._ranks is None:  # the durations changed: the queue's order may have
             self.queued.sort(key=self._priority)
+        serial = getattr(self.backend, "one_at_a_time", False)  # its result decides the next start (pruning, budget)
         for task in list(self.queued):
+            if serial and self.running:
+                return progressed
             go = task.id not in self.cut.cut and self._in_time(task, admission)
             if go is None:
                 held_back.append(task)
@@ -191,6 +194,8 @@ class Scheduler:
             else:
                 progressed = self._start(task, admission, attempts) or progressed
         for task in held_back:  # places nothing else could take: no reason to wait for the estimate
+            if serial and self.running:
+                break
             progressed = self._start(task, admission, attempts) or progressed
         return progressed
 
@@ -259,7 +264,8 @@ class Scheduler:
         end in time): its result would go unused."""
         for handle, (task, shares, _) in list(self.running.items()):
             consumers = self.cut.consumers[task.id]
-            if consumers and all(c in self.cut.cut for c in consumers):
+            if consumers and all(c in self.cut.cut for c in consumers) \
+                    and not any(self.cut.cut[c] == "pruned" for c in consumers):  # a pruned trial's: ends on its own
                 self.backend.cancel(handle)
                 del self.running[handle]
                 self.started.pop(handle, None)
@@ -287,6 +293,10 @@ class Scheduler:
                 self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._settle(task.id)
+        bags = [c for c in self.cut.consumers.get(task.id, ()) if self._waiting.get(c, 0) > 0 and c not in self.cut.cut]
+        if bags and losing_trial(task, result, self.ctx):  # its later folds are not started
+            for bag in bags:
+                self._cut(self.cut.tasks[bag], "pruned")
         self._release()
 
     def _settle(self, task_id: str) -> None:
