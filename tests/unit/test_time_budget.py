@@ -296,3 +296,11 @@ def test_a_dropped_trial_is_told_to_optuna_as_failed_and_a_trial_never_asked_is_
     source.drop("m", 1)
     assert source.dropped == {("m", 0)}
     assert [t.state for t in source._study("m").trials] == [optuna.trial.TrialState.FAIL]
+
+
+def test_the_tail_keeps_no_time_for_stopping_workers_when_the_fits_ran_in_the_driver():
+    from pipeline.graph.tail import EXIT_S, IN_DRIVER_EXIT_S, TailEstimate
+
+    models = (("a", 1, 1), ("b", 1, 1))
+    pool, driver = TailEstimate(models, 2), TailEstimate(models, 2, workers=False)
+    assert pool() - driver() == pytest.approx(EXIT_S - IN_DRIVER_EXIT_S) and driver() < pool()
