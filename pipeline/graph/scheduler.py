@@ -140,17 +140,20 @@ class Scheduler:
         return ctx.outcome
 
     def _priority(self, task: Task) -> tuple:
-        """The queue's order: under a budget, trial by trial across the models; then the fits of a model
-        none of whose fits has finished yet (in the plan's order: how long they take is learnt first);
-        then the longest path of work from the fit to the end of the graph first (critical path list
-        scheduling), so that the long chains start early and short fits fill the CPUs beside them."""
+        """The queue's order: under a budget, every model's first trial (its own params) first, then the
+        model that has fitted for the fewest seconds so far (the budget's time shared equally: a fast
+        model fits more trials, a slow one does not eat the budget), trial by trial; then the fits of a
+        model none of whose fits has finished yet (in the plan's order: how long they take is learnt
+        first); then the longest path of work from the fit to the end of the graph first (critical path
+        list scheduling), so that the long chains start early and short fits fill the CPUs beside them."""
         trial = (task.trial or 0) if self.budget is not None else 0
+        spent = self._fit_seconds[task.model][0] if trial and task.model in self._fit_seconds else 0.0
         if self._ranks is None:
             self._ranks = self._upward_ranks()
         rank = self._ranks.get(task.id)
         if rank is None:  # a trial the plan does not list: its fold's rank in the first trial (the same shape)
             rank = self._ranks[fit_id(task.model, 0, task.fold)]
-        return trial, task.model in self._ranked, -rank, self._order[task.id]
+        return trial > 0, spent, trial, task.model in self._ranked, -rank, self._order[task.id]
 
     def _upward_ranks(self) -> dict[str, float]:
         """Each task's seconds plus the longest such sum over the tasks that consume it: a fit takes its
@@ -179,7 +182,7 @@ class Scheduler:
         priority order; then, on what is left, the fits held back while their model's first fit runs.
         Whether any task left the queue."""
         progressed, held_back = False, []
-        if self._ranks is None:  # the durations changed: the queue's order may have
+        if self._ranks is None or self.budget is not None:  # the durations changed: the queue's order may have
             self.queued.sort(key=self._priority)
         serial = getattr(self.backend, "one_at_a_time", False)  # its result decides the next start (pruning, budget)
         for task in list(self.queued):

@@ -304,3 +304,16 @@ def test_the_tail_keeps_no_time_for_stopping_workers_when_the_fits_ran_in_the_dr
     models = (("a", 1, 1), ("b", 1, 1))
     pool, driver = TailEstimate(models, 2), TailEstimate(models, 2, workers=False)
     assert pool() - driver() == pytest.approx(EXIT_S - IN_DRIVER_EXIT_S) and driver() < pool()
+
+
+def test_under_a_budget_every_models_first_trial_comes_first_then_the_models_share_the_time_not_the_trials(
+        tmp_path):
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"fast": 1.0, "slow": 4.0}, limit_s=60.0,
+                                                         trials=40, folds=2)
+    starts = {tid: start for tid, start, _ in backend.submitted}
+    assert max(starts[fit_id(m, 0, 0)] for m in ("fast", "slow")) < min(
+        s for tid, s in starts.items() if "/t0/" not in tid)  # (a second fold waits to learn the fit's time)
+    done = outcome.results["collect"]
+    fast, slow = sum("fast" in b for b in done), sum("slow" in b for b in done)
+    seconds = {m: sum(e - s for tid, s, e in backend.submitted if m in tid) for m in ("fast", "slow")}
+    assert fast >= 3 * slow and abs(seconds["fast"] - seconds["slow"]) <= 8.0, (fast, slow, seconds)
