@@ -76,7 +76,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime = dataclasses.replace(runtime, started=runtime.started or started)
     from pipeline.planning.budget import search_for_budget
 
-    settings = search_for_budget(settings, runtime.overrides)
+    settings = search_for_budget(settings, runtime.overrides, runtime.launch_dir)
     components = Components.resolve(settings)
     checked = check_data_and_params(settings, runtime.launch_dir)
     make_run_folder(runtime.run_dir)  # checked (by Hydra's callback too, before Hydra wrote into it), made
