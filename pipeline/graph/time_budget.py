@@ -162,8 +162,9 @@ class GraphCut:
                 continue
             self.cut[tid] = reason
             new.append(tid)
-            for c in self.consumers[tid]:
-                if c not in self.cut and (not self.partial_inputs(self.tasks[c])
+            for c in self.consumers[tid]:  # a pruned trial's bag is a finished trial that lost: what reads the
+                # model's best trials (a stacked level, a refit) goes on without it
+                if c not in self.cut and (not (self.partial_inputs(self.tasks[c]) or reason == "pruned")
                                           or all(d in self.cut for d in self.tasks[c].depends_on)):
                     stack.append((c, "input"))
             for d in self.tasks[tid].depends_on:

@@ -106,6 +106,13 @@ class TestGraphCut:
         assert {bag_id("a", 1), "fit/a_l2/f0", "bag/a_l2"} <= set(cut.cut)
         assert not any(t.startswith(("fit/b", "bag/b")) for t in cut.cut) and "ensemble" not in cut.cut
 
+    def test_a_pruned_trial_cuts_its_unstarted_folds_not_the_level_above_which_reads_the_best_trials(self):
+        cut = GraphCut(graph(models=("a",), trials=2, folds=3, level2=True), partial)
+        cut.started.add(fit_id("a", 1, 0))
+        new = cut.cut_task(bag_id("a", 1), "pruned")
+        assert set(new) == {bag_id("a", 1), fit_id("a", 1, 1), fit_id("a", 1, 2)}
+        assert "fit/a_l2/f0" not in cut.cut
+
     def test_siblings_left_are_the_unstarted_fits_a_bag_still_waits_for(self):
         cut = GraphCut(graph(folds=5), partial)
         task = cut.tasks[fit_id("a", 0, 3)]
