@@ -139,8 +139,8 @@ class TrialSource:
             sampler = self.searcher.sampler(self.spec, model, self.spaces[model])
             pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3) \
                 if self.spec.pruning else None  # over folds: `fold_scored`
-            self._studies[model] = optuna.create_study(direction=self.direction, sampler=sampler, pruner=pruner,
-                                                       study_name=model)
+            self._studies[model] = optuna.create_study(direction=self.direction, sampler=sampler,
+                                                       pruner=pruner, study_name=model)
         return self._studies[model]
 
     def _save(self, model: str, trial: int) -> None:

@@ -334,7 +334,8 @@ def _budget(settings: Settings, plan: Plan, runtime: Runtime):
     if conf.time_limit_s is None:
         return None
     models = tuple((a.model, a.num_folds, a.fit.num_cpus) for a in plan.allocations)
-    tail = TailEstimate(models, plan.hardware.num_cpus, conf.refit, not conf.tracking._target_.endswith("no_tracker"),
+    tracking = not conf.tracking._target_.endswith("no_tracker")
+    tail = TailEstimate(models, plan.hardware.num_cpus, conf.refit, tracking,
                         workers=conf.executor.in_process != "always")
     budget = TimeBudget(conf.time_limit_s, start=runtime.started, whole_run=True, tail=tail)
     object.__setattr__(tail, "fit_seconds", budget.model_estimate)

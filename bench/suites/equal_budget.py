@@ -99,8 +99,8 @@ def run(opts: Options) -> dict:
         notes.append("peers not measured (their bench environment is missing): "
                      + ", ".join(f"{p} ({py})" for p, py in missing.items()))
     notes.append("one repeat per table and limit on a 2-core machine shared with other work: wall times and "
-                 "therefore how many trials each side fits are noisy (each side's run keeps the 1-minute load "
-                 "average before and after it)")
+                 "therefore how many trials each side fits are noisy (each side's run keeps the 1-minute "
+                 "load average before and after it)")
     settings = {"limits_s": list(limits), "tables": {n: {"label": t[1], "task": t[2]} for n, t in tables().items()},
                 "engine": "python -m pipeline data=csv data.path=<table> data.label=<label> data.problem_type=<task> "
                           "data.seed=0 seed=0 tracking=none time_limit_s=<L> (hpo=auto: the default under a limit); "

@@ -182,9 +182,9 @@ class Scheduler:
         priority order; then, on what is left, the fits held back while their model's first fit runs.
         Whether any task left the queue."""
         progressed, held_back = False, []
-        if self._ranks is None or self.budget is not None:  # the durations changed: the queue's order may have
+        if self._ranks is None or self.budget is not None:  # the durations changed: so may the queue's order
             self.queued.sort(key=self._priority)
-        serial = getattr(self.backend, "one_at_a_time", False)  # its result decides the next start (pruning, budget)
+        serial = getattr(self.backend, "one_at_a_time", False)  # a result decides the next start
         for task in list(self.queued):
             if serial and self.running:
                 return progressed
@@ -268,7 +268,7 @@ class Scheduler:
         for handle, (task, shares, _) in list(self.running.items()):
             consumers = self.cut.consumers[task.id]
             if consumers and all(c in self.cut.cut for c in consumers) \
-                    and not any(self.cut.cut[c] == "pruned" for c in consumers):  # a pruned trial's: ends on its own
+                    and not any(self.cut.cut[c] == "pruned" for c in consumers):  # a pruned trial's: ends
                 self.backend.cancel(handle)
                 del self.running[handle]
                 self.started.pop(handle, None)
@@ -296,7 +296,8 @@ class Scheduler:
                 self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._settle(task.id)
-        bags = [c for c in self.cut.consumers.get(task.id, ()) if self._waiting.get(c, 0) > 0 and c not in self.cut.cut]
+        bags = [c for c in self.cut.consumers.get(task.id, ())
+                if self._waiting.get(c, 0) > 0 and c not in self.cut.cut]
         if bags and losing_trial(task, result, self.ctx):  # its later folds are not started
             for bag in bags:
                 self._cut(self.cut.tasks[bag], "pruned")

@@ -162,8 +162,9 @@ class GraphCut:
                 continue
             self.cut[tid] = reason
             new.append(tid)
-            for c in self.consumers[tid]:  # a pruned trial's bag is a finished trial that lost: what reads the
-                # model's best trials (a stacked level, a refit) goes on without it
+            # a pruned trial's bag is a trial that lost: what reads the model's best (a stacked level, a
+            # refit) goes on without it
+            for c in self.consumers[tid]:
                 if c not in self.cut and (not (self.partial_inputs(self.tasks[c]) or reason == "pruned")
                                           or all(d in self.cut for d in self.tasks[c].depends_on)):
                     stack.append((c, "input"))
@@ -209,7 +210,8 @@ class BudgetSummary:
 
     @property
     def nothing_finished(self) -> bool:
-        return self.trials > 0 and self.trials_not_run + self.trials_dropped + self.trials_pruned == self.trials
+        unfinished = self.trials_not_run + self.trials_dropped + self.trials_pruned
+        return self.trials > 0 and unfinished == self.trials
 
     def line(self) -> str:
         parts = [f"{self.trials_not_run} of {self.trials} trials not run"]

@@ -25,7 +25,8 @@ BAG_FOLDS = 5
 CELLS_PER_HOUR, BAG_ROWS_UNDER = 10_000_000, 100_000
 
 
-def search_for_budget(settings: Settings, overrides: tuple[str, ...], base_dir: Optional[Path] = None) -> Settings:
+def search_for_budget(settings: Settings, overrides: tuple[str, ...],
+                      base_dir: Optional[Path] = None) -> Settings:
     """`settings`, with hpo=auto when time_limit_s is set and the user chose no hpo (said on the terminal)."""
     from pipeline.searchers import AutoSearch
 
@@ -64,9 +65,10 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...], base_dir: 
         parallelism = dataclasses.replace(parallelism, num_folds=BAG_FOLDS)
         changes["parallelism.num_folds"] = BAG_FOLDS
         report.console.print(
-            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: each trial is a {BAG_FOLDS}-fold bag, scored out of "
-            "fold on every training row, since the table is small for the budget (FLAML's rule for "
-            "cross-validation: rows x features / 0.9 under 10 million per hour of budget, under 100,000 rows); "
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: each trial is a {BAG_FOLDS}-fold bag, "
+            "scored out of fold on every training row, since the table is small for the budget (FLAML's "
+            "rule for cross-validation: rows x features / 0.9 under 10 million per hour of budget, under "
+            "100,000 rows); "
             "losing trials stop after their first folds (parallelism=default keeps one holdout fit)",
             highlight=False)
     params = dict(settings.params)

@@ -51,10 +51,10 @@ class EnsembleNode(NodeKind):
         if len(members) >= 2:
             extra = {} if top > 1 or any(t.kind == "refit" for t in ctx.plan.tasks) else \
                 _other_trials(ctx.outcome, best, metric, data, schema, seconds)
-            row, preds["ensemble"] = _ensemble({**members, **{n: t for n, (t, _) in extra.items()}}, data, metric,
-                                               problem, predictors, seconds, top + 1,
-                                               floor=[f"{n} trial 0" if f"{n} trial 0" in extra else n for n in members],
-                                               extra={n: p for n, (_, p) in extra.items()})
+            floor = [f"{n} trial 0" if f"{n} trial 0" in extra else n for n in members]
+            candidates = {**members, **{n: t for n, (t, _) in extra.items()}}
+            row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds,
+                                               top + 1, floor=floor, extra={n: p for n, (_, p) in extra.items()})
             rows.append(row)
         if problem == "binary":
             for row in rows:
@@ -132,8 +132,8 @@ def _other_trials(outcome, best: dict, metric, data, schema, seconds: dict) -> d
 
     extra = {}
     for name, chosen in best.items():
-        trials = sorted((t for (m, _), t in outcome.trials.items() if m == name and not t.pruned and t.level == 1),
-                        key=lambda t: metric.loss_of(t.score))
+        mine = (t for (m, _), t in outcome.trials.items() if m == name and not t.pruned and t.level == 1)
+        trials = sorted(mine, key=lambda t: metric.loss_of(t.score))
         for trial in [*trials[:TRIALS_PER_MODEL], *(t for t in trials if t.trial == 0)]:
             label = f"{name} trial {trial.trial}"
             if trial is chosen or label in extra:
@@ -164,7 +164,9 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     if floor and set(floor) != set(best):
         own = ensemble_selection([best[n].val_pred for n in floor], data.y[held], metric, names=list(floor))
         mine = [own[list(floor).index(n)] if n in floor else 0.0 for n in best]
-        score = lambda w: metric(data.y[held], blend([t.val_pred for t in trials], np.asarray(w)))  # noqa: E731
+        def score(w):
+            return metric(data.y[held], blend([t.val_pred for t in trials], np.asarray(w)))
+
         if metric.better(score(mine), score(weights)):
             weights = np.asarray(mine)
     selection_seconds = time.perf_counter() - t0
