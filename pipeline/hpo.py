@@ -46,6 +46,8 @@ class TrialSource:
         self.asked: dict[tuple[str, int], dict] = {}
         self.scores: dict[tuple[str, int], float] = {}
         self.dropped: set[tuple[str, int]] = set()  # cut by the time limit before all their folds ran
+        self.pruned: set[tuple[str, int]] = set()  # stopped after some folds: losing (`fold_scored`)
+        self._fold_scores: dict[tuple[str, int], list[float]] = {}
         self._studies: dict[str, Any] = {}
         self._trials: dict[tuple[str, int], Any] = {}
         self._counts: dict[str, int] = {}  # model -> trials asked in this run
@@ -91,12 +93,37 @@ class TrialSource:
             state = optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.COMPLETE
             tell_study(self._study(model), optuna_trial, None if pruned else score, state=state)
 
+    def fold_scored(self, model: str, trial: int, score: float, pruned: bool = False) -> bool:
+        """A fold of `trial` ended with `score` on its held-out rows, and other folds of the trial are
+        still to fit: whether the trial loses and its later folds should not start (it is told PRUNED).
+
+        Successive halving over folds (Optuna's SuccessiveHalvingPruner, one fold a unit of resource):
+        the mean score of the folds fitted so far is reported at step = their count; at 1 and 3 folds a
+        trial goes on only while it ranks in the best third of the trials that got as far. A fold its
+        fit pruned over rounds (hpo.pruning's report callback) stops the trial too. Trial 0, the
+        model's own params, is never stopped: the floor under the model's row."""
+        key = (model, trial)
+        optuna_trial = self._trials.get(key)
+        if not self.spec.pruning or optuna_trial is None or trial == 0 or key in self.pruned:
+            return False
+        scores = self._fold_scores.setdefault(key, [])
+        scores.append(float(score))
+        optuna_trial.report(sum(scores) / len(scores), len(scores))
+        if not (pruned or optuna_trial.should_prune()):
+            return False
+        import optuna
+
+        self.pruned.add(key)
+        self._trials.pop(key)
+        tell_study(self._study(model), optuna_trial, state=optuna.trial.TrialState.PRUNED)
+        return True
+
     def drop(self, model: str, trial: int) -> None:
         """A trial the time limit cut before all its folds ran: it earns no score, and its Optuna trial
         (if its parameters were asked) is told it failed, so no sampler waits on it or learns from it.
         A resumed run with more time fits it again (its parameters stay saved)."""
-        if (model, trial) not in self.asked:
-            return  # never started: nothing to drop
+        if (model, trial) not in self.asked or (model, trial) in self.pruned:
+            return  # never started, or stopped as a losing trial (told so): nothing to drop
         self.dropped.add((model, trial))
         optuna_trial = self._trials.pop((model, trial), None)
         if optuna_trial is not None:
@@ -110,7 +137,10 @@ class TrialSource:
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             sampler = self.searcher.sampler(self.spec, model, self.spaces[model])
-            self._studies[model] = optuna.create_study(direction=self.direction, sampler=sampler, study_name=model)
+            pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3) \
+                if self.spec.pruning else None  # over folds: `fold_scored`
+            self._studies[model] = optuna.create_study(direction=self.direction, sampler=sampler,
+                                                       pruner=pruner, study_name=model)
         return self._studies[model]
 
     def _save(self, model: str, trial: int) -> None:

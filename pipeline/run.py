@@ -74,7 +74,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime = dataclasses.replace(runtime, started=runtime.started or started)
     from pipeline.planning.budget import search_for_budget
 
-    settings = search_for_budget(settings, runtime.overrides)
+    settings = search_for_budget(settings, runtime.overrides, runtime.launch_dir)
     components = Components.resolve(settings)
     checked = check(settings, runtime.launch_dir)  # the data, the metric, the models' params: before any work
     make_run_folder(runtime.run_dir)  # checked (by Hydra's callback too, before Hydra wrote into it), made
@@ -326,7 +326,9 @@ def _budget(settings: Settings, plan: Plan, runtime: Runtime):
     if conf.time_limit_s is None:
         return None
     models = tuple((a.model, a.num_folds, a.fit.num_cpus) for a in plan.allocations)
-    tail = TailEstimate(models, plan.hardware.num_cpus, conf.refit, not conf.tracking._target_.endswith("no_tracker"))
+    tracking = not conf.tracking._target_.endswith("no_tracker")
+    tail = TailEstimate(models, plan.hardware.num_cpus, conf.refit, tracking,
+                        workers=conf.executor.in_process != "always")
     budget = TimeBudget(conf.time_limit_s, start=runtime.started, whole_run=True, tail=tail)
     object.__setattr__(tail, "fit_seconds", budget.model_estimate)
     return budget

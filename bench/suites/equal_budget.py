@@ -99,7 +99,8 @@ def run(opts: Options) -> dict:
         notes.append("peers not measured (their bench environment is missing): "
                      + ", ".join(f"{p} ({py})" for p, py in missing.items()))
     notes.append("one repeat per table and limit on a 2-core machine shared with other work: wall times and "
-                 "therefore how many trials each side fits are noisy")
+                 "therefore how many trials each side fits are noisy (each side's run keeps the 1-minute "
+                 "load average before and after it)")
     settings = {"limits_s": list(limits), "tables": {n: {"label": t[1], "task": t[2]} for n, t in tables().items()},
                 "engine": "python -m pipeline data=csv data.path=<table> data.label=<label> data.problem_type=<task> "
                           "data.seed=0 seed=0 tracking=none time_limit_s=<L> (hpo=auto: the default under a limit); "
@@ -116,26 +117,28 @@ def _engine(overrides: list[str], run_dir: Path, metric: str) -> dict:
     """One whole engine process; its wall time and the test score of its leaderboard's first row."""
     import pandas as pd
 
-    t0 = time.perf_counter()
+    t0, load = time.perf_counter(), os.getloadavg()[0]
     proc = subprocess.run([sys.executable, "-m", "pipeline", *overrides, f"hydra.run.dir={run_dir}"],
                           capture_output=True, text=True, cwd=run_dir.parent)
     wall = time.perf_counter() - t0
+    load = {"load_1min_before": load, "load_1min_after": os.getloadavg()[0]}  # the box is shared: how busy
     if proc.returncode != 0:  # a limit too short to finish a trial: no score, said in the results
-        return {"wall_s": wall, "score": float("nan"), "metric": metric, "failed": proc.stderr[-1000:]}
+        return {"wall_s": wall, "score": float("nan"), "metric": metric, "failed": proc.stderr[-1000:]} | load
     board = pd.read_csv(run_dir / "leaderboard.csv")
     column = f"test_{metric}"
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     return {"wall_s": wall, "score": float(board.iloc[0][column]), "metric": metric,
             "model": str(board.iloc[0]["model"]), "last_line": last,
-            "board": board[["model", column]].head(8).to_dict("records")}
+            "board": board[["model", column]].head(8).to_dict("records")} | load
 
 
 def _peer(python: Path, peer: str, train: Path, test: Path, label: str, task: str, limit: int, out: Path) -> dict:
-    t0 = time.perf_counter()
+    t0, load = time.perf_counter(), os.getloadavg()[0]
     proc = subprocess.run([str(python), str(RUNNER), "--peer", peer.lower(), "--train", str(train), "--test",
                            str(test), "--label", label, "--task", task, "--time-limit", str(limit), "--out",
                            str(out.with_suffix(".json")), "--path", str(out)], capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    load = {"load_1min_before": load, "load_1min_after": os.getloadavg()[0]}
     if proc.returncode != 0:
-        return {"score_test": float("nan"), "wall_s": wall, "failed": proc.stderr[-1000:]}
-    return json.loads(out.with_suffix(".json").read_text()) | {"wall_s": wall}
+        return {"score_test": float("nan"), "wall_s": wall, "failed": proc.stderr[-1000:]} | load
+    return json.loads(out.with_suffix(".json").read_text()) | {"wall_s": wall} | load

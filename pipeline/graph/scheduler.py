@@ -30,7 +30,7 @@ from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResu
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
-from pipeline.graph.trial_gate import TrialGate
+from pipeline.graph.trial_gate import TrialGate, losing_trial
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
 
@@ -145,17 +145,20 @@ class Scheduler:
         return summarize(self.budget, self.cut, outcome.results, outcome.timeline, self.cancelled, self.abandoned)
 
     def _priority(self, task: Task) -> tuple:
-        """The queue's order: under a budget, trial by trial across the models; then the fits of a model
-        none of whose fits has finished yet (in the plan's order: how long they take is learnt first);
-        then the longest path of work from the fit to the end of the graph first (critical path list
-        scheduling), so that the long chains start early and short fits fill the CPUs beside them."""
+        """The queue's order: under a budget, every model's first trial (its own params) first, then the
+        model that has fitted for the fewest seconds so far (the budget's time shared equally: a fast
+        model fits more trials, a slow one does not eat the budget), trial by trial; then the fits of a
+        model none of whose fits has finished yet (in the plan's order: how long they take is learnt
+        first); then the longest path of work from the fit to the end of the graph first (critical path
+        list scheduling), so that the long chains start early and short fits fill the CPUs beside them."""
         trial = (task.trial or 0) if self.budget is not None else 0
+        spent = self._fit_seconds[task.model][0] if trial and task.model in self._fit_seconds else 0.0
         if self._ranks is None:
             self._ranks = self._upward_ranks()
         rank = self._ranks.get(task.id)
         if rank is None:  # a trial the plan does not list: its fold's rank in the first trial (the same shape)
             rank = self._ranks[fit_id(task.model, 0, task.fold)]
-        return trial, task.model in self._ranked, -rank, self._order[task.id]
+        return trial > 0, spent, trial, task.model in self._ranked, -rank, self._order[task.id]
 
     def _upward_ranks(self) -> dict[str, float]:
         """Each task's seconds plus the longest such sum over the tasks that consume it: a fit takes its
@@ -184,9 +187,12 @@ class Scheduler:
         priority order; then, on what is left, the fits held back while their model's first fit runs.
         Whether any task left the queue."""
         progressed, held_back = False, []
-        if self._ranks is None:  # the durations changed: the queue's order may have
+        if self._ranks is None or self.budget is not None:  # the durations changed: so may the queue's order
             self.queued.sort(key=self._priority)
+        serial = getattr(self.backend, "one_at_a_time", False)  # a result decides the next start
         for task in list(self.queued):
+            if serial and self.running:
+                return progressed
             go = task.id not in self.cut.cut and self._in_time(task, admission)
             if go is None:
                 held_back.append(task)
@@ -196,6 +202,8 @@ class Scheduler:
             else:
                 progressed = self._start(task, admission, attempts) or progressed
         for task in held_back:  # places nothing else could take: no reason to wait for the estimate
+            if serial and self.running:
+                break
             progressed = self._start(task, admission, attempts) or progressed
         return progressed
 
@@ -264,7 +272,8 @@ class Scheduler:
         end in time): its result would go unused."""
         for handle, (task, shares, _) in list(self.running.items()):
             consumers = self.cut.consumers[task.id]
-            if consumers and all(c in self.cut.cut for c in consumers):
+            if consumers and all(c in self.cut.cut for c in consumers) \
+                    and not any(self.cut.cut[c] == "pruned" for c in consumers):  # a pruned trial's: ends
                 self.backend.cancel(handle)
                 del self.running[handle]
                 self.started.pop(handle, None)
@@ -292,6 +301,11 @@ class Scheduler:
                 self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._settle(task.id)
+        bags = [c for c in self.cut.consumers.get(task.id, ())
+                if self._waiting.get(c, 0) > 0 and c not in self.cut.cut]
+        if bags and losing_trial(task, result, self.ctx):  # its later folds are not started
+            for bag in bags:
+                self._cut(self.cut.tasks[bag], "pruned")
         self._release()
 
     def _settle(self, task_id: str) -> None:

@@ -162,8 +162,10 @@ class GraphCut:
                 continue
             self.cut[tid] = reason
             new.append(tid)
+            # a pruned trial's bag is a trial that lost: what reads the model's best (a stacked level, a
+            # refit) goes on without it
             for c in self.consumers[tid]:
-                if c not in self.cut and (not self.partial_inputs(self.tasks[c])
+                if c not in self.cut and (not (self.partial_inputs(self.tasks[c]) or reason == "pruned")
                                           or all(d in self.cut for d in self.tasks[c].depends_on)):
                     stack.append((c, "input"))
             for d in self.tasks[tid].depends_on:
@@ -199,6 +201,7 @@ class BudgetSummary:
     left_out: list[str] = field(default_factory=list)  # models without one complete trial
     key: str = "time_limit_s"  # the setting: time_limit_s (the whole run) or fit_time_limit_s (the fits)
     reserved_s: float = 0.0  # time_limit_s: what was kept back for the tail when the fits' deadline came
+    trials_pruned: int = 0  # losing after some folds (successive halving over folds): the rest not started
 
     @property
     def cut_anything(self) -> bool:
@@ -207,12 +210,15 @@ class BudgetSummary:
 
     @property
     def nothing_finished(self) -> bool:
-        return self.trials > 0 and self.trials_not_run + self.trials_dropped == self.trials
+        unfinished = self.trials_not_run + self.trials_dropped + self.trials_pruned
+        return self.trials > 0 and unfinished == self.trials
 
     def line(self) -> str:
         parts = [f"{self.trials_not_run} of {self.trials} trials not run"]
         if self.trials_dropped:
             parts.append(f"{self.trials_dropped} dropped unfinished (not all their folds ran)")
+        if self.trials_pruned:
+            parts.append(f"{self.trials_pruned} stopped as losing after their first folds")
         parts.append(f"{self.fits_not_run} of {self.fits} fits not started")
         parts.append(f"{self.fits_stopped} fit{'' if self.fits_stopped == 1 else 's'} stopped early")
         if self.fits_cancelled:
@@ -237,7 +243,8 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     tasks = list(cut.tasks.values())
     fits = [t for t in tasks if t.kind == "fit"]
     bags = [t for t in tasks if t.kind == "bag"]
-    cut_bags = [b for b in bags if b.id in cut.cut]
+    pruned = sum(cut.cut.get(b.id) == "pruned" for b in bags)
+    cut_bags = [b for b in bags if b.id in cut.cut and cut.cut[b.id] != "pruned"]
     dropped = sum(any(d in cut.started for d in b.depends_on) for b in cut_bags)
     other: dict[str, int] = defaultdict(int)
     for t in tasks:
@@ -255,7 +262,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
         fits_stopped=sum(bool(e.get("stopped_by_budget")) for e in timeline), fits_cancelled=cancelled,
         fits_abandoned=abandoned,
         other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
-        key=budget.key, reserved_s=budget.reserved,
+        key=budget.key, reserved_s=budget.reserved, trials_pruned=pruned,
     )
 
 

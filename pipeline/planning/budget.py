@@ -1,12 +1,15 @@
 """How a time budget is spent: with `time_limit_s` given and no `hpo` chosen, the run searches with
 hpo=auto (each model's own params, then its kind's portfolio of proven configurations, then TPE with
 pruning: pipeline.searchers.AutoSearch) for as many trials as the budget lets finish; hpo=auto without
-a limit is refused, since nothing would end its trials."""
+a limit is refused, since nothing would end its trials. Where the budget allows for the table's size
+and no parallelism was chosen, its trials are 5-fold bags (`bagging_fits`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
+from typing import Optional
 
 from pipeline.components import HpoConf
 from pipeline.errors import ConfigError
@@ -16,9 +19,14 @@ log = logging.getLogger("pipeline")
 
 AUTO = "pipeline.searchers.AutoSearch"
 IN_DRIVER_UP_TO_S = 60.0  # a limit this short fits hpo=auto's trials in the driver: no worker pool to start
+BAG_FOLDS = 5
+# FLAML's rule for cross-validation over a holdout (flaml.automl eval_method="auto", flaml.config): the
+# training cells (rows x features / 0.9) under 10 million per hour of budget, and under 100,000 rows
+CELLS_PER_HOUR, BAG_ROWS_UNDER = 10_000_000, 100_000
 
 
-def search_for_budget(settings: Settings, overrides: tuple[str, ...]) -> Settings:
+def search_for_budget(settings: Settings, overrides: tuple[str, ...],
+                      base_dir: Optional[Path] = None) -> Settings:
     """`settings`, with hpo=auto when time_limit_s is set and the user chose no hpo (said on the terminal)."""
     from pipeline.searchers import AutoSearch
 
@@ -52,11 +60,39 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...]) -> Setting
             f"hpo=auto under time_limit_s={conf.time_limit_s:g} (<= {IN_DRIVER_UP_TO_S:g} s): the trials are fitted "
             "in the driver, one at a time, so no worker pool's start spends the budget "
             "(executor.in_process=never keeps the pool)", highlight=False)
+    parallelism = conf.parallelism
+    if bagging_fits(settings, overrides, base_dir or Path.cwd()):
+        parallelism = dataclasses.replace(parallelism, num_folds=BAG_FOLDS)
+        changes["parallelism.num_folds"] = BAG_FOLDS
+        report.console.print(
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: each trial is a {BAG_FOLDS}-fold bag, "
+            "scored out of fold on every training row, since the table is small for the budget (FLAML's "
+            "rule for cross-validation: rows x features / 0.9 under 10 million per hour of budget, under "
+            "100,000 rows); "
+            "losing trials stop after their first folds (parallelism=default keeps one holdout fit)",
+            highlight=False)
     params = dict(settings.params)
     for key, value in changes.items():
         if key in params:
             params[key] = value
-    return dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor), params=params)
+    return dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor,
+                                                                  parallelism=parallelism), params=params)
+
+
+def bagging_fits(settings: Settings, overrides: tuple[str, ...], base_dir: Path) -> bool:
+    """Whether hpo=auto's trials are 5-fold bags rather than one holdout fit: no parallelism chosen, no
+    stacking (which sets its own folds), and a table small for the budget (FLAML's rule); the shape is
+    read as the plan reads it (pipeline.memory.shape), unknown shapes keep the holdout."""
+    from pipeline.memory.shape import data_shape
+
+    conf = settings.conf
+    if _overridden("parallelism", overrides) or conf.parallelism.num_folds > 1 or conf.stack_levels:
+        return False
+    shape = data_shape(conf.data, base_dir)
+    if shape is None:
+        return False
+    rows = shape.rows - (shape.test_rows if shape.test_rows is not None else shape.rows * conf.data.test_size)
+    return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < CELLS_PER_HOUR * conf.time_limit_s / 3600
 
 
 def _in_driver(settings: Settings, overrides: tuple[str, ...]) -> bool:

@@ -277,3 +277,30 @@ def test_ray_runs_the_trials_a_plan_counts_but_does_not_list_under_a_whole_run_d
     assert {bag_id("sleep", t) for t in range(12)} <= set(outcome.results)
     assert set(outcome.results) == {t.id for t in plan.expanded().tasks}
     assert scheduler.ctx.deadline == pytest.approx(budget.start + 600 - 5.0 - budget.grace)
+
+
+def test_on_ray_a_losing_trial_does_not_start_its_later_folds(ray_instance, adult, tmp_path):
+    """Successive halving over folds with Ray's parallel folds: a trial ranked out after its first folds
+    starts no more of them (those running end on their own); the model's own params fit every fold."""
+    from collections import Counter
+
+    from pipeline.config import HpoConf, SearchDimConf
+    from pipeline.executors.ray import RayBackend
+    from pipeline.graph.scheduler import Scheduler
+    from pipeline.hpo import TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.models import LightGBMModel
+    from pipeline.store import ResultStore
+
+    plan = plan_for(2, 0, 1, None, num_folds=5, num_trials=8)
+    spec = HpoConf(num_trials=8, seed=0, pruning=True, start_from_defaults=True,
+                   _target_="pipeline.searchers.RandomSearch")
+    space = {"learning_rate": SearchDimConf("float", 0.0005, 0.3, log=True)}
+    trials = TrialSource(spec, {"lightgbm": space}, {"lightgbm": {}}, "maximize")
+    with RayBackend() as backend:
+        outcome = Scheduler(plan, backend, ResultStore(tmp_path), trials,
+                            {"lightgbm": LightGBMModel({"num_iterations": 30}, "lightgbm")}, adult,
+                            METRICS["roc_auc"], seed=0, pruning=True).run()
+    fits = Counter(e["trial"] for e in outcome.timeline)
+    assert trials.pruned and fits[0] == 5, fits
+    assert all(fits[t] < 5 for _, t in trials.pruned) and sum(fits.values()) < 8 * 5

@@ -56,3 +56,15 @@ def test_a_short_limit_fits_hpo_autos_trials_in_the_driver_unless_the_executor_w
                                                                                          in_process):
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     assert settings.conf.executor.in_process == in_process
+
+
+@pytest.mark.parametrize("overrides, folds", [
+    (["time_limit_s=30"], 1),  # adult's ~39,000 training rows x 14 features: too many cells for 30 s
+    (["time_limit_s=3600"], 5),  # under 10 million cells per hour of budget: 5-fold bags
+    (["time_limit_s=3600", "data.max_rows=2000"], 5),
+    (["time_limit_s=3600", "parallelism=default"], 1),  # chosen: kept
+    (["time_limit_s=3600", "hpo=tpe"], 1),  # not hpo=auto
+])
+def test_hpo_auto_bags_its_trials_where_the_table_is_small_for_the_budget(compose, overrides, folds):
+    settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
+    assert settings.conf.parallelism.num_folds == folds

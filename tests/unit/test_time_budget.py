@@ -106,6 +106,13 @@ class TestGraphCut:
         assert {bag_id("a", 1), "fit/a_l2/f0", "bag/a_l2"} <= set(cut.cut)
         assert not any(t.startswith(("fit/b", "bag/b")) for t in cut.cut) and "ensemble" not in cut.cut
 
+    def test_a_pruned_trial_cuts_its_unstarted_folds_not_the_level_above_which_reads_the_best_trials(self):
+        cut = GraphCut(graph(models=("a",), trials=2, folds=3, level2=True), partial)
+        cut.started.add(fit_id("a", 1, 0))
+        new = cut.cut_task(bag_id("a", 1), "pruned")
+        assert set(new) == {bag_id("a", 1), fit_id("a", 1, 1), fit_id("a", 1, 2)}
+        assert "fit/a_l2/f0" not in cut.cut
+
     def test_siblings_left_are_the_unstarted_fits_a_bag_still_waits_for(self):
         cut = GraphCut(graph(folds=5), partial)
         task = cut.tasks[fit_id("a", 0, 3)]
@@ -295,3 +302,24 @@ def test_a_dropped_trial_is_told_to_optuna_as_failed_and_a_trial_never_asked_is_
     source.drop("m", 1)
     assert source.dropped == {("m", 0)}
     assert [t.state for t in source._study("m").trials] == [optuna.trial.TrialState.FAIL]
+
+
+def test_the_tail_keeps_no_time_for_stopping_workers_when_the_fits_ran_in_the_driver():
+    from pipeline.graph.tail import EXIT_S, IN_DRIVER_EXIT_S, TailEstimate
+
+    models = (("a", 1, 1), ("b", 1, 1))
+    pool, driver = TailEstimate(models, 2), TailEstimate(models, 2, workers=False)
+    assert pool() - driver() == pytest.approx(EXIT_S - IN_DRIVER_EXIT_S) and driver() < pool()
+
+
+def test_under_a_budget_every_models_first_trial_comes_first_then_the_models_share_the_time_not_the_trials(
+        tmp_path):
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"fast": 1.0, "slow": 4.0}, limit_s=60.0,
+                                                         trials=40, folds=2)
+    starts = {tid: start for tid, start, _ in backend.submitted}
+    assert max(starts[fit_id(m, 0, 0)] for m in ("fast", "slow")) < min(
+        s for tid, s in starts.items() if "/t0/" not in tid)  # (a second fold waits to learn the fit's time)
+    done = outcome.results["collect"]
+    fast, slow = sum("fast" in b for b in done), sum("slow" in b for b in done)
+    seconds = {m: sum(e - s for tid, s, e in backend.submitted if m in tid) for m in ("fast", "slow")}
+    assert fast >= 3 * slow and abs(seconds["fast"] - seconds["slow"]) <= 8.0, (fast, slow, seconds)

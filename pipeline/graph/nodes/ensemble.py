@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Optional, Sequence
 
 from pipeline.graph.nodes import NodeKind, register
 from pipeline.graph.nodes.context import ensemble_seconds, leaderboard_row, rows_per_second, seconds_of
@@ -48,7 +49,12 @@ class EnsembleNode(NodeKind):
         members = {n: t for n, t in best.items() if t.level == top}
         preds = {n: (t.held_out, t.val_pred, t.test_pred) for n, t in best.items()}
         if len(members) >= 2:
-            row, preds["ensemble"] = _ensemble(members, data, metric, problem, predictors, seconds, top + 1)
+            extra = {} if top > 1 or any(t.kind == "refit" for t in ctx.plan.tasks) else \
+                _other_trials(ctx.outcome, best, metric, data, schema, seconds)
+            floor = [f"{n} trial 0" if f"{n} trial 0" in extra else n for n in members]
+            candidates = {**members, **{n: t for n, (t, _) in extra.items()}}
+            row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds,
+                                               top + 1, floor=floor, extra={n: p for n, (_, p) in extra.items()})
             rows.append(row)
         if problem == "binary":
             for row in rows:
@@ -114,8 +120,36 @@ def _set_threshold(row: dict, predictor, held_out, val_pred, test_pred, data, ev
     th.warn_one_class(row["model"], test_pred[:, 1], predictor.threshold, data.classes)
 
 
-def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int) -> tuple:
-    """The weighted ensemble's leaderboard row, and (held-out rows, their predictions, test predictions)."""
+TRIALS_PER_MODEL = 3  # a searched model's best trials the ensemble may pick from, its own params besides
+
+
+def _other_trials(outcome, best: dict, metric, data, schema, seconds: dict) -> dict:
+    """Beside each model's best trial, its next best complete trials and its trial 0 (the model's own
+    params, what the default run fits) as members the ensemble may pick, named `<model> trial <n>`:
+    the search's runners-up add variety, and the default run's members are always among the choices.
+    Name -> (trial, predictor); no leaderboard row of their own."""
+    from pipeline.ensemble import BaggedPredictor
+
+    extra = {}
+    for name, chosen in best.items():
+        mine = (t for (m, _), t in outcome.trials.items() if m == name and not t.pruned and t.level == 1)
+        trials = sorted(mine, key=lambda t: metric.loss_of(t.score))
+        for trial in [*trials[:TRIALS_PER_MODEL], *(t for t in trials if t.trial == 0)]:
+            label = f"{name} trial {trial.trial}"
+            if trial is chosen or label in extra:
+                continue
+            extra[label] = trial, BaggedPredictor(label, [f.model for f in trial.folds], data.problem_type,
+                                                  data.classes, schema)
+            seconds[label] = {label: trial.test_predict_seconds}
+    return extra
+
+
+def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int,
+              floor: Sequence[str] = (), extra: Optional[dict] = None) -> tuple:
+    """The weighted ensemble's leaderboard row, and (held-out rows, their predictions, test predictions).
+    `floor`: the members of the default run's ensemble (each model's own params); the selection over
+    them alone is kept where it scores better on the held-out rows than the selection over all. `extra`:
+    the predictors of members without a row (`_other_trials`), in the ensemble only where picked."""
     import numpy as np
 
     from pipeline import metrics as metrics_module
@@ -127,14 +161,25 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
         raise RuntimeError("models were validated on different rows; cannot ensemble them")
     t0 = time.perf_counter()
     weights = ensemble_selection([t.val_pred for t in trials], data.y[held], metric, names=list(best))
+    if floor and set(floor) != set(best):
+        own = ensemble_selection([best[n].val_pred for n in floor], data.y[held], metric, names=list(floor))
+        mine = [own[list(floor).index(n)] if n in floor else 0.0 for n in best]
+        def score(w):
+            return metric(data.y[held], blend([t.val_pred for t in trials], np.asarray(w)))
+
+        if metric.better(score(mine), score(weights)):
+            weights = np.asarray(mine)
     selection_seconds = time.perf_counter() - t0
     val_pred = blend([t.val_pred for t in trials], weights)
     test_pred = blend([t.test_pred for t in trials], weights)
     val_scores = metrics_module.score_all(problem, data.y[held], val_pred)
     test_scores = metrics_module.score_all(problem, data.y[data.test_idx], test_pred)
     names = list(best)
-    predictors["ensemble"] = EnsemblePredictor("ensemble", [predictors[n] for n in names], list(map(float, weights)),
-                                               problem, data.classes)
+    extra = extra or {}
+    used = [i for i, n in enumerate(names) if n not in extra or weights[i] > 0]
+    every = {**predictors, **extra}
+    predictors["ensemble"] = EnsemblePredictor("ensemble", [every[names[i]] for i in used],
+                                               [float(weights[i]) for i in used], problem, data.classes)
     test_seconds = ensemble_seconds([seconds[n] for n in names], weights)
     row = leaderboard_row(
         "ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
