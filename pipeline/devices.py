@@ -5,8 +5,8 @@ process started by the engine sees devices through `CUDA_VISIBLE_DEVICES` (worke
 tasks) or sees the driver's own devices (the in-process backend); CUDA numbers what it sees from
 0, in PCI order only when `CUDA_DEVICE_ORDER=PCI_BUS_ID` (its default is fastest first). Every
 backend and model goes through this module: `child_env` for a process's environment,
-`local_ordinals` for the ordinals a fit uses, and `torch_device`, `xgboost_device`,
-`lightgbm_device_id` for what each library is given.
+`local_ordinals` for the ordinals a fit uses, and `torch_device` for torch's device (a model kind's
+profile maps ordinals to its own library's parameters).
 """
 
 from __future__ import annotations
@@ -107,17 +107,6 @@ def local_ordinals(gpu_ids: Sequence[int], sees_only_its_devices: bool) -> tuple
 def torch_device(local: Sequence[int], rank: int = 0) -> str:
     """torch device of one rank of a fit: its own device among the fit's ordinals."""
     return f"cuda:{local[rank]}" if local else "cpu"
-
-
-def xgboost_device(local: Sequence[int]) -> str:
-    """XGBoost's `device` for a fit on one GPU."""
-    return f"cuda:{local[0]}" if local else "cpu"
-
-
-def lightgbm_device_id(local: Sequence[int]) -> Optional[int]:
-    """LightGBM's `gpu_device_id` (a CUDA ordinal, or the OpenCL device index; NVIDIA's OpenCL honours
-    CUDA_VISIBLE_DEVICES, so a worker's one device is OpenCL device 0 as well)."""
-    return local[0] if local else None
 
 
 def ray_task_devices(ray_gpu_ids: Sequence[object]) -> tuple[tuple[str, ...], tuple[int, ...]]:

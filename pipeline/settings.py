@@ -98,13 +98,13 @@ class Settings:
     @property
     def library_modules(self) -> tuple[str, ...]:
         """The modules the run's models import to fit (each once, in model order)."""
-        return tuple(dict.fromkeys(m for spec in self.models for m in spec.cls.library_modules))
+        return tuple(dict.fromkeys(m for spec in self.models for m in spec.cls.profile.modules))
 
     @property
     def worker_modules(self) -> tuple[str, ...]:
         """What a fit process imports ahead of its first fit: in a lean run `pipeline.executors.lean_preload`
         first, then the libraries, then what their fits import."""
-        imported_by_fits = (m for spec in self.models for m in spec.cls.worker_modules)
+        imported_by_fits = (m for spec in self.models for m in spec.cls.profile.fit_imports)
         lean = (LEAN_PRELOAD,) if self.lean_imports else ()
         return tuple(dict.fromkeys((*lean, *self.library_modules, *imported_by_fits)))
 

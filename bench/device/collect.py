@@ -4,7 +4,7 @@ bench/results/, and the fit_costs.yaml points they give.
 PATH: the files a kit call brought back, or folders holding them (`*-gpu-*-c<N>.json`). Calls of one kit
 commit and one device become one file, `<first call's time>-full-gpu-<device>.json`, that `python -m
 bench.report` renders beside the other runs. Then the calibration: each learner's seconds at the work of the
-data set measured, in pipeline/fit_costs.yaml's terms, printed as YAML to paste (with --print-only, nothing
+data set measured, in the model kinds' calibration files' terms (pipeline/models/<kind>_costs.yaml), printed as YAML to paste (with --print-only, nothing
 is written).
 """
 

@@ -18,7 +18,7 @@ class MemoryPlanner:
 
     def __init__(self, settings, hardware, machine, base_dir: Path, *, on_cluster: bool = False):
         self.settings = settings
-        self.libraries, self.lean = settings.library_modules, settings.lean_imports
+        self.profiles, self.lean = [spec.cls.profile for spec in settings.models], settings.lean_imports
         self.shape = data_shape(settings.conf.data, base_dir)
         self.capacity: Optional[Capacity] = None
         note = ""
@@ -49,7 +49,7 @@ class MemoryPlanner:
         if stack_columns:
             wide = self.fit_shape(dataclasses.replace(shape, numeric=shape.numeric + stack_columns))
         own = spec.cls.memory_estimate(spec.params, wide, on_gpu)
-        parts = {**common_parts(fit, self.libraries, self.lean), **own.parts}
+        parts = {**common_parts(fit, self.profiles, self.lean), **own.parts}
         if stack_columns:
             parts["stack_features"] = stack_bytes(fit, stack_columns)
         return Estimate(sum(parts.values()), own.gpu, parts)
@@ -62,7 +62,7 @@ class MemoryPlanner:
         above = self.estimate(spec, on_gpu, stack_columns=self.stack_columns) if self.stack_columns else None
         par = self.settings.conf.parallelism
         limits = spec.memory.over(par.fit.memory_request)
-        hint = spec.cls.memory_hint.format(name=spec.name) if spec.cls.memory_hint else ""
+        hint = spec.cls.profile.memory_hint.format(name=spec.name) if spec.cls.profile.memory_hint else ""
         advice = Advice(lambda room, gpu: self._rows_within(spec, room, gpu, on_gpu), hint)
         return plan_model(allocation, estimate, limits, par.bag.memory_request, self.capacity, reallocate, advice,
                           above=above)
