@@ -59,8 +59,8 @@ def estimate(cls, params: dict, fit, cpu_threads: int) -> Optional[Estimate]:
     if cpu is None or gpu is None:
         return None
     work = cls.fit_work(params, fit)
-    return Estimate(cpu.seconds(work, cpu_threads, cls.profile.thread_serial_share), gpu.seconds(work), cpu_threads,
-                    gpu_label)
+    serial = cls.profile.thread_serial_share
+    return Estimate(cpu.seconds(work, cpu_threads, serial), gpu.seconds(work), cpu_threads, gpu_label)
 
 
 def choose(name: str, requested: str, cls, params: dict, fit, gpus: Fraction, cpu_threads: int,
@@ -90,7 +90,8 @@ def choose(name: str, requested: str, cls, params: dict, fit, gpus: Fraction, cp
         return DeviceChoice("cpu", "cpu: auto, but the data's size is unknown before loading it")
     if est is None:
         learner = cls.cost_learners(params)[1]
-        return DeviceChoice("cpu", f"cpu: auto, and {learner} has no measured fit times ({cls.profile.costs_label})")
+        where = cls.profile.costs_label
+        return DeviceChoice("cpu", f"cpu: auto, and {learner} has no measured fit times ({where})")
     return DeviceChoice(est.faster, f"{est.faster}: {est.says(est.faster)}")
 
 

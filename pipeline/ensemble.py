@@ -80,7 +80,8 @@ class BaggedPredictor:
     def libraries(self) -> set[tuple[str, ...]]:
         """The distributions predicting needs (each: its name, then other builds of it; ModelProfile)."""
         maker = self.schema.maker  # dates and free text: skrub's encoders
-        made = {("skrub",), ("scikit-learn",)} if maker is not None and (maker.dates or maker.texts) else set()
+        encoded = maker is not None and (maker.dates or maker.texts)
+        made = {("skrub",), ("scikit-learn",)} if encoded else set()
         return {d for m in self.models for d in type(m).profile.distributions} | made
 
 

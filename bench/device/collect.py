@@ -4,8 +4,8 @@ bench/results/, and the fit_costs.yaml points they give.
 PATH: the files a kit call brought back, or folders holding them (`*-gpu-*-c<N>.json`). Calls of one kit
 commit and one device become one file, `<first call's time>-full-gpu-<device>.json`, that `python -m
 bench.report` renders beside the other runs. Then the calibration: each learner's seconds at the work of the
-data set measured, in the model kinds' calibration files' terms (pipeline/models/<kind>_costs.yaml), printed as YAML to paste (with --print-only, nothing
-is written).
+data set measured, in the model kinds' calibration files' terms (pipeline/models/<kind>_costs.yaml), printed
+as YAML to paste (with --print-only, nothing is written).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ GiB = 2**30
 
 # Resident memory of a fitting process: the interpreter with numpy, pandas, pyarrow and the engine,
 # then each model library it imports (its profile's import_bytes), and scikit-learn with SciPy's statistics
-# where a library imports them (a profile's `lean` modules, in a run that is not lean: pipeline.lean_imports). The core is a driver's, which fits a
-# single-slot plan itself: 162 MiB at the fit's start beside Hydra, OmegaConf and rich (a forkserver
+# where a library imports them (a profile's `lean` modules, in a run that is not lean: pipeline.lean_imports).
+# The core is a driver's, which fits a single-slot plan itself: 162 MiB at the fit's start beside Hydra, OmegaConf and rich (a forkserver
 # child starts at 116-140 MiB, so a worker's estimate errs high); the same code's fixed part measured
 # 30-45 MiB apart on two boxes of the same kind, and this sits between them.
 CORE_BYTES = 160 * MiB

@@ -82,7 +82,7 @@ class TabularModel(ABC):
 
     @classmethod
     def cpus_on_gpu(cls, params: dict) -> int:
-        """The profile's `gpu_fit_cpus` for these params (a library whose GPU learners differ overrides it)."""
+        """The profile's `gpu_fit_cpus` for these params (a kind whose GPU learners differ overrides it)."""
         return cls.profile.gpu_fit_cpus
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
@@ -99,10 +99,12 @@ class TabularModel(ABC):
     def needs(cls, name: str, params: dict) -> ModelNeeds:
         wants, requires, param = cls.gpu_request(params)
         profile = cls.profile
-        packs, why = profile.calibration().packing_pays(profile.cost_name) if profile.cost_name else (True, "")
+        packs, why = (True, "")
+        if profile.cost_name:
+            packs, why = profile.calibration().packing_pays(profile.cost_name)
         return ModelNeeds(name, wants, requires, profile.max_gpus_per_fit, param, profile.library,
-                          profile.thread_serial_share, gpu_fit_cpus=cls.cpus_on_gpu(params), gpu_packing=packs,
-                          packing_reason=why)
+                          profile.thread_serial_share, gpu_fit_cpus=cls.cpus_on_gpu(params),
+                          gpu_packing=packs, packing_reason=why)
 
     # ---- the device (pipeline.device_choice)
     @classmethod

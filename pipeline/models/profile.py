@@ -20,7 +20,7 @@ MiB = 2**20
 
 
 def generic_memory(params: dict, fit: "FitShape", on_gpu: bool) -> "Estimate":
-    """A model that states nothing: the frames of its rows, and three copies of its training rows as floats."""
+    """A model that states nothing: the frames of its rows, three copies of its training rows as floats."""
     from pipeline.memory.estimates import Estimate, feature_bytes
 
     return Estimate(0, 0, {"fold_copies": (fit.train + fit.held_out) * feature_bytes(fit),
@@ -57,7 +57,7 @@ class ModelProfile:
     gpu_fit_cpus: int = 1
     max_gpus_per_fit: Optional[int] = 1  # GBMs: one device per fit; networks: None (DDP)
     device_param: str = ""  # the library parameter that takes 'cpu' or 'cuda' as it is, if any
-    gpu_params: Callable[[tuple[int, ...]], dict] = no_gpu_params  # its params for a fit on these CUDA ordinals
+    gpu_params: Callable[[tuple[int, ...]], dict] = no_gpu_params  # its params for a fit on these ordinals
     # ---- the device choice (pipeline.device_choice): measured fit times per learner and device
     costs: Optional[Path] = None  # its calibration (YAML, pipeline.fit_cost's format); None: none measured
     cost_name: str = ""  # the name its learners (`<cost_name>/cpu`) and packing are keyed by there

@@ -69,7 +69,8 @@ class ModelPayload:
 
     @classmethod
     def of(cls, predictor, example) -> "ModelPayload":
-        return cls(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL), tuple(sorted(predictor.libraries)),
+        libraries = tuple(sorted(predictor.libraries))
+        return cls(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL), libraries,
                    example, predictor.predict(example))
 
 

@@ -155,4 +155,5 @@ def test_the_memory_estimate_counts_what_scikit_learn_adds_to_a_process():
 
     gbms = [LightGBMModel.profile, XGBoostModel.profile]
     assert worker_bytes(gbms, lean=False) - worker_bytes(gbms) == SKLEARN_BYTES
-    assert worker_bytes([TorchMLPModel.profile], lean=False) == worker_bytes([TorchMLPModel.profile])  # no scikit-learn
+    torch = [TorchMLPModel.profile]
+    assert worker_bytes(torch, lean=False) == worker_bytes(torch)  # torch imports no scikit-learn
