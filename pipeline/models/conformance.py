@@ -180,6 +180,33 @@ class ModelKindConformance:
         again = pickle.loads(pickle.dumps(model))
         np.testing.assert_allclose(again.predict_proba(X), model.predict_proba(X), rtol=1e-5, atol=1e-6)
 
+    # ---- search: hpo's space and hpo=auto's portfolio
+    def test_hpo_auto_asks_its_params_then_its_portfolio_then_its_search_space(self):
+        from hydra import compose, initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
+
+        import pipeline.config  # noqa: F401 - the schemas
+        from pipeline.hpo import TrialSource
+        from pipeline.settings import read_settings
+
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+                cfg = compose("config", overrides=[f"model={self.config}", "hpo=auto", "time_limit_s=60"])
+        finally:
+            GlobalHydra.instance().clear()
+        settings = read_settings(cfg)
+        (spec,) = settings.models
+        space, portfolio = spec.search_space, self.model_class.profile.portfolio
+        assert space, f"conf/model/{self.config}.yaml declares a search_space"
+        assert all(k in space and space[k].contains(v) for config in portfolio for k, v in config.items())
+        source = TrialSource(settings.conf.hpo, {spec.name: space}, {spec.name: spec.params}, "maximize",
+                             portfolios={spec.name: portfolio})
+        asked = [source.params(spec.name, t) for t in range(len(portfolio) + 2)]
+        assert asked[0] == {k: v for k, v in spec.params.items() if k in space}
+        assert asked[1:len(portfolio) + 1] == list(portfolio)
+        assert all(space[k].contains(v) for k, v in asked[-1].items())
+
     # ---- planning: memory and devices
     def test_memory_estimate_on_the_cpu_and_a_gpu(self, fit_params):
         from pipeline.memory.estimates import Estimate, FitShape
