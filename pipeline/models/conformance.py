@@ -204,6 +204,7 @@ class ModelKindConformance:
                              portfolios={spec.name: portfolio})
         asked = [source.params(spec.name, t) for t in range(len(portfolio) + 2)]
         assert asked[0] == {k: v for k, v in spec.params.items() if k in space}
+        assert asked[0] not in portfolio, "a portfolio entry repeating the configured params wastes a trial"
         assert asked[1:len(portfolio) + 1] == list(portfolio)
         assert all(space[k].contains(v) for k, v in asked[-1].items())
 
@@ -250,7 +251,7 @@ class ModelKindConformance:
         assert choice.device == "cpu" and "has no measured fit times" in choice.reason
 
     def test_device_choice_with_a_calibration_follows_the_estimate(self, monkeypatch, tmp_path, fit_params):
-        """A calibration whose GPU learner is 100x faster puts a large fit on the GPU; 100x slower, on the CPU."""
+        """A calibration whose GPU learner is 100x faster puts a large fit on the GPU; 100x slower, the CPU."""
         from pipeline.device_choice import choose
         from pipeline.memory.estimates import FitShape
         from pipeline.memory.shape import DataShape
@@ -272,8 +273,8 @@ class ModelKindConformance:
         quick = [f"model.{self.config}.params.{k}={v}" for k, v in self.model_class.profile.quick]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
         args = [f"model={self.config}", "data.max_rows=2000", "parallelism.num_folds=3", *quick]
-        proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=600)
+        proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         run_dir = Path(proc.stdout.rsplit("run directory ", 1)[1].split()[0])
         return cwd, run_dir, proc

@@ -77,7 +77,7 @@ class ModelProfile:
     def costs_label(self) -> str:
         """Where its calibration lives (or would), for messages."""
         if self.costs is None:
-            return f"no calibration in its profile ({self.library})"
+            return f"{self.library}'s profile has no calibration"
         root = Path(__file__).resolve().parents[2]
         return str(self.costs.relative_to(root)) if self.costs.is_relative_to(root) else str(self.costs)
 

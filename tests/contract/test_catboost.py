@@ -21,7 +21,8 @@ class TestCatBoost(ModelKindConformance):
     def test_categorical_columns_are_native_and_threads_follow_the_placement(self, datasets, fit_params):
         data = datasets["binary"]
         ctx = FitContext(data.problem_type, data.num_classes, Placement(2), seed=0)
-        model = CatBoostModel(fit_params, "catboost").fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
+        model = CatBoostModel(fit_params, "catboost")
+        model.fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
         names = model.model_.feature_names_
         assert sorted(names[i] for i in model.model_.get_cat_feature_indices()) == sorted(data.categorical)
         assert model.model_.get_params()["thread_count"] == 2
@@ -29,7 +30,7 @@ class TestCatBoost(ModelKindConformance):
     def test_a_gpu_fit_on_a_machine_without_one_is_a_hardware_error_before_any_fit(self):
         if _gpus() > 0:
             pytest.fail("this check is for a machine without a GPU; tests/gpu/ holds the GPU path's")
-        with pytest.raises(HardwareError, match=r"model.catboost \(CatBoost with task_type=GPU\).*sees no GPU"):
+        with pytest.raises(HardwareError, match=r"model.catboost \(CatBoost with task_type=GPU\).*no GPU"):
             CatBoostModel.check_environment("catboost", {"task_type": "GPU"})
         assert CatBoostModel.profile.gpu_params((1,)) == {"devices": "1"}
         assert CatBoostModel.on_device({}, "cuda") == {"task_type": "GPU"}
@@ -43,13 +44,15 @@ class TestCatBoost(ModelKindConformance):
 
 def _gpus() -> int:
     code = "from catboost.utils import get_gpu_device_count as c; print(c())"
-    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() or 0)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return int(proc.stdout.strip() or 0)
 
 
 @pytest.mark.parametrize("model, imported", [("all", False), ("catboost", True)])
 def test_catboost_is_imported_only_by_a_run_that_selects_it(tmp_path, model, imported):
     """A dry run checks the models' params: CatBoost's check imports catboost, the others' never do."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipeline", f"model={model}", "dry_run=true",
-                           "tracking=none"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    args = [f"model={model}", "dry_run=true", "tracking=none"]
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipeline", *args], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert any(line.endswith("| catboost") for line in proc.stderr.splitlines()) == imported
