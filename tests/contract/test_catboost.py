@@ -56,3 +56,24 @@ def test_catboost_is_imported_only_by_a_run_that_selects_it(tmp_path, model, imp
                           text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert any(line.endswith("| catboost") for line in proc.stderr.splitlines()) == imported
+
+
+@pytest.mark.gpu
+def test_a_gpu_fit_runs_on_the_device_the_placement_gives(tmp_path):
+    """On a CUDA box: model.catboost.device=cuda trains with task_type=GPU on the planned device (CatBoost's
+    own record of its task type and devices), predicts, and scores as the CPU does."""
+    import pandas as pd
+
+    args = ["model=catboost", "+hardware=1gpu", "model.catboost.device=cuda", "data.max_rows=20000",
+            "model.catboost.params.iterations=200", "tracking=none"]
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs" / "runs").glob("*/*")
+    board = pd.read_csv(run_dir / "leaderboard.csv").set_index("model")
+    assert board.loc["catboost", "device"].startswith("cuda:") and board.loc["catboost", "test_roc_auc"] > 0.88
+    import pickle
+
+    predictor = pickle.loads((run_dir / "predictors" / "catboost.pkl").read_bytes())
+    model = predictor.models[0]
+    assert model.model_.get_all_params()["task_type"] == "GPU" and model.model_.get_params()["devices"] == "0"
