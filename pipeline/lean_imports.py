@@ -23,8 +23,6 @@ import sys
 import threading
 from typing import Optional
 
-from pipeline.models.profile import loaded_profiles
-
 log = logging.getLogger("pipeline")
 
 HIDDEN = "sklearn"
@@ -43,7 +41,10 @@ class LeanFinder(importlib.abc.MetaPathFinder):
     def _compat(self) -> frozenset:
         if self.compat is not None:
             return self.compat
-        return frozenset(module for profile in loaded_profiles() for module in profile.lean)
+        profiles = sys.modules.get("pipeline.models.profile")  # imported by every kind's adapter
+        if profiles is None:
+            return frozenset()
+        return frozenset(module for profile in profiles.loaded_profiles() for module in profile.lean)
 
     def find_spec(self, name, path, target=None):
         if name.endswith(".compat") and name in self._compat():
