@@ -27,11 +27,15 @@ class TestCatBoost(ModelKindConformance):
         assert sorted(names[i] for i in model.model_.get_cat_feature_indices()) == sorted(data.categorical)
         assert model.model_.get_params()["thread_count"] == 2
 
-    def test_a_gpu_fit_on_a_machine_without_one_is_a_hardware_error_before_any_fit(self):
+    def test_the_gpu_check_before_any_fit_follows_the_gpus_catboost_sees(self):
+        """A machine without a GPU: a typed error naming the key; with one: the check passes."""
         if _gpus() > 0:
-            pytest.fail("this check is for a machine without a GPU; tests/gpu/ holds the GPU path's")
-        with pytest.raises(HardwareError, match=r"model.catboost \(CatBoost with task_type=GPU\).*no GPU"):
-            CatBoostModel.check_environment("catboost", {"task_type": "GPU"})
+            CatBoostModel.check_environment("catboost", {"task_type": "GPU"}, {"CUDA_VISIBLE_DEVICES": "0"})
+        else:
+            with pytest.raises(HardwareError, match=r"model.catboost \(CatBoost with task_type=GPU\).*no GPU"):
+                CatBoostModel.check_environment("catboost", {"task_type": "GPU"})
+        with pytest.raises(HardwareError, match="sees no GPU"):  # no device visible to it
+            CatBoostModel.check_environment("catboost", {"task_type": "GPU"}, {"CUDA_VISIBLE_DEVICES": ""})
         assert CatBoostModel.profile.gpu_params((1,)) == {"devices": "1"}
         assert CatBoostModel.on_device({}, "cuda") == {"task_type": "GPU"}
 
