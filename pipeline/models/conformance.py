@@ -10,10 +10,11 @@ misspelt parameter; pytest then runs every check on it:
 
 The checks: the profile is declared, complete and frozen; the parameter checks; fit and predict on a
 binary, a multiclass and a regression table (bundled and synthetic data) with the profile's quick
-params; early stopping's history; clone, seed and pickle round trips; the memory estimate on the CPU
-and on a GPU; the device choice with and without a calibration, and the library parameters a device
-gives; and, through the CLI once per kind, a 3-fold bag, batch prediction (`python -m pipeline.predict`)
-and the MLflow pyfunc model. Needs pytest (the `test` extra).
+params; early stopping; clone, seed and pickle round trips; hpo=auto's portfolio and the search space;
+the memory estimate on the CPU and on a GPU; the device choice with and without a calibration, and
+the library parameters a device gives; and, through one CLI run shared by the kinds a session collects
+(`model=[a,b,...]`), a 3-fold bag of each, its batch prediction (`python -m pipeline.predict
+predictor=<kind>`) and its MLflow pyfunc model with its requirements. Needs pytest (the `test` extra).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from pipeline.models.profile import ModelProfile
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = ("binary", "multiclass", "regression")
+_COLLECTED: dict[str, type] = {}  # conf/model name -> model class, of every subclass imported (collected)
+_RUNS: dict[tuple, tuple] = {}  # the kinds of a shared engine run -> (its folder, its run directory)
 
 
 def _datasets() -> dict:
@@ -267,22 +270,32 @@ class ModelKindConformance:
             assert choose("m", "auto", cls, fit_params, fit, Fraction(1), 16).device == expected
 
     # ---- through the engine: a bag, batch prediction, the MLflow pyfunc
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "config" in cls.__dict__:
+            _COLLECTED[cls.config] = cls.model_class
+
     @pytest.fixture(scope="class")
     def engine_run(self, tmp_path_factory):
-        cwd = tmp_path_factory.mktemp(f"conformance-{self.config}")
-        quick = [f"model.{self.config}.params.{k}={v}" for k, v in self.model_class.profile.quick]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-        args = [f"model={self.config}", "data.max_rows=2000", "parallelism.num_folds=3", *quick]
-        proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        run_dir = Path(proc.stdout.rsplit("run directory ", 1)[1].split()[0])
-        return cwd, run_dir, proc
+        """One run of the CLI bagging every kind pytest collected (`model=[a,b,...]`), shared by their
+        classes: (its folder, its run directory)."""
+        kinds = tuple(sorted({**_COLLECTED, self.config: self.model_class}.items()))
+        if kinds not in _RUNS:
+            cwd = tmp_path_factory.mktemp("conformance-run")
+            quick = [f"model.{name}.params.{k}={v}" for name, cls in kinds for k, v in cls.profile.quick]
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+            args = [f"model=[{','.join(name for name, _ in kinds)}]", "data.max_rows=2000",
+                    "parallelism.num_folds=3", *quick]
+            proc = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
+                                  capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            _RUNS[kinds] = cwd, Path(proc.stdout.rsplit("run directory ", 1)[1].split()[0])
+        return _RUNS[kinds]
 
     def test_bags_through_the_engine(self, engine_run):
         import pandas as pd
 
-        _, run_dir, _ = engine_run
+        _, run_dir = engine_run
         board = pd.read_csv(run_dir / "leaderboard.csv").set_index("model")
         assert board.loc[self.config, "num_folds"] == 3 and board.loc[self.config, "val_roc_auc"] > 0.75
         assert (run_dir / "predictors" / f"{self.config}.pkl").is_file()
@@ -290,19 +303,20 @@ class ModelKindConformance:
     def test_batch_prediction_from_the_run(self, engine_run):
         import pandas as pd
 
-        cwd, run_dir, _ = engine_run
-        args = [f"source={run_dir}", "data.max_rows=200", "output=pred.csv"]
+        cwd, run_dir = engine_run
+        args = [f"source={run_dir}", f"predictor={self.config}", "data.max_rows=200",
+                f"output={self.config}.csv"]
         proc = subprocess.run([sys.executable, "-m", "pipeline.predict", *args], cwd=cwd, capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        out = pd.read_csv(cwd / "pred.csv")
+        out = pd.read_csv(cwd / f"{self.config}.csv")
         assert len(out) > 0 and list(out.filter(like="proba_").columns) == ["proba_<=50K", "proba_>50K"]
 
     def test_the_logged_pyfunc_predicts_and_requires_the_library(self, engine_run):
         import mlflow
         import pandas as pd
 
-        cwd, _, _ = engine_run
+        cwd, _ = engine_run
         mlflow.set_tracking_uri(f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}")
         experiments = [e.experiment_id for e in mlflow.search_experiments()]
         (model,) = [m for m in mlflow.search_logged_models(output_format="list", experiment_ids=experiments)
