@@ -254,7 +254,8 @@ class ModelKindConformance:
         assert choice.device == "cpu" and "has no measured fit times" in choice.reason
 
     def test_device_choice_with_a_calibration_follows_the_estimate(self, monkeypatch, tmp_path, fit_params):
-        """A calibration whose GPU learner is 100x faster puts a large fit on the GPU; 100x slower, the CPU."""
+        """A calibration whose GPU learner is 100x faster puts a large fit on the GPU; 100x slower, on the
+        CPU."""
         from pipeline.device_choice import choose
         from pipeline.memory.estimates import FitShape
         from pipeline.memory.shape import DataShape
