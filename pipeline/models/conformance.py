@@ -314,17 +314,13 @@ class ModelKindConformance:
         assert len(out) > 0 and list(out.filter(like="proba_").columns) == ["proba_<=50K", "proba_>50K"]
 
     def test_the_logged_pyfunc_predicts_and_requires_the_library(self, engine_run):
-        import mlflow
         import pandas as pd
 
+        from pipeline.tracking.models import load_logged
+
         cwd, _ = engine_run
-        mlflow.set_tracking_uri(f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}")
-        experiments = [e.experiment_id for e in mlflow.search_experiments()]
-        (model,) = [m for m in mlflow.search_logged_models(output_format="list", experiment_ids=experiments)
-                    if m.name == self.config]
+        model, names = load_logged(f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}", self.config)
         frame = pd.read_parquet(ROOT / "pipeline" / "datasets" / "adult.parquet").head(50)
-        predictions = mlflow.pyfunc.load_model(model.model_uri).predict(frame.drop(columns=["income"]))
+        predictions = model.predict(frame.drop(columns=["income"]))
         assert (pd.Series(predictions) == frame["income"].values).mean() > 0.7
-        local = mlflow.pyfunc.get_model_dependencies(model.model_uri)  # its requirements.txt
-        names = {line.split("==")[0] for line in Path(local).read_text().split()}
         assert all(names & set(group) for group in self.model_class.profile.distributions)

@@ -145,3 +145,17 @@ def register(model_uri: str, name: str, alias: str) -> str:
     version = mlflow.register_model(model_uri, name).version
     mlflow.MlflowClient().set_registered_model_alias(name, alias, version)
     return str(version)
+
+
+def load_logged(store_uri: str, name: str) -> tuple[Any, set[str]]:
+    """The pyfunc model logged as `name` in the store at `store_uri` (its only one of that name), and the
+    distribution names its requirements pin: what a user serving it gets (the conformance suite's check)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(store_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    (model,) = [m for m in client.search_logged_models(experiments) if m.name == name]
+    mlflow.set_tracking_uri(store_uri)
+    requirements_txt = mlflow.pyfunc.get_model_dependencies(model.model_uri)
+    names = {line.split("==")[0] for line in Path(requirements_txt).read_text().split()}
+    return mlflow.pyfunc.load_model(model.model_uri), names
