@@ -10,7 +10,7 @@ import pytest
 from pipeline.errors import ConfigError, HardwareError
 from pipeline.models.base import FitContext, Placement
 from pipeline.models.catboost import CatBoostModel
-from pipeline.models.conformance import ModelKindConformance
+from pipeline.testing.model_conformance import ModelKindConformance
 
 
 class TestCatBoost(ModelKindConformance):

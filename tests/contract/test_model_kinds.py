@@ -1,7 +1,7 @@
-"""The engine's model kinds through the model conformance suite (pipeline.models.conformance)."""
+"""The engine's model kinds through the model conformance suite (pipeline.testing.model_conformance)."""
 
 from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
-from pipeline.models.conformance import ModelKindConformance
+from pipeline.testing.model_conformance import ModelKindConformance
 
 
 class TestLightGBM(ModelKindConformance):
