@@ -156,7 +156,7 @@ def check_model(name: str, spec: ModelSpecConf,
     check_name(key, name)
     cls = check_component(key, spec._target_, allowed, "pipeline.models.base.TabularModel", "a model class")
     request, memory = check_resources(spec.resources, f"{key}.resources")
-    return cls, request, memory, check_device(spec.device, f"{key}.device", cls.library)
+    return cls, request, memory, check_device(spec.device, f"{key}.device", cls.profile)
 
 
 def check_name(key: str, name: str) -> None:

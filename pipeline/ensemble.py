@@ -77,10 +77,12 @@ class BaggedPredictor:
             m.place(device, num_cpus)
 
     @property
-    def libraries(self) -> set[str]:
+    def libraries(self) -> set[tuple[str, ...]]:
+        """The distributions predicting needs (each: its name, then other builds of it; ModelProfile)."""
         maker = self.schema.maker  # dates and free text: skrub's encoders
-        made = {"skrub", "sklearn"} if maker is not None and (maker.dates or maker.texts) else set()
-        return {lib for m in self.models for lib in type(m).library_modules} | made
+        encoded = maker is not None and (maker.dates or maker.texts)
+        made = {("skrub",), ("scikit-learn",)} if encoded else set()
+        return {d for m in self.models for d in type(m).profile.distributions} | made
 
 
 @dataclass
@@ -116,8 +118,8 @@ class StackedPredictor(BaggedPredictor):
         super().place(device, num_cpus)
 
     @property
-    def libraries(self) -> set[str]:
-        return super().libraries | {lib for m in self._lower() for lib in type(m).library_modules}
+    def libraries(self) -> set[tuple[str, ...]]:
+        return super().libraries | {d for m in self._lower() for d in type(m).profile.distributions}
 
     def _lower(self) -> list:
         return [m for chain in self.layers for layer in chain for _, m in layer]
@@ -156,7 +158,7 @@ class EnsemblePredictor:
             m.place(device, num_cpus)
 
     @property
-    def libraries(self) -> set[str]:
+    def libraries(self) -> set[tuple[str, ...]]:
         return set().union(*(m.libraries for m, w in zip(self.members, self.weights) if w > 0))
 
 

@@ -1,23 +1,20 @@
-"""Estimated seconds of one fit per library, learner and device, from measured fits (fit_costs.yaml).
+"""Estimated seconds of one fit per library, learner and device, from measured fits.
 
-The calibration is data committed beside this module, each number with where it came from. A
+Each model kind's calibration is data committed beside its adapter (its profile's `costs`, a YAML file
+such as pipeline/models/xgboost_costs.yaml), each number with where it came from. A
 learner's estimate is piecewise linear in the fit's work (rows x features x rounds for GBMs, rows x
 epochs for the network) through the origin and its measured points, proportional beyond the largest
 point, plus the device's start for a GPU learner; a CPU learner's figure is scaled from the threads
-it was measured with to the fit's by Amdahl's law (pipeline.payoff.fit_time).
+it was measured with to the fit's by Amdahl's law (pipeline.planning.payoff.fit_time).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from pipeline.planning.payoff import fit_time
-
-CALIBRATION = Path(__file__).with_name("fit_costs.yaml")
-
 
 @dataclass(frozen=True)
 class Learner:
@@ -68,15 +65,15 @@ class Calibration:
                        "each fit gets a whole device")
 
 
-@functools.lru_cache(maxsize=1)
-def calibration(path: Path = CALIBRATION) -> Calibration:
+def load(path: Path) -> Calibration:
+    """A calibration file: `learners` (key -> device, points[, threads, start_s]) and `packing`."""
     import yaml
 
     raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # C: a tenth of the time
     learners = {
         key: Learner(key, str(entry["device"]), tuple((float(w), float(s)) for w, s in entry["points"]),
                      entry.get("threads"), float(entry.get("start_s", 0.0)))
-        for key, entry in raw["learners"].items()
+        for key, entry in (raw.get("learners") or {}).items()
     }
     packing = {lib: float(entry["speed_up"]) for lib, entry in (raw.get("packing") or {}).items()}
     sources = {lib: str(entry.get("source", "")) for lib, entry in (raw.get("packing") or {}).items()}

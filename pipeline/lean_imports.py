@@ -1,4 +1,4 @@
-"""LightGBM and XGBoost imported without their scikit-learn estimators.
+"""Model libraries (LightGBM, XGBoost) imported without their scikit-learn estimators.
 
 Both libraries import scikit-learn, where it is installed, only to define their scikit-learn estimators
 (`lightgbm.LGBMClassifier`, `xgboost.XGBClassifier`), and scikit-learn imports SciPy's statistics on the
@@ -6,8 +6,9 @@ way: most of what importing either library costs (LightGBM: 0.16 s without it, 1
 2-core box), paid by the driver, the forkserver and every Ray worker that fits. The engine trains through
 the libraries' own training APIs (`lgb.train`, `xgb.train` and their Boosters) and uses none of them.
 
-`install()` puts a finder first on `sys.meta_path`. While `lightgbm.compat` or `xgboost.compat` runs in a
-thread and scikit-learn is not imported yet, that thread's imports of scikit-learn fail as if it were
+`install()` puts a finder first on `sys.meta_path`. While a module a model kind's profile names as `lean`
+(`lightgbm.compat`, `xgboost.compat`: pipeline.models.profile) runs in a thread and scikit-learn is not
+imported yet, that thread's imports of scikit-learn fail as if it were
 not installed: the libraries' own fallback, after which their scikit-learn estimators raise when built.
 No other import changes: scikit-learn imports as usual in other threads, from other modules and later.
 The composition root installs it for runs whose every class is the engine's own (`Settings.lean_imports`);
@@ -20,24 +21,33 @@ import importlib.abc
 import logging
 import sys
 import threading
+from typing import Optional
 
 log = logging.getLogger("pipeline")
 
-LIBRARIES = ("lightgbm", "xgboost")
 HIDDEN = "sklearn"
 PRELOAD = "pipeline.executors.lean_preload"  # what a lean run's processes import first
 
 
 class LeanFinder(importlib.abc.MetaPathFinder):
-    """Hides `hidden` from the thread that runs one of the `compat` modules, while it runs."""
+    """Hides `hidden` from the thread that runs one of the `compat` modules, while it runs (by default the
+    `lean` modules of the model kinds imported in this process)."""
 
-    def __init__(self, compat: tuple[str, ...] = tuple(f"{lib}.compat" for lib in LIBRARIES), hidden: str = HIDDEN):
-        self.compat, self.hidden = frozenset(compat), hidden
+    def __init__(self, compat: Optional[tuple[str, ...]] = None, hidden: str = HIDDEN):
+        self.compat, self.hidden = (None if compat is None else frozenset(compat)), hidden
         self.local = threading.local()
         self.lean: set[str] = set()  # the libraries imported without `hidden` in this process
 
+    def _compat(self) -> frozenset:
+        if self.compat is not None:
+            return self.compat
+        profiles = sys.modules.get("pipeline.models.profile")  # imported by every kind's adapter
+        if profiles is None:
+            return frozenset()
+        return frozenset(module for profile in profiles.loaded_profiles() for module in profile.lean)
+
     def find_spec(self, name, path, target=None):
-        if name in self.compat:
+        if name.endswith(".compat") and name in self._compat():
             spec = self._spec_from_others(name, path, target)
             if spec is not None and spec.loader is not None:
                 spec.loader = _HidingLoader(spec.loader, self, name.partition(".")[0])

@@ -204,16 +204,18 @@ def save_predictors(run_dir: Path, predictors: dict, best: str) -> None:
 class _OnceEach(pickle.Pickler):
     """A pickler that reuses a booster's reduction (its model string, or raw bytes) across the files of one
     save: `reductions` maps id(booster) to (booster, reduction), the booster kept referenced so that its
-    id is not reused meanwhile."""
-
-    BOOSTERS = {("lightgbm.basic", "Booster"), ("xgboost.core", "Booster")}
+    id is not reused meanwhile. The boosters are the fitted objects the model kinds' profiles name
+    (ModelProfile.shared_objects)."""
 
     def __init__(self, file, reductions: dict):
+        from pipeline.models.profile import loaded_profiles
+
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.reductions = reductions
+        self.boosters = {kind for profile in loaded_profiles() for kind in profile.shared_objects}
 
     def reducer_override(self, obj):
-        if (type(obj).__module__, type(obj).__name__) not in self.BOOSTERS:
+        if (type(obj).__module__, type(obj).__name__) not in self.boosters:
             return NotImplemented
         if id(obj) not in self.reductions:
             self.reductions[id(obj)] = (obj, obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL))

@@ -279,7 +279,7 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
         "maximize" if metric.greater_is_better else "minimize",
         store_dir=runtime.run_dir / "trials",
         prior=prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
-        portfolios={s.name: s.cls.portfolio for s in settings.models},
+        portfolios={s.name: s.cls.profile.portfolio for s in settings.models},
     )
     outputs = RunOutputs(runtime.run_dir, tracker, settings.conf.tracking.register_model,
                          settings.conf.tracking.register_alias)

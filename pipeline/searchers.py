@@ -63,7 +63,7 @@ class TpeSearch(Searcher):
 
 class AutoSearch(TpeSearch):
     """hpo=auto, for a time budget (the default when time_limit_s is given and hpo is not): each model's
-    own params first (trial 0), then its kind's portfolio of proven configurations (TabularModel.portfolio),
+    own params first (trial 0), then its kind's portfolio of proven configurations (ModelProfile.portfolio),
     then TPE learning from them, with pruning; the budget decides how many trials run (the scheduler
     starts none that cannot finish), so num_trials is only a ceiling."""
 

@@ -105,19 +105,19 @@ class Settings:
         shape = data_shape(conf.data, base_dir or Path.cwd())
         data = DataInput(shape, conf.data.test_size, conf.data.val_size)
         models = tuple(ModelInput(s, conf.hpo.trials_for(s.name, s.search_space)) for s in self.models)
-        return PlanInput(models, self.levels, data, machine, conf.hardware, self.library_modules,
-                         self.lean_imports, conf.dry_run, conf.refit, conf.stack_levels, on_cluster)
+        return PlanInput(models, self.levels, data, machine, conf.hardware, self.lean_imports, conf.dry_run,
+                         conf.refit, conf.stack_levels, on_cluster)
 
     @property
     def library_modules(self) -> tuple[str, ...]:
         """The modules the run's models import to fit (each once, in model order)."""
-        return tuple(dict.fromkeys(m for spec in self.models for m in spec.cls.library_modules))
+        return tuple(dict.fromkeys(m for spec in self.models for m in spec.cls.profile.modules))
 
     @property
     def worker_modules(self) -> tuple[str, ...]:
         """What a fit process imports ahead of its first fit: in a lean run `pipeline.executors.lean_preload`
         first, then the libraries, then what their fits import."""
-        imported_by_fits = (m for spec in self.models for m in spec.cls.worker_modules)
+        imported_by_fits = (m for spec in self.models for m in spec.cls.profile.fit_imports)
         lean = (LEAN_PRELOAD,) if self.lean_imports else ()
         return tuple(dict.fromkeys((*lean, *self.library_modules, *imported_by_fits)))
 

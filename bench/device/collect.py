@@ -1,11 +1,11 @@
 """`python -m bench.device.collect PATH...`: the box's per-call results JSON into one run under
-bench/results/, and the fit_costs.yaml points they give.
+bench/results/, and the models/<kind>_costs.yaml points they give.
 
 PATH: the files a kit call brought back, or folders holding them (`*-gpu-*-c<N>.json`). Calls of one kit
 commit and one device become one file, `<first call's time>-full-gpu-<device>.json`, that `python -m
 bench.report` renders beside the other runs. Then the calibration: each learner's seconds at the work of the
-data set measured, in pipeline/fit_costs.yaml's terms, printed as YAML to paste (with --print-only, nothing
-is written).
+data set measured, in the model kinds' calibration files' terms (pipeline/models/<kind>_costs.yaml), printed
+as YAML to paste (with --print-only, nothing is written).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _median(run: dict, group: str, name: str):
 
 
 def calibration(run: dict) -> dict:
-    """fit_costs.yaml entries of a merged run: learner -> {device, points[, threads, start_s]}; packing."""
+    """models/<kind>_costs.yaml entries of a merged run: learner -> {device, points[, threads, start_s]}; packing."""
     work = round(SYNTHETIC_1M_WORK, 3)
     cores = run.get("machine", {}).get("cpu_cores")
     picks = {
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
             body = {k: v for k, v in run.items() if k != "_name"}
             (args.results / name).write_text(json.dumps(body, indent=1, default=str) + "\n")
             print(f"wrote {args.results / name} ({len(run['calls'])} calls)")
-        print(f"# fit_costs.yaml from {name}: points at the work of synthetic 1M (x 20 features, 200 rounds)")
+        print(f"# models/<kind>_costs.yaml from {name}: points at the work of synthetic 1M (x 20 features, 200 rounds)")
         print(yaml.safe_dump(calibration(run), sort_keys=False, default_flow_style=None), end="")
     return 0
 

@@ -45,22 +45,23 @@ def gpus() -> tuple[Accelerator, ...]:
     return tuple(a for a in REGISTRY.values() if a.plan_device != "cpu")
 
 
-def check_device(value, key: str, library: Optional[str] = None) -> str:
+def check_device(value, key: str, profile=None) -> str:
     """`value` of `key` (model.<name>.device), lower-cased, as the plan records it: auto, cpu or cuda.
 
     A ConfigError names the key, the value and what is valid for an unknown name, or for an
-    accelerator that `library` (TabularModel.library: PyTorch, XGBoost, LightGBM) has no build for.
-    `auto` for a library the machine's GPU accelerator cannot run stays on the CPU, and says so.
+    accelerator the model kind's `profile` (pipeline.models.profile.ModelProfile) has no build for.
+    `auto` for a kind the machine's GPU accelerator cannot run stays on the CPU, and says so. A kind
+    that does not state its accelerators (a class of yours) may be placed on any.
     """
     device = str(value).strip().lower()
     if device not in DEVICE_CHOICES:
         raise ConfigError(f"{key}={value!r} is not a device; use one of {', '.join(DEVICE_CHOICES)}")
-    if library not in set().union(*(a.libraries for a in REGISTRY.values())):
-        library = None  # a user's own model class: its library's builds are not known here
-    able = [n for n, a in REGISTRY.items() if library is None or a.supports(library)]
+    builds = getattr(profile, "accelerators", None)
+    library = getattr(profile, "library", "") or "this model"
+    able = [n for n in REGISTRY if builds is None or n in builds]
     if device == "auto":
-        for gpu in gpus():  # only the accelerators the library cannot run on are looked for
-            if library is not None and not gpu.supports(library) and gpu.is_available():
+        for gpu in gpus():  # only the accelerators the kind cannot run on are looked for
+            if builds is not None and gpu.name not in builds and gpu.is_available():
                 log.warning("%s=auto: %s has no %s build, so it runs on the CPU", key, library, gpu.label)
                 return "cpu"
         return device

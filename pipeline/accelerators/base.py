@@ -41,7 +41,6 @@ class Accelerator(ABC):
     label: ClassVar[str]  # how messages name its devices ("CUDA", "ROCm", "MPS")
     torch_type: ClassVar[str]  # torch's device type for it ("cpu", "cuda", "mps")
     plan_device: ClassVar[str]  # what the plan records for a fit on it: "cpu", or "cuda" for a GPU fit
-    libraries: ClassVar[frozenset[str]]  # model libraries (TabularModel.library) with a build that runs on it
     visible_vars: ClassVar[tuple[str, ...]] = ()  # variables that restrict the devices a process sees
     fp16: ClassVar[bool] = False  # float16 autocast with a gradient scaler
     fused_optimizer: ClassVar[bool] = False  # torch's fused AdamW runs on it
@@ -79,10 +78,6 @@ class Accelerator(ABC):
     def torch_device(self, local: Sequence[int], rank: int = 0) -> str:
         """torch's device of one rank of a fit: its own device among the fit's ordinals."""
         return f"{self.torch_type}:{local[rank]}" if local else "cpu"
-
-    def library_device(self, library: str, local: Sequence[int]) -> Any:
-        """The device value `library` is given for a fit on the ordinals `local` (none: the CPU)."""
-        return self.torch_device(local) if local else "cpu"
 
     # ------------------------------------------------------------------ inside a torch fit
     def setup_device(self, device) -> None:
@@ -122,6 +117,3 @@ class Accelerator(ABC):
 
     def reset_torch_peaks(self) -> None:
         """Reset the allocator peaks of every device torch started in this process."""
-
-    def supports(self, library: str) -> bool:
-        return library in self.libraries

@@ -13,7 +13,6 @@ class CPUAccelerator(Accelerator):
     label = "CPU"
     torch_type = "cpu"
     plan_device = "cpu"
-    libraries = frozenset({"PyTorch", "XGBoost", "LightGBM"})
     fused_optimizer = True  # one pass over each parameter: a network fit on Adult takes 8% less time
 
     def detect(self) -> tuple[Device, ...]:

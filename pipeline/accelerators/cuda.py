@@ -5,8 +5,8 @@ process started by the engine sees devices through `CUDA_VISIBLE_DEVICES` (worke
 tasks) or sees the driver's own devices (the in-process backend); CUDA numbers what it sees from
 0, in PCI order only when `CUDA_DEVICE_ORDER=PCI_BUS_ID` (its default is fastest first). Every
 backend and model goes through this module: `child_env` for a process's environment,
-`local_ordinals` for the ordinals a fit uses, and `torch_device`, `xgboost_device`,
-`lightgbm_device_id` for what each library is given; `CUDAAccelerator` answers for CUDA in the
+`local_ordinals` for the ordinals a fit uses, and `torch_device` for torch's device (a model kind's
+profile maps ordinals to its own library's parameters); `CUDAAccelerator` answers for CUDA in the
 registry, with detection and process memory from NVML (pipeline.accelerators.nvml).
 """
 
@@ -113,17 +113,6 @@ def torch_device(local: Sequence[int], rank: int = 0) -> str:
     return f"cuda:{local[rank]}" if local else "cpu"
 
 
-def xgboost_device(local: Sequence[int]) -> str:
-    """XGBoost's `device` for a fit on one GPU."""
-    return f"cuda:{local[0]}" if local else "cpu"
-
-
-def lightgbm_device_id(local: Sequence[int]) -> Optional[int]:
-    """LightGBM's `gpu_device_id` (a CUDA ordinal, or the OpenCL device index; NVIDIA's OpenCL honours
-    CUDA_VISIBLE_DEVICES, so a worker's one device is OpenCL device 0 as well)."""
-    return local[0] if local else None
-
-
 def ray_task_devices(ray_gpu_ids: Sequence[object]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """(the ids Ray assigned, as CUDA_VISIBLE_DEVICES tokens; the ordinals the task uses)."""
     tokens = tuple(str(i) for i in ray_gpu_ids)
@@ -163,7 +152,6 @@ class CUDAAccelerator(Accelerator):
     label = "CUDA"
     torch_type = "cuda"
     plan_device = "cuda"
-    libraries = frozenset({"PyTorch", "XGBoost", "LightGBM"})
     visible_vars = (VISIBLE,)
     fp16 = True
     fused_optimizer = True
@@ -179,11 +167,6 @@ class CUDAAccelerator(Accelerator):
 
     def memory_probe(self) -> Optional[ProcessMemory]:
         return nvml.NvmlProcess.open()
-
-    def library_device(self, library: str, local: Sequence[int]) -> Any:
-        if library == "LightGBM":
-            return lightgbm_device_id(local)
-        return xgboost_device(local) if library == "XGBoost" else torch_device(local)
 
     # torch's CUDA calls (a ROCm build of torch answers them too, for its HIP devices)
     def setup_device(self, device) -> None:

@@ -38,7 +38,6 @@ class MPSAccelerator(Accelerator):
     label = "MPS"
     torch_type = "mps"
     plan_device = "cuda"  # a GPU fit in the plan; the process's torch device is "mps"
-    libraries = frozenset({"PyTorch"})
 
     def detect(self) -> tuple[Device, ...]:
         if not is_apple_silicon():

@@ -122,7 +122,6 @@ class AmdSmiProcess(ProcessMemory):
 class ROCmAccelerator(CUDAAccelerator):
     name = "rocm"
     label = "ROCm"
-    libraries = frozenset({"PyTorch", "XGBoost", "LightGBM"})
     visible_vars = ("ROCR_VISIBLE_DEVICES", VISIBLE, "CUDA_VISIBLE_DEVICES")
 
     def detect(self) -> tuple[Device, ...]:

@@ -140,7 +140,7 @@ def task_key(fingerprint: str, model: TabularModel, params: dict, fold: Optional
         "data": fingerprint,
         "model": type(model).__module__ + "." + type(model).__qualname__,
         "params": {**model.params, **params},
-        "versions": library_versions(type(model).library_modules),
+        "versions": library_versions(type(model).profile.modules),
         "device": device,
         "fold": fold,
         "num_folds": num_folds,

@@ -1,5 +1,6 @@
-"""Model adapters. Each imports its library (and numpy, pandas) only when it fits or predicts; their
-class attributes and checks work without them (`native.py` reaches the libraries' C API)."""
+"""Model adapters, each declaring its kind's profile (`profile.py`). Each imports its library (and numpy,
+pandas) only when it fits or predicts; their profiles and checks work without them (`native.py` reaches
+the libraries' C API). Optional kinds (`catboost.py`) are named by their module in conf/model, not here."""
 
 from pipeline.models.base import FitContext, Placement, TabularModel
 from pipeline.models.lightgbm import LightGBMModel

@@ -14,6 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
+from pipeline.models.profile import ModelProfile
 from pipeline.resources import ModelNeeds
 
 if TYPE_CHECKING:
@@ -74,32 +75,15 @@ class FitContext:
 
 
 class TabularModel(ABC):
-    """Base of every model. Subclasses implement `_fit` and `_predict`, never `fit`."""
+    """Base of every model. Subclasses declare their kind's `profile` and implement `_fit` and `_predict`,
+    never `fit`."""
 
-    library: ClassVar[str] = ""
-    max_gpus_per_fit: ClassVar[Optional[int]] = 1  # GBMs: one device per fit; networks: None (DDP)
-    library_modules: ClassVar[tuple[str, ...]] = ()  # its libraries: workers import them before their first fit
-    worker_modules: ClassVar[tuple[str, ...]] = ()  # what a fit imports on first use, imported by workers too
-    memory_hint: ClassVar[str] = ""  # a parameter that lowers a fit's memory, for messages ({name}: the model)
-    memory_estimator: ClassVar[str] = "generic"  # the function of pipeline.memory.estimates for one fit
-    # the share of a fit's one-thread time that more threads do not shorten, which decides how many folds
-    # run at once (pipeline.payoff); GBMs on tabular data at a few threads per fit
-    thread_serial_share: ClassVar[float] = 0.3
-    # CPU threads a fit on a GPU holds when parallelism.fit.num_cpus (or the model's resources) leaves them
-    # to the engine: what the library does on the host beside the device. The other CPUs stay free, so a
-    # model fitting on the CPUs runs at the same time (pipeline.resources.cpus_beside_gpu_fits).
-    gpu_fit_cpus: ClassVar[int] = 1
+    profile: ClassVar[ModelProfile] = ModelProfile("")
 
     @classmethod
     def cpus_on_gpu(cls, params: dict) -> int:
-        """`gpu_fit_cpus` for these params (a library whose GPU learners differ overrides it)."""
-        return cls.gpu_fit_cpus
-
-    cost_library: ClassVar[str] = ""  # the library's name in the fit-time calibration (pipeline/fit_costs.yaml)
-    # hpo=auto's first trials after the model's own params: proven configurations of this kind (values of
-    # its search space; a key outside the space, or a value outside its range, is left to the sampler)
-    portfolio: ClassVar[tuple[dict, ...]] = ()
-    device_param: ClassVar[str] = ""  # the library parameter that takes 'cpu' or 'cuda' as it is, if any
+        """The profile's `gpu_fit_cpus` for these params (a kind whose GPU learners differ overrides it)."""
+        return cls.profile.gpu_fit_cpus
 
     def __init__(self, params: Optional[dict] = None, name: Optional[str] = None):
         self.params = dict(params or {})
@@ -113,14 +97,16 @@ class TabularModel(ABC):
 
     @classmethod
     def needs(cls, name: str, params: dict) -> ModelNeeds:
-        from pipeline.fit_cost import calibration
-
         wants, requires, param = cls.gpu_request(params)
-        packs, why = calibration().packing_pays(cls.cost_library) if cls.cost_library else (True, "")
-        return ModelNeeds(name, wants, requires, cls.max_gpus_per_fit, param, cls.library, cls.thread_serial_share,
-                          gpu_fit_cpus=cls.cpus_on_gpu(params), gpu_packing=packs, packing_reason=why)
+        profile = cls.profile
+        packs, why = (True, "")
+        if profile.cost_name:
+            packs, why = profile.calibration().packing_pays(profile.cost_name)
+        return ModelNeeds(name, wants, requires, profile.max_gpus_per_fit, param, profile.library,
+                          profile.thread_serial_share, gpu_fit_cpus=cls.cpus_on_gpu(params),
+                          gpu_packing=packs, packing_reason=why)
 
-    # ---- the device (pipeline.device_choice)
+    # ---- the device (pipeline.planning.device_choice)
     @classmethod
     def explicit_device(cls, params: dict) -> Optional[tuple[str, str]]:
         """('cpu' or 'cuda', 'params.<key>=<value>') when the params name the library's device themselves."""
@@ -130,14 +116,14 @@ class TabularModel(ABC):
     def on_device(cls, params: dict, device: str) -> dict:
         """The params with the library's device parameters for `device` ('cpu' or 'cuda'); a device the
         params name themselves stays."""
-        if not cls.device_param or cls.explicit_device(params) is not None:
+        if not cls.profile.device_param or cls.explicit_device(params) is not None:
             return dict(params)
-        return {**params, cls.device_param: device}
+        return {**params, cls.profile.device_param: device}
 
     @classmethod
     def cost_learners(cls, params: dict) -> tuple[str, str, str]:
         """The calibration's CPU and GPU learners for these params, and the GPU learner's name for messages."""
-        return f"{cls.cost_library}/cpu", f"{cls.cost_library}/cuda", "CUDA"
+        return f"{cls.profile.cost_name}/cpu", f"{cls.profile.cost_name}/cuda", "CUDA"
 
     @classmethod
     def fit_work(cls, params: dict, fit) -> float:
@@ -147,12 +133,9 @@ class TabularModel(ABC):
     @classmethod
     def memory_estimate(cls, params: dict, fit, on_gpu: bool):
         """What one fit's own structures take (pipeline.memory.estimates.Estimate) for a
-        pipeline.memory.estimates.FitShape; the process, the table and the fold's copies are
-        added by the planner. `memory_estimator` names the estimate; `generic` assumes three
-        float64 copies of the training rows."""
-        from pipeline.memory import estimates
-
-        return getattr(estimates, cls.memory_estimator)(params, fit, on_gpu)
+        pipeline.memory.estimates.FitShape: the profile's `memory`; the process and the table are
+        added by the planner."""
+        return cls.profile.memory(params, fit, on_gpu)
 
     @classmethod
     def check_params(cls, name: str, params: dict, problem_type: Optional[str] = None) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import warnings
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Sequence
 
-from pipeline.accelerators.cuda import lightgbm_device_id
 from pipeline.errors import ConfigError, HardwareError, closest
+from pipeline.models import memory
 from pipeline.models.lightgbm_gpu import device_log, probe
 from pipeline.models.links import from_raw, to_raw
 from pipeline.models.base import FitContext, TabularModel
+from pipeline.models.profile import ModelProfile
 
 GPU_HELP = (
     "The PyPI wheel's OpenCL learner (device_type=gpu) needs an OpenCL runtime, which NVIDIA's driver "
@@ -30,29 +32,54 @@ def _device(params: dict) -> str:
     return "cpu"
 
 
-class LightGBMModel(TabularModel):
-    library = "LightGBM"
-    library_modules = ("lightgbm",)
-    memory_estimator = "lightgbm"
+def lightgbm_device_id(local: Sequence[int]) -> Optional[int]:
+    """LightGBM's `gpu_device_id` (a CUDA ordinal, or the OpenCL device index; NVIDIA's OpenCL honours
+    CUDA_VISIBLE_DEVICES, so a worker's one device is OpenCL device 0 as well)."""
+    return local[0] if local else None
+
+
+def gpu_params(local: Sequence[int]) -> dict:
+    return {"gpu_device_id": lightgbm_device_id(local)}
+
+
+PROFILE = ModelProfile(
+    library="LightGBM",
+    accelerators=frozenset({"cpu", "cuda", "rocm"}),
+    modules=("lightgbm",),
+    distributions=(("lightgbm",),),
+    lean=("lightgbm.compat",),
+    memory=memory.lightgbm,
+    import_bytes=memory.LIGHTGBM_IMPORT_BYTES,
+    # 100 rounds on 60k rows x 20 features took 0.96 s with 1 thread and 0.54 s with 2 (medians of 3, a 2-core
+    # box shared with other work): a serial share of 0.11. On the 16-core H100 box, bag5 on Adult ran 1.10x
+    # slower with 5 folds at once (3 threads each) than one at a time with 16, which this share reproduces
+    # and 0.3 did not.
+    thread_serial_share=0.11,
     # The CUDA learner (device_type=cuda) computes gradients, histograms and splits on the device: 1 thread.
-    # The OpenCL learner (device_type=gpu) builds only the histograms there; gradients, split finding and
-    # the row partition stay on the CPU's OpenMP threads, so it keeps OPENCL_FIT_CPUS.
-    gpu_fit_cpus = 1
+    # The OpenCL learner (device_type=gpu) keeps OPENCL_FIT_CPUS (LightGBMModel.cpus_on_gpu).
+    gpu_fit_cpus=1,
+    gpu_params=gpu_params,
+    costs=Path(__file__).with_name("lightgbm_costs.yaml"),
+    cost_name="lightgbm",
+    shared_objects=(("lightgbm.basic", "Booster"),),
+    portfolio=(  # AutoGluon's GBMLarge; a small fast tree; a wide, strongly regularised one
+        {"learning_rate": 0.03, "num_leaves": 128, "feature_fraction": 0.9, "min_data_in_leaf": 5},
+        {"learning_rate": 0.1, "num_leaves": 15, "feature_fraction": 0.7, "min_data_in_leaf": 20},
+        {"learning_rate": 0.05, "num_leaves": 63, "feature_fraction": 0.6, "min_data_in_leaf": 50},
+    ),
+    quick=(("num_iterations", 60),),
+)
+
+
+class LightGBMModel(TabularModel):
+    profile = PROFILE
+    # The OpenCL learner (device_type=gpu) builds only the histograms on the device; gradients, split finding
+    # and the row partition stay on the CPU's OpenMP threads, so it keeps these.
     OPENCL_FIT_CPUS = 4
 
     @classmethod
     def cpus_on_gpu(cls, params):
-        return cls.OPENCL_FIT_CPUS if _device(params) == "gpu" else cls.gpu_fit_cpus
-    cost_library = "lightgbm"
-    portfolio = (  # AutoGluon's GBMLarge; a small fast tree; a wide, strongly regularised one
-        {"learning_rate": 0.03, "num_leaves": 128, "feature_fraction": 0.9, "min_data_in_leaf": 5},
-        {"learning_rate": 0.1, "num_leaves": 15, "feature_fraction": 0.7, "min_data_in_leaf": 20},
-        {"learning_rate": 0.05, "num_leaves": 63, "feature_fraction": 0.6, "min_data_in_leaf": 50},
-    )
-    # 100 rounds on 60k rows x 20 features took 0.96 s with 1 thread and 0.54 s with 2 (medians of 3, a 2-core box
-    # shared with other work): a serial share of 0.11. On the 16-core H100 box, bag5 on Adult ran 1.10x slower with
-    # 5 folds at once (3 threads each) than one at a time with 16, which this share reproduces and 0.3 did not.
-    thread_serial_share = 0.11
+        return cls.OPENCL_FIT_CPUS if _device(params) == "gpu" else cls.profile.gpu_fit_cpus
 
     @classmethod
     def explicit_device(cls, params):
@@ -163,7 +190,7 @@ class LightGBMModel(TabularModel):
         params.setdefault("seed", ctx.seed)
         on_gpu = _device(params) in ("gpu", "cuda")
         if on_gpu and ctx.placement.local_gpus:
-            params["gpu_device_id"] = lightgbm_device_id(ctx.placement.local_gpus)
+            params.update(self.profile.gpu_params(ctx.placement.local_gpus))
         if _device(params) == "gpu" and "gpu_platform_id" not in params:
             params.update(_opencl_platform())
         if on_gpu:

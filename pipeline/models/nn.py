@@ -2,31 +2,44 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from pipeline.models import memory
 from pipeline.models.base import FitContext, TabularModel
+from pipeline.models.profile import ModelProfile
 from pipeline.nn.options import DEFAULTS, LoopConfig, check, check_precision
 from pipeline.resources import Resources
 
 
-class TorchMLPModel(TabularModel):
-    library = "PyTorch"
-    library_modules = ("torch",)
-    worker_modules = ("torch._dynamo",)  # the optimizer imports it on first use: a second of a worker's first fit
-    max_gpus_per_fit = None  # several whole GPUs train one network with DDP
+PROFILE = ModelProfile(
+    library="PyTorch",
+    accelerators=frozenset({"cpu", "cuda", "rocm", "mps"}),
+    modules=("torch",),
+    distributions=(("torch",),),
+    fit_imports=("torch._dynamo",),  # the optimizer imports it on first use: a second of a worker's first fit
+    memory=memory.network,
+    import_bytes=memory.TORCH_IMPORT_BYTES,
+    memory_hint="a smaller model.{name}.params.batch_size or hidden_sizes",
+    max_gpus_per_fit=None,  # several whole GPUs train one network with DDP
     # A small MLP's CPU step gains little from a second thread: on Adult, 5 folds on 2 cores took 43.4 s one
     # at a time with 2 threads and 31.5 s two at once with 1 thread each, which this share reproduces.
-    thread_serial_share = 0.75
-
+    thread_serial_share=0.75,
     # On a GPU the training rows sit on the device and batches are gathered there: one thread launches
     # the kernels (the encoding of the frame before the loop is single-threaded pandas/numpy)
-    gpu_fit_cpus = 1
-    memory_hint = "a smaller model.{name}.params.batch_size or hidden_sizes"
-    memory_estimator = "network"
-    cost_library = "network"
-    portfolio = (  # AutoGluon's NN_TORCH defaults (lr 3e-4, dropout 0.1, weight decay 1e-6); a faster learner
+    gpu_fit_cpus=1,
+    device_param="device",  # the device of a fit's ranks comes from its placement (Placement.device)
+    costs=Path(__file__).with_name("nn_costs.yaml"),
+    cost_name="network",
+    portfolio=(  # AutoGluon's NN_TORCH defaults (lr 3e-4, dropout 0.1, weight decay 1e-6); a faster learner
         {"learning_rate": 3.0e-4, "dropout": 0.1, "weight_decay": 1.0e-6},
         {"learning_rate": 3.0e-3, "dropout": 0.2, "weight_decay": 1.0e-4},
-    )
-    device_param = "device"
+    ),
+    quick=(("max_epochs", 3),),
+)
+
+
+class TorchMLPModel(TabularModel):
+    profile = PROFILE
 
     @classmethod
     def explicit_device(cls, params):

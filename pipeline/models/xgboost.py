@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Sequence
 
-from pipeline.accelerators.cuda import xgboost_device
 from pipeline.errors import ConfigError, HardwareError, closest
+from pipeline.models import memory
 from pipeline.models.base import FitContext, TabularModel
 from pipeline.models.links import from_raw
+from pipeline.models.profile import ModelProfile
 
 TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds")  # xgb.train's arguments, not booster params
 # the engine's own: numeric zeros handed to XGBoost as missing values (LightGBM's parameter of that name)
@@ -38,23 +40,46 @@ def _booster_params(params: dict, problem_type: str, num_classes: int) -> dict:
     return out
 
 
-class XGBoostModel(TabularModel):
-    library = "XGBoost"
-    library_modules = ("xgboost",)
-    memory_estimator = "xgboost"
+def xgboost_device(local: Sequence[int]) -> str:
+    """XGBoost's `device` for a fit on one GPU."""
+    return f"cuda:{local[0]}" if local else "cpu"
+
+
+def gpu_params(local: Sequence[int]) -> dict:
+    return {"device": xgboost_device(local)}
+
+
+PROFILE = ModelProfile(
+    library="XGBoost",
+    accelerators=frozenset({"cpu", "cuda", "rocm"}),
+    modules=("xgboost",),
+    # the CUDA builds and the CPU-only one install the same package under other names
+    distributions=(("xgboost", "xgboost-cu13", "xgboost-cu12", "xgboost-cpu"),),
+    lean=("xgboost.compat",),
+    memory=memory.xgboost,
+    import_bytes=memory.XGBOOST_IMPORT_BYTES,
+    # hist, 100 rounds on 60k rows x 20 features: 0.69 s with 1 thread, 0.38 s with 2 (medians of 3, a 2-core
+    # box shared with other work): a serial share of 0.09
+    thread_serial_share=0.09,
     # device=cuda boosts on the device; the host converts the frame to a DMatrix once, which does not go
     # faster with more threads (a 320k x 51 frame: 0.33 s on 1 thread, 0.39 s on 2, on a 2-core box)
-    gpu_fit_cpus = 1
-    cost_library = "xgboost"
-    portfolio = (  # XGBoost's own defaults (AutoGluon's XGB); deeper and column-sampled; shallow
+    gpu_fit_cpus=1,
+    device_param="device",
+    gpu_params=gpu_params,
+    costs=Path(__file__).with_name("xgboost_costs.yaml"),
+    cost_name="xgboost",
+    shared_objects=(("xgboost.core", "Booster"),),
+    portfolio=(  # XGBoost's own defaults (AutoGluon's XGB); deeper and column-sampled; shallow
         {"eta": 0.1, "max_depth": 6, "colsample_bytree": 1.0, "min_child_weight": 1.0},
         {"eta": 0.05, "max_depth": 8, "colsample_bytree": 0.7, "min_child_weight": 1.0},
         {"eta": 0.1, "max_depth": 4, "colsample_bytree": 0.9, "min_child_weight": 3.0},
-    )
-    device_param = "device"
-    # hist, 100 rounds on 60k rows x 20 features: 0.69 s with 1 thread, 0.38 s with 2 (medians of 3, a 2-core box
-    # shared with other work): a serial share of 0.09
-    thread_serial_share = 0.09
+    ),
+    quick=(("num_boost_round", 60),),
+)
+
+
+class XGBoostModel(TabularModel):
+    profile = PROFILE
 
     @classmethod
     def explicit_device(cls, params):
@@ -160,7 +185,8 @@ class XGBoostModel(TabularModel):
         params.setdefault("seed", ctx.seed)
         on_gpu = self.gpu_request(params)[0]
         if on_gpu:
-            params["device"] = xgboost_device(ctx.placement.local_gpus) if ctx.placement.local_gpus else params["device"]
+            if ctx.placement.local_gpus:
+                params.update(self.profile.gpu_params(ctx.placement.local_gpus))
         record: dict = {}
         callbacks = []
         if on_gpu:

@@ -26,7 +26,7 @@ def allocate(
     alongside: bool = False,
 ) -> Allocation:
     """Check total >= bag >= fit for one model and derive the unset levels (`alongside`: other models of
-    the run fit several folds at once on the CPUs, see pipeline.payoff).
+    the run fit several folds at once on the CPUs, see pipeline.planning.payoff).
 
     Folds in parallel = min(k, bag.cpus // fit.cpus, bag.gpus // fit.gpus); a trial reserves
     folds_parallel x fit; trials in parallel = min(trials, total // reservation), per resource

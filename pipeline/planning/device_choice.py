@@ -42,17 +42,16 @@ class Estimate:
 
 def estimate(cls, params: dict, fit, cpu_threads: int) -> Optional[Estimate]:
     """One fit's estimated seconds on the CPU and the GPU; None when the shape or a measurement is missing."""
-    from pipeline.fit_cost import calibration
-
     if fit is None:
         return None
     cpu_key, gpu_key, gpu_label = cls.cost_learners(params)
-    cal = calibration()
+    cal = cls.profile.calibration()
     cpu, gpu = cal.learner(cpu_key), cal.learner(gpu_key)
     if cpu is None or gpu is None:
         return None
     work = cls.fit_work(params, fit)
-    return Estimate(cpu.seconds(work, cpu_threads, cls.thread_serial_share), gpu.seconds(work), cpu_threads, gpu_label)
+    serial = cls.profile.thread_serial_share
+    return Estimate(cpu.seconds(work, cpu_threads, serial), gpu.seconds(work), cpu_threads, gpu_label)
 
 
 def choose(name: str, requested: str, cls, params: dict, fit, gpus: Fraction, cpu_threads: int,
@@ -82,7 +81,8 @@ def choose(name: str, requested: str, cls, params: dict, fit, gpus: Fraction, cp
         return DeviceChoice("cpu", "cpu: auto, but the data's size is unknown before loading it")
     if est is None:
         learner = cls.cost_learners(params)[1]
-        return DeviceChoice("cpu", f"cpu: auto, and {learner} has no measured fit times (pipeline/fit_costs.yaml)")
+        where = cls.profile.costs_label
+        return DeviceChoice("cpu", f"cpu: auto, and {learner} has no measured fit times ({where})")
     return DeviceChoice(est.faster, f"{est.faster}: {est.says(est.faster)}")
 
 

@@ -59,7 +59,6 @@ class PlanInput:
     data: DataInput
     machine: Machine  # this machine, or a Ray cluster's totals
     declared: Optional[HardwareConf] = None  # the declared hardware (+hardware=...); None: detected
-    library_modules: tuple[str, ...] = ()  # what the models' fits import (their memory counts)
     lean_imports: bool = False
     dry_run: bool = False
     refit: bool = False

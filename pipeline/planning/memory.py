@@ -18,7 +18,7 @@ class MemoryPlanner:
 
     def __init__(self, given: PlanInput, hardware):
         self.given = given
-        self.libraries, self.lean = given.library_modules, given.lean_imports
+        self.profiles, self.lean = [m.spec.cls.profile for m in given.models], given.lean_imports
         self.shape = given.data.shape
         self.capacity: Optional[Capacity] = None
         note = ""
@@ -50,7 +50,7 @@ class MemoryPlanner:
         if stack_columns:
             wide = self.fit_shape(dataclasses.replace(shape, numeric=shape.numeric + stack_columns))
         own = spec.cls.memory_estimate(spec.params, wide, on_gpu)
-        parts = {**common_parts(fit, self.libraries, self.lean), **own.parts}
+        parts = {**common_parts(fit, self.profiles, self.lean), **own.parts}
         if stack_columns:
             parts["stack_features"] = stack_bytes(fit, stack_columns)
         return Estimate(sum(parts.values()), own.gpu, parts)
@@ -63,7 +63,7 @@ class MemoryPlanner:
         above = self.estimate(spec, on_gpu, stack_columns=self.stack_columns) if self.stack_columns else None
         levels = self.given.levels
         limits = spec.memory.over(levels.fit_memory)
-        hint = spec.cls.memory_hint.format(name=spec.name) if spec.cls.memory_hint else ""
+        hint = spec.cls.profile.memory_hint.format(name=spec.name) if spec.cls.profile.memory_hint else ""
         advice = Advice(lambda room, gpu: self._rows_within(spec, room, gpu, on_gpu), hint)
         return plan_model(allocation, estimate, limits, levels.bag_memory, self.capacity, reallocate, advice,
                           above=above)

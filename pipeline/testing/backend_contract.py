@@ -176,9 +176,12 @@ class BackendContract:
         plan = plan_for("prior", num_folds=2, gpus=gpus, fit_gpus=1 if gpus else None)
         model = PriorModel({"record_dir": str(tmp_path / "fits")}, "prior")
         run_plan(make_backend(plan, tmp_path / "run"), plan, model, contract_data, tmp_path / "run")
-        planned = sorted(tuple(t.device_ids) for t in plan.fit_tasks)
         seen = records(tmp_path / "fits")
-        assert sorted(tuple(r["gpu_ids"]) for r in seen) == planned
+        # as many devices as the plan gave each fit, among the run's: which ones is the device pool's choice
+        # at the time (a backend that runs one fit at a time may give each the same idle device)
+        assert sorted(len(r["gpu_ids"]) for r in seen) == sorted(len(t.device_ids) for t in plan.fit_tasks)
+        declared = {d for t in plan.fit_tasks for d in t.device_ids}
+        assert all(set(r["gpu_ids"]) <= declared for r in seen)
         for r in seen:
             if self.sees_only_its_devices:
                 assert r["local_gpus"] == list(range(len(r["gpu_ids"])))

@@ -29,21 +29,20 @@ import pipeline
 # own scores instead (log_model_metrics).
 MODEL_STEP = -1
 
-# The distributions a predictor needs at load time, besides its models' own libraries.
+# The distributions a predictor needs at load time, besides its models' own (their kinds' profiles say
+# those, pipeline.models.profile.ModelProfile.distributions).
 BASE_DISTRIBUTIONS = ("mlflow", "numpy", "pandas", "cloudpickle")
-LIBRARY_DISTRIBUTIONS = {"lightgbm": "lightgbm", "xgboost": "xgboost", "torch": "torch", "skrub": "skrub",
-                         "sklearn": "scikit-learn"}
 
 
-# The same import package under other distribution names: MLflow's client alone, XGBoost's builds per CUDA
-# version or without CUDA. The predictor's requirements name the one installed.
-ALTERNATIVES = {"mlflow": ("mlflow-skinny",), "xgboost": ("xgboost-cu13", "xgboost-cu12", "xgboost-cpu")}
+# The same import package under other distribution names: MLflow's client alone. The predictor's
+# requirements name the one installed.
+ALTERNATIVES = {"mlflow": ("mlflow-skinny",)}
 
 
-def pinned(distribution: str) -> str:
-    """'name==version' of the installed distribution (or of the alternative installed in its place),
+def pinned(distribution: str, alternatives: tuple[str, ...] = ()) -> str:
+    """'name==version' of the installed distribution (or of an alternative installed in its place),
     without a local build tag (torch's '+cpu'), so that the package index can serve it."""
-    for name in (distribution, *ALTERNATIVES.get(distribution, ())):
+    for name in (distribution, *alternatives, *ALTERNATIVES.get(distribution, ())):
         try:
             return f"{name}=={metadata.version(name).split('+', 1)[0]}"
         except metadata.PackageNotFoundError:
@@ -52,9 +51,10 @@ def pinned(distribution: str) -> str:
 
 
 def requirements(libraries) -> list[str]:
-    """Pinned requirements of a predictor whose models use `libraries`: the base set and those only."""
-    chosen = sorted(LIBRARY_DISTRIBUTIONS[m] for m in libraries if m in LIBRARY_DISTRIBUTIONS)
-    return [pinned(d) for d in (*BASE_DISTRIBUTIONS, *chosen)]
+    """Pinned requirements of a predictor whose models need `libraries` (each: a distribution's name, then
+    other builds of it that may be installed in its place): the base set and those only."""
+    chosen = sorted(set(map(tuple, libraries)))
+    return [pinned(d) for d in BASE_DISTRIBUTIONS] + [pinned(group[0], group[1:]) for group in chosen]
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,14 @@ class ModelPayload:
     what it predicts for them (the signature's output)."""
 
     pickled: bytes
-    libraries: tuple[str, ...]
+    libraries: tuple[tuple[str, ...], ...]  # distributions (ModelProfile.distributions)
     example: Any  # a DataFrame of raw input rows
     prediction: Any
 
     @classmethod
     def of(cls, predictor, example) -> "ModelPayload":
-        return cls(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL), tuple(predictor.libraries),
+        libraries = tuple(sorted(predictor.libraries))
+        return cls(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL), libraries,
                    example, predictor.predict(example))
 
 
@@ -144,3 +145,17 @@ def register(model_uri: str, name: str, alias: str) -> str:
     version = mlflow.register_model(model_uri, name).version
     mlflow.MlflowClient().set_registered_model_alias(name, alias, version)
     return str(version)
+
+
+def load_logged(store_uri: str, name: str) -> tuple[Any, set[str]]:
+    """The pyfunc model logged as `name` in the store at `store_uri` (its only one of that name), and the
+    distribution names its requirements pin: what a user serving it gets (the conformance suite's check)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(store_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    (model,) = [m for m in client.search_logged_models(experiments) if m.name == name]
+    mlflow.set_tracking_uri(store_uri)
+    requirements_txt = mlflow.pyfunc.get_model_dependencies(model.model_uri)
+    names = {line.split("==")[0] for line in Path(requirements_txt).read_text().split()}
+    return mlflow.pyfunc.load_model(model.model_uri), names

@@ -118,7 +118,7 @@ def test_wrong_type_names_the_key(compose):
 
 def test_unknown_option_lists_the_options(compose):
     with pytest.raises(MissingConfigException) as info:
-        compose(["model=catboost"])
+        compose(["model=no_such_kind"])
     text = str(info.value)
     for option in options("model"):
         assert option in text

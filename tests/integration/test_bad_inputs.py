@@ -60,7 +60,7 @@ CASES = [
     ("wrong type: int", ["parallelism.num_folds=five"], ["parallelism.num_folds", "five"]),
     ("wrong type: int given a float", ["hpo.num_trials=1.5"], ["hpo.num_trials", "1.5"]),
     ("wrong type: bool", ["dry_run=maybe"], ["dry_run", "maybe"]),
-    ("unknown model option", ["model=catboost"], ["model/catboost", "lightgbm", "nn_gpu"]),
+    ("unknown model option", ["model=no_such_kind"], ["model/no_such_kind", "lightgbm", "nn_gpu"]),
     ("unknown hpo option", ["hpo=bayes"], ["hpo/bayes", "tpe", "random"]),
     ("unknown hardware profile", ["+hardware=3gpu"], ["hardware/3gpu", "4gpu"]),
     ("hardware without the +", ["hardware=4gpu"], ["+hardware=4gpu"]),

@@ -131,7 +131,7 @@ def test_a_sweep_with_a_tracking_config_error_reports_it_once_from_the_job(cli):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["model=catboost"], ["Could not find 'model/catboost'", "lightgbm", "xgboost", "nn", "gbm_gpu"]),
+        (["model=no_such_kind"], ["Could not find 'model/no_such_kind'", "lightgbm", "xgboost", "nn", "gbm_gpu"]),
         (["data.label=incme"], ["data.label='incme' is not a column", "did you mean 'income'", "columns: age"]),
         (["data=csv", "data.path=nowhere.csv", "data.label=y"], ["data.path=", "nowhere.csv", "no such file"]),
         (["hardware=4gpu"], ["To append to your default list use +hardware=4gpu"]),

@@ -11,7 +11,10 @@ import torch
 
 from pipeline import accelerators, hardware
 from pipeline.accelerators import mps, nvml, rocm
+from pipeline import models
 from pipeline.errors import ConfigError
+from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
+from pipeline.models.profile import ModelProfile
 
 AMD = [("GPU-a1a1", "AMD Instinct MI300X", 192 << 30), ("GPU-b2b2", "AMD Instinct MI300X", 192 << 30),
        ("GPU-c3c3", "AMD Instinct MI250", 64 << 30)]
@@ -70,33 +73,34 @@ class TestRegistry:
     def test_an_unknown_device_names_the_key_the_value_and_the_choices(self):
         expected = r"model.nn.device='tpu' is not a device; use one of auto, cpu, cuda, rocm, mps"
         with pytest.raises(ConfigError, match=expected):
-            accelerators.check_device("tpu", "model.nn.device", "PyTorch")
+            accelerators.check_device("tpu", "model.nn.device", TorchMLPModel.profile)
 
-    @pytest.mark.parametrize("library", ["LightGBM", "XGBoost"])
-    def test_a_gbm_on_mps_is_refused_before_any_work(self, library):
-        expected = (rf"model.m.device=mps: {library} has no build that runs on MPS; "
+    @pytest.mark.parametrize("kind", ["LightGBMModel", "XGBoostModel"])
+    def test_a_gbm_on_mps_is_refused_before_any_work(self, kind):
+        profile = getattr(models, kind).profile
+        expected = (rf"model.m.device=mps: {profile.library} has no build that runs on MPS; "
                     r"use one of auto, cpu, cuda, rocm$")
         with pytest.raises(ConfigError, match=expected):
-            accelerators.check_device("MPS", "model.m.device", library)
+            accelerators.check_device("MPS", "model.m.device", profile)
 
     def test_the_pairs_libraries_can_run_are_planned_as_a_gpu_fit(self):
-        assert accelerators.check_device("mps", "k", "PyTorch") == "cuda"
-        assert accelerators.check_device("rocm", "k", "XGBoost") == "cuda"
-        assert accelerators.check_device("rocm", "k", "LightGBM") == "cuda"
-        assert accelerators.check_device(" Cuda ", "k", "LightGBM") == "cuda"
-        assert accelerators.check_device("cpu", "k", "XGBoost") == "cpu"
+        assert accelerators.check_device("mps", "k", TorchMLPModel.profile) == "cuda"
+        assert accelerators.check_device("rocm", "k", XGBoostModel.profile) == "cuda"
+        assert accelerators.check_device("rocm", "k", LightGBMModel.profile) == "cuda"
+        assert accelerators.check_device(" Cuda ", "k", LightGBMModel.profile) == "cuda"
+        assert accelerators.check_device("cpu", "k", XGBoostModel.profile) == "cpu"
 
     def test_a_users_own_library_is_not_judged(self):
-        assert accelerators.check_device("mps", "k", "MyBoost") == "cuda"
-        assert accelerators.check_device("mps", "k", "") == "cuda"
+        assert accelerators.check_device("mps", "k", ModelProfile("MyBoost")) == "cuda"
+        assert accelerators.check_device("mps", "k", None) == "cuda"
 
     def test_auto_keeps_a_gbm_off_an_mps_machine_and_says_so(self, mac, caplog):
-        assert accelerators.check_device("auto", "model.lightgbm.device", "LightGBM") == "cpu"
+        assert accelerators.check_device("auto", "model.lightgbm.device", LightGBMModel.profile) == "cpu"
         assert "model.lightgbm.device=auto: LightGBM has no MPS build, so it runs on the CPU" in caplog.text
-        assert accelerators.check_device("auto", "model.nn.device", "PyTorch") == "auto"
+        assert accelerators.check_device("auto", "model.nn.device", TorchMLPModel.profile) == "auto"
 
     def test_auto_elsewhere_stays_auto(self, clean):
-        assert accelerators.check_device("auto", "model.lightgbm.device", "LightGBM") == "auto"
+        assert accelerators.check_device("auto", "model.lightgbm.device", LightGBMModel.profile) == "auto"
 
     def test_the_cli_refuses_lightgbm_on_mps_naming_the_key(self, compose):
         from pipeline.settings import read_settings
@@ -186,8 +190,6 @@ class TestROCm:
         rocm_acc = accelerators.for_torch(torch.device("cuda", 1))
         assert rocm_acc.name == "rocm" and rocm_acc.label == "ROCm"
         assert rocm_acc.torch_device((1, 3), rank=1) == "cuda:3"  # HIP devices are torch's `cuda`
-        assert rocm_acc.library_device("XGBoost", (1,)) == "cuda:1"
-        assert rocm_acc.library_device("LightGBM", (1,)) == 1
         assert rocm_acc.ddp_device_ids(torch.device("cuda", 1)) == [1]
 
 

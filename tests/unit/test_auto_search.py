@@ -39,11 +39,11 @@ def test_the_first_trials_are_the_models_own_params_then_its_portfolio_then_the_
     settings = read_settings(compose(["model=lightgbm", "hpo=auto", "time_limit_s=60"]))
     spec = settings.models[0]
     source = TrialSource(settings.conf.hpo, {spec.name: spec.search_space}, {spec.name: spec.params}, "maximize",
-                         portfolios={spec.name: spec.cls.portfolio})
+                         portfolios={spec.name: spec.cls.profile.portfolio})
     space = spec.search_space
     asked = [source.params(spec.name, t) for t in range(6)]
     assert asked[0] == {k: v for k, v in spec.params.items() if k in space}
-    assert asked[1:4] == list(LightGBMModel.portfolio)
+    assert asked[1:4] == list(LightGBMModel.profile.portfolio)
     assert asked[4] not in asked[:4] and all(space[k].contains(v) for k, v in asked[4].items())
 
 

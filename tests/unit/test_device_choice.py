@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.planning.device_choice import choose, estimate
 from pipeline.errors import ConfigError
-from pipeline.fit_cost import Learner, calibration
+from pipeline.fit_cost import Learner
 from pipeline.memory.estimates import FitShape
 from pipeline.memory.shape import DataShape
 from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
@@ -20,7 +20,10 @@ def fit_of(rows, features, classes=2):
 
 
 def test_each_learner_reproduces_the_figures_it_was_calibrated_on():
-    for learner in calibration().learners.values():
+    learners = [lr for cls in (LightGBMModel, XGBoostModel, TorchMLPModel)
+                for lr in cls.profile.calibration().learners.values()]
+    assert len(learners) == 6
+    for learner in learners:
         for work, seconds in learner.points:
             assert learner.seconds(work, learner.threads or 1) == pytest.approx(seconds + learner.start_s)
 

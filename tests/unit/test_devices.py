@@ -95,9 +95,10 @@ class TestMap:
         assert [devices.torch_device(local, rank) for rank in range(2)] == ["cuda:2", "cuda:3"]
 
     def test_library_devices(self):
-        assert devices.xgboost_device((1,)) == "cuda:1"
-        assert devices.lightgbm_device_id((0,)) == 0
-        assert devices.xgboost_device(()) == "cpu" and devices.lightgbm_device_id(()) is None
+        from pipeline.models import LightGBMModel, XGBoostModel
+
+        assert XGBoostModel.profile.gpu_params((1,)) == {"device": "cuda:1"}
+        assert LightGBMModel.profile.gpu_params((0,)) == {"gpu_device_id": 0}
 
     def test_ray_assigned_ids_are_ordinals_from_zero(self):
         tokens, local = devices.ray_task_devices([5, 7])

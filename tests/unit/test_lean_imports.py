@@ -151,5 +151,9 @@ def test_the_memory_estimate_counts_what_scikit_learn_adds_to_a_process():
 
     measured = added("full") - added("lean")
     assert 0.85 <= SKLEARN_BYTES / measured <= 1.15, measured / 2**20
-    assert worker_bytes(["lightgbm", "xgboost"], lean=False) - worker_bytes(["lightgbm", "xgboost"]) == SKLEARN_BYTES
-    assert worker_bytes(["torch"], lean=False) == worker_bytes(["torch"])  # torch imports no scikit-learn
+    from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
+
+    gbms = [LightGBMModel.profile, XGBoostModel.profile]
+    assert worker_bytes(gbms, lean=False) - worker_bytes(gbms) == SKLEARN_BYTES
+    torch = [TorchMLPModel.profile]
+    assert worker_bytes(torch, lean=False) == worker_bytes(torch)  # torch imports no scikit-learn

@@ -10,7 +10,8 @@ from pipeline.config import DataConf, HardwareConf
 from pipeline.errors import HardwareError, ResourceError
 from pipeline.hardware import Machine, resolve
 from pipeline.memory.budget import Advice, Capacity, MemoryPlan, MemoryRequest, capacity, plan_model
-from pipeline.memory.estimates import GiB, MiB, Estimate, FitShape, network_size
+from pipeline.memory.estimates import GiB, MiB, Estimate, FitShape
+from pipeline.models.memory import network_size
 from pipeline.nn.options import largest_batch
 from pipeline.memory.measure import PeakMemory
 from pipeline.memory.shape import DataShape, data_shape
@@ -111,7 +112,7 @@ def test_cpu_estimates_are_within_15_percent_of_measured_peaks(model, rows, leng
     params = {**params[model]["params"], LENGTH[model]: length}
     fit = FitShape.of(DataShape(rows, numeric=20, categorical=0, classes=2), 1, 0.2, 0.2)
     own = cls.memory_estimate(params, fit, False)
-    estimate = sum({**common_parts(fit, cls.library_modules, lean=False), **own.parts}.values())
+    estimate = sum({**common_parts(fit, [cls.profile], lean=False), **own.parts}.values())
     assert 0.85 <= estimate / MiB / MEASURED_PEAKS[(model, rows, length)] <= 1.15
 
 

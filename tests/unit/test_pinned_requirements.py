@@ -5,6 +5,7 @@ from importlib import metadata
 
 import pytest
 
+from pipeline.models import XGBoostModel
 from pipeline.tracking import models
 
 
@@ -32,7 +33,7 @@ def test_the_alternative_installed_in_place_of_a_distribution_is_named(monkeypat
             }
         ),
     )
-    assert models.requirements(["xgboost", "nn"]) == [
+    assert models.requirements([XGBoostModel.profile.distributions[0]]) == [
         "mlflow-skinny==3.17.2",
         "numpy==2.5.0",
         "pandas==3.0.0",
@@ -44,6 +45,6 @@ def test_the_alternative_installed_in_place_of_a_distribution_is_named(monkeypat
 
 def test_the_distribution_itself_comes_first_and_none_installed_raises(monkeypatch):
     monkeypatch.setattr(models.metadata, "version", _installed({"xgboost": "3.2.0", "xgboost-cpu": "3.1.0"}))
-    assert models.pinned("xgboost") == "xgboost==3.2.0"
+    assert models.pinned("xgboost", XGBoostModel.profile.distributions[0][1:]) == "xgboost==3.2.0"
     with pytest.raises(metadata.PackageNotFoundError):
         models.pinned("lightgbm")

@@ -31,7 +31,7 @@ def test_a_version_change_changes_the_key(monkeypatch, distribution):
 
 
 def test_the_key_names_the_engine_and_the_model_libraries():
-    versions = tasks.library_versions(TorchMLPModel.library_modules)
+    versions = tasks.library_versions(TorchMLPModel.profile.modules)
     import numpy
     import pipeline
 

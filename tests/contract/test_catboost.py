@@ -1,0 +1,84 @@
+"""CatBoost, the optional model kind (pip install '.[catboost]'): the conformance suite, and what it does
+of its own: native categorical columns, threads and devices from the placement, its GPU check on a
+machine without one, and no catboost import where a run does not select it."""
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.errors import ConfigError, HardwareError
+from pipeline.models.base import FitContext, Placement
+from pipeline.models.catboost import CatBoostModel
+from pipeline.testing.model_conformance import ModelKindConformance
+
+
+class TestCatBoost(ModelKindConformance):
+    model_class = CatBoostModel
+    config = "catboost"
+    typo = ("deptth", "depth")
+
+    def test_categorical_columns_are_native_and_threads_follow_the_placement(self, datasets, fit_params):
+        data = datasets["binary"]
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(2), seed=0)
+        model = CatBoostModel(fit_params, "catboost")
+        model.fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
+        names = model.model_.feature_names_
+        assert sorted(names[i] for i in model.model_.get_cat_feature_indices()) == sorted(data.categorical)
+        assert model.model_.get_params()["thread_count"] == 2
+
+    def test_the_gpu_check_before_any_fit_follows_the_gpus_catboost_sees(self):
+        """A machine without a GPU: a typed error naming the key; with one: the check passes."""
+        if _gpus() > 0:
+            CatBoostModel.check_environment("catboost", {"task_type": "GPU"}, {"CUDA_VISIBLE_DEVICES": "0"})
+        else:
+            with pytest.raises(HardwareError, match=r"model.catboost \(CatBoost with task_type=GPU\)"):
+                CatBoostModel.check_environment("catboost", {"task_type": "GPU"})
+        with pytest.raises(HardwareError, match="sees no GPU"):  # no device visible to it
+            CatBoostModel.check_environment("catboost", {"task_type": "GPU"}, {"CUDA_VISIBLE_DEVICES": ""})
+        assert CatBoostModel.profile.gpu_params((1,)) == {"devices": "1"}
+        assert CatBoostModel.on_device({}, "cuda") == {"task_type": "GPU"}
+
+    def test_parameters_the_engine_sets_are_refused(self):
+        with pytest.raises(ConfigError, match=r"model.catboost.params.thread_count is set by the engine"):
+            CatBoostModel.check_params("catboost", {"thread_count": 4}, "binary")
+        with pytest.raises(ConfigError, match=r"CatBoost rejects them.*depth"):
+            CatBoostModel.check_params("catboost", {"depth": "deep"}, "binary")
+
+
+def _gpus() -> int:
+    code = "from catboost.utils import get_gpu_device_count as c; print(c())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return int(proc.stdout.strip() or 0)
+
+
+@pytest.mark.parametrize("model, imported", [("all", False), ("catboost", True)])
+def test_catboost_is_imported_only_by_a_run_that_selects_it(tmp_path, model, imported):
+    """A dry run checks the models' params: CatBoost's check imports catboost, the others' never do."""
+    args = [f"model={model}", "dry_run=true", "tracking=none"]
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipeline", *args], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any(line.endswith("| catboost") for line in proc.stderr.splitlines()) == imported
+
+
+@pytest.mark.gpu
+def test_a_gpu_fit_runs_on_the_device_the_placement_gives(tmp_path):
+    """On a CUDA box: model.catboost.device=cuda trains with task_type=GPU on the planned device (CatBoost's
+    own record of its task type and devices), predicts, and scores as the CPU does."""
+    import pandas as pd
+
+    args = ["model=catboost", "+hardware=1gpu", "model.catboost.device=cuda", "data.max_rows=20000",
+            "model.catboost.params.iterations=200", "tracking=none"]
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs" / "runs").glob("*/*")
+    board = pd.read_csv(run_dir / "leaderboard.csv").set_index("model")
+    row = board.loc["catboost"]
+    assert row["device"].startswith("cuda:") and row["test_roc_auc"] > 0.88
+    import pickle
+
+    predictor = pickle.loads((run_dir / "predictors" / "catboost.pkl").read_bytes())
+    model = predictor.models[0]
+    assert model.model_.get_all_params()["task_type"] == "GPU" and model.model_.get_params()["devices"] == "0"
