@@ -137,8 +137,8 @@ class TrialSource:
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             sampler = self.searcher.sampler(self.spec, model, self.spaces[model])
-            pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3) \
-                if self.spec.pruning else None  # over folds: `fold_scored`
+            pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
+                      if self.spec.pruning else None)  # over folds: `fold_scored`
             self._studies[model] = optuna.create_study(direction=self.direction, sampler=sampler,
                                                        pruner=pruner, study_name=model)
         return self._studies[model]

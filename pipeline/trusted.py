@@ -254,8 +254,8 @@ def copy_tree_trusted(source: Union[str, Path], target: Union[str, Path]) -> Non
         fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(source):
-            raise _refuse(source, "is a symbolic link", "Remove the link; the engine copies only folders.") \
-                from None
+            refusal = _refuse(source, "is a symbolic link", "Remove the link; the engine copies only folders.")
+            raise refusal from None
         raise
     try:
         _copy_tree_at(fd, source, Path(target))

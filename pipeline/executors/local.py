@@ -32,8 +32,8 @@ class InProcessBackend(Backend):
         self.counter = itertools.count()
         # the model libraries imported while the driver loads the data: a first fit that imported its
         # library would look seconds slower than the rest, and a time limit would plan with that
-        self.importing = import_in_background(tuple(dict.fromkeys(m.split(".")[0] for m in preload))) \
-            if preload else None
+        packages = tuple(dict.fromkeys(m.split(".")[0] for m in preload))
+        self.importing = import_in_background(packages) if preload else None
 
     def prepare(self, plan: Plan, data) -> DataRef:
         if self.importing is not None:

@@ -272,8 +272,8 @@ class Scheduler:
         end in time): its result would go unused."""
         for handle, (task, shares, _) in list(self.running.items()):
             consumers = self.cut.consumers[task.id]
-            if consumers and all(c in self.cut.cut for c in consumers) \
-                    and not any(self.cut.cut[c] == "pruned" for c in consumers):  # a pruned trial's: ends
+            if (consumers and all(c in self.cut.cut for c in consumers)
+                    and not any(self.cut.cut[c] == "pruned" for c in consumers)):  # a pruned trial's: ends
                 self.backend.cancel(handle)
                 del self.running[handle]
                 self.started.pop(handle, None)

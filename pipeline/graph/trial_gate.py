@@ -82,8 +82,8 @@ def losing_trial(task: Task, result, ctx) -> bool:
     not start: its fold's score on its held-out rows, told to the trial source (TrialSource.fold_scored:
     successive halving over folds, and a fit its round-by-round pruner stopped). Only with hpo.pruning;
     a fit shortened by the deadline says nothing of its trial."""
-    if not ctx.pruning or task.kind != "fit" or task.fold_set is not None or task.trial is None \
-            or getattr(result, "stopped_by_budget", False) or getattr(result, "held_out", None) is None:
+    if (not ctx.pruning or task.kind != "fit" or task.fold_set is not None or task.trial is None
+            or getattr(result, "stopped_by_budget", False) or getattr(result, "held_out", None) is None):
         return False
     score = ctx.metric(ctx.data.y[result.held_out], result.val_pred)
     return ctx.trials.fold_scored(task.model, task.trial, score, pruned=bool(result.pruned))

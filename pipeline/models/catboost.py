@@ -216,8 +216,8 @@ class CatBoostModel(TabularModel):
         model = CatBoost(params)
         model.fit(train, eval_set=valid, callbacks=callbacks)
         self.model_ = model
-        self.best_iteration_ = model.get_best_iteration() if model.get_best_iteration() is not None \
-            else model.tree_count_ - 1
+        best = model.get_best_iteration()
+        self.best_iteration_ = best if best is not None else model.tree_count_ - 1
         scores = model.get_evals_result().get("validation", {})
         self.history_ = {f"valid_{k}": list(v) for k, v in scores.items()}
         if on_gpu:

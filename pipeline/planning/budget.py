@@ -35,8 +35,8 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     if isinstance(conf.hpo.make_searcher(), AutoSearch) and not limited:
         raise ConfigError("hpo=auto searches for as long as a time budget allows: set time_limit_s (e.g. "
                           "time_limit_s=60), or choose hpo=tpe or hpo=random with hpo.num_trials")
-    if conf.time_limit_s is None or _overridden("hpo", overrides) or conf.hpo._target_ != "pipeline.searchers.NoSearch" \
-            or conf.hpo.num_trials != 1:
+    if (conf.time_limit_s is None or _overridden("hpo", overrides)
+            or conf.hpo._target_ != "pipeline.searchers.NoSearch" or conf.hpo.num_trials != 1):
         return settings
     empty = [s.name for s in settings.models if not s.search_space]
     if empty:

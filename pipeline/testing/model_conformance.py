@@ -243,8 +243,8 @@ class ModelKindConformance:
         from pipeline.memory.shape import DataShape
 
         cls, fit = self.model_class, FitShape.of(DataShape(10_000_000, 40, 10, 2), 1, 0.2, 0.2)
-        assert choose("m", "auto", cls, fit_params, fit, Fraction(0), 16).reason == \
-            "cpu: auto, and the hardware has no GPU"
+        reason = choose("m", "auto", cls, fit_params, fit, Fraction(0), 16).reason
+        assert reason == "cpu: auto, and the hardware has no GPU"
         with pytest.raises(ConfigError, match=r"model\.m\.device=cuda but the hardware has no GPU"):
             choose("m", "cuda", cls, fit_params, fit, Fraction(0), 2)
         assert choose("m", "cuda", cls, fit_params, fit, Fraction(1), 2).device == "cuda"

@@ -49,8 +49,8 @@ class EnsembleNode(NodeKind):
         members = {n: t for n, t in best.items() if t.level == top}
         preds = {n: (t.held_out, t.val_pred, t.test_pred) for n, t in best.items()}
         if len(members) >= 2:
-            extra = {} if top > 1 or any(t.kind == "refit" for t in ctx.plan.tasks) else \
-                _other_trials(ctx.outcome, best, metric, data, schema, seconds)
+            extra = ({} if top > 1 or any(t.kind == "refit" for t in ctx.plan.tasks)
+                     else _other_trials(ctx.outcome, best, metric, data, schema, seconds))
             floor = [f"{n} trial 0" if f"{n} trial 0" in extra else n for n in members]
             candidates = {**members, **{n: t for n, (t, _) in extra.items()}}
             row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds,
