@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
-from pipeline.models.lightgbm_gpu import device_log, probe
+from pipeline.models.lightgbm_gpu import device_log, log_from_this_thread, probe
 from pipeline.models.links import from_raw, to_raw
 from pipeline.models.base import FitContext, TabularModel
 from pipeline.models.profile import ModelProfile
@@ -198,6 +198,7 @@ class LightGBMModel(TabularModel):
             announced.device = announced.vendor = None
             # Info level, so the learner names its device; DeviceLog keeps LightGBM's lines at debug level.
             params["verbosity"] = max(1, int(params.get("verbosity", 1)))
+        log_from_this_thread()
         record: dict = {}
         callbacks = [lgb.record_evaluation(record)]
         if ctx.report is not None:

@@ -78,6 +78,15 @@ def device_log() -> DeviceLog:
     return _DEVICE_LOG
 
 
+def log_from_this_thread() -> None:
+    """Route the library's log lines of fits in this thread through its Python logger. The C library keeps
+    its log callback per thread and registers it in the thread that imported `lightgbm`: a fit in
+    another thread (the driver imports the libraries in a background thread) would print to stdout."""
+    from lightgbm import basic
+
+    basic._LIB.LGBM_RegisterLogCallback(basic._LIB.callback)
+
+
 def _main(argv: list[str]) -> int:
     import numpy as np
     import lightgbm as lgb

@@ -75,8 +75,12 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     for key, value in changes.items():
         if key in params:
             params[key] = value
+    from pipeline.config_checks import check_parallelism
+
+    # the levels derive from parallelism: checked again as the settings' own were
     return dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor,
-                                                                  parallelism=parallelism), params=params)
+                                                                  parallelism=parallelism),
+                               levels=check_parallelism(parallelism), params=params)
 
 
 def bagging_fits(settings: Settings, overrides: tuple[str, ...], base_dir: Path) -> bool:
