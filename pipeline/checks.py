@@ -40,8 +40,8 @@ def check(settings: Settings, launch_dir: Path) -> Checked:
     from pipeline import metrics
     from pipeline.data_sources import check_before_reading
 
-    check_before_reading(settings.conf.data, launch_dir)  # a missing file, before the plan is shown
-    problem_type = settings.conf.data.make_source().problem_type(launch_dir)
+    check_before_reading(settings.conf.data, launch_dir, settings.source)  # a missing file, before the plan
+    problem_type = settings.source.problem_type(launch_dir)
     roles = _roles(settings, launch_dir, problem_type)
     check_class_weight(settings, problem_type)
     if problem_type is None:
@@ -65,7 +65,7 @@ def _roles(settings: Settings, launch_dir: Path, problem_type: Optional[str]):
     with data.leak_check=error, before the plan)."""
     from pipeline.data import roles_before_reading
 
-    return roles_before_reading(settings.conf.data, launch_dir, problem_type)
+    return roles_before_reading(settings.conf.data, launch_dir, problem_type, settings.source)
 
 
 def check_after_loading(settings: Settings, checked: Checked, problem_type: str) -> Metric:

@@ -198,12 +198,8 @@ class DataConf:
             self.label = None
 
     def make_source(self):
-        """The data source object (the target's class, given this config and `options` as keywords),
-        made once: the checks before loading and the load use the same object."""
-        if getattr(self, "_source", None) is None:
-            # the target was checked by settings; options are values, never built into objects
-            self._source = imported(self._target_)(self, **copy.deepcopy(self.options))
-        return self._source
-
-    def __getstate__(self) -> dict:  # the source is made again where it is needed
-        return {k: v for k, v in self.__dict__.items() if k != "_source"}
+        """A new data source object (the target's class, given this config and `options` as keywords);
+        this config holds none. A run makes one as its settings are read (`Settings.source`), and its
+        checks, planning, loading and tracking all use that one."""
+        # the target was checked by settings; options are values, never built into objects
+        return imported(self._target_)(self, **copy.deepcopy(self.options))

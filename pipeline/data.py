@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import DataConf
-from pipeline.data_sources import resolve
+from pipeline.data_sources import DataSource, resolve, source_for
 from pipeline.table_files import read_file
 from pipeline.errors import DataError
 from pipeline.features import FeatureMaker
@@ -66,10 +66,12 @@ class TabularData:
         return split.folds(len(rows), num_folds, seed, y if stratify else None)
 
 
-def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None) -> TabularData:
+def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None,
+         source: Optional[DataSource] = None) -> TabularData:
     """Read, check, type and split the data the spec names; every failure is a DataError. `roles`: the
-    columns' roles inferred before planning from a sample of the file (else inferred here, from a sample)."""
-    source = spec.make_source()
+    columns' roles inferred before planning from a sample of the file (else inferred here, from a sample);
+    `source`: the run's data source (made from the spec when not given)."""
+    source = source_for(spec, source)
     source.check()
     frame = source.read(base_dir)
     test_frame = (
@@ -208,14 +210,15 @@ def infer_roles(frame: pd.DataFrame, spec: DataConf, label: str, problem_type: O
     return roles
 
 
-def roles_before_reading(spec: DataConf, base_dir: Path, problem_type: Optional[str]) -> Optional[Roles]:
+def roles_before_reading(spec: DataConf, base_dir: Path, problem_type: Optional[str],
+                         source: Optional[DataSource] = None) -> Optional[Roles]:
     """The roles from the first rows of a local CSV or Parquet file (never the whole table), before
     planning; None where the source has no such file (the roles are then inferred at loading)."""
     from pipeline import roles as roles_module
 
     if not spec.infer_roles or spec.test_path:
         return None
-    source = spec.make_source()
+    source = source_for(spec, source)
     path = source.local_path(base_dir)
     if path is None or source.kind not in ("csv", "parquet"):
         return None
@@ -356,12 +359,11 @@ def _assemble(X: pd.DataFrame, numeric: list[str], categorical: dict) -> pd.Data
     return out
 
 
-def read_table(spec: DataConf, base_dir: Path) -> pd.DataFrame:
+def read_table(spec: DataConf, base_dir: Path, source: Optional[DataSource] = None) -> pd.DataFrame:
     """The table a spec names, as read: no label, typing or split (new rows to score)."""
-    source = spec.make_source()
-    return source.read(base_dir)
+    return source_for(spec, source).read(base_dir)
 
 
-def local_path(spec: DataConf, base_dir: Path) -> Optional[Path]:
+def local_path(spec: DataConf, base_dir: Path, source: Optional[DataSource] = None) -> Optional[Path]:
     """The local file a spec's source reads; None for bundled, synthetic and remote sources."""
-    return spec.make_source().local_path(base_dir)
+    return source_for(spec, source).local_path(base_dir)

@@ -252,12 +252,17 @@ def where(path: str, base_dir: Path) -> str:
     return str(resolved) if isinstance(resolved, Path) else redact_uri(resolved)
 
 
-def check_before_reading(spec: "DataConf", base_dir: Path) -> None:
+def source_for(spec: DataConf, source: Optional[DataSource] = None) -> DataSource:
+    """`source`, the run's own (pipeline.settings.Settings.source, made once), else a new one from `spec`."""
+    return source if source is not None else spec.make_source()
+
+
+def check_before_reading(spec: "DataConf", base_dir: Path, source: Optional[DataSource] = None) -> None:
     """What can be checked of the data without reading it, before the plan: the source's config
     (DataSource.check), its local files (data.path, data.test_path) exist and are not empty, and the
     columns the config names (label, drop_columns, categorical_columns) are in the file's header or
     schema."""
-    source = spec.make_source()
+    source = source_for(spec, source)
     source.check()
     path = source.local_path(base_dir)
     if path is not None:

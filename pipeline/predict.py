@@ -69,11 +69,12 @@ def predict(settings, base_dir: Path) -> int:
     hardware = resolve_hardware(settings.hardware)
     on_gpu = hardware.num_gpus > 0 and hardware.devices
     device = torch_device(local_ordinals(hardware.devices[:1], sees_only_its_devices=False)) if on_gpu else "cpu"
-    path = local_path(settings.data, base_dir)
+    data_source = settings.data.make_source()  # once: the checks and the reads below use it
+    path = local_path(settings.data, base_dir, data_source)
     if path is not None:
         check_file(path)  # a missing or empty file fails before the model is loaded
     predictor = load_predictor(settings.source, settings.predictor, settings.tracking.uri, base_dir)
-    chunks = input_chunks(settings, base_dir, predictor.schema, path)
+    chunks = input_chunks(settings, base_dir, predictor.schema, path, data_source)
     predictor.place(device, hardware.num_cpus)
     output = Path(settings.output).expanduser()
     output = output if output.is_absolute() else base_dir / output
@@ -111,19 +112,19 @@ def resolve_hardware(declared):
                             "+hardware to use what it detects") from None
 
 
-def input_chunks(settings, base_dir: Path, schema, path) -> Iterator[pd.DataFrame]:
+def input_chunks(settings, base_dir: Path, schema, path, data_source) -> Iterator[pd.DataFrame]:
     """The input in chunks of settings.chunk_rows, its columns checked against the training schema
-    first: streamed from a local file (`path`), else read whole."""
+    first: streamed from a local file (`path`), else read whole from `data_source`."""
     from pipeline import chunks as io
     from pipeline.data import read_table
 
     wanted = [settings.id_column] if settings.id_column else []
     if path is None:
-        frame = read_table(settings.data, base_dir)
+        frame = read_table(settings.data, base_dir, data_source)
         _check_columns(schema, list(frame.columns), settings)
         yield from io.frame_chunks(frame, settings.chunk_rows)
         return
-    kind = settings.data.make_source().kind
+    kind = data_source.kind
     _check_columns(schema, io.columns_of(path, kind), settings)
     columns = list(dict.fromkeys([*wanted, *schema.input_columns]))
     yield from io.read_chunks(path, kind, columns, schema.input_text, schema.input_numeric,

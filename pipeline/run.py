@@ -216,7 +216,7 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
     """The data and its metric (checked now where the problem type was not known before loading)."""
     from pipeline import data as data_module
 
-    data = data_module.load(settings.conf.data, runtime.launch_dir, checked.roles)
+    data = data_module.load(settings.conf.data, runtime.launch_dir, checked.roles, settings.source)
     if data.roles is not None:
         if checked.roles is None:  # inferred from the loaded rows
             from pipeline import report
@@ -247,7 +247,7 @@ def _fit(settings: Settings, plan: Plan, models: tuple, runtime: Runtime, data, 
         events.on_artifact(runtime.run_dir / "plan.json")
         if (runtime.run_dir / "schema.json").exists():
             events.on_artifact(runtime.run_dir / "schema.json")
-        events.on_data(data, settings.conf.data, runtime.launch_dir)
+        events.on_data(data, settings.source, runtime.launch_dir)
         events.on_artifact(_write_config(settings, runtime))
         rows, inner = run_graph(settings, plan, models, data, metric, runtime, tracker, backend, record, events)
         events.on_fits_done()

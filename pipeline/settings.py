@@ -4,7 +4,8 @@ The config is the settings: OmegaConf.to_object builds the ConfigStore dataclass
 `pipeline.config`, and `pipeline.config_checks` checks every value once, in one pass (each group's,
 then those that span groups: models' classes within allowed_targets, search spaces against the
 searcher, the data source's class). What the checks derive (parsed resources, a model's device, the
-seeds a null inherits) the settings hold as new values; nothing is changed in place after the pass.
+seeds a null inherits) the settings hold as new values, and the data source object, made once, beside
+the config (no config object caches it); nothing is changed in place after the pass.
 Code below `pipeline.run` reads those dataclasses; it never sees a DictConfig.
 """
 
@@ -30,6 +31,7 @@ from pipeline.graph.stacking import check as check_stacking
 from pipeline.targets import ALWAYS_ALLOWED, check_allowed_targets, check_no_targets, inside
 
 if TYPE_CHECKING:
+    from pipeline.data_sources import DataSource
     from pipeline.hardware import Machine
     from pipeline.models.base import TabularModel
     from pipeline.planning.inputs import PlanInput
@@ -79,8 +81,8 @@ class ModelSpec:
 class Settings:
     """The run's config after its one validation pass (pipeline.config_checks): `conf` holds every group as
     its ConfigStore dataclass; beside it only what cannot be a config value: each model's class, the parsed
-    levels, `resume` typed, the allowed `_target_` prefixes, the resolved, redacted config for MLflow, and
-    the executor's and the tracker's classes."""
+    levels, `resume` typed, the allowed `_target_` prefixes, the resolved, redacted config for MLflow, the
+    executor's and the tracker's classes, and the data source object made from `conf.data`."""
 
     conf: Config
     models: tuple[ModelSpec, ...]
@@ -91,6 +93,7 @@ class Settings:
     config_yaml: str  # the resolved config, redacted
     executor: Callable  # executor._target_, imported within allowed_targets; built once every check passed
     tracker: Callable  # tracking._target_, likewise
+    source: DataSource  # conf.data's source, made once: the checks, planning, loading and tracking use it
 
     def plan_input(self, base_dir: Optional[Path] = None, machine: Optional[Machine] = None,
                    on_cluster: bool = False) -> PlanInput:
@@ -102,7 +105,7 @@ class Settings:
 
         conf = self.conf
         machine = machine or hw.detect()
-        shape = data_shape(conf.data, base_dir or Path.cwd())
+        shape = data_shape(conf.data, base_dir or Path.cwd(), self.source)
         data = DataInput(shape, conf.data.test_size, conf.data.val_size)
         models = tuple(ModelInput(s, conf.hpo.trials_for(s.name, s.search_space)) for s in self.models)
         return PlanInput(models, self.levels, data, machine, conf.hardware, self.lean_imports, conf.dry_run,
@@ -171,7 +174,7 @@ def read_settings(cfg: DictConfig) -> Settings:
     conf = dataclasses.replace(conf, hpo=hpo, data=data, objectives=objectives)
     redacted = redact(tree)
     return Settings(conf, models, levels, Resume.parse(conf.resume), allowed, flatten(redacted),
-                    OmegaConf.to_yaml(OmegaConf.create(redacted)), executor, tracker)
+                    OmegaConf.to_yaml(OmegaConf.create(redacted)), executor, tracker, data.make_source())
 
 
 def read_predict_settings(cfg: DictConfig) -> PredictConfig:

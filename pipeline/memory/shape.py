@@ -13,6 +13,8 @@ from importlib import resources as importlib_resources
 from pathlib import Path
 from typing import Optional
 
+from pipeline.data_sources import source_for
+
 DEFAULT_CARDINALITY = 64  # categories per categorical column when only the column type is known
 SYNTHETIC_CARDINALITY = 8  # data.synthetic bins a column into 8 categories
 CSV_SAMPLE_ROWS = 2_000
@@ -48,11 +50,13 @@ class DataShape:
                 "classes": self.classes, "test_rows": self.test_rows, "source": self.source}
 
 
-def data_shape(spec, base_dir: Path) -> Optional[DataShape]:
+def data_shape(spec, base_dir: Path, source=None) -> Optional[DataShape]:
     """The shape of the table `spec` (a DataConf) names, or None when it cannot be had cheaply
-    (a remote URL, a file that does not exist yet: loading reports that)."""
+    (a remote URL, a file that does not exist yet: loading reports that). `source`: the run's data
+    source (pipeline.settings.Settings.source); made from `spec` when not given."""
     try:
-        shape = _shape(spec, spec.path, base_dir, spec.make_source().kind)
+        kind = source_for(spec, source).kind
+        shape = _shape(spec, spec.path, base_dir, kind)
     except (OSError, ValueError):
         return None
     if shape is None:

@@ -72,11 +72,13 @@ def source_of(location: str):
         return resolve_dataset_source(location)
 
 
-def locations(spec, base_dir: Path) -> dict[str, str]:
-    """Where each split's rows come from: a path, a URL (credentials masked) or 'generator:…'."""
+def locations(source, base_dir: Path) -> dict[str, str]:
+    """Where each split's rows come from (`source`: a pipeline.data_sources.DataSource): a path, a URL
+    (credentials masked) or 'generator:…'."""
     from pipeline.data_sources import where
 
-    main = spec.make_source().location(base_dir)
+    spec = source.spec
+    main = source.location(base_dir)
     test = where(spec.test_path, base_dir) if spec.test_path else main
     return {"training": main, "validation": main, "test": test}
 

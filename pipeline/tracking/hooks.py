@@ -39,10 +39,11 @@ class TrackingHooks:
     def on_artifact(self, path: Path) -> None:
         self.tracker.log_artifact(path)
 
-    def on_data(self, data, data_conf, launch_dir: Path) -> None:
+    def on_data(self, data, source, launch_dir: Path) -> None:
+        """`source`: the run's pipeline.data_sources.DataSource, which the data was read from."""
         from pipeline.tracking.datasets import locations, summarize
 
-        self.tracker.log_datasets(summarize(data), locations(data_conf, launch_dir))
+        self.tracker.log_datasets(summarize(data), locations(source, launch_dir))
 
     def on_fits_done(self) -> None:
         if self.tracker.enabled and self.on_run_id is not None:
@@ -83,7 +84,7 @@ def run_start(settings: Settings, plan, runtime, metric, kinds: dict[str, str], 
 
     conf = settings.conf
     params = comparable_params(settings.params, [s.name for s in settings.models], kinds,
-                               conf.hpo.searches, conf.data.make_source().kind, runtime.swept)
+                               conf.hpo.searches, settings.source.kind, runtime.swept)
     shown = ["model", *(k for k in runtime.swept if k in params and k != "model")]
     return RunStart(run_name(settings, runtime), params, run_tags(settings, plan, runtime, command),
                     view_state(metric.name, metric.greater_is_better, shown))

@@ -75,12 +75,33 @@ def test_a_plan_from_a_hand_made_input_is_the_plan_of_the_settings(compose):
     assert (allocation.num_folds, allocation.num_trials, allocation.folds_parallel) == (4, 3, 4)
 
 
-def test_reading_and_planning_change_no_config_object(compose, monkeypatch):
+def _config_objects(value, found=None) -> dict:
+    """Every config dataclass object reachable from `value`, by id, with a copy of its attributes
+    (fields and anything set on it besides)."""
+    found = {} if found is None else found
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if id(value) not in found:
+            found[id(value)] = (value, copy.deepcopy(vars(value)))
+            for item in vars(value).values():
+                _config_objects(item, found)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _config_objects(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _config_objects(item, found)
+    return found
+
+
+def test_reading_and_planning_change_no_config_object(compose, monkeypatch, tmp_path):
     """The checks return what they derive (the seeds a null inherits, a device lower-cased, parsed
-    resources) as new values: the dataclasses OmegaConf built are as it built them."""
+    resources) as new values, and the data source is a value of its own: the dataclasses OmegaConf
+    built, and those the settings hold, are as they were built through checking, planning and loading."""
     from pipeline import settings as settings_module
+    from pipeline.checks import check
     from pipeline.hardware import Machine
     from pipeline.planning import make_plan, placed
+    from pipeline.run import Runtime, load_data
 
     built = {}
     typed = settings_module.typed
@@ -92,9 +113,16 @@ def test_reading_and_planning_change_no_config_object(compose, monkeypatch):
 
     monkeypatch.setattr(settings_module, "typed", keep)
     settings = settings_module.read_settings(compose(["model=lightgbm", "model.lightgbm.device=CPU",
-                                                      "model.lightgbm.resources.num_cpus=1", "seed=7"]))
-    plan = make_plan(settings.plan_input(machine=Machine(2)))
+                                                      "model.lightgbm.resources.num_cpus=1", "seed=7",
+                                                      "data.max_rows=400"]))
+    before = _config_objects([built["conf"], settings.conf, settings.models])
+    checked = check(settings, tmp_path)
+    plan = make_plan(settings.plan_input(tmp_path, machine=Machine(2)))
     placed(settings.models, plan)
+    (tmp_path / "run").mkdir()
+    load_data(settings, Runtime(tmp_path / "run", tmp_path), checked)
+    changed = [type(obj).__name__ for obj, attributes in before.values() if vars(obj) != attributes]
+    assert changed == []
     assert built["conf"] == built["as_built"]
     assert built["conf"].hpo.seed is None and built["conf"].model["lightgbm"].device == "CPU"
     assert settings.conf.hpo.seed == settings.conf.data.seed == 7

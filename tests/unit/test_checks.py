@@ -3,6 +3,7 @@ it), the eval metric and the parameters checked once, the data source made once,
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -64,12 +65,16 @@ def test_a_remote_table_leaves_the_problem_type_to_loading(tmp_path):
     assert _spec(name="t", _target_="pipeline.data_sources.CsvSource", path="s3://bucket/t.csv", label="y").make_source().problem_type(tmp_path) is None
 
 
-def test_the_data_source_is_made_once(tmp_path):
-    spec = _spec(name="t", _target_="pipeline.data_sources.CsvSource", path=str(_table(tmp_path / "t.csv", np.arange(200) % 2)), label="y")
-    assert spec.make_source() is spec.make_source()
-    import pickle
+def test_the_data_source_is_made_once_as_the_settings_are_read_and_no_config_holds_it(compose, tmp_path):
+    from pipeline.settings import read_settings
 
-    assert "_source" not in pickle.loads(pickle.dumps(spec)).__dict__  # made again where it is needed
+    path = _table(tmp_path / "t.csv", np.arange(200) % 2)
+    settings = read_settings(compose(["model=lightgbm", "data=csv", f"data.path={path}", "data.label=y"]))
+    assert settings.source.spec is settings.conf.data and settings.source.kind == "csv"
+    attributes = dict(vars(settings.conf.data))
+    assert settings.conf.data.make_source() is not settings.source  # a new one each time: the run makes one
+    assert vars(settings.conf.data) == attributes
+    assert [f.name for f in dataclasses.fields(settings.conf.data)] == list(attributes)
 
 
 def test_an_unknown_metric_name_is_refused_without_the_problem_type():
