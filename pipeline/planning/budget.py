@@ -92,7 +92,7 @@ def bagging_fits(settings: Settings, overrides: tuple[str, ...], base_dir: Path)
     conf = settings.conf
     if _overridden("parallelism", overrides) or conf.parallelism.num_folds > 1 or conf.stack_levels:
         return False
-    shape = data_shape(conf.data, base_dir)
+    shape = data_shape(conf.data, base_dir, settings.source)
     if shape is None:
         return False
     rows = shape.rows - (shape.test_rows if shape.test_rows is not None else shape.rows * conf.data.test_size)
