@@ -50,14 +50,14 @@ def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli
     its first trials each model's own params then its portfolio; a table this small for the budget:
     5-fold bags, the losing trials stopped after their first folds."""
     proc = cli("-m", "seed=0,1", "model=lightgbm", "data.max_rows=1000",
-               "executor.in_process=always", "tracking=none", "time_limit_s=20",
+               "executor.in_process=always", "tracking=none", "time_limit_s=10",
                "model.lightgbm.params.num_iterations=20", "hydra.sweep.dir=sweep", check=True, timeout=240)
-    assert proc.stdout.count("hpo=auto: time_limit_s=20 is set and no hpo was chosen") == 2
+    assert proc.stdout.count("hpo=auto: time_limit_s=10 is set and no hpo was chosen") == 2
     assert proc.stdout.count("each trial is a 5-fold bag") == 2
     assert proc.stdout.count("within the limit") == 2
     for job in ("0", "1"):
         state = json.loads((tmp_path / "sweep" / job / "run_state.json").read_text())
-        assert state["time_budget"]["key"] == "time_limit_s" and state["time_budget"]["fits_ended_s"] < 20
+        assert state["time_budget"]["key"] == "time_limit_s" and state["time_budget"]["fits_ended_s"] < 10
         assert state["time_budget"]["trials_pruned"] > 0
         asked = json.loads((tmp_path / "sweep" / job / "trials" / "lightgbm.json").read_text())
         assert len(asked) >= 2  # searched: the model's own params, then more
