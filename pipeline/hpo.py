@@ -101,6 +101,12 @@ class TrialSource:
         accuracy, R2, all at most 1), the score itself for a minimised one (RMSE, log loss)."""
         return 1.0 - score if self.direction == "maximize" else score
 
+    def awaits_first_score(self, model: str, trial: int) -> bool:
+        """Whether `trial` is one successive halving may stop (`fold_scored`) and none of its folds has
+        told its score yet."""
+        return (self.spec.pruning and self.searcher.searches and trial != 0
+                and (model, trial) not in self.pruned and not self._fold_scores.get((model, trial)))
+
     def fold_scored(self, model: str, trial: int, score: float, pruned: bool = False) -> bool:
         """A fold of `trial` ended with `score` on its held-out rows, and other folds of the trial are
         still to fit: whether the trial loses and its later folds should not start (it is told PRUNED).

@@ -30,7 +30,7 @@ from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResu
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
-from pipeline.graph.trial_gate import TrialGate, losing_trial, time_shares
+from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, time_shares
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
 
@@ -245,8 +245,9 @@ class Scheduler:
 
     def _in_time(self, task: Task, admission: Admission) -> Optional[bool]:
         """True: `task` may start (always, without a budget); None: only on a place nothing else takes,
-        while the model's first fit, which tells how long one takes, runs; False: it and the rest of its
-        trial cannot end by the deadline, and it is cut."""
+        while the model's first fit, which tells how long one takes, runs, or its trial's first score is
+        awaited (`before_first_score`); False: it and the rest of its trial cannot end by the deadline,
+        and it is cut."""
         if self.budget is None:
             return True
         fits = self.cut.siblings_left(task)
@@ -256,7 +257,7 @@ class Scheduler:
                       fits, self.budget.estimate(task), len(slots), self.budget.remaining())
             self._cut(task, "budget")
             return False
-        if self.budget.estimate(task) is None and any(
+        if before_first_score(task, self.ctx) or self.budget.estimate(task) is None and any(
                 (t.model, getattr(t, "level", None)) == (task.model, getattr(task, "level", None))
                 for t, _, _ in self.running.values()):
             return None

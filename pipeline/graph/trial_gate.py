@@ -77,6 +77,14 @@ class TrialGate:
         return out
 
 
+def before_first_score(task: Task, ctx) -> bool:
+    """Whether `task` is a later fold of a trial successive halving may stop (hpo.pruning, not trial 0)
+    none of whose folds has been scored yet: it waits for a place nothing else takes, since most such
+    trials stop after their first fold (a fold started beside it would be fitted for nothing)."""
+    return (ctx.pruning and task.kind == "fit" and task.fold_set is None and task.trial is not None
+            and bool(task.fold) and ctx.trials.awaits_first_score(task.model, task.trial))
+
+
 def losing_trial(task: Task, result, ctx) -> bool:
     """Whether the trial fit `task` just ended (`result`) is losing and its folds not yet fitted should
     not start: its fold's score on its held-out rows, told to the trial source (TrialSource.fold_scored:

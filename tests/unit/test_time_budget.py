@@ -159,7 +159,10 @@ class SimulatedBackend(Backend):
         val_pred = np.full((len(held_out), 2), 0.5)
         if request.model_name in self.right:
             y = np.tile([0, 1], self.rows // 2)[held_out]
-            p = np.where(held_out % 10 < 10 * self.right[request.model_name], y, 1 - y)
+            right = self.right[request.model_name]
+            if callable(right):  # of the trial
+                right = right(int(request.task_id.split("/t")[1].split("/")[0]))
+            p = np.where(held_out * 37 % 100 < 100 * right, y, 1 - y)
             val_pred = np.column_stack([1.0 - p, p])
         return [(handle, FoldResult(request.task_id, request.key, None, held_out, val_pred,
                                     np.full((4, 2), 0.5), end - start, 0.0, "cpu", start, end, 0, "sim"))]
@@ -169,7 +172,7 @@ class SimulatedBackend(Backend):
 
 
 def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: dict | None = None, rows=8,
-             serial=False):
+             serial=False, source=None):
     from pipeline.config import HpoConf
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
@@ -192,8 +195,9 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: 
     backend = SimulatedBackend(seconds, clock, rows, right)
     backend.one_at_a_time = serial
     budget = TimeBudget(limit_s, clock=clock)
-    scheduler = Scheduler(plan, backend, ResultStore(tmp_path), TrialSource(HpoConf(), {}, {}, "maximize"),
-                          {m: SleepModel({}, m) for m in seconds}, data, METRICS["roc_auc"], seed=0, budget=budget)
+    source = source or TrialSource(HpoConf(), {}, {}, "maximize")
+    scheduler = Scheduler(plan, backend, ResultStore(tmp_path), source, {m: SleepModel({}, m) for m in seconds},
+                          data, METRICS["roc_auc"], seed=0, budget=budget, pruning=source.spec.pruning)
     outcome = scheduler.run()
     return plan, backend, budget, scheduler, outcome
 
@@ -368,3 +372,38 @@ def test_the_trial_source_keeps_each_models_best_whole_trial_as_an_error():
     rmse.tell("m", 0, 150.0)
     rmse.tell("m", 1, 160.0)
     assert auc.best_error == {"m": pytest.approx(0.25)} and rmse.best_error == {"m": 150.0}
+
+
+def test_a_later_fold_of_a_trial_halving_may_stop_waits_for_its_first_fold_while_other_fits_can_start(tmp_path):
+    """Two searched models on two CPUs, 5-fold trials, successive halving over folds: most trials stop
+    after their first fold, and their second fold is not started beside the first (it would be
+    fitted for nothing) while the other model has fits to start."""
+    from pipeline.config import HpoConf, SearchDimConf
+    from pipeline.hpo import TrialSource
+
+    hpo = HpoConf(num_trials=60, seed=0, pruning=True, _target_="pipeline.searchers.RandomSearch")
+    source = TrialSource(hpo, {m: {"x": SearchDimConf("float", 0.0, 1.0)} for m in "ab"}, {}, "maximize")
+    right = {m: (lambda trial: 0.6 + 0.3 * ((trial * 7) % 10) / 10) for m in "ab"}  # 0.6 to 0.87 by trial
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"a": 1.0, "b": 1.0}, limit_s=60.0, trials=60,
+                                                         folds=5, right=right, rows=100, source=source)
+    folds = {}
+    for tid, _, _ in backend.submitted:
+        model, trial = tid.split("/")[1:3]
+        folds[(model, trial)] = folds.get((model, trial), 0) + 1
+    stopped = [n for (m, t), n in folds.items() if (m, int(t[1:])) in source.pruned]
+    assert len(stopped) >= 10 and sum(n > 1 for n in stopped) <= 0.2 * len(stopped), sorted(stopped)
+
+
+def test_only_a_trial_halving_may_stop_and_none_of_whose_folds_has_scored_awaits_its_first_score():
+    from pipeline.config import HpoConf, SearchDimConf
+    from pipeline.hpo import TrialSource
+
+    space = {"m": {"x": SearchDimConf("float", 0.0, 1.0)}}
+    pruned = TrialSource(HpoConf(num_trials=9, pruning=True, _target_="pipeline.searchers.RandomSearch"), space, {},
+                         "maximize")
+    for trial in range(3):
+        pruned.params("m", trial)
+    pruned.fold_scored("m", 2, 0.7)
+    assert [pruned.awaits_first_score("m", t) for t in range(3)] == [False, True, False]
+    plain = TrialSource(HpoConf(num_trials=9, _target_="pipeline.searchers.RandomSearch"), space, {}, "maximize")
+    assert not plain.awaits_first_score("m", 1)
