@@ -60,9 +60,10 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
             f"hpo=auto under time_limit_s={conf.time_limit_s:g} (<= {IN_DRIVER_UP_TO_S:g} s): the trials are fitted "
             "in the driver, one at a time, so no worker pool's start spends the budget "
             "(executor.in_process=never keeps the pool)", highlight=False)
-    parallelism = conf.parallelism
+    parallelism, levels = conf.parallelism, settings.levels
     if bagging_fits(settings, overrides, base_dir or Path.cwd()):
         parallelism = dataclasses.replace(parallelism, num_folds=BAG_FOLDS)
+        levels = dataclasses.replace(levels, num_folds=BAG_FOLDS)  # what the plan reads
         changes["parallelism.num_folds"] = BAG_FOLDS
         report.console.print(
             f"hpo=auto under time_limit_s={conf.time_limit_s:g}: each trial is a {BAG_FOLDS}-fold bag, "
@@ -76,7 +77,8 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
         if key in params:
             params[key] = value
     return dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor,
-                                                                  parallelism=parallelism), params=params)
+                                                                  parallelism=parallelism), params=params,
+                               levels=levels)
 
 
 def bagging_fits(settings: Settings, overrides: tuple[str, ...], base_dir: Path) -> bool:
