@@ -51,6 +51,7 @@ class TrialSource:
         self._studies: dict[str, Any] = {}
         self._trials: dict[tuple[str, int], Any] = {}
         self._counts: dict[str, int] = {}  # model -> trials asked in this run
+        self.best_error: dict[str, float] = {}  # model -> its best whole trial's error (`error`)
 
     def params(self, model: str, trial: int) -> dict:
         key = (model, trial)
@@ -86,12 +87,25 @@ class TrialSource:
 
     def tell(self, model: str, trial: int, score: float, pruned: bool = False) -> None:
         self.scores[(model, trial)] = score
+        if not pruned and score == score:  # (not NaN)
+            self.best_error[model] = min(self.best_error.get(model, float("inf")), self.error(score))
         optuna_trial = self._trials.get((model, trial))
         if optuna_trial is not None:
             import optuna
 
             state = optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.COMPLETE
             tell_study(self._study(model), optuna_trial, None if pruned else score, state=state)
+
+    def error(self, score: float) -> float:
+        """A score as an error, lower better, zero at best: 1 - score for a maximised metric (AUC,
+        accuracy, R2, all at most 1), the score itself for a minimised one (RMSE, log loss)."""
+        return 1.0 - score if self.direction == "maximize" else score
+
+    def awaits_first_score(self, model: str, trial: int) -> bool:
+        """Whether `trial` is one successive halving may stop (`fold_scored`) and none of its folds has
+        told its score yet."""
+        return (self.spec.pruning and self.searcher.searches and trial != 0
+                and (model, trial) not in self.pruned and not self._fold_scores.get((model, trial)))
 
     def fold_scored(self, model: str, trial: int, score: float, pruned: bool = False) -> bool:
         """A fold of `trial` ended with `score` on its held-out rows, and other folds of the trial are

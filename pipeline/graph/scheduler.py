@@ -30,7 +30,7 @@ from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResu
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
-from pipeline.graph.trial_gate import TrialGate, losing_trial
+from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, time_shares
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
 
@@ -79,6 +79,7 @@ class Scheduler:
         self._ranked: dict[str, float] = {}  # model -> the mean seconds the ranks were computed with
         self._ranks: Optional[dict[str, float]] = None  # None: to compute (again) before the next admission
         self.gate = TrialGate(plan)
+        self._shares: dict[str, float] = {}  # model -> its share of the time (`_standing`); absent: 1
 
     def run(self) -> Outcome:
         """Run every task of the plan (under a budget, those it did not cut); the outcome holds each
@@ -146,19 +147,30 @@ class Scheduler:
 
     def _priority(self, task: Task) -> tuple:
         """The queue's order: under a budget, every model's first trial (its own params) first, then the
-        model that has fitted for the fewest seconds so far (the budget's time shared equally: a fast
-        model fits more trials, a slow one does not eat the budget), trial by trial; then the fits of a
+        model that has fitted for the fewest seconds so far for its share (a fast model fits more trials,
+        a slow one does not eat the budget; once every model has a whole trial, one whose best error is far
+        behind the leader's gets less: `time_shares`), trial by trial; then the fits of a
         model none of whose fits has finished yet (in the plan's order: how long they take is learnt
         first); then the longest path of work from the fit to the end of the graph first (critical path
         list scheduling), so that the long chains start early and short fits fill the CPUs beside them."""
         trial = (task.trial or 0) if self.budget is not None else 0
         spent = self._fit_seconds[task.model][0] if trial and task.model in self._fit_seconds else 0.0
+        spent /= self._shares.get(task.model, 1.0)
         if self._ranks is None:
             self._ranks = self._upward_ranks()
         rank = self._ranks.get(task.id)
         if rank is None:  # a trial the plan does not list: its fold's rank in the first trial (the same shape)
             rank = self._ranks[fit_id(task.model, 0, task.fold)]
         return trial > 0, spent, trial, task.model in self._ranked, -rank, self._order[task.id]
+
+    def _standing(self) -> dict[str, float]:
+        """Each model's share of the time under a budget, by its best whole trial's error against the
+        leader's, once every model has one (before, and without a budget, equal shares)."""
+        best = getattr(self.ctx.trials, "best_error", {})
+        models = {a.model for a in self.template.allocations}
+        if self.budget is None or len(models) < 2 or not models <= best.keys():
+            return {}
+        return time_shares({m: best[m] for m in models})
 
     def _upward_ranks(self) -> dict[str, float]:
         """Each task's seconds plus the longest such sum over the tasks that consume it: a fit takes its
@@ -188,6 +200,7 @@ class Scheduler:
         Whether any task left the queue."""
         progressed, held_back = False, []
         if self._ranks is None or self.budget is not None:  # the durations changed: so may the queue's order
+            self._shares = self._standing()
             self.queued.sort(key=self._priority)
         serial = getattr(self.backend, "one_at_a_time", False)  # a result decides the next start
         for task in list(self.queued):
@@ -232,8 +245,9 @@ class Scheduler:
 
     def _in_time(self, task: Task, admission: Admission) -> Optional[bool]:
         """True: `task` may start (always, without a budget); None: only on a place nothing else takes,
-        while the model's first fit, which tells how long one takes, runs; False: it and the rest of its
-        trial cannot end by the deadline, and it is cut."""
+        while the model's first fit, which tells how long one takes, runs, or its trial's first score is
+        awaited (`before_first_score`); False: it and the rest of its trial cannot end by the deadline,
+        and it is cut."""
         if self.budget is None:
             return True
         fits = self.cut.siblings_left(task)
@@ -243,7 +257,7 @@ class Scheduler:
                       fits, self.budget.estimate(task), len(slots), self.budget.remaining())
             self._cut(task, "budget")
             return False
-        if self.budget.estimate(task) is None and any(
+        if before_first_score(task, self.ctx) or self.budget.estimate(task) is None and any(
                 (t.model, getattr(t, "level", None)) == (task.model, getattr(task, "level", None))
                 for t, _, _ in self.running.values()):
             return None

@@ -1,5 +1,5 @@
 """Trials enter the scheduler's admission queue a few at a time (`TrialGate`): what keeps its work per
-fit flat whatever hpo.num_trials is."""
+fit flat whatever hpo.num_trials is; and each model's share of a time budget by its standing (`time_shares`)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,14 @@ class TrialGate:
         return out
 
 
+def before_first_score(task: Task, ctx) -> bool:
+    """Whether `task` is a later fold of a trial successive halving may stop (hpo.pruning, not trial 0)
+    none of whose folds has been scored yet: it waits for a place nothing else takes, since most such
+    trials stop after their first fold (a fold started beside it would be fitted for nothing)."""
+    return (ctx.pruning and task.kind == "fit" and task.fold_set is None and task.trial is not None
+            and bool(task.fold) and ctx.trials.awaits_first_score(task.model, task.trial))
+
+
 def losing_trial(task: Task, result, ctx) -> bool:
     """Whether the trial fit `task` just ended (`result`) is losing and its folds not yet fitted should
     not start: its fold's score on its held-out rows, told to the trial source (TrialSource.fold_scored:
@@ -87,3 +95,24 @@ def losing_trial(task: Task, result, ctx) -> bool:
         return False
     score = ctx.metric(ctx.data.y[result.held_out], result.val_pred)
     return ctx.trials.fold_scored(task.model, task.trial, score, pruned=bool(result.pruned))
+
+
+# a model whose best error is within this fraction of the leader's shares the time equally; one further
+# behind gets the share EVEN_WITHIN / gap, never less than MIN_SHARE (a model at twice the leader's
+# error or worse, a twentieth: it goes on being searched, slowly)
+EVEN_WITHIN, MIN_SHARE = 0.05, 0.05
+
+
+def time_shares(best_errors: dict[str, float]) -> dict[str, float]:
+    """Each model's share of the fit time (the leader's 1) from its best trial's error (a loss, lower
+    better: 1 - AUC, 1 - accuracy, RMSE) against the leader's: models within EVEN_WITHIN of the
+    leader's error share equally; one further behind gets EVEN_WITHIN / gap (gap: its error over the
+    leader's, less 1), at least MIN_SHARE (FLAML
+    too picks the learner to fit next by its distance to the best error, and AutoGluon fits its
+    portfolio's strongest kinds first)."""
+    lead = min(best_errors.values(), default=0.0)
+    shares = {}
+    for model, error in best_errors.items():
+        gap = (error - lead) / lead if lead > 0 else (0.0 if error <= lead else float("inf"))
+        shares[model] = 1.0 if gap <= EVEN_WITHIN else max(MIN_SHARE, EVEN_WITHIN / gap)
+    return shares

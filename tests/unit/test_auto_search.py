@@ -68,3 +68,4 @@ def test_a_short_limit_fits_hpo_autos_trials_in_the_driver_unless_the_executor_w
 def test_hpo_auto_bags_its_trials_where_the_table_is_small_for_the_budget(compose, overrides, folds):
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     assert settings.conf.parallelism.num_folds == folds
+    assert settings.plan_input(None).levels.num_folds == folds  # what the plan reads

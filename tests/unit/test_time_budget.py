@@ -125,10 +125,10 @@ class TestGraphCut:
 class SimulatedBackend(Backend):
     """No fit runs: one of model m takes seconds[m] on the clock (or, for a list, its next entry), and
     wait() moves the clock to the next end (or by its timeout). Each result holds out the fold's rows,
-    predicting 0.5."""
+    predicting 0.5 (a model in `right`: the label on that fraction of the rows, the other class elsewhere)."""
 
-    def __init__(self, seconds: dict, clock: Clock, rows: int):
-        self.seconds, self.clock, self.rows = seconds, clock, rows
+    def __init__(self, seconds: dict, clock: Clock, rows: int, right: dict | None = None):
+        self.seconds, self.clock, self.rows, self.right = seconds, clock, rows, right or {}
         self.running: dict[int, tuple] = {}
         self.submitted: list[tuple[str, float, float]] = []  # (task id, start, end)
         self.deadlines: set = set()
@@ -156,14 +156,23 @@ class SimulatedBackend(Backend):
         del self.running[handle]
         self.clock.now = max(self.clock.now, end)
         held_out = np.arange(request.fold, self.rows, request.num_folds)
-        return [(handle, FoldResult(request.task_id, request.key, None, held_out, np.full((len(held_out), 2), 0.5),
+        val_pred = np.full((len(held_out), 2), 0.5)
+        if request.model_name in self.right:
+            y = np.tile([0, 1], self.rows // 2)[held_out]
+            right = self.right[request.model_name]
+            if callable(right):  # of the trial
+                right = right(int(request.task_id.split("/t")[1].split("/")[0]))
+            p = np.where(held_out * 37 % 100 < 100 * right, y, 1 - y)
+            val_pred = np.column_stack([1.0 - p, p])
+        return [(handle, FoldResult(request.task_id, request.key, None, held_out, val_pred,
                                     np.full((4, 2), 0.5), end - start, 0.0, "cpu", start, end, 0, "sim"))]
 
     def cancel(self, handle):
         self.cancelled.append(self.running.pop(handle)[2].task_id)
 
 
-def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2):
+def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: dict | None = None, rows=8,
+             serial=False, source=None):
     from pipeline.config import HpoConf
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
@@ -181,13 +190,14 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2):
     plan = build_plan(hw, allocations)
     bags = tuple(t.id for t in plan.tasks if t.kind == "bag")
     plan = plan.with_task(Task("collect", "collect", DRIVER, bags))
-    rows = 8
     data = SimpleNamespace(y=np.tile([0, 1], rows // 2), fingerprint="simulated")
     clock = Clock()
-    backend = SimulatedBackend(seconds, clock, rows)
+    backend = SimulatedBackend(seconds, clock, rows, right)
+    backend.one_at_a_time = serial
     budget = TimeBudget(limit_s, clock=clock)
-    scheduler = Scheduler(plan, backend, ResultStore(tmp_path), TrialSource(HpoConf(), {}, {}, "maximize"),
-                          {m: SleepModel({}, m) for m in seconds}, data, METRICS["roc_auc"], seed=0, budget=budget)
+    source = source or TrialSource(HpoConf(), {}, {}, "maximize")
+    scheduler = Scheduler(plan, backend, ResultStore(tmp_path), source, {m: SleepModel({}, m) for m in seconds},
+                          data, METRICS["roc_auc"], seed=0, budget=budget, pruning=source.spec.pruning)
     outcome = scheduler.run()
     return plan, backend, budget, scheduler, outcome
 
@@ -323,3 +333,77 @@ def test_under_a_budget_every_models_first_trial_comes_first_then_the_models_sha
     fast, slow = sum("fast" in b for b in done), sum("slow" in b for b in done)
     seconds = {m: sum(e - s for tid, s, e in backend.submitted if m in tid) for m in ("fast", "slow")}
     assert fast >= 3 * slow and abs(seconds["fast"] - seconds["slow"]) <= 8.0, (fast, slow, seconds)
+
+
+@pytest.mark.parametrize("serial, at_most", [(True, 0.15), (False, 0.6)])
+def test_once_every_model_has_a_whole_trial_one_far_behind_the_leader_gets_less_of_the_time(tmp_path, serial,
+                                                                                           at_most):
+    """Fits one at a time (in the driver), the share decides every start; with a pool, a model far
+    behind still takes a CPU its leader cannot use (its one trial's last fold running alone)."""
+    right = {"good": 0.9, "poor": 0.6}  # out-of-fold errors 0.1 and 0.4: the poor one's share a twentieth
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"good": 1.0, "poor": 1.0}, limit_s=60.0,
+                                                         trials=60, folds=2, right=right, rows=20, serial=serial)
+    seconds = {m: sum(e - s for tid, s, e in backend.submitted if f"/{m}/" in tid) for m in right}
+    assert seconds["poor"] <= at_most * seconds["good"], seconds
+    assert scheduler._shares == {"good": 1.0, "poor": 0.05}
+
+
+@pytest.mark.parametrize("errors, shares", [
+    ({"a": 0.30, "b": 0.31, "c": 0.315}, {"a": 1.0, "b": 1.0, "c": 1.0}),  # within 5% of the leader's error
+    ({"a": 0.30, "b": 0.36}, {"a": 1.0, "b": 0.25}),  # 20% behind: a quarter
+    ({"a": 140.0, "b": 196.0}, {"a": 1.0, "b": 0.125}),  # an RMSE 40% behind: an eighth
+    ({"a": 0.10, "b": 0.40}, {"a": 1.0, "b": 0.05}),  # four times the error: the floor
+    ({"a": 0.0, "b": 0.01, "c": 0.0}, {"a": 1.0, "b": 0.05, "c": 1.0}),  # a perfect leader
+])
+def test_time_shares_by_the_relative_gap_to_the_leaders_error(errors, shares):
+    from pipeline.graph.trial_gate import time_shares
+
+    assert time_shares(errors) == pytest.approx(shares)
+
+
+def test_the_trial_source_keeps_each_models_best_whole_trial_as_an_error():
+    from pipeline.config import HpoConf
+    from pipeline.hpo import TrialSource
+
+    auc = TrialSource(HpoConf(), {}, {}, "maximize")
+    for trial, score, pruned in ((0, 0.70, False), (1, 0.90, True), (2, 0.75, False), (3, float("nan"), False)):
+        auc.tell("m", trial, score, pruned=pruned)
+    rmse = TrialSource(HpoConf(), {}, {}, "minimize")
+    rmse.tell("m", 0, 150.0)
+    rmse.tell("m", 1, 160.0)
+    assert auc.best_error == {"m": pytest.approx(0.25)} and rmse.best_error == {"m": 150.0}
+
+
+def test_a_later_fold_of_a_trial_halving_may_stop_waits_for_its_first_fold_while_other_fits_can_start(tmp_path):
+    """Two searched models on two CPUs, 5-fold trials, successive halving over folds: most trials stop
+    after their first fold, and their second fold is not started beside the first (it would be
+    fitted for nothing) while the other model has fits to start."""
+    from pipeline.config import HpoConf, SearchDimConf
+    from pipeline.hpo import TrialSource
+
+    hpo = HpoConf(num_trials=60, seed=0, pruning=True, _target_="pipeline.searchers.RandomSearch")
+    source = TrialSource(hpo, {m: {"x": SearchDimConf("float", 0.0, 1.0)} for m in "ab"}, {}, "maximize")
+    right = {m: (lambda trial: 0.6 + 0.3 * ((trial * 7) % 10) / 10) for m in "ab"}  # 0.6 to 0.87 by trial
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"a": 1.0, "b": 1.0}, limit_s=60.0, trials=60,
+                                                         folds=5, right=right, rows=100, source=source)
+    folds = {}
+    for tid, _, _ in backend.submitted:
+        model, trial = tid.split("/")[1:3]
+        folds[(model, trial)] = folds.get((model, trial), 0) + 1
+    stopped = [n for (m, t), n in folds.items() if (m, int(t[1:])) in source.pruned]
+    assert len(stopped) >= 10 and sum(n > 1 for n in stopped) <= 0.2 * len(stopped), sorted(stopped)
+
+
+def test_only_a_trial_halving_may_stop_and_none_of_whose_folds_has_scored_awaits_its_first_score():
+    from pipeline.config import HpoConf, SearchDimConf
+    from pipeline.hpo import TrialSource
+
+    space = {"m": {"x": SearchDimConf("float", 0.0, 1.0)}}
+    pruned = TrialSource(HpoConf(num_trials=9, pruning=True, _target_="pipeline.searchers.RandomSearch"), space, {},
+                         "maximize")
+    for trial in range(3):
+        pruned.params("m", trial)
+    pruned.fold_scored("m", 2, 0.7)
+    assert [pruned.awaits_first_score("m", t) for t in range(3)] == [False, True, False]
+    plain = TrialSource(HpoConf(num_trials=9, _target_="pipeline.searchers.RandomSearch"), space, {}, "maximize")
+    assert not plain.awaits_first_score("m", 1)
