@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def boosting_work(fit, rounds) -> float:
+    """A boosted-tree fit's work in its calibration's unit: training rows x features x rounds, in billions."""
+    return fit.train * fit.features * int(rounds) / 1e9
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where a fit runs: its CPU count and GPUs (physical ids, and ordinals this process sees)."""

@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
-from pipeline.models.base import FitContext, TabularModel
+from pipeline.models.base import FitContext, TabularModel, boosting_work
 from pipeline.models.profile import MiB, ModelProfile
 
 log = logging.getLogger("pipeline")
@@ -120,8 +120,7 @@ class CatBoostModel(TabularModel):
 
     @classmethod
     def fit_work(cls, params, fit):
-        rounds = next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS)
-        return fit.train * fit.features * int(rounds) / 1e9
+        return boosting_work(fit, next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS))
 
     @classmethod
     def gpu_request(cls, params):

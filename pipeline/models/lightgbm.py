@@ -10,7 +10,7 @@ from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
 from pipeline.models.lightgbm_gpu import device_log, log_from_this_thread, probe
 from pipeline.models.links import from_raw, to_raw
-from pipeline.models.base import FitContext, TabularModel
+from pipeline.models.base import FitContext, TabularModel, boosting_work
 from pipeline.models.profile import ModelProfile
 
 GPU_HELP = (
@@ -108,8 +108,7 @@ class LightGBMModel(TabularModel):
 
     @classmethod
     def fit_work(cls, params, fit):
-        rounds = next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS)
-        return fit.train * fit.features * int(rounds) / 1e9
+        return boosting_work(fit, next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS))
 
     @classmethod
     def gpu_request(cls, params):

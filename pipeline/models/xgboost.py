@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
-from pipeline.models.base import FitContext, TabularModel
+from pipeline.models.base import FitContext, TabularModel, boosting_work
 from pipeline.models.links import from_raw
 from pipeline.models.profile import ModelProfile
 
@@ -94,7 +94,7 @@ class XGBoostModel(TabularModel):
 
     @classmethod
     def fit_work(cls, params, fit):
-        return fit.train * fit.features * int(params.get("num_boost_round", 1000)) / 1e9
+        return boosting_work(fit, params.get("num_boost_round", 1000))
 
     @classmethod
     def gpu_request(cls, params):
