@@ -22,6 +22,7 @@ import numpy as np
 
 from pipeline.accelerators import local_ordinals
 from pipeline.graph.datafile import resolve_data
+from pipeline.graph.round_pruning import FoldPruner
 from pipeline.memory.measure import PeakMemory
 from pipeline.models.base import FitContext, Placement, TabularModel
 
@@ -81,7 +82,7 @@ class FitRequest:
     checkpoint_dir: Optional[str] = None
     local_gpus: Optional[tuple[int, ...]] = None  # None: the worker sees exactly gpu_ids (CUDA_VISIBLE_DEVICES)
     pruning: bool = False
-    prune_reference: tuple[dict, ...] = ()  # curves (step -> loss) of earlier trials on this model and fold
+    prune_thresholds: tuple[tuple[int, float], ...] = ()  # (rung step, loss past which it stops): round_pruning
     deadline: Optional[float] = None  # time.time() the fit stops by (time_limit_s): absolute, as every host reads it
     fold_set: Optional[tuple[int, ...]] = None  # a stacked fit: learn outside these folds (() : every row)
     stack: Optional[StackFeatures] = None  # a stacked level's features from the level below
@@ -221,37 +222,11 @@ def _fold_ids(data, num_folds: int, fold_seed: int) -> np.ndarray:
     return _FOLD_CACHE[key]
 
 
-class FoldPruner:
-    """Optuna's MedianPruner, judging this fold's validation-loss curve against earlier trials' curves
-    on the same model and fold; the models call it every few rounds or every epoch."""
-
-    def __init__(self, reference: tuple[dict, ...]):
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(
-            direction="minimize", pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1)
-        )
-        for curve in reference:
-            steps = {int(k): float(v) for k, v in curve.items()}
-            if steps:
-                self.study.add_trial(optuna.trial.create_trial(value=min(steps.values()), intermediate_values=steps))
-        self.trial = self.study.ask()
-        self.values: dict[int, float] = {}
-        self.pruned = False
-
-    def __call__(self, step: int, value: float) -> bool:
-        self.values[step] = value
-        self.trial.report(value, step)
-        self.pruned = self.pruned or self.trial.should_prune()
-        return self.pruned
-
-
 def run_fit(request: FitRequest) -> FoldResult:
     """Fit one fold of one trial of one model (or a stacked model, on its fold set with its level's
     features), and predict its held-out rows and the test rows."""
     start = time.time()
-    report = FoldPruner(request.prune_reference) if request.pruning else None
+    report = FoldPruner(request.prune_thresholds) if request.pruning else None
     data = resolve_data(request.data)
     train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed, request.fold_set)
     local = request.local_gpus

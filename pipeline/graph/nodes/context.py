@@ -91,7 +91,16 @@ class GraphContext:
     data_ref: Any = None  # executors.tasks.DataRef, set when the backend has prepared the data
     deadline: Optional[float] = None  # time.time() the fits must end by (time_limit_s); None: no limit
     outcome: Outcome = field(default_factory=Outcome)
-    curves: dict[tuple[str, int], list[dict]] = field(default_factory=dict)  # (model, fold) -> pruner references
+    rungs: dict[tuple[str, int], Any] = field(default_factory=dict)  # (model, fold) -> round_pruning.RungTable
+
+    def rung_table(self, model: str, fold: int):
+        from pipeline.graph.round_pruning import RungTable
+
+        return self.rungs.setdefault((model, fold), RungTable())
+
+    def rung_thresholds(self, model: str, fold: int) -> tuple:
+        table = self.rungs.get((model, fold))
+        return table.thresholds() if table is not None else ()
 
 
 def leaderboard_row(name: str, val: dict, test: dict, *, fit_seconds: float, predict_seconds: float,

@@ -35,13 +35,13 @@ class FitNode(NodeKind):
             eval_metric=ctx.metric.name, num_cpus=task.resources.num_cpus,
             gpu_ids=tuple(d for d, _ in shares), gpu_shares=tuple(s for _, s in shares), data=ctx.data_ref,
             checkpoint_dir=str(ctx.store.checkpoint_dir(key)), pruning=ctx.pruning,
-            prune_reference=tuple(ctx.curves.get((task.model, task.fold), ())) if ctx.pruning else (),
+            prune_thresholds=ctx.rung_thresholds(task.model, task.fold) if ctx.pruning else (),
             deadline=ctx.deadline, class_weight=ctx.class_weight,
         )
 
     def done(self, task, result, request, ctx):
-        if result.curve and not result.pruned:
-            ctx.curves.setdefault((task.model, task.fold), []).append(result.curve)
+        if result.curve:  # stopped fits too: judged only against the survivors, each rung would stop half
+            ctx.rung_table(task.model, task.fold).add(result.curve)
         ctx.outcome.timeline.append(
             {
                 "task": task.id, "model": task.model, "trial": task.trial, "fold": task.fold, "level": task.level,
