@@ -279,7 +279,10 @@ class Scheduler:
             after = max(after, end) if mine else after
             slots += [end] * (t.resources.num_cpus // cpus)
         limit = admission.limits.get(task.model)
-        return sorted(slots)[:limit.folds_parallel if limit is not None else 1], after
+        places = limit.folds_parallel if limit is not None else 1
+        if getattr(self.backend, "one_at_a_time", False):
+            places = 1  # the fits run one after another, whatever the CPUs free
+        return sorted(slots)[:places], after
 
     def _stop_unused(self, admission: Admission) -> None:
         """Stop each running fit whose every consumer was cut (the other folds of its trial cannot

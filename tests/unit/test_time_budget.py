@@ -407,3 +407,14 @@ def test_only_a_trial_halving_may_stop_and_none_of_whose_folds_has_scored_awaits
     assert [pruned.awaits_first_score("m", t) for t in range(3)] == [False, True, False]
     plain = TrialSource(HpoConf(num_trials=9, _target_="pipeline.searchers.RandomSearch"), space, {}, "maximize")
     assert not plain.awaits_first_score("m", 1)
+
+
+@pytest.mark.parametrize("limit_s", [7.5, 8.5, 9.5, 10.5])
+def test_in_the_driver_a_trial_starts_only_if_its_folds_one_after_another_end_in_time(tmp_path, limit_s):
+    """Fits in the driver run one at a time: the free CPUs are no second place for a trial's other fold,
+    so no trial is started whose folds, laid end to end, pass the deadline (it would be dropped unfinished)."""
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"m": 1.0}, limit_s=limit_s, trials=20,
+                                                         serial=True)
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline)
+    assert summary.trials_dropped == 0 and summary.trials > summary.trials_not_run
+    assert max(end for _, _, end in backend.submitted) <= budget.deadline
