@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,32 @@ class ProcessMemory(ABC):
 
     def close(self) -> None:
         """Release the driver's library."""
+
+
+class ListedProcessMemory(ProcessMemory):
+    """A driver whose library lists each device's processes (NVML, AMD SMI): `_processes` reads one
+    device's list, `used` picks out this process."""
+
+    handles: list  # the library's device handles, in device order
+    pid: int  # this process
+
+    @abstractmethod
+    def _processes(self, handle) -> Iterable[tuple[int, int]]:
+        """(pid, bytes) of each process on the device `handle`; raises where the library cannot tell."""
+
+    def used(self, seen_on: Optional[set] = None) -> int:
+        most = 0
+        for index, handle in enumerate(self.handles):
+            try:
+                processes = list(self._processes(handle))
+            except Exception:  # a device the library cannot read: nothing of ours seen there
+                continue
+            for pid, used in processes:
+                if pid == self.pid and used:
+                    most = max(most, int(used))
+                    if seen_on is not None:
+                        seen_on.add(index)
+        return most
 
 
 class Accelerator(ABC):

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from typing import Any, Optional
 
-from pipeline.accelerators.base import ProcessMemory
+from pipeline.accelerators.base import ListedProcessMemory
 
 def nvml_devices() -> list[tuple[str, str, int]]:
     """(UUID, name, memory bytes) of each device NVML lists; [] without nvidia-ml-py or a driver."""
@@ -54,7 +54,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class NvmlProcess(ProcessMemory):
+class NvmlProcess(ListedProcessMemory):
     """This process's memory on its most used GPU, as NVML reports it (None where NVML is absent)."""
 
     def __init__(self, nvml, handles):
@@ -75,19 +75,8 @@ class NvmlProcess(ProcessMemory):
             return None
         return cls(pynvml, handles)
 
-    def used(self, seen_on: Optional[set] = None) -> int:
-        most = 0
-        for index, handle in enumerate(self.handles):
-            try:
-                processes = self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            except Exception:
-                continue
-            for p in processes:
-                if p.pid == self.pid and p.usedGpuMemory:
-                    most = max(most, int(p.usedGpuMemory))
-                    if seen_on is not None:
-                        seen_on.add(index)
-        return most
+    def _processes(self, handle):
+        return ((p.pid, p.usedGpuMemory or 0) for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle))
 
     def close(self) -> None:
         try:

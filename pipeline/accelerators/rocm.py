@@ -18,7 +18,7 @@ import subprocess
 import sys
 from typing import Optional, Sequence
 
-from pipeline.accelerators.base import Accelerator, Device, ProcessMemory
+from pipeline.accelerators.base import Accelerator, Device, ListedProcessMemory, ProcessMemory
 from pipeline.accelerators.cuda import CUDAAccelerator
 
 VISIBLE = "HIP_VISIBLE_DEVICES"
@@ -75,7 +75,7 @@ def rocm_smi_devices() -> list[tuple[str, str, int]]:
     return out
 
 
-class AmdSmiProcess(ProcessMemory):
+class AmdSmiProcess(ListedProcessMemory):
     """This process's VRAM on its most used GPU, as AMD SMI reports it."""
 
     def __init__(self, amdsmi, handles):
@@ -95,22 +95,11 @@ class AmdSmiProcess(ProcessMemory):
             amdsmi.amdsmi_shut_down()
             return None
 
-    def used(self, seen_on: Optional[set] = None) -> int:
-        most = 0
-        for index, handle in enumerate(self.handles):
-            try:
-                processes = self.amdsmi.amdsmi_get_gpu_process_list(handle)
-            except Exception:
-                continue
-            for p in processes:
-                # AMD SMI 6.x lists process handles to look up; 7.x lists the processes' dicts
-                info = p if isinstance(p, dict) else self.amdsmi.amdsmi_get_gpu_process_info(handle, p)
-                vram = int((info.get("memory_usage") or {}).get("vram_mem") or 0)
-                if info.get("pid") == self.pid and vram:
-                    most = max(most, vram)
-                    if seen_on is not None:
-                        seen_on.add(index)
-        return most
+    def _processes(self, handle):
+        for p in self.amdsmi.amdsmi_get_gpu_process_list(handle):
+            # AMD SMI 6.x lists process handles to look up; 7.x lists the processes' dicts
+            info = p if isinstance(p, dict) else self.amdsmi.amdsmi_get_gpu_process_info(handle, p)
+            yield info.get("pid"), int((info.get("memory_usage") or {}).get("vram_mem") or 0)
 
     def close(self) -> None:
         try:
