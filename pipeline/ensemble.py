@@ -46,18 +46,6 @@ def ensemble_selection(preds: list[np.ndarray], y: np.ndarray, metric: Metric, s
     return best_counts / best_counts.sum()
 
 
-def selection_metric(metric: Metric) -> Metric:
-    """The metric the ensemble's weights are chosen on: the eval metric, except one that scores labels
-    (accuracy, balanced accuracy, F1), where it is log loss on the probabilities the labels come from. A
-    label metric moves in steps of a row over the held-out rows, and the greedy selection then follows
-    single rows: over 18 searched runs of 6 classification tables (docs/time_budget.md) weights chosen
-    on log loss scored higher test accuracy in 9, lower in 6 and the same in 3 (a mean of +0.004)."""
-    from pipeline.metrics import METRICS
-    from pipeline.threshold import LABEL_METRICS
-
-    return METRICS["log_loss"] if metric.name in LABEL_METRICS else metric
-
-
 def blend(preds: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
     return sum(w * p for w, p in zip(weights, preds) if w > 0)
 

@@ -1,6 +1,4 @@
-"""Greedy ensemble selection when members predict NaN, and the metric it chooses on."""
-
-import json
+"""Greedy ensemble selection when members predict NaN."""
 
 import numpy as np
 import pytest
@@ -61,42 +59,3 @@ def test_stacked_members_of_an_ensemble_predict_each_lower_fold_model_once():
     np.testing.assert_array_equal(ensemble.predict_typed(X), 0.25 * alone[0] + 0.75 * alone[1])
     assert all(m.calls == 1 for kind in lower.values() for m in kind)
     assert all(top.calls == 2 for member in members for top in member.models)  # alone, then in the ensemble
-
-
-def _members_a_label_metric_and_log_loss_rank_apart():
-    """Held-out labels, and two members: `sharp` right on 62 of 100 rows at 0.99 and wrong on the rest at
-    0.99; `calibrated` right on 60 at 0.55. A label metric picks sharp alone; log loss leans on calibrated."""
-    y = np.array([0, 1] * 50)
-    right = np.arange(100) < 62
-    p_true = np.where(right, 0.99, 0.01)
-    sharp = np.column_stack([np.where(y == 0, p_true, 1 - p_true), np.where(y == 1, p_true, 1 - p_true)])
-    right = np.arange(100) >= 40
-    p_true = np.where(right, 0.55, 0.45)
-    calibrated = np.column_stack([np.where(y == 0, p_true, 1 - p_true), np.where(y == 1, p_true, 1 - p_true)])
-    return y, sharp, calibrated
-
-
-@pytest.mark.parametrize("eval_metric, picked", [("accuracy", "calibrated"), ("balanced_accuracy", "calibrated"),
-                                                 ("f1", "calibrated"), ("roc_auc", None)])
-def test_the_ensemble_chooses_its_weights_on_log_loss_for_a_metric_of_labels(eval_metric, picked):
-    """The ensemble node's selection: on log loss where the eval metric scores labels (its steps make the
-    greedy selection follow single rows), on the eval metric otherwise; the row reports the eval metric."""
-    from types import SimpleNamespace
-
-    from pipeline.graph.nodes.ensemble import _ensemble
-
-    y, sharp, calibrated = _members_a_label_metric_and_log_loss_rank_apart()
-    held = np.arange(100)
-    data = SimpleNamespace(y=np.concatenate([y, y]), test_idx=np.arange(100, 200), classes=[0, 1])
-    members = {name: SimpleNamespace(held_out=held, val_pred=p, test_pred=p, folds=[None] * 5)
-               for name, p in (("sharp", sharp), ("calibrated", calibrated))}
-    metric = METRICS[eval_metric]
-    row, _ = _ensemble(members, data, metric, "binary", {"sharp": None, "calibrated": None},
-                       {"sharp": {"sharp": 0.1}, "calibrated": {"calibrated": 0.1}}, level=2)
-    chooser = METRICS["log_loss"] if picked else metric
-    expected = ensemble_selection([sharp, calibrated], y, chooser)
-    weights = json.loads(row["params"])
-    assert list(weights.values()) == list(map(float, expected))
-    if picked:
-        assert weights[picked] > weights["sharp"]
-        assert ensemble_selection([sharp, calibrated], y, metric)[0] == 1.0  # the label metric: sharp alone

@@ -1,7 +1,6 @@
 """The ensemble node: each model's best trial (and each stacked level's bag) as a predictor with its
 leaderboard row, and, with two models or more at the last level, their weighted ensemble (Caruana
-selection on the out-of-fold predictions, on log loss for a label metric: pipeline.ensemble.selection_metric).
-The run's hooks log the board (pipeline.outputs)."""
+selection on the out-of-fold predictions). The run's hooks log the board (pipeline.outputs)."""
 
 from __future__ import annotations
 
@@ -149,23 +148,21 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
               floor: Sequence[str] = (), extra: Optional[dict] = None) -> tuple:
     """The weighted ensemble's leaderboard row, and (held-out rows, their predictions, test predictions).
     `floor`: the members of the default run's ensemble (each model's own params); the selection over
-    them alone is kept where it scores better (in the eval metric) on the held-out rows than the selection
-    over all. `extra`:
+    them alone is kept where it scores better on the held-out rows than the selection over all. `extra`:
     the predictors of members without a row (`_other_trials`), in the ensemble only where picked."""
     import numpy as np
 
     from pipeline import metrics as metrics_module
-    from pipeline.ensemble import EnsemblePredictor, blend, ensemble_selection, selection_metric
+    from pipeline.ensemble import EnsemblePredictor, blend, ensemble_selection
 
     trials = list(best.values())
     held = trials[0].held_out
     if any(not np.array_equal(t.held_out, held) for t in trials):
         raise RuntimeError("models were validated on different rows; cannot ensemble them")
     t0 = time.perf_counter()
-    chooser = selection_metric(metric)
-    weights = ensemble_selection([t.val_pred for t in trials], data.y[held], chooser, names=list(best))
+    weights = ensemble_selection([t.val_pred for t in trials], data.y[held], metric, names=list(best))
     if floor and set(floor) != set(best):
-        own = ensemble_selection([best[n].val_pred for n in floor], data.y[held], chooser, names=list(floor))
+        own = ensemble_selection([best[n].val_pred for n in floor], data.y[held], metric, names=list(floor))
         mine = [own[list(floor).index(n)] if n in floor else 0.0 for n in best]
         def score(w):
             return metric(data.y[held], blend([t.val_pred for t in trials], np.asarray(w)))
