@@ -11,12 +11,15 @@ limit: engine − FLAML and engine − AutoGluon in the metric's better directio
 minus peer; RMSE: peer minus engine), engine − its default run, and the engine's wall / limit.
 EQUAL_BUDGET_LIMITS=30 (seconds, comma-separated) runs other limits than 30 and 120;
 EQUAL_BUDGET_TABLES=more runs eight other tables (`more_tables`) instead of the four.
+EQUAL_BUDGET_SPLITS=N runs each table on N train/test splits (data.seed 0 to N-1; one by default): each
+figure's values are its splits', a table counts for the engine where the median gap to each peer is >= 0.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -75,59 +78,72 @@ def run(opts: Options) -> dict:
     missing = {p: str(py) for p, py in peers.items() if not py.exists()}
     chosen = os.environ.get("EQUAL_BUDGET_LIMITS")
     limits = tuple(int(x) for x in chosen.split(",")) if chosen else (10,) if opts.quick else LIMITS
+    splits = int(os.environ.get("EQUAL_BUDGET_SPLITS", "1"))
     folder = opts.scratch / "equal_budget"
     folder.mkdir(parents=True, exist_ok=True)
     figures, notes, runs = [], [], {}
     wins = {limit: 0 for limit in limits}
     for name, (frame, label, task) in chosen_tables().items():
-        where = folder / name.replace(" ", "_")
-        where.mkdir(parents=True, exist_ok=True)
-        csv = where / "table.csv"
-        frame.to_csv(csv, index=False)
-        data_ov = ["data=csv", f"data.path={csv}", f"data.label={label}", f"data.name={name.replace(' ', '_')}",
-                   f"data.problem_type={task}", "data.seed=0", "seed=0", "tracking=none"]
-        data, _ = load_data(data_ov, opts.scratch / "engine")
-        train, test = _write_split(data, where)
-        log(f"equal_budget: {name}: engine default run")
-        default = _engine(data_ov, where / "default", METRIC[task])
-        runs[name] = {"rows": {"train+val": int(len(data.train_idx) + len(data.val_idx)),
-                               "test": int(len(data.test_idx))}, "task": task, "default": default}
+        metric = METRIC[task]
+        sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+        gaps: dict[tuple, list] = {}  # (limit, figure) -> its value on each split
+        for split in range(splits):
+            record = f"{name} (split {split})" if split else name
+            where = folder / name.replace(" ", "_") / (f"split{split}" if split else "")
+            where.mkdir(parents=True, exist_ok=True)
+            csv = where / "table.csv"
+            frame.to_csv(csv, index=False)
+            data_ov = ["data=csv", f"data.path={csv}", f"data.label={label}",
+                       f"data.name={name.replace(' ', '_')}", f"data.problem_type={task}", f"data.seed={split}",
+                       "seed=0", "tracking=none"]
+            data, _ = load_data(data_ov, opts.scratch / "engine")
+            train, test = _write_split(data, where)
+            log(f"equal_budget: {record}: engine default run")
+            default = _engine(data_ov, where / "default", metric)
+            runs[record] = {"rows": {"train+val": int(len(data.train_idx) + len(data.val_idx)),
+                                     "test": int(len(data.test_idx))}, "task": task, "split": split,
+                            "default": default}
+            for limit in limits:
+                log(f"equal_budget: {record} · {limit} s: engine")
+                engine = _engine(data_ov + [f"time_limit_s={limit}"], where / f"engine{limit}", metric)
+                sides = {"engine": engine}
+                for peer, python in peers.items():
+                    if peer not in missing:
+                        log(f"equal_budget: {record} · {limit} s: {peer}")
+                        sides[peer] = _peer(python, peer, train, test, data.label, task, limit,
+                                            where / f"{peer}{limit}")
+                        gaps.setdefault((limit, peer), []).append(sign * (engine["score"] - sides[peer]["score_test"]))
+                gaps.setdefault((limit, "engine default"), []).append(sign * (engine["score"] - default["score"]))
+                gaps.setdefault((limit, "wall"), []).append(engine["wall_s"] / limit)
+                runs[record][str(limit)] = sides
         for limit in limits:
             group = f"{name} · {limit} s"
-            log(f"equal_budget: {group}: engine")
-            engine = _engine(data_ov + [f"time_limit_s={limit}"], where / f"engine{limit}", METRIC[task])
-            metric = METRIC[task]
-            sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
-            sides = {"engine": engine}
             for peer, python in peers.items():
                 if peer in missing:
                     figures.append(not_measured(f"{name} · engine − {peer}", f"{python} is missing", group=group))
-                    continue
-                log(f"equal_budget: {group}: {peer}")
-                sides[peer] = _peer(python, peer, train, test, data.label, task, limit, where / f"{peer}{limit}")
-                figures.append(figure(f"{name} · engine − {peer}",
-                                      [sign * (engine["score"] - sides[peer]["score_test"])], metric, group=group,
-                                      kind="score", target=(">=", 0.0)))
-            figures.append(figure(f"{name} · engine − engine default", [sign * (engine["score"] - default["score"])],
-                                  metric, group=group, kind="score", target=(">=", 0.0)))
-            figures.append(figure(f"{name} · engine wall / limit", [engine["wall_s"] / limit], "x", group=group,
+                else:
+                    figures.append(figure(f"{name} · engine − {peer}", gaps[(limit, peer)], metric, group=group,
+                                          kind="score", target=(">=", 0.0)))
+            figures.append(figure(f"{name} · engine − engine default", gaps[(limit, "engine default")], metric,
+                                  group=group, kind="score", target=(">=", 0.0)))
+            figures.append(figure(f"{name} · engine wall / limit", gaps[(limit, "wall")], "x", group=group,
                                   target=("<=", 1 + 5 / limit)))
-            peer_scores = [sides[p]["score_test"] for p in peers if p in sides]
-            if peer_scores and all(sign * (engine["score"] - s) >= 0 for s in peer_scores):
+            medians = [statistics.median(gaps[(limit, p)]) for p in peers if p not in missing]
+            if medians and all(m >= 0 for m in medians):  # over the splits: the median gap to each peer
                 wins[limit] += 1
-            runs[name][str(limit)] = sides
     for limit in limits:
         figures.append(figure(f"tables where the engine is at or above both peers · {limit} s", [wins[limit]],
                               "tables", group="summary", target=(">=", 3)))
     if missing:
         notes.append("peers not measured (their bench environment is missing): "
                      + ", ".join(f"{p} ({py})" for p, py in missing.items()))
-    notes.append("one repeat per table and limit on a 2-core machine shared with other work: wall times and "
-                 "therefore how many trials each side fits are noisy (each side's run keeps the 1-minute "
-                 "load average before and after it)")
-    settings = {"limits_s": list(limits), "tables": {n: {"label": t[1], "task": t[2]} for n, t in chosen_tables().items()},
+    notes.append(f"{splits} train/test split(s) per table and one repeat per split and limit on a 2-core "
+                 "machine: wall times and therefore how many trials each side fits are noisy (each side's run "
+                 "keeps the 1-minute load average before and after it)")
+    settings = {"limits_s": list(limits), "splits": splits,
+                "tables": {n: {"label": t[1], "task": t[2]} for n, t in chosen_tables().items()},
                 "engine": "python -m pipeline data=csv data.path=<table> data.label=<label> data.problem_type=<task> "
-                          "data.seed=0 seed=0 tracking=none time_limit_s=<L> (hpo=auto: the default under a limit); "
+                          "data.seed=<split> seed=0 tracking=none time_limit_s=<L> (hpo=auto: the default under a limit); "
                           "the default run: the same without time_limit_s",
                 "flaml": "AutoML().fit(X, y, task, metric, time_budget=L, seed=0) on the engine's train+val rows",
                 "autogluon": "TabularPredictor(label, eval_metric, problem_type).fit(train+val rows, time_limit=L)",
