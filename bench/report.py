@@ -94,8 +94,31 @@ SUITES = {
         "against the peak the fit measured (`memory.json`). Targets: engine / plain ≤ 1.02× wall and ≤ 1.05× peak "
         "RSS, memory estimate / peak between 0.85 and 1.15, for each model kind at every size.",
     ),
+    "real_tables": (
+        "Real tables: column roles",
+        "Real public tables with the columns users' tables hold (ids, dates, free text, constants, leaks, a "
+        "written row index), each trained three ways through the CLI: with column roles (the default), with "
+        "every column as read (`data.infer_roles=false`), and with the offending columns dropped by hand. "
+        "Figures: each model's test score with roles less the raw run's, and less the hand-dropped run's.",
+    ),
+    "role_inference": (
+        "Column roles: their cost as the table grows",
+        "Seconds to infer column roles at 100k, 1M and 10M rows: from a Parquet file's first rows before "
+        "planning, and from a loaded table's sample. Neither reads more than a fixed sample, so both should "
+        "stay flat.",
+    ),
+    "equal_budget": (
+        "Equal budget: the engine, FLAML and AutoGluon",
+        "The engine (`time_limit_s=L`, hpo=auto), FLAML (`AutoML.fit(time_budget=L)`) and AutoGluon "
+        "(`TabularPredictor.fit(time_limit=L)`, default presets), each in its own environment, on the same "
+        "train and test rows of real tables shipped by packages, scored on the same test rows; whole processes. "
+        "Gaps in the metric's better direction (RMSE: peer minus engine); with `EQUAL_BUDGET_SPLITS=N` a figure's "
+        "values are its N train/test splits. Targets: at or above each peer and the engine's own default run, "
+        "wall within the limit plus 5 s, and at or above both peers on 3 tables of 4. Each side's scores and "
+        "leaderboards are in the JSON (`settings.runs`).",
+    ),
 }
-HIDDEN_SETTINGS = {"leaderboards", "tail", "traceback"}
+HIDDEN_SETTINGS = {"leaderboards", "tail", "traceback", "runs"}
 
 
 # ---------------------------------------------------------------------------------------------- loading
