@@ -59,6 +59,7 @@ class Scheduler:
     ):
         self.template, plan = plan, plan.expanded()  # the trials the plan counts but does not list, instantiated
         self.plan, self.backend, self.store = plan, backend, store
+        self.serial = getattr(backend, "one_at_a_time", False)  # one fit at a time
         self.max_retries, self.hooks, self.task_timeout_s = max_retries, hooks, task_timeout_s
         self.ctx = GraphContext(plan, data, metric, seed, trials, store, prototypes, pruning=pruning, hooks=hooks,
                                 unseen_categories=unseen_categories, class_weight=class_weight)
@@ -202,9 +203,8 @@ class Scheduler:
         if self._ranks is None or self.budget is not None:  # the durations changed: so may the queue's order
             self._shares = self._standing()
             self.queued.sort(key=self._priority)
-        serial = getattr(self.backend, "one_at_a_time", False)  # a result decides the next start
         for task in list(self.queued):
-            if serial and self.running:
+            if self.serial and self.running:
                 return progressed
             go = task.id not in self.cut.cut and self._in_time(task, admission)
             if go is None:
@@ -215,7 +215,7 @@ class Scheduler:
             else:
                 progressed = self._start(task, admission, attempts) or progressed
         for task in held_back:  # places nothing else could take: no reason to wait for the estimate
-            if serial and self.running:
+            if self.serial and self.running:
                 break
             progressed = self._start(task, admission, attempts) or progressed
         return progressed
@@ -279,9 +279,7 @@ class Scheduler:
             after = max(after, end) if mine else after
             slots += [end] * (t.resources.num_cpus // cpus)
         limit = admission.limits.get(task.model)
-        places = limit.folds_parallel if limit is not None else 1
-        if getattr(self.backend, "one_at_a_time", False):
-            places = 1  # the fits run one after another, whatever the CPUs free
+        places = 1 if self.serial or limit is None else limit.folds_parallel  # serial: whatever the CPUs free
         return sorted(slots)[:places], after
 
     def _stop_unused(self, admission: Admission) -> None:
