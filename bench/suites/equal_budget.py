@@ -87,12 +87,14 @@ def run(opts: Options) -> dict:
         metric = METRIC[task]
         sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
         gaps: dict[tuple, list] = {}  # (limit, figure) -> its value on each split
+        home = folder / name.replace(" ", "_")
+        home.mkdir(parents=True, exist_ok=True)
+        csv = home / "table.csv"  # one file: the splits differ only in data.seed
+        frame.to_csv(csv, index=False)
         for split in range(splits):
             record = f"{name} (split {split})" if split else name
-            where = folder / name.replace(" ", "_") / (f"split{split}" if split else "")
+            where = home / f"split{split}" if split else home
             where.mkdir(parents=True, exist_ok=True)
-            csv = where / "table.csv"
-            frame.to_csv(csv, index=False)
             data_ov = ["data=csv", f"data.path={csv}", f"data.label={label}",
                        f"data.name={name.replace(' ', '_')}", f"data.problem_type={task}", f"data.seed={split}",
                        "seed=0", "tracking=none"]
