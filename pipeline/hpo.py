@@ -52,6 +52,7 @@ class TrialSource:
         self._trials: dict[tuple[str, int], Any] = {}
         self._counts: dict[str, int] = {}  # model -> trials asked in this run
         self.best_error: dict[str, float] = {}  # model -> its best whole trial's error (`error`)
+        self.told: dict[str, int] = {}  # model -> trials told (whole or pruned)
 
     def params(self, model: str, trial: int) -> dict:
         key = (model, trial)
@@ -87,6 +88,7 @@ class TrialSource:
 
     def tell(self, model: str, trial: int, score: float, pruned: bool = False) -> None:
         self.scores[(model, trial)] = score
+        self.told[model] = self.told.get(model, 0) + 1
         if not pruned and score == score:  # (not NaN)
             self.best_error[model] = min(self.best_error.get(model, float("inf")), self.error(score))
         optuna_trial = self._trials.get((model, trial))

@@ -150,10 +150,12 @@ class Scheduler:
         """The queue's order: under a budget, every model's first trial (its own params) first, then the
         model that has fitted for the fewest seconds so far for its share (a fast model fits more trials,
         a slow one does not eat the budget; once every model has a whole trial, one whose best error is far
-        behind the leader's gets less: `time_shares`), trial by trial; then the fits of a
-        model none of whose fits has finished yet (in the plan's order: how long they take is learnt
-        first); then the longest path of work from the fit to the end of the graph first (critical path
-        list scheduling), so that the long chains start early and short fits fill the CPUs beside them."""
+        behind the leader's gets less: `time_shares`), trial by trial (fits one at a time: the later folds
+        of a trial whose first fold has ended before any other trial's, as a trial left unfinished at the
+        deadline is dropped); then the fits of a model none of whose fits has finished yet (in the plan's
+        order: how long they take is learnt first); then the longest path of work from the fit to the end
+        of the graph first (critical path list scheduling), so that the long chains start early and short
+        fits fill the CPUs beside them."""
         trial = (task.trial or 0) if self.budget is not None else 0
         spent = self._fit_seconds[task.model][0] if trial and task.model in self._fit_seconds else 0.0
         spent /= self._shares.get(task.model, 1.0)
@@ -162,16 +164,17 @@ class Scheduler:
         rank = self._ranks.get(task.id)
         if rank is None:  # a trial the plan does not list: its fold's rank in the first trial (the same shape)
             rank = self._ranks[fit_id(task.model, 0, task.fold)]
-        return trial > 0, spent, trial, task.model in self._ranked, -rank, self._order[task.id]
+        under_way = self.serial and trial and task.fold and fit_id(task.model, trial, 0) in self.ctx.outcome.results
+        return trial > 0, not under_way, spent, trial, task.model in self._ranked, -rank, self._order[task.id]
 
     def _standing(self) -> dict[str, float]:
         """Each model's share of the time under a budget, by its best whole trial's error against the
-        leader's, once every model has one (before, and without a budget, equal shares)."""
+        leader's once every model has one (`time_shares`; before, and without a budget, equal shares)."""
         best = getattr(self.ctx.trials, "best_error", {})
         models = {a.model for a in self.template.allocations}
         if self.budget is None or len(models) < 2 or not models <= best.keys():
             return {}
-        return time_shares({m: best[m] for m in models})
+        return time_shares({m: best[m] for m in models}, getattr(self.ctx.trials, "told", None))
 
     def _upward_ranks(self) -> dict[str, float]:
         """Each task's seconds plus the longest such sum over the tasks that consume it: a fit takes its

@@ -10,7 +10,7 @@ import math
 from pipeline.memory.estimates import CUDA_CONTEXT_BYTES, MiB, Estimate, FitShape, feature_bytes
 from pipeline.memory.shape import DataShape
 from pipeline.nn.options import DEFAULTS as NETWORK_DEFAULTS
-from pipeline.nn.options import EVAL_BATCH, activation_bytes, embedding_dim
+from pipeline.nn.options import EVAL_BATCH, activation_bytes, embedding_dim, embedding_floats
 
 # Resident memory each library adds to a fitting process once imported (profiles' import_bytes), and the
 # host RAM of its GPU runtime in a fit on a GPU (profiles' gpu_host_bytes)
@@ -90,8 +90,13 @@ def network_size(params: dict, data: DataShape) -> tuple[int, int]:
     params = {**NETWORK_DEFAULTS, **params}
     card = data.cardinality + 1
     dim = embedding_dim(card, int(params["max_embedding_dim"]))
-    width = data.numeric + data.categorical * dim
     count = data.categorical * card * dim
+    numeric_width = data.numeric
+    if params["numeric_embedding"] == "periodic" and data.numeric:
+        k, d = int(params["embedding_frequencies"]), int(params["numeric_embedding_dim"])
+        numeric_width = data.numeric * d
+        count += data.numeric * k + 2 * k * d + d  # the frequencies and the shared linear map
+    width = numeric_width + data.categorical * dim
     w = width
     hidden = list(params["hidden_sizes"])
     for h in hidden:
@@ -105,7 +110,8 @@ def network_size(params: dict, data: DataShape) -> tuple[int, int]:
 def activation_bytes_per_row(params: dict, data: DataShape) -> int:
     params = {**NETWORK_DEFAULTS, **params}
     _, width = network_size(params, data)
-    return activation_bytes(width, params["hidden_sizes"], data.categorical)
+    embedded = embedding_floats(data.numeric, params)
+    return activation_bytes(width, params["hidden_sizes"], data.categorical, embedded)
 
 
 def network(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:

@@ -27,8 +27,8 @@ from pipeline.errors import HardwareError
 from pipeline.metrics import Metric
 from pipeline.nn.network import NetSpec, to_prediction  # noqa: F401  (importable from here too)
 from pipeline.nn.options import (
-    COMPILE_MODES, EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, largest_batch,
-    optimizer_options, scaled_lr,
+    COMPILE_MODES, EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, embedding_floats,
+    largest_batch, optimizer_options, scaled_lr,
 )
 from pipeline.trusted import create_file, make_folders, open_trusted
 
@@ -283,8 +283,9 @@ class Loop:
     def _estimated_batch(self, module, cap: int) -> int:
         """Where the batch search starts: the largest power of two whose activations, as the plan's
         memory estimate counts them, fit in the memory left on the device (or a quarter of the free RAM)."""
-        width = self.spec.num_numeric + sum(e.embedding_dim for e in module.embeddings)
-        per_row = activation_bytes(width, self.spec.hidden_sizes, len(self.spec.cardinalities))
+        embedded = embedding_floats(self.spec.num_numeric, vars(self.spec))
+        per_row = activation_bytes(module.input_width, self.spec.hidden_sizes, len(self.spec.cardinalities),
+                                   embedded)
         state = 3 * 4 * sum(p.numel() for p in module.parameters())  # gradients and AdamW's moments, still to come
         free = self.accelerator.free_memory(self.device)
         if free is not None:

@@ -1,7 +1,9 @@
-"""The tabular MLP: an embedding per categorical column, concatenated with the numeric inputs."""
+"""The tabular MLP: an embedding per categorical column, concatenated with the numeric inputs (as they
+are, or each through a periodic embedding)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +41,23 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
+class PeriodicEmbedding(nn.Module):
+    """Each number x of column j as relu(W [cos(2 pi c_j x), sin(2 pi c_j x)] + b): `frequencies` trained
+    frequencies c_j per column, drawn from N(0, scale^2) at the start, and one linear map shared by the
+    columns (Gorishniy et al., 2022, "On Embeddings for Numerical Features in Tabular Deep Learning",
+    PLR lite). A plain MLP draws smooth functions of its inputs; these let it draw the step-like ones
+    that trees find in a column."""
+
+    def __init__(self, columns: int, frequencies: int, scale: float, dim: int):
+        super().__init__()
+        self.frequencies = nn.Parameter(torch.randn(columns, frequencies) * scale)
+        self.linear = nn.Linear(2 * frequencies, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        angles = (2 * math.pi) * self.frequencies * x.unsqueeze(-1)  # (rows, columns, frequencies)
+        return F.relu(self.linear(torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1))).flatten(1)
+
+
 class TabularMLP(nn.Module):
     def __init__(
         self,
@@ -48,10 +67,20 @@ class TabularMLP(nn.Module):
         hidden_sizes: tuple[int, ...] = (256, 128),
         dropout: float = 0.1,
         max_embedding_dim: int = 16,
+        numeric_embedding: str = "none",
+        embedding_frequencies: int = 16,
+        frequency_scale: float = 1.0,
+        numeric_embedding_dim: int = 16,
     ):
         super().__init__()
         self.embeddings = nn.ModuleList(nn.Embedding(c, embedding_dim(c, max_embedding_dim)) for c in cardinalities)
-        width = num_numeric + sum(e.embedding_dim for e in self.embeddings)
+        self.numeric_embedding = (
+            PeriodicEmbedding(num_numeric, embedding_frequencies, frequency_scale, numeric_embedding_dim)
+            if numeric_embedding == "periodic" and num_numeric else None
+        )
+        numeric_width = num_numeric * numeric_embedding_dim if self.numeric_embedding is not None else num_numeric
+        width = numeric_width + sum(e.embedding_dim for e in self.embeddings)
+        self.input_width = width
         layers: list[nn.Module] = []
         for size in hidden_sizes:
             layers += [nn.Linear(width, size), nn.LayerNorm(size), nn.ReLU(), Dropout(dropout)]
@@ -60,8 +89,9 @@ class TabularMLP(nn.Module):
         self.mlp = nn.Sequential(*layers)
 
     def forward(self, x_num: torch.Tensor, x_cat: torch.Tensor) -> torch.Tensor:
-        parts = [x_num] + [emb(x_cat[:, j]) for j, emb in enumerate(self.embeddings)]
-        return self.mlp(torch.cat(parts, dim=1) if len(parts) > 1 else x_num)
+        numbers = x_num if self.numeric_embedding is None else self.numeric_embedding(x_num)
+        parts = [numbers] + [emb(x_cat[:, j]) for j, emb in enumerate(self.embeddings)]
+        return self.mlp(torch.cat(parts, dim=1) if len(parts) > 1 else numbers)
 
 
 @dataclass(frozen=True)
@@ -74,11 +104,16 @@ class NetSpec:
     hidden_sizes: tuple[int, ...] = (256, 128)
     dropout: float = 0.1
     max_embedding_dim: int = 16
+    numeric_embedding: str = "none"  # none | periodic
+    embedding_frequencies: int = 16
+    frequency_scale: float = 1.0
+    numeric_embedding_dim: int = 16
 
     def build(self) -> TabularMLP:
         return TabularMLP(
             self.num_numeric, list(self.cardinalities), self.out_dim, self.hidden_sizes, self.dropout,
-            self.max_embedding_dim,
+            self.max_embedding_dim, self.numeric_embedding, self.embedding_frequencies, self.frequency_scale,
+            self.numeric_embedding_dim,
         )
 
 

@@ -18,6 +18,11 @@ DEFAULTS = {
     "hidden_sizes": [256, 128],
     "dropout": 0.1,
     "max_embedding_dim": 16,
+    "numeric_scaling": "standard",
+    "numeric_embedding": "none",
+    "embedding_frequencies": 16,
+    "frequency_scale": 1.0,
+    "numeric_embedding_dim": 16,
     "learning_rate": 1e-3,
     "weight_decay": 1e-5,
     "batch_size": 512,
@@ -33,8 +38,14 @@ COMPILE_MODES = {False: None, True: "default", "default": "default", "reduce-ove
                  "max-autotune": "max-autotune"}  # params.compile -> torch.compile's mode (None: eager)
 PRECISIONS = {"32": None, "16-mixed": "float16", "bf16-mixed": "bfloat16"}  # Lightning's names -> autocast dtype
 LR_SCALING = {"none": lambda n: 1.0, "linear": float, "sqrt": math.sqrt}  # learning-rate factor for n devices
+NUMERIC_SCALINGS = {  # params.numeric_scaling -> how the encoder maps each number before the network
+    "standard": "minus the training mean, over the standard deviation",
+    "quantile": "to the normal quantile of its rank among the training values (skew and outliers flattened)",
+}
+NUMERIC_EMBEDDINGS = ("none", "periodic")  # numbers as they are, or each through pipeline.nn.network.PeriodicEmbedding
 EVAL_BATCH = 65_536  # rows the network scores at a time (validation, test, prediction)
-_POSITIVE_INTS = ("max_epochs", "accumulate_grad_batches", "max_batch_size", "max_embedding_dim")
+_POSITIVE_INTS = ("max_epochs", "accumulate_grad_batches", "max_batch_size", "max_embedding_dim",
+                  "embedding_frequencies", "numeric_embedding_dim")
 
 
 def check(params: dict, key: str = "params") -> dict:
@@ -49,6 +60,8 @@ def check(params: dict, key: str = "params") -> dict:
     _choice(key, "device", str(p["device"]).lower(), PLAN_DEVICES)
     _choice(key, "precision", str(p["precision"]), PRECISIONS)
     _choice(key, "lr_scaling", p["lr_scaling"], LR_SCALING)
+    _choice(key, "numeric_scaling", p["numeric_scaling"], NUMERIC_SCALINGS)
+    _choice(key, "numeric_embedding", p["numeric_embedding"], NUMERIC_EMBEDDINGS)
     batch = p["batch_size"]
     if batch != "auto" and not _is_int(batch, 1):
         raise ConfigError(f"{key}.batch_size={batch!r} must be a positive integer or 'auto'")
@@ -61,6 +74,9 @@ def check(params: dict, key: str = "params") -> dict:
         raise ConfigError(f"{key}.dropout={p['dropout']!r} must be in [0, 1)")
     if not _number(key, "learning_rate", p["learning_rate"]) > 0:
         raise ConfigError(f"{key}.learning_rate={p['learning_rate']!r} must be > 0")
+    if not _number(key, "frequency_scale", p["frequency_scale"]) > 0:
+        raise ConfigError(f"{key}.frequency_scale={p['frequency_scale']!r} must be > 0 (the spread of the "
+                          "periodic embedding's first frequencies)")
     if not _number(key, "weight_decay", p["weight_decay"]) >= 0:
         raise ConfigError(f"{key}.weight_decay={p['weight_decay']!r} must be >= 0")
     if not isinstance(p["compile"], (bool, str)) or p["compile"] not in COMPILE_MODES:
@@ -154,10 +170,20 @@ def _iterable(value) -> tuple:
         return (None,)
 
 
-def activation_bytes(width: int, hidden_sizes, categorical: int) -> int:
+def activation_bytes(width: int, hidden_sizes, categorical: int, embedding_floats: int = 0) -> int:
     """Bytes a training step keeps per row of its batch: inputs, each layer's outputs (linear,
-    norm, activation, dropout mask) and their gradients, in float32; the gathered codes and label."""
-    return (2 * width + 4 * sum(hidden_sizes)) * 4 * 2 + categorical * 8 + 16
+    norm, activation, dropout mask) and their gradients, in float32; the gathered codes and label;
+    the numbers' embedding (`embedding_floats`)."""
+    return (2 * width + 4 * sum(hidden_sizes) + embedding_floats) * 4 * 2 + categorical * 8 + 16
+
+
+def embedding_floats(numeric: int, params: dict) -> int:
+    """Floats a row's periodic embedding of its `numeric` numbers keeps for the backward pass: the
+    angles, their cosines and sines, the linear map's output and its ReLU; none without one."""
+    p = {**DEFAULTS, **params}
+    if p["numeric_embedding"] != "periodic":
+        return 0
+    return numeric * (4 * int(p["embedding_frequencies"]) + 2 * int(p["numeric_embedding_dim"]))
 
 
 def largest_batch(per_row: int, budget: int, cap: int) -> int:

@@ -85,3 +85,22 @@ def test_unseen_category_at_predict_time_is_missing(datasets):
     X = data.X.iloc[data.test_idx[:3]].copy()
     X["workclass"] = pd.Categorical([None] * 3, categories=X["workclass"].cat.categories)
     assert model.predict_proba(X).shape == (3, 2)
+
+
+def test_the_network_takes_quantile_scaling_and_periodic_embeddings_from_its_params(datasets):
+    import pickle
+
+    import numpy as np
+
+    data = datasets["binary"]
+    plr = fit(TorchMLPModel, data, numeric_scaling="quantile", numeric_embedding="periodic",
+              embedding_frequencies=4, numeric_embedding_dim=6)
+    plain = fit(TorchMLPModel, data)
+    assert plr.encoder_.scaling == "quantile" and plain.encoder_.scaling == "standard"
+    module = plr._module()
+    assert module.numeric_embedding is not None and plain._module().numeric_embedding is None
+    assert module.input_width == len(data.numeric) * 6 + sum(e.embedding_dim for e in module.embeddings)
+    rows = data.X.iloc[data.test_idx[:200]]
+    predicted = plr.predict_proba(rows)
+    assert predicted.shape == (200, 2) and np.allclose(predicted.sum(axis=1), 1.0)
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(plr)).predict_proba(rows), predicted, rtol=1e-6)

@@ -348,6 +348,41 @@ def test_once_every_model_has_a_whole_trial_one_far_behind_the_leader_gets_less_
     assert scheduler._shares == {"good": 1.0, "poor": 0.05}
 
 
+def test_a_model_far_behind_on_its_own_params_still_fits_its_next_configuration_at_an_equal_share(tmp_path):
+    """One trial is a poor judge of a kind (the network's own params far behind the GBMs, its first
+    portfolio entry level with them): a model's share falls only once it has told two trials."""
+    right = {"good": 0.9, "poor": lambda trial: 0.6 if trial == 0 else 0.89}
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"good": 1.0, "poor": 1.0}, limit_s=60.0,
+                                                         trials=60, folds=2, right=right, rows=20, serial=True)
+    starts = {tid: start for tid, start, _ in backend.submitted}
+    assert starts[fit_id("poor", 1, 0)] - min(starts.values()) <= 6.0, sorted(starts.items(), key=lambda kv: kv[1])[:8]
+    assert scheduler._shares["poor"] >= 0.4  # judged on both trials: 10% behind the leader, half the time
+
+
+def test_fits_one_at_a_time_finish_a_trial_under_way_before_starting_another_models(tmp_path):
+    """In the driver a trial's folds run end to end: once its first fold has ended, its other folds go
+    before any other trial's, so the models' turns do not spread a trial over the budget (one left
+    unfinished at the deadline is dropped, its fits wasted)."""
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"a": 1.0, "b": 2.5}, limit_s=60.0,
+                                                         trials=40, folds=3, serial=True)
+    order = [tid for tid, _, _ in backend.submitted]
+    for model in ("a", "b"):
+        for trial in range(1, 40):
+            folds = [order.index(fit_id(model, trial, f)) for f in range(3) if fit_id(model, trial, f) in order]
+            if len(folds) == 3:
+                assert folds[2] - folds[0] == 2, (model, trial, order[folds[0]:folds[2] + 1])
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline)
+    assert summary.trials_dropped == 0
+
+
+def test_time_shares_wait_for_two_told_trials():
+    from pipeline.graph.trial_gate import time_shares
+
+    errors = {"a": 0.10, "b": 0.40}
+    assert time_shares(errors, {"a": 5, "b": 1}) == {"a": 1.0, "b": 1.0}
+    assert time_shares(errors, {"a": 5, "b": 2}) == pytest.approx({"a": 1.0, "b": 0.05})
+
+
 @pytest.mark.parametrize("errors, shares", [
     ({"a": 0.30, "b": 0.31, "c": 0.315}, {"a": 1.0, "b": 1.0, "c": 1.0}),  # within 5% of the leader's error
     ({"a": 0.30, "b": 0.36}, {"a": 1.0, "b": 0.25}),  # 20% behind: a quarter
@@ -372,6 +407,7 @@ def test_the_trial_source_keeps_each_models_best_whole_trial_as_an_error():
     rmse.tell("m", 0, 150.0)
     rmse.tell("m", 1, 160.0)
     assert auc.best_error == {"m": pytest.approx(0.25)} and rmse.best_error == {"m": 150.0}
+    assert auc.told == {"m": 4} and rmse.told == {"m": 2}  # pruned and NaN trials are told too
 
 
 def test_a_later_fold_of_a_trial_halving_may_stop_waits_for_its_first_fold_while_other_fits_can_start(tmp_path):
