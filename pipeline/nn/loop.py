@@ -283,9 +283,8 @@ class Loop:
     def _estimated_batch(self, module, cap: int) -> int:
         """Where the batch search starts: the largest power of two whose activations, as the plan's
         memory estimate counts them, fit in the memory left on the device (or a quarter of the free RAM)."""
-        embedded = embedding_floats(self.spec.num_numeric, vars(self.spec))
         per_row = activation_bytes(module.input_width, self.spec.hidden_sizes, len(self.spec.cardinalities),
-                                   embedded)
+                                   embedding_floats(self.spec.num_numeric, vars(self.spec)))
         state = 3 * 4 * sum(p.numel() for p in module.parameters())  # gradients and AdamW's moments, still to come
         free = self.accelerator.free_memory(self.device)
         if free is not None:
