@@ -54,7 +54,7 @@ class TabularEncoder:
                              else np.empty(0, np.float32))
         _fill(num, self.medians_)
         if self.scaling == "quantile":
-            self.quantiles_ = _column_quantiles(num[:: max(1, len(num) // MEDIAN_ROWS)])
+            self.quantiles_ = _column_quantiles(sample)  # a view of num: its missing values filled now
             _to_normal(num, self.quantiles_)
         self.means_ = num.mean(axis=0, dtype=np.float64).astype(np.float32) if num.size else np.empty(0, np.float32)
         std = _std(num, self.means_)

@@ -38,10 +38,9 @@ COMPILE_MODES = {False: None, True: "default", "default": "default", "reduce-ove
                  "max-autotune": "max-autotune"}  # params.compile -> torch.compile's mode (None: eager)
 PRECISIONS = {"32": None, "16-mixed": "float16", "bf16-mixed": "bfloat16"}  # Lightning's names -> autocast dtype
 LR_SCALING = {"none": lambda n: 1.0, "linear": float, "sqrt": math.sqrt}  # learning-rate factor for n devices
-NUMERIC_SCALINGS = {  # params.numeric_scaling -> how the encoder maps each number before the network
-    "standard": "minus the training mean, over the standard deviation",
-    "quantile": "to the normal quantile of its rank among the training values (skew and outliers flattened)",
-}
+# params.numeric_scaling: each number minus the training mean over the std, or first to the normal quantile
+# of its rank among the training values (pipeline.nn.encoding.TabularEncoder)
+NUMERIC_SCALINGS = ("standard", "quantile")
 NUMERIC_EMBEDDINGS = ("none", "periodic")  # numbers as they are, or each through pipeline.nn.network.PeriodicEmbedding
 EVAL_BATCH = 65_536  # rows the network scores at a time (validation, test, prediction)
 _POSITIVE_INTS = ("max_epochs", "accumulate_grad_batches", "max_batch_size", "max_embedding_dim",
