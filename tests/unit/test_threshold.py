@@ -47,3 +47,28 @@ def test_a_model_that_predicts_one_class_is_named(caplog):
     with caplog.at_level(logging.WARNING):
         threshold.warn_one_class("xgboost", np.full(50, 0.1), 0.5, ["No", "Yes"])
     assert "xgboost predicts 'No' for all 50 test rows" in caplog.text
+
+
+def test_every_thresholds_score_equals_the_metric_at_that_threshold():
+    """Scores from the sorted classes equal pipeline.metrics' own at each threshold: ties, one class, rare class."""
+    rng = np.random.default_rng(3)
+    cases = [rare(500, 2), (rng.integers(0, 2, 300), None), (np.ones(40, int), None), (np.zeros(40, int), None)]
+    for y, proba in cases:
+        if proba is None:
+            p1 = np.round(rng.random(len(y)), 1)  # many tied scores
+            proba = np.column_stack([1 - p1, p1])
+        grid = np.unique(np.r_[0.0, 0.5, 1.0, proba[:, 1], rng.random(20)])
+        for name in threshold.LABEL_METRICS:
+            fast = threshold.scores_at(y == 1, proba[:, 1], grid, name)
+            slow = [metrics.METRICS[name](y, threshold.one_hot(proba[:, 1], t)) for t in grid]
+            np.testing.assert_allclose(fast, slow, atol=1e-12, err_msg=name)
+
+
+def test_choosing_a_threshold_does_not_grow_with_the_candidates_times_the_rows(monkeypatch):
+    """A metric call per candidate threshold cost 12 s on 2 million out-of-fold rows: none is made now."""
+    y, proba = rare(200_000, 4)
+    calls = []
+    monkeypatch.setattr(metrics, "METRICS", {k: (lambda *a, _f=m: calls.append(1) or _f(*a))
+                                             for k, m in metrics.METRICS.items()})
+    assert threshold.choose(y, proba, "balanced_accuracy") < 0.5
+    assert calls == []

@@ -4,12 +4,15 @@ selection on the out-of-fold predictions). The run's hooks log the board (pipeli
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from pipeline.graph.nodes import NodeKind, register
 from pipeline.graph.nodes.context import ensemble_seconds, leaderboard_row, rows_per_second, seconds_of
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -144,6 +147,22 @@ def _other_trials(outcome, best: dict, metric, data, schema, seconds: dict) -> d
     return extra
 
 
+SELECTION_ROWS = 100_000  # held-out rows the ensemble's weights are chosen on, at most
+
+
+def selection_rows(num_held: int):
+    """The held-out rows (positions) the weights are chosen on: all of them up to SELECTION_ROWS, else
+    that many drawn at random (seeded). The greedy selection scores every candidate at each of its steps:
+    on 2 million rows ranked by ROC AUC, three members took 21 s; the weights' scores are on every row."""
+    import numpy as np
+
+    if num_held <= SELECTION_ROWS:
+        return slice(None)
+    log.info("ensemble: weights chosen on %s of the %s held-out rows (drawn at random)",
+             f"{SELECTION_ROWS:,}", f"{num_held:,}")
+    return np.sort(np.random.default_rng(0).choice(num_held, SELECTION_ROWS, replace=False))
+
+
 def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int,
               floor: Sequence[str] = (), extra: Optional[dict] = None) -> tuple:
     """The weighted ensemble's leaderboard row, and (held-out rows, their predictions, test predictions).
@@ -160,12 +179,14 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     if any(not np.array_equal(t.held_out, held) for t in trials):
         raise RuntimeError("models were validated on different rows; cannot ensemble them")
     t0 = time.perf_counter()
-    weights = ensemble_selection([t.val_pred for t in trials], data.y[held], metric, names=list(best))
+    rows = selection_rows(len(held))
+    y, preds = data.y[held][rows], {n: t.val_pred[rows] for n, t in best.items()}
+    weights = ensemble_selection(list(preds.values()), y, metric, names=list(best))
     if floor and set(floor) != set(best):
-        own = ensemble_selection([best[n].val_pred for n in floor], data.y[held], metric, names=list(floor))
+        own = ensemble_selection([preds[n] for n in floor], y, metric, names=list(floor))
         mine = [own[list(floor).index(n)] if n in floor else 0.0 for n in best]
         def score(w):
-            return metric(data.y[held], blend([t.val_pred for t in trials], np.asarray(w)))
+            return metric(y, blend(list(preds.values()), np.asarray(w)))
 
         if metric.better(score(mine), score(weights)):
             weights = np.asarray(mine)
