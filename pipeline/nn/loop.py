@@ -28,7 +28,7 @@ from pipeline.metrics import Metric
 from pipeline.nn.network import NetSpec, to_prediction  # noqa: F401  (importable from here too)
 from pipeline.nn.options import (
     COMPILE_MODES, EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, embedding_floats,
-    largest_batch, optimizer_options, scaled_lr,
+    largest_batch, optimizer_options, scaled_lr, watched,
 )
 from pipeline.trusted import create_file, make_folders, open_trusted
 
@@ -54,7 +54,8 @@ class LoopResult:
     state_dict: dict
     history: dict[str, list[float]] = field(default_factory=dict)
     best_epoch: int = -1
-    best_score: float = float("nan")
+    best_score: float = float("nan")  # the eval metric at the kept epoch
+    best_watched: float = float("inf")  # params.monitor's figure there, lower better (options.watched)
     batch_size: int = 0
     oom_backoffs: int = 0
     epochs_run: int = 0
@@ -84,8 +85,7 @@ class Loop:
     ):
         self.spec, self.cfg, self.problem_type, self.metric = spec, config, problem_type, metric
         self.device, self.seed, self.rank, self.world = device, seed, rank, world_size
-        self.checkpoint_dir = checkpoint_dir
-        self.y_scale = y_scale
+        self.checkpoint_dir, self.y_scale = checkpoint_dir, y_scale
         self.report, self.deadline = report, deadline  # deadline: a time.time() (the run's time_limit_s)
         self.accelerator = for_torch(device)
         check_precision(config.precision, self.accelerator.fp16)
@@ -101,9 +101,7 @@ class Loop:
         return loss if w is None else (loss * w).mean()
 
     def _autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return contextlib.nullcontext() if self.dtype is None else torch.autocast(self.device.type, dtype=self.dtype)
 
     def _to_device(self, a: Arrays) -> tuple:
         d = self.device
@@ -142,6 +140,7 @@ class Loop:
             self.accelerator.set_rng_state(state.get("device_rng", state.get("cuda_rng")), self.device)
             best_state, bad_epochs, start_epoch = state["best_state"], state["bad_epochs"], state["epoch"] + 1
             result.history, result.best_epoch, result.best_score = state["history"], state["best_epoch"], state["best_score"]
+            result.best_watched = state.get("best_watched", float("inf"))  # a checkpoint from before params.monitor
             result.oom_backoffs = state["oom_backoffs"]
             log.info("resuming the network fit from its checkpoint after epoch %d", state["epoch"])
         self.accelerator.reset_peak_memory(self.device)
@@ -158,10 +157,10 @@ class Loop:
             stop = torch.zeros(1, device=self.device)
             if self.rank == 0:
                 val_loss, score, output = self._evaluate(module, v_num, v_cat, v_y, v_w)
-                improved = result.best_epoch < 0 or self.metric.better(score, result.best_score)
-                if improved:
+                figure = watched(self.cfg.monitor, val_loss, score, self.metric.greater_is_better)
+                if result.best_epoch < 0 or figure < result.best_watched:
                     best_state = {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
-                    result.best_epoch, result.best_score, bad_epochs = epoch, score, 0
+                    result.best_epoch, result.best_score, result.best_watched, bad_epochs = epoch, score, figure, 0
                     result.validation_output = output
                 else:
                     bad_epochs += 1
@@ -356,6 +355,7 @@ class Loop:
             "best_state": best_state,
             "best_epoch": result.best_epoch,
             "best_score": result.best_score,
+            "best_watched": result.best_watched,
             "bad_epochs": bad_epochs,
             "batch_size": batch,
             "history": copy.deepcopy(result.history),

@@ -29,6 +29,7 @@ DEFAULTS = {
     "max_batch_size": 16_384,
     "max_epochs": 30,
     "patience": 5,
+    "monitor": "val_loss",
     "precision": "32",
     "lr_scaling": "linear",
     "accumulate_grad_batches": 1,
@@ -42,6 +43,11 @@ LR_SCALING = {"none": lambda n: 1.0, "linear": float, "sqrt": math.sqrt}  # lear
 # of its rank among the training values (pipeline.nn.encoding.TabularEncoder)
 NUMERIC_SCALINGS = ("standard", "quantile")
 NUMERIC_EMBEDDINGS = ("none", "periodic")  # numbers as they are, or each through pipeline.nn.network.PeriodicEmbedding
+# params.monitor: what chooses the kept epoch and counts the patience: the validation loss (log loss, or the
+# squared error), or the run's eval metric. A rank or label metric over a fold's few positives jumps
+# between epochs: on a table with 3% positives a fold kept its first epoch (ROC AUC 0.942, log loss 0.119)
+# over later ones (log loss 0.086).
+MONITORS = ("val_loss", "eval_metric")
 EVAL_BATCH = 65_536  # rows the network scores at a time (validation, test, prediction)
 _POSITIVE_INTS = ("max_epochs", "accumulate_grad_batches", "max_batch_size", "max_embedding_dim",
                   "embedding_frequencies", "numeric_embedding_dim")
@@ -61,6 +67,7 @@ def check(params: dict, key: str = "params") -> dict:
     _choice(key, "lr_scaling", p["lr_scaling"], LR_SCALING)
     _choice(key, "numeric_scaling", p["numeric_scaling"], NUMERIC_SCALINGS)
     _choice(key, "numeric_embedding", p["numeric_embedding"], NUMERIC_EMBEDDINGS)
+    _choice(key, "monitor", p["monitor"], MONITORS)
     batch = p["batch_size"]
     if batch != "auto" and not _is_int(batch, 1):
         raise ConfigError(f"{key}.batch_size={batch!r} must be a positive integer or 'auto'")
@@ -97,6 +104,13 @@ def check_precision(precision: str, has_fp16: bool, key: str = "params") -> None
         )
 
 
+def watched(monitor: str, val_loss: float, score: float, greater_is_better: bool) -> float:
+    """An epoch's figure for `monitor`, lower better: its validation loss, or its eval metric as a loss."""
+    if monitor == "val_loss":
+        return val_loss
+    return -score if greater_is_better else score
+
+
 def optimizer_options(fused: bool) -> dict:
     """AdamW's fused implementation where the accelerator has one (Accelerator.fused_optimizer): on CUDA
     one launch updates every parameter, where the for-each path launches several a step; on the CPU
@@ -123,6 +137,7 @@ class LoopConfig:
     max_batch_size: int = DEFAULTS["max_batch_size"]
     max_epochs: int = DEFAULTS["max_epochs"]
     patience: int = DEFAULTS["patience"]
+    monitor: str = DEFAULTS["monitor"]
     learning_rate: float = DEFAULTS["learning_rate"]
     weight_decay: float = DEFAULTS["weight_decay"]
     precision: str = DEFAULTS["precision"]
@@ -138,7 +153,7 @@ class LoopConfig:
         p = check(params, key)
         return cls(
             batch_size=p["batch_size"], max_batch_size=p["max_batch_size"], max_epochs=p["max_epochs"],
-            patience=p["patience"], learning_rate=float(p["learning_rate"]), weight_decay=float(p["weight_decay"]),
+            patience=p["patience"], monitor=p["monitor"], learning_rate=float(p["learning_rate"]), weight_decay=float(p["weight_decay"]),
             precision=str(p["precision"]), accumulate_grad_batches=p["accumulate_grad_batches"],
             compile=p["compile"], lr_scaling=p["lr_scaling"],
         )
