@@ -109,12 +109,17 @@ def test_fp16_on_cpu_is_a_clear_error():
         run(LoopConfig(precision="16-mixed"))
 
 
-def test_early_stopping_keeps_the_best_epoch():
-    result = run(LoopConfig(batch_size=32, max_epochs=40, patience=2, learning_rate=0.05))
+@pytest.mark.parametrize("monitor", ["val_loss", "eval_metric"])
+def test_early_stopping_keeps_the_best_epoch(monitor):
+    result = run(LoopConfig(batch_size=32, max_epochs=40, patience=2, learning_rate=0.05, monitor=monitor))
     assert result.epochs_run < 40
     assert result.epochs_run - 1 - result.best_epoch == 2
-    best = max(result.history["val_accuracy"])
-    assert result.best_score == best
+    losses, accuracy = result.history["val_loss"], result.history["val_accuracy"]
+    if monitor == "val_loss":
+        assert result.best_epoch == losses.index(min(losses))
+    else:
+        assert result.best_epoch == accuracy.index(max(accuracy))
+    assert result.best_score == accuracy[result.best_epoch]
 
 
 def test_auto_batch_size_on_cpu_is_capped():
