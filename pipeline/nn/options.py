@@ -153,7 +153,8 @@ class LoopConfig:
         p = check(params, key)
         return cls(
             batch_size=p["batch_size"], max_batch_size=p["max_batch_size"], max_epochs=p["max_epochs"],
-            patience=p["patience"], monitor=p["monitor"], learning_rate=float(p["learning_rate"]), weight_decay=float(p["weight_decay"]),
+            patience=p["patience"], monitor=p["monitor"], learning_rate=float(p["learning_rate"]),
+            weight_decay=float(p["weight_decay"]),
             precision=str(p["precision"]), accumulate_grad_batches=p["accumulate_grad_batches"],
             compile=p["compile"], lr_scaling=p["lr_scaling"],
         )
