@@ -55,7 +55,7 @@ class LoopResult:
     history: dict[str, list[float]] = field(default_factory=dict)
     best_epoch: int = -1
     best_score: float = float("nan")  # the eval metric at the kept epoch
-    best_watched: float = float("inf")  # params.monitor's figure there, lower better (options.watched)
+    best_watched: float = float("inf")  # the monitored figure there, lower better; on resume, from the history
     batch_size: int = 0
     oom_backoffs: int = 0
     epochs_run: int = 0
@@ -140,7 +140,8 @@ class Loop:
             self.accelerator.set_rng_state(state.get("device_rng", state.get("cuda_rng")), self.device)
             best_state, bad_epochs, start_epoch = state["best_state"], state["bad_epochs"], state["epoch"] + 1
             result.history, result.best_epoch, result.best_score = state["history"], state["best_epoch"], state["best_score"]
-            result.best_watched = state.get("best_watched", float("inf"))  # a checkpoint from before params.monitor
+            result.best_watched = watched(self.cfg.monitor, result.history["val_loss"][result.best_epoch],
+                                          result.best_score, self.metric.greater_is_better)
             result.oom_backoffs = state["oom_backoffs"]
             log.info("resuming the network fit from its checkpoint after epoch %d", state["epoch"])
         self.accelerator.reset_peak_memory(self.device)
@@ -355,7 +356,6 @@ class Loop:
             "best_state": best_state,
             "best_epoch": result.best_epoch,
             "best_score": result.best_score,
-            "best_watched": result.best_watched,
             "bad_epochs": bad_epochs,
             "batch_size": batch,
             "history": copy.deepcopy(result.history),

@@ -185,6 +185,7 @@ def test_checkpoint_resumes_an_interrupted_fit(tmp_path):
     assert_same_weights(resumed.state_dict, straight.state_dict, atol=1e-6)
     assert resumed.history["train_loss"] == pytest.approx(straight.history["train_loss"])
     assert resumed.epochs_run == 4
+    assert resumed.best_epoch == straight.best_epoch
 
 
 def test_batches_are_index_slices_of_device_tensors(monkeypatch):

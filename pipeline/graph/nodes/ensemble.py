@@ -181,12 +181,13 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     t0 = time.perf_counter()
     rows = selection_rows(len(held))
     y, preds = data.y[held][rows], {n: t.val_pred[rows] for n, t in best.items()}
-    weights = ensemble_selection(list(preds.values()), y, metric, names=list(best))
+    members = list(preds.values())
+    weights = ensemble_selection(members, y, metric, names=list(best))
     if floor and set(floor) != set(best):
         own = ensemble_selection([preds[n] for n in floor], y, metric, names=list(floor))
         mine = [own[list(floor).index(n)] if n in floor else 0.0 for n in best]
         def score(w):
-            return metric(y, blend(list(preds.values()), np.asarray(w)))
+            return metric(y, blend(members, np.asarray(w)))
 
         if metric.better(score(mine), score(weights)):
             weights = np.asarray(mine)
