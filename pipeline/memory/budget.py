@@ -210,7 +210,8 @@ def plan_model(
             f"model '{name}': one fit needs about {gb(ram)} of RAM but {bag.memory_key}={bag.memory / GiB:g} "
             f"holds all of a bag's folds; raise {bag.memory_key}, or " + _what_to_change(advice, bag.memory, False, "")
         )
-    if on_gpu and cap.gpu is not None:
+    # gpu == 0: a model given a GPU share that runs on the CPU (warned about when allocated) holds no GPU memory
+    if on_gpu and cap.gpu is not None and gpu > 0:
         if gpu > cap.gpu:
             raise ResourceError(
                 f"model '{name}': one fit needs about {gb(gpu)} on each of its GPUs but {cap.gpu_source} "

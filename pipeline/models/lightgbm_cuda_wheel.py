@@ -102,6 +102,8 @@ def build(
     source: Path | None = None,
     jobs: int | None = None,
 ) -> Path:
+    # CMake reads the toolkit's paths from its own build folder: relative ones would point nowhere
+    out, work = out.resolve(), work.resolve()
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     root, nccl = toolkit(work / "toolkit", cuda)

@@ -85,6 +85,8 @@ def _place(model: ModelInput, levels: Levels, hardware, fit_shape) -> _Placed:
     choice = model_device(spec, hardware, fit_shape, on_cpu, log.warning)
     spec = spec.on(choice.device)
     needs = spec.cls.needs(spec.name, spec.params)
+    if spec.conf.device == "auto" and spec.cls.explicit_device(spec.all_params) is None:
+        needs = dataclasses.replace(needs, gpu_param=f"model.{spec.name}.device=auto chose {choice.reason}")
 
     def again(request: Request, **kwargs) -> Allocation:
         return allocate_for(request, needs, **kwargs)

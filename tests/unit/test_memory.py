@@ -227,6 +227,32 @@ def test_gpu_memory_raises_a_share_until_the_fits_on_a_device_fit():
                    NO_ADVICE)
 
 
+def test_a_gpu_share_given_to_a_fit_that_runs_on_the_cpu_reserves_no_gpu_memory():
+    """device=auto chose the CPU for a model given parallelism.fit.num_gpus=0.5 (warned about when allocated):
+    its estimate holds no GPU memory, and planning a box of known GPU memory keeps the share as it is."""
+    hw = box(16, 1)
+    a = alloc(hw, folds=2, fit=Request(1, F(1, 2), gpus_key="parallelism.fit.num_gpus"), needs=NN_AUTO)
+    planned = plan_model(a, Estimate(GiB, gpu=0), MemoryRequest(), MemoryRequest(), cap(gpu_gb=80), None, NO_ADVICE)
+    assert planned.fit.num_gpus == F(1, 2) and planned.memory.gpu == 0 and planned.memory.limited == ()
+
+
+def test_the_idle_gpu_warning_names_the_auto_choice(compose, caplog):
+    """The warning says auto chose the CPU and why, not a params.device the user never set."""
+    from pipeline.planning import make_plan
+    from pipeline.settings import read_settings
+
+    cfg = compose(["+hardware=1gpu", "model=nn_gpu", "parallelism.num_folds=2", "parallelism.fit.num_gpus=0.5",
+                   "parallelism.fit.num_cpus=1", "data.max_rows=2000", "hardware.num_cpus=16",
+                   "hardware.memory_gb=64", "hardware.gpu_memory_gb=80", "dry_run=true"])
+    settings = read_settings(cfg)
+    with caplog.at_level("WARNING"):
+        plan = make_plan(settings.plan_input(Path.cwd(), None, False))
+    (alloc_nn,) = plan.allocations
+    assert alloc_nn.device == "cpu" and alloc_nn.fit.num_gpus == F(1, 2)
+    assert "model.nn.device=auto chose cpu: est." in caplog.text
+    assert "params.device=cpu" not in caplog.text
+
+
 def test_admission_keeps_two_models_from_sharing_ram_they_do_not_have():
     """Each model alone runs two folds at once, but both models' fits together exceed the RAM."""
     hw = box(4)
