@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 from typing import Optional, Sequence
@@ -24,6 +25,8 @@ ROUNDS = ("num_iterations", "num_iteration", "n_iter", "num_tree", "num_trees", 
           "nrounds", "num_boost_round", "n_estimators", "max_iter")
 DEFAULT_ROUNDS = 100
 
+log = logging.getLogger("pipeline")
+
 
 def _device(params: dict) -> str:
     for key in ("device_type", "device"):
@@ -33,8 +36,9 @@ def _device(params: dict) -> str:
 
 
 def lightgbm_device_id(local: Sequence[int]) -> Optional[int]:
-    """LightGBM's `gpu_device_id` (a CUDA ordinal, or the OpenCL device index; NVIDIA's OpenCL honours
-    CUDA_VISIBLE_DEVICES, so a worker's one device is OpenCL device 0 as well)."""
+    """The fit's local GPU ordinal: LightGBM's `gpu_device_id` for the CUDA learner; for the OpenCL learner,
+    which GPU of its platform to take (`_opencl_device`; NVIDIA's OpenCL honours CUDA_VISIBLE_DEVICES, so a
+    worker's one device is the platform's first GPU)."""
     return local[0] if local else None
 
 
@@ -138,9 +142,10 @@ class LightGBMModel(TabularModel):
         device = _device(params)
         if device not in ("gpu", "cuda"):
             return
-        checked = {**params, "device_type": device}
+        # the device the first fit will use: its worker sees its devices alone, so its ordinal is 0
+        checked = {**params, "device_type": device, "gpu_device_id": 0}
         if device == "gpu" and "gpu_platform_id" not in params:
-            checked.update(_opencl_platform())  # the platform the fit will use
+            checked.update(_opencl_device(0))
         error = probe(checked, env or {})
         if error is not None:
             raise HardwareError(
@@ -191,7 +196,7 @@ class LightGBMModel(TabularModel):
         if on_gpu and ctx.placement.local_gpus:
             params.update(self.profile.gpu_params(ctx.placement.local_gpus))
         if _device(params) == "gpu" and "gpu_platform_id" not in params:
-            params.update(_opencl_platform())
+            params.update(_opencl_device(max(0, int(params.get("gpu_device_id") or 0))))
         if on_gpu:
             announced = device_log()
             announced.device = announced.vendor = None
@@ -219,6 +224,8 @@ class LightGBMModel(TabularModel):
             kind = "opencl" if _device(params) == "gpu" else "cuda"
             self.device_ = f"{kind}:{lightgbm_device_id(ctx.placement.local_gpus) or 0} ({announced.device})"
             self.device_vendor_ = announced.vendor
+            if kind == "opencl":
+                _warn_unless_a_gpu(self.name, announced.device, announced.vendor)
         self.history_ = {f"valid_{k}": list(v) for k, v in record.get("valid", {}).items()}
 
     def _predict(self, X):
@@ -238,13 +245,23 @@ class LightGBMModel(TabularModel):
         return dict(zip(names, map(float, gains)))
 
 
-def _opencl_platform() -> dict:
-    """The first OpenCL platform with a GPU device, for the OpenCL learner: LightGBM's default platform
-    may be another runtime's (PoCL's CPU device) on a box that has both. {} when none has a GPU."""
-    from pipeline.models.lightgbm_build import opencl_gpu_platforms
+def _opencl_device(ordinal: int) -> dict:
+    """`gpu_platform_id` and `gpu_device_id` of the fit's GPU (its `ordinal`-th) on the first OpenCL platform
+    with a GPU device: LightGBM's defaults may take another runtime's device (PoCL's CPU device), and its
+    `gpu_device_id` counts a platform's devices of every type. {} when no platform has a GPU."""
+    from pipeline.models.lightgbm_build import opencl_gpu_device
 
-    platforms = opencl_gpu_platforms()
-    return {"gpu_platform_id": platforms[0]} if platforms else {}
+    return opencl_gpu_device(ordinal)
+
+
+def _warn_unless_a_gpu(model: str, device: str, vendor: Optional[str]) -> None:
+    """Say so when the OpenCL learner announced a device that is none of the OpenCL GPU devices."""
+    from pipeline.models.lightgbm_build import opencl_gpu_names
+
+    gpus = opencl_gpu_names()
+    if device not in gpus and not any(name.startswith(f"{device},") for name in gpus):  # cut at a comma
+        log.warning("model %s: LightGBM's OpenCL learner ran on %s (%s), not a GPU", model, device,
+                    vendor or "unknown vendor")
 
 
 # the link (pipeline.models.links) of each objective the engine sets, and of their aliases

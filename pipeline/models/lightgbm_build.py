@@ -3,32 +3,44 @@ OpenCL *GPU* device, or neither.
 
 The PyPI wheel carries only the OpenCL learner (`device_type=gpu`); the CUDA learner
 (`device_type=cuda`), which LightGBM's maintainers recommend on NVIDIA cards, needs a build from
-source with `USE_CUDA=ON` (`make install-gpu`). No API tells how the library was built, so the
-CUDA check trains one round on 64 rows with `device_type=cuda` in a short child process
-(`pipeline.models.lightgbm_gpu.probe`): that answers both "built with CUDA" and "a device works",
-in LightGBM's own words, and the CUDA context it opens (hundreds of MiB on the device, most of a
-second) dies with the child instead of staying in the driver or a dry run. Without an NVIDIA driver
-(no libcuda) the answer is no at once; a build without CUDA is remembered in the engine's cache,
-keyed by the library file, so later runs on the same install do not start the child again.
+source with `USE_CUDA=ON` (`make install-gpu`). No API tells how the library was built, but its file
+does: a learner left out of the build leaves its error message in lib_lightgbm.so ("CUDA Tree Learner
+was not enabled in this build", "GPU Tree Learner ..." for OpenCL), which `built_learners` reads
+without loading or running anything. Planning answers from that and from the NVIDIA driver's presence
+(no libcuda: no at once), so a dry run opens no CUDA context.
+
+Where a device must really work (`cuda_unavailable_reason`, and the engine's check before real fits),
+a short child process trains one round on 64 rows with `device_type=cuda`
+(`pipeline.models.lightgbm_gpu.probe`): the CUDA context it opens (hundreds of MiB on the device, most
+of a second) dies with the child. Where the library's file cannot be read, planning asks the child too.
 
 The OpenCL check only lists devices (ctypes, no context): PoCL's CPU device is an OpenCL device but
-not a GPU, and LightGBM's OpenCL learner on it is slower than its CPU learner.
+not a GPU, and LightGBM's OpenCL learner on it is slower than its CPU learner. A platform may list
+both (PoCL with its CUDA backend: a CPU and the NVIDIA card), and LightGBM's `gpu_device_id` counts
+all of a platform's devices, so `opencl_choice` names the GPU's index among them.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import json
 import logging
+import mmap
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional, Sequence
 
 log = logging.getLogger(__name__)
 
 NOT_BUILT = "was not enabled in this build"  # LightGBM's message when a learner was not compiled in
-CL_DEVICE_TYPE_GPU = 1 << 2
+MARKERS = {"cuda": "CUDA Tree Learner " + NOT_BUILT, "gpu": "GPU Tree Learner " + NOT_BUILT}
+CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ALL = 1 << 1, 1 << 2, 0xFFFFFFFF
+CL_DEVICE_TYPE, CL_DEVICE_NAME, CL_DEVICE_VENDOR = 0x1000, 0x102B, 0x102C
+
+
+class OpenCLDevice(NamedTuple):
+    type: int  # CL_DEVICE_TYPE's bits
+    name: str
+    vendor: str
 
 
 def lightgbm_gpu_learner() -> Optional[str]:
@@ -43,51 +55,121 @@ def lightgbm_gpu_learner() -> Optional[str]:
 
 @functools.lru_cache(maxsize=1)
 def lightgbm_cuda_available() -> bool:
-    """Whether this LightGBM trains with `device_type=cuda` on this machine (see the module's doc)."""
-    return cuda_unavailable_reason() is None
+    """Whether this LightGBM has its CUDA learner and this machine an NVIDIA driver, for planning: from
+    the library's file, with no child process unless the file cannot be read (see the module's doc)."""
+    if not _nvidia_driver():
+        return False
+    built = built_learners(_library_file())
+    if built is None:
+        return cuda_unavailable_reason() is None
+    return built["cuda"]
 
 
 @functools.lru_cache(maxsize=1)
 def cuda_unavailable_reason() -> Optional[str]:
-    """Why LightGBM's CUDA learner cannot train here, or None when it can."""
+    """Why LightGBM's CUDA learner cannot train here, or None when one round in a child process trained."""
     if not _nvidia_driver():
         return "no NVIDIA driver (libcuda.so.1 does not load)"
-    from pipeline.models import native
-
-    entry = _cache_entry()
-    kept = native.read_cached("lightgbm-cuda", entry) if entry is not None else None
-    if isinstance(kept, dict) and isinstance(kept.get("reason"), str):
-        return kept["reason"]
+    library = _library_file()
+    built = built_learners(library)
+    if built is not None and not built["cuda"]:
+        return f"{MARKERS['cuda']} ({library})"
     from pipeline.models.lightgbm_gpu import probe
 
-    reason = probe({"device_type": "cuda"}, {})
-    if reason is not None and NOT_BUILT in reason and entry is not None:  # the build's, not the machine's
-        native.keep_cached("lightgbm-cuda", entry, {"reason": reason})
-    return reason
+    return probe({"device_type": "cuda"}, {})
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=8)
+def built_learners(library: Optional[Path]) -> Optional[dict[str, bool]]:
+    """Which GPU learners ('cuda', 'gpu') the library file was built with; None when it cannot be read."""
+    if library is None:
+        return None
+    try:
+        with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return {learner: data.find(marker.encode()) < 0 for learner, marker in MARKERS.items()}
+    except (OSError, ValueError) as exc:  # ValueError: an empty file cannot be mapped
+        log.debug("could not read %s (%s)", library, exc)
+        return None
+
+
+def opencl_choice(platforms: Sequence[Sequence[int]], ordinal: int = 0) -> dict:
+    """`gpu_platform_id` and `gpu_device_id` of the `ordinal`-th GPU device of the first platform that has
+    one, given each platform's device types in LightGBM's order; {} when there is no such device."""
+    for platform, types in enumerate(platforms):
+        gpus = [index for index, kind in enumerate(types) if kind & CL_DEVICE_TYPE_GPU]
+        if gpus:
+            if ordinal >= len(gpus):
+                return {}
+            return {"gpu_platform_id": platform, "gpu_device_id": gpus[ordinal]}
+    return {}
+
+
+def opencl_gpu_device(ordinal: int = 0) -> dict:
+    """`opencl_choice` on this machine's OpenCL devices."""
+    return opencl_choice([[d.type for d in devices] for devices in opencl_devices()], ordinal)
+
+
 def opencl_gpu_platforms() -> tuple[int, ...]:
     """The indices of the OpenCL platforms with a GPU device, in the order LightGBM numbers them
     (`gpu_platform_id`); () without an OpenCL loader or GPU."""
+    return tuple(i for i, devices in enumerate(opencl_devices())
+                 if any(d.type & CL_DEVICE_TYPE_GPU for d in devices))
+
+
+def opencl_gpu_names() -> frozenset[str]:
+    """The names of this machine's OpenCL GPU devices."""
+    return frozenset(d.name for devices in opencl_devices() for d in devices if d.type & CL_DEVICE_TYPE_GPU)
+
+
+@functools.lru_cache(maxsize=1)
+def opencl_devices() -> tuple[tuple[OpenCLDevice, ...], ...]:
+    """Each OpenCL platform's devices of every type, in the order LightGBM numbers them (`gpu_platform_id`,
+    then `gpu_device_id`: boost::compute's `platform.devices()`); () without an OpenCL loader."""
     try:
         cl = ctypes.CDLL("libOpenCL.so.1")
     except OSError:
         return ()
-    count = ctypes.c_uint32(0)
+    u32, ptr = ctypes.c_uint32, ctypes.c_void_p
+    cl.clGetPlatformIDs.argtypes = [u32, ctypes.POINTER(ptr), ctypes.POINTER(u32)]
+    cl.clGetDeviceIDs.argtypes = [ptr, ctypes.c_uint64, u32, ctypes.POINTER(ptr), ctypes.POINTER(u32)]
+    cl.clGetDeviceInfo.argtypes = [ptr, u32, ctypes.c_size_t, ptr, ctypes.POINTER(ctypes.c_size_t)]
+    for function in (cl.clGetPlatformIDs, cl.clGetDeviceIDs, cl.clGetDeviceInfo):
+        function.restype = ctypes.c_int32
+    count = u32(0)
     if cl.clGetPlatformIDs(0, None, ctypes.byref(count)) != 0 or count.value == 0:
         return ()
-    platforms = (ctypes.c_void_p * count.value)()
+    platforms = (ptr * count.value)()
     if cl.clGetPlatformIDs(count.value, platforms, None) != 0:
         return ()
     found = []
-    for index, platform in enumerate(platforms):
-        devices = ctypes.c_uint32(0)
-        code = cl.clGetDeviceIDs(ctypes.c_void_p(platform), ctypes.c_uint64(CL_DEVICE_TYPE_GPU), 0, None,
-                                 ctypes.byref(devices))
-        if code == 0 and devices.value > 0:
-            found.append(index)
+    for platform in platforms:
+        n = u32(0)
+        if cl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, None, ctypes.byref(n)) != 0 or n.value == 0:
+            found.append(())  # CL_DEVICE_NOT_FOUND: a platform with no device keeps its index
+            continue
+        devices = (ptr * n.value)()
+        if cl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n.value, devices, None) != 0:
+            found.append(())
+            continue
+        found.append(tuple(_device_info(cl, device) for device in devices))
     return tuple(found)
+
+
+def _device_info(cl, device) -> OpenCLDevice:
+    kind = ctypes.c_uint64(0)
+    if cl.clGetDeviceInfo(device, CL_DEVICE_TYPE, ctypes.sizeof(kind), ctypes.byref(kind), None) != 0:
+        kind.value = 0
+    return OpenCLDevice(kind.value, _text(cl, device, CL_DEVICE_NAME), _text(cl, device, CL_DEVICE_VENDOR))
+
+
+def _text(cl, device, info: int) -> str:
+    size = ctypes.c_size_t(0)
+    if cl.clGetDeviceInfo(device, info, 0, None, ctypes.byref(size)) != 0 or size.value == 0:
+        return ""
+    buffer = ctypes.create_string_buffer(size.value)
+    if cl.clGetDeviceInfo(device, info, size.value, buffer, None) != 0:
+        return ""
+    return buffer.value.decode(errors="replace").strip()
 
 
 def _nvidia_driver() -> bool:
@@ -98,14 +180,11 @@ def _nvidia_driver() -> bool:
     return True
 
 
-def _cache_entry() -> Optional[str]:
-    """The name the answer of this LightGBM library file is kept under; None when the file is not known."""
+def _library_file() -> Optional[Path]:
+    """This LightGBM's lib_lightgbm.so, without importing lightgbm; None when it is not found."""
     from pipeline.models import native
 
     try:
-        library = Path(native._libpath("lightgbm")._find_lib_path()[0])
-        stat = library.stat()
-    except Exception:  # noqa: BLE001 - an unknown layout, or no LightGBM: no key, so no cache
+        return Path(native._libpath("lightgbm")._find_lib_path()[0])
+    except Exception:  # noqa: BLE001 - an unknown layout, or no LightGBM
         return None
-    key = json.dumps([str(library), stat.st_size, stat.st_mtime_ns, "device_type=cuda"])
-    return f"{hashlib.sha256(key.encode()).hexdigest()}.json"

@@ -25,9 +25,11 @@ PROBE = "import sys; from pipeline.models.lightgbm_gpu import _main; sys.exit(_m
 
 
 def probe_params(params: dict) -> dict:
-    """The model's parameters that decide which GPU kernels LightGBM builds, for a one-round probe."""
+    """The model's parameters that decide which GPU kernels LightGBM builds and on which device (device 0
+    unless `gpu_device_id` names another: the OpenCL GPU's index on its platform), for a one-round probe."""
     out = {k: params[k] for k in GPU_KEYS if k in params}
-    out.update(verbosity=-1, num_iterations=1, objective="binary", gpu_device_id=0)
+    out.update(verbosity=-1, num_iterations=1, objective="binary")
+    out["gpu_device_id"] = params.get("gpu_device_id", 0)
     return out
 
 

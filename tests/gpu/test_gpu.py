@@ -187,19 +187,23 @@ def test_gbm_gpu_lightgbm_fits_are_repeatable_on_the_gpu(adult, compose):
     from pipeline.models.lightgbm_gpu import probe
     from pipeline.settings import read_settings
 
-    from pipeline.models.lightgbm_build import opencl_gpu_platforms
+    from pipeline.models.lightgbm_build import opencl_gpu_device
 
-    if not opencl_gpu_platforms():
+    chosen = opencl_gpu_device(0)  # the platform and device index the engine gives a fit on GPU 0
+    if not chosen:
         pytest.skip("no OpenCL platform with a GPU device: PoCL's CPU device would not test the GPU's repeatability")
     skip_without_opencl_learner()
-    error = probe({"device_type": "gpu", "gpu_platform_id": opencl_gpu_platforms()[0]}, {"CUDA_VISIBLE_DEVICES": "0"})
+    error = probe({"device_type": "gpu", **chosen}, {"CUDA_VISIBLE_DEVICES": "0"})
     if error is not None:
         pytest.skip(f"no OpenCL device for LightGBM ({error})")
     (spec,) = [s for s in read_settings(compose(["model=gbm_gpu"])).models if s.name == "lightgbm"]
     params = spec.on("cuda").params  # as on the GPU: gbm_gpu's gpu_params laid over its params
     params.update(num_iterations=100, early_stopping_round=0, verbosity=-1)
     test = adult.X.iloc[adult.test_idx]
-    predictions = [fit(LightGBMModel(params, "lightgbm"), adult).predict_proba(test) for _ in range(3)]
+    models = [fit(LightGBMModel(params, "lightgbm"), adult) for _ in range(3)]
+    vendors = [getattr(m, "device_vendor_", None) or "" for m in models]
+    assert all("NVIDIA" in vendor for vendor in vendors), vendors
+    predictions = [m.predict_proba(test) for m in models]
     assert all(np.array_equal(predictions[0], p) for p in predictions[1:]), \
         max(float(np.abs(predictions[0] - p).max()) for p in predictions[1:])
 
@@ -209,9 +213,10 @@ def run_dirs(workdir: Path):
 
 
 def test_two_half_gpu_network_fits_share_one_device(cli, tmp_path):
-    cli("+hardware=1gpu", "model=nn_gpu", "parallelism.num_folds=2", "parallelism.fit.num_gpus=0.5",
-        "parallelism.fit.num_cpus=1", "data.max_rows=20000", "model.nn.params.max_epochs=3", "tracking=none",
-        check=True, timeout=600)
+    # device=cuda: on 20,000 rows device=auto would choose the CPU, which packs nothing on the GPU
+    cli("+hardware=1gpu", "model=nn_gpu", "model.nn.device=cuda", "parallelism.num_folds=2",
+        "parallelism.fit.num_gpus=0.5", "parallelism.fit.num_cpus=1", "data.max_rows=20000",
+        "model.nn.params.max_epochs=3", "tracking=none", check=True, timeout=600)
     (run_dir,) = run_dirs(tmp_path)
     timeline = json.loads((run_dir / "timeline.json").read_text())
     assert len(timeline) == 2
