@@ -11,15 +11,15 @@ _runs = 0
 
 
 def process_started() -> float:
-    """time.time() the operating system started this process (Linux's /proc: boot time plus the
-    process's start in clock ticks, psutil's way without importing it); elsewhere, now."""
+    """time.time() the operating system started this process: Linux's /proc gives the start in clock ticks
+    since boot (CLOCK_BOOTTIME), and the boot's time.time() is now less the time since boot (/proc/stat's
+    btime is whole seconds, which put the start up to a second early); elsewhere, now."""
     try:
-        with open("/proc/stat") as f:
-            boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
         with open("/proc/self/stat") as f:
             ticks = float(f.read().rsplit(")", 1)[1].split()[19])  # field 22, counted after the name
+        boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
         return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, StopIteration, ValueError, IndexError):
+    except (OSError, AttributeError, ValueError, IndexError):
         return time.time()
 
 
