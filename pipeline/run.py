@@ -90,6 +90,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
         from pipeline import report
 
         report.console.print(report.run_time_line(settings.conf.time_limit_s, runtime.started), highlight=False)
+        _keep_tail(settings, plan, runtime)
     return result
 
 
@@ -317,7 +318,7 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
 
 def _budget(settings: Settings, plan: Plan, runtime: Runtime):
     """time_limit_s: the whole run's budget, from its start, less its tail; fit_time_limit_s: the fits'."""
-    from pipeline.graph.tail import TailEstimate
+    from pipeline.graph.tail import measured_share
     from pipeline.graph.time_budget import TimeBudget
 
     conf = settings.conf
@@ -325,13 +326,39 @@ def _budget(settings: Settings, plan: Plan, runtime: Runtime):
         return TimeBudget(conf.fit_time_limit_s)
     if conf.time_limit_s is None:
         return None
-    models = tuple((a.model, a.num_folds, a.fit.num_cpus) for a in plan.allocations)
-    tracking = not conf.tracking._target_.endswith("no_tracker")
-    tail = TailEstimate(models, plan.hardware.num_cpus, conf.refit, tracking,
-                        workers=conf.executor.in_process != "always")
+    tail = _tail(settings, plan)
+    share, runs = measured_share(tail)
+    if runs:
+        tail = dataclasses.replace(tail, share=share)
+        log.info("time_limit_s: %.1f s of the run's tail (its refits apart) reserved: %.0f%% of its fixed bound, "
+                 "from the tails of the last %d such runs on this machine", tail.fixed * share, 100 * share, runs)
     budget = TimeBudget(conf.time_limit_s, start=runtime.started, whole_run=True, tail=tail)
     object.__setattr__(tail, "fit_seconds", budget.model_estimate)
     return budget
+
+
+def _tail(settings: Settings, plan: Plan):
+    from pipeline.graph.tail import TailEstimate, size_decade
+
+    conf = settings.conf
+    models = tuple((a.model, a.num_folds, a.fit.num_cpus) for a in plan.allocations)
+    tracking = not conf.tracking._target_.endswith("no_tracker")
+    shape = plan.memory.shape if plan.memory is not None else None
+    return TailEstimate(models, plan.hardware.num_cpus, conf.refit, tracking,
+                        workers=conf.executor.in_process != "always",
+                        size=size_decade(shape.rows, shape.features) if shape is not None else "unknown")
+
+
+def _keep_tail(settings: Settings, plan: Plan, runtime: Runtime) -> None:
+    """The tail this run took under time_limit_s (its last fit's end to its last line), for the next run's reserve."""
+    import time
+
+    from pipeline.graph.tail import keep_measured
+    from pipeline.store import read_state
+
+    ended = ((read_state(runtime.run_dir) or {}).get("time_budget") or {}).get("fits_ended_s")
+    if isinstance(ended, (int, float)) and ended > 0:
+        keep_measured(_tail(settings, plan), time.time() - runtime.started - ended)
 
 
 def user_command(argv: Optional[list[str]] = None) -> str:

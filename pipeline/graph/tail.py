@@ -6,12 +6,16 @@ on num_folds / (num_folds - 1) times its fold's rows: its measured fit time scal
 the CPUs give); the ensemble's weights; each model's predictor, the leaderboard and the run's files
 written; with tracking, the MLflow run logged; the workers stopped (none where the fits ran in the
 driver) and the process's exit. The costs other than the refits are the figures measured on the 2-core
-box (docs/time_budget.md), per run and per model; each run's state.json keeps the reserve beside the
-tail it took, to check them.
+box under load (docs/time_budget.md), per run and per model: an upper bound. Each run that ends under
+`time_limit_s` keeps the tail it took, as a share of that bound, in the engine's private cache
+(pipeline.models.native), per host, executor kind, tracking and the table's size (the decade of its
+cells: the tail writes and scores every row); the next run like it reserves the largest
+of the last `KEEP` shares times `SAFETY` (at least `FLOOR`, at most the whole bound).
 """
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -20,6 +24,8 @@ PER_MODEL_S = 0.3  # a model's predictor saved (its fold models pickled) and its
 TRACKING_S = 3.0  # MLflow: the run's params, metrics and artifacts, and the ensemble logged as a model
 EXIT_S = 1.5  # the workers stopped (a Ray connection closed), the interpreter's exit
 IN_DRIVER_EXIT_S = 0.3  # the interpreter's exit where the fits ran in the driver: no worker to stop
+KEEP, SAFETY, FLOOR = 8, 1.5, 0.25  # the measured shares kept; the margin on their largest; the least share
+CACHE_KIND = "tail"
 
 
 @dataclass(frozen=True)
@@ -32,12 +38,57 @@ class TailEstimate:
     tracking: bool = False
     fit_seconds: Callable[[str], Optional[float]] = lambda model: None  # a model's measured seconds per fit
     workers: bool = True  # False: the fits run in the driver (executor.in_process=always)
+    share: float = 1.0  # of the fixed costs, from the tails measured here (`measured_share`)
+    size: str = "unknown"  # the table's cells (rows x features) to the decade: "1e6"; "unknown" before loading
+
+    @property
+    def fixed(self) -> float:
+        """The tail's costs other than the refits, as measured on the 2-core box: the bound a share scales."""
+        exit_s = EXIT_S if self.workers else IN_DRIVER_EXIT_S
+        return WRITE_S + exit_s + PER_MODEL_S * len(self.models) + (TRACKING_S if self.tracking else 0.0)
+
+    @property
+    def cache_name(self) -> str:
+        kind = f"{'workers' if self.workers else 'driver'}-{'tracked' if self.tracking else 'untracked'}"
+        return f"{socket.gethostname()}-{kind}-{self.size}.json"
 
     def __call__(self) -> float:
-        exit_s = EXIT_S if self.workers else IN_DRIVER_EXIT_S
-        seconds = WRITE_S + exit_s + PER_MODEL_S * len(self.models) + (TRACKING_S if self.tracking else 0.0)
+        seconds = self.fixed * self.share
         if self.refit:
             refits = [(self.fit_seconds(m) or 0.0) * folds / max(1, folds - 1) for m, folds, _ in self.models]
             places = max(1, self.cpus // max(1, max((c for _, _, c in self.models), default=1)))
             seconds += max(max(refits, default=0.0), sum(refits) / places)
         return seconds
+
+
+def size_decade(rows: Optional[int], features: Optional[int]) -> str:
+    if not rows:
+        return "unknown"
+    return f"1e{len(str(int(rows) * max(1, int(features or 1)))) - 1}"
+
+
+def _shares(tail: TailEstimate) -> list[float]:
+    from pipeline.models import native
+
+    kept = native.read_cached(CACHE_KIND, tail.cache_name)
+    shares = kept.get("shares") if isinstance(kept, dict) else None
+    return [float(x) for x in shares if isinstance(x, (int, float)) and x >= 0][-KEEP:] if isinstance(shares, list) else []
+
+
+def measured_share(tail: TailEstimate) -> tuple[float, int]:
+    """(the share of `tail.fixed` to reserve, how many measured tails it comes from); (1.0, 0): none yet."""
+    shares = _shares(tail)
+    if not shares:
+        return 1.0, 0
+    return min(1.0, max(FLOOR, SAFETY * max(shares))), len(shares)
+
+
+def keep_measured(tail: TailEstimate, took_s: float) -> None:
+    """A run's tail took `took_s` (its last fit's end to its last line): kept as a share of the bound. Runs
+    with refits are not kept (their tail is mostly the refits, estimated from their fits apart)."""
+    if tail.refit or tail.fixed <= 0 or took_s < 0:
+        return
+    from pipeline.models import native
+
+    shares = (_shares(tail) + [round(took_s / tail.fixed, 4)])[-KEEP:]
+    native.keep_cached(CACHE_KIND, tail.cache_name, {"shares": shares})

@@ -322,6 +322,29 @@ def test_the_tail_keeps_no_time_for_stopping_workers_when_the_fits_ran_in_the_dr
     assert pool() - driver() == pytest.approx(EXIT_S - IN_DRIVER_EXIT_S) and driver() < pool()
 
 
+def test_the_tail_reserve_follows_the_tails_measured_for_runs_like_it(monkeypatch, tmp_path):
+    from pipeline.graph.tail import FLOOR, KEEP, SAFETY, TailEstimate, keep_measured, measured_share, size_decade
+
+    monkeypatch.setenv("PIPELINE_CACHE_DIR", str(tmp_path))
+    tail = TailEstimate((("a", 5, 1), ("b", 5, 1)), 2, size=size_decade(5000, 14))
+    assert tail.size == "1e4" and measured_share(tail) == (1.0, 0)  # nothing measured: the whole bound
+    keep_measured(tail, 0.4 * tail.fixed)
+    keep_measured(tail, 0.1 * tail.fixed)
+    assert measured_share(tail) == (pytest.approx(min(1.0, SAFETY * 0.4)), 2)  # the largest, with its margin
+    for _ in range(KEEP):
+        keep_measured(tail, 0.01 * tail.fixed)
+    assert measured_share(tail) == (FLOOR, KEEP)  # the oldest forgotten; never under the floor
+    scaled = TailEstimate(tail.models, 2, size="1e4", share=FLOOR)
+    assert scaled() == pytest.approx(FLOOR * tail.fixed)
+    others = [TailEstimate(tail.models, 2, tracking=True, size="1e4"), TailEstimate(tail.models, 2, size="1e7"),
+              TailEstimate(tail.models, 2, workers=False, size="1e4")]
+    assert all(measured_share(o) == (1.0, 0) for o in others)  # other kinds of run, other sizes: their own
+    refits = TailEstimate(tail.models, 2, refit=True, size="1e2")
+    keep_measured(refits, 0.1)
+    assert measured_share(refits) == (1.0, 0)  # a tail of refits is not a measure of the fixed costs
+    assert size_decade(None, 3) == "unknown" and size_decade(10_000_000, 21) == "1e8"
+
+
 def test_under_a_budget_every_models_first_trial_comes_first_then_the_models_share_the_time_not_the_trials(
         tmp_path):
     plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"fast": 1.0, "slow": 4.0}, limit_s=60.0,
