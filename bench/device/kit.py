@@ -6,8 +6,9 @@ on manylinux x86_64 (the dependency closure resolved by pip for that interpreter
 image already has: box_packages.txt), LightGBM built with its CUDA learner (`--lightgbm-cuda`) beside the
 PyPI build (its OpenCL learner), and any file above a call's room stored uncompressed inside xz and split
 into parts. A file that pip cannot find as a wheel but is pure Python (antlr4, hydra's parser runtime) is
-built into one here. The manifest (.device/manifest.json and MANIFEST.txt) names, per call, the folder to
-carry, its files and bytes, the command to run and the steps it measures; each call's folder holds a copy.
+built into one here. The manifest (.device/manifest.json and MANIFEST.txt, laid out by layout.py) names,
+per call, the folder to carry, its files and bytes, the command to run and the steps it measures; each
+call's folder holds a copy.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import argparse
 import hashlib
 import json
 import lzma
-import os
 import re
 import shutil
 import subprocess
@@ -25,31 +25,15 @@ import tempfile
 import time
 import zipfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from bench.device.plan import (
-    BASE,
-    BUDGET_S,
-    CALL_LIMIT_S,
-    GAP_S,
-    LGB_CUDA,
-    LGB_OPENCL,
-    PLAN_LIMIT_S,
-    SETUP_OTHER_S,
-    SETUP_S,
-    SLACK,
-    START_S,
-    STEPS,
-    XGB,
-)
+from bench.device.layout import MIB, TREE_LIMIT_MIB, make_manifest, pack_calls, render
+from bench.device.plan import BASE, LGB_CUDA, LGB_OPENCL, XGB
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-MIB = 1 << 20
-TREE_LIMIT_MIB = 64  # what travels with one command: the working tree and the carried paths
 TREE_MARGIN = 1 * MIB  # the working tree may grow by this between building the kit and running it
 PLATFORMS = (
     "manylinux_2_28_x86_64",
@@ -359,14 +343,16 @@ def build(
     if tree_bytes is None:
         tree_bytes = working_tree_bytes()
     room = min(limit, TREE_LIMIT_MIB * MIB - tree_bytes - TREE_MARGIN)  # the working tree travels beside it
-    calls = _pack(files, staging, room)
+    calls = pack_calls(files, staging, room)
     for c in calls:
         folder = out / f"c{c['call']}"
         folder.mkdir()
         for item in c["files"]:
             shutil.move(str(staging / item["name"]), folder / item["name"])
     shutil.rmtree(staging)
-    manifest = _manifest(out, files, calls, room, tree_bytes, left_out, skipped_box, time.perf_counter() - t0)
+    about = {"python": PYTHON_VERSION, "platforms": list(PLATFORMS), "left_out": left_out,
+             "image_has": skipped_box}
+    manifest = make_manifest(out, files, calls, room, tree_bytes, time.perf_counter() - t0, about)
     for c in manifest["calls"]:  # a call that only measures carries its folder too: the manifest
         (out / f"c{c['call']}").mkdir(exist_ok=True)
         (out / f"c{c['call']}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -375,235 +361,21 @@ def build(
     return manifest
 
 
-def _pack(files: list[KitFile], staging: Path, limit: int) -> list[dict]:
-    """Calls in order, each at most `limit` bytes (a reserve kept for the manifest): the project and the
-    engine's wheels first, LightGBM next, then the packed files in parts that fill each call's room."""
-    reserve = 64 * 1024
-    room = limit - reserve
-    order = {"project": 0, BASE: 1, LGB_CUDA: 2, LGB_OPENCL: 3, "sdist": 4, XGB: 5}
-    calls: list[dict] = [{"call": 1, "files": [], "bytes": 0}]
-
-    def place(name: str, size: int, sha: str, kind: str, kf: KitFile):
-        if calls[-1]["bytes"] + size > room:
-            calls.append({"call": len(calls) + 1, "files": [], "bytes": 0})
-        calls[-1]["files"].append({"name": name, "bytes": size, "sha256": sha, "kind": kind, "of": kf.name})
-        calls[-1]["bytes"] += size
-        return calls[-1]["call"]
-
-    for kf in sorted(files, key=lambda f: (order[f.group], f.packed is not None, f.name)):
-        if kf.packed is None:
-            if kf.bytes > room:
-                raise SystemExit(
-                    f"kit: {kf.name} ({kf.bytes / MIB:.1f} MiB) exceeds a call's room and is not "
-                    "split: lower --split-over-mib"
-                )
-            kf.call = place(kf.name, kf.bytes, kf.sha256, "file", kf)
-            continue
-        packed = kf.parts[0]["path"]
-        left = packed.stat().st_size
-        pieces = []
-        with open(packed, "rb") as f:
-            while left > 0:
-                free = room - calls[-1]["bytes"]
-                if free < MIB:  # less than a MiB left: the next part opens the next call
-                    calls.append({"call": len(calls) + 1, "files": [], "bytes": 0})
-                    free = room
-                chunk = f.read(min(free, left))
-                name = f"{packed.name}.part{len(pieces) + 1:02d}"
-                (staging / name).write_bytes(chunk)
-                call = place(name, len(chunk), hashlib.sha256(chunk).hexdigest(), "part", kf)
-                pieces.append(
-                    {
-                        "name": name,
-                        "bytes": len(chunk),
-                        "sha256": calls[-1]["files"][-1]["sha256"],
-                        "call": call,
-                    }
-                )
-                left -= len(chunk)
-        packed.unlink()
-        kf.parts = pieces
-        kf.call = pieces[-1]["call"]  # complete once its last part has arrived
-    return calls
-
-
-def _ready_by(files: list[KitFile]) -> dict[str, int]:
-    """The call after which each group of packages is complete on the box."""
-    out: dict[str, int] = {}
-    for kf in files:
-        out[kf.group] = max(out.get(kf.group, 0), kf.call or 0)
-    return out
-
-
-def _manifest(out: Path, files, calls, limit, tree_bytes, left_out, skipped_box, seconds) -> dict:
-    ready = _ready_by(files)
-    base_ready = max(ready.get(BASE, 1), ready.get("project", 1))
-    schedule: dict[int, list[str]] = {c["call"]: [] for c in calls}
-    for step in STEPS:
-        needs = [base_ready] + [ready.get(g, 10**6) for g in step.needs if g != BASE]
-        when = max(needs)
-        if when > len(calls):  # a package the kit does not carry: measured as not measured, in the last call
-            when = len(calls)
-        schedule[when].append(step.name)
-    # keep each call under its time limit: steps past it move to the next call (a new, empty one if needed)
-    estimate = {s.name: s.seconds for s in STEPS}
-    n = 1
-    while n <= len(schedule):
-        budget, kept, moved = CALL_LIMIT_S - SETUP_S.get(n, SETUP_OTHER_S), [], []
-        for name in schedule[n]:
-            if budget - estimate[name] >= 0 or not kept:
-                kept.append(name)
-                budget -= estimate[name]
-            else:
-                moved.append(name)
-        schedule[n] = kept
-        if moved:
-            schedule.setdefault(n + 1, [])
-            schedule[n + 1] = moved + schedule[n + 1]
-        n += 1
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
-    ).stdout
-    by_call = {c["call"]: c for c in calls}
-    call_list = []
-    for n in sorted(schedule):
-        c = by_call.get(n, {"call": n, "files": [], "bytes": 0})
-        steps_s = sum(estimate[s] for s in schedule[n]) + SETUP_S.get(n, SETUP_OTHER_S)
-        last = n == max(schedule)
-        limit_s = CALL_LIMIT_S if last else min(CALL_LIMIT_S, int(steps_s * SLACK))
-        carry = [os.path.relpath(out / f"c{n}", ROOT)]
-        call_list.append(
-            {
-                "call": n,
-                "carry": carry,
-                "payload_bytes": c["bytes"],
-                "payload_mib": round(c["bytes"] / MIB, 2),
-                "with_working_tree_mib": round((c["bytes"] + tree_bytes) / MIB, 2),
-                "files": c["files"],
-                "steps": schedule[n],
-                "estimated_s": steps_s,
-                "limit_s": limit_s,  # run.sh stops starting steps and ends the running one by then
-                "timeout_s": min(600, limit_s + 30),
-                "command": f"bash bench/device/run.sh {n}",
-            }
-        )
-    total_s = START_S + sum(c["estimated_s"] for c in call_list) + GAP_S * (len(call_list) - 1)
-    plan_command_s = PLAN_LIMIT_S - START_S - GAP_S * (len(call_list) - 1)  # run.sh ends the plan by then
-    worst_s = (
-        START_S + min(sum(c["limit_s"] for c in call_list), plan_command_s) + GAP_S * (len(call_list) - 1)
-    )
-    problems = [
-        f"call {c['call']}: {c['payload_mib']} MiB > {limit / MIB:g} MiB"
-        for c in call_list
-        if c["payload_bytes"] > limit
-    ]
-    problems += [
-        f"call {c['call']}: {c['with_working_tree_mib']} MiB with the working tree > {TREE_LIMIT_MIB} MiB"
-        for c in call_list
-        if c["payload_bytes"] + tree_bytes > TREE_LIMIT_MIB * MIB
-    ]
-    notes = []
-    if total_s > PLAN_LIMIT_S:
-        last = ", ".join(call_list[-1]["steps"][-2:])
-        notes.append(f"the estimate, {total_s / 60:.1f} min, exceeds {PLAN_LIMIT_S / 60:g} min: run.sh ends "
-                     f"the plan at {worst_s / 60:.1f} min, and the last steps ({last}) may then be "
-                     "written as not measured")
-    if worst_s > BUDGET_S:
-        problems.append(
-            f"every call at its time limit takes {worst_s / 60:.1f} min > the {BUDGET_S / 60:g} min budget"
-        )
-    return {
-        "schema": 1,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit.strip(),
-        "python": PYTHON_VERSION,
-        "platforms": list(PLATFORMS),
-        "limit_mib": round(limit / MIB, 2),  # a call's room: 60 MiB at most, less the working tree's share
-        "working_tree_mib": round(tree_bytes / MIB, 2),
-        "build_seconds": round(seconds, 1),
-        "calls": call_list,
-        "files": [{k: v for k, v in vars(f).items() if k != "path"} for f in files],
-        "ready_after_call": ready,
-        "left_out": left_out,
-        "image_has": skipped_box,
-        "estimated_device_s": total_s,
-        "plan_command_s": plan_command_s,
-        "worst_case_device_s": worst_s,
-        "problems": problems,
-        "notes": notes,
-    }
-
-
-def render(m: dict) -> str:
-    lines = [
-        f"GPU proof kit of {m['commit'][:12]} ({m['created']}), CPython {m['python']} manylinux x86_64",
-        f"{len(m['calls'])} calls, each at most {m['limit_mib']:g} MiB carried (working tree "
-        f"{m['working_tree_mib']} MiB beside it); "
-        f"estimated device time {m['estimated_device_s'] / 60:.1f} min "
-        f"with one machine start; run.sh ends the plan by {m['worst_case_device_s'] / 60:.1f} min "
-        "(a step that would start later is written as not measured)",
-        "",
-    ]
-    for c in m["calls"]:
-        lines.append(
-            f"call {c['call']}: run(command={c['command']!r}, carry={c['carry']}, timeout_s={c['timeout_s']})"
-        )
-        lines.append(
-            f"  carries {c['payload_mib']} MiB ({c['with_working_tree_mib']} MiB with the working tree); "
-            f"steps {', '.join(c['steps']) or '-'} (~{c['estimated_s']} s)"
-        )
-        for f in c["files"]:
-            lines.append(f"    {f['bytes'] / MIB:8.2f} MiB  {f['name']}")
-    lines += ["", "files in parts (split: the bytes as they are; xz: a stored zip in xz):"]
-    for f in m["files"]:
-        if f.get("packed"):
-            lines.append(
-                f"  {f['name']} ({f['packed']}): {f['bytes'] / MIB:.1f} MiB -> "
-                f"{f['packed_bytes'] / MIB:.1f} MiB in "
-                f"{len(f['parts'])} parts (calls {', '.join(str(p['call']) for p in f['parts'])})"
-            )
-    lines += ["", "left out on purpose:"] + [f"  {k}: {v}" for k, v in m["left_out"].items()]
-    if m.get("notes"):
-        lines += ["", "notes:"] + [f"  {n}" for n in m["notes"]]
-    if m["problems"]:
-        lines += ["", "PROBLEMS:"] + [f"  {p}" for p in m["problems"]]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.device.kit", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / ".device")
-    p.add_argument(
-        "--limit-mib", type=float, default=60.0, help="most bytes one call carries (default 60 MiB)"
-    )
-    p.add_argument(
-        "--split-over-mib",
-        type=float,
-        default=16.0,
-        help="wheels above this size travel in parts that fill each call (default 16)",
-    )
+    p.add_argument("--limit-mib", type=float, default=60.0,
+                   help="most bytes one call carries (default 60 MiB)")
+    p.add_argument("--split-over-mib", type=float, default=16.0,
+                   help="wheels above this size travel in parts that fill each call (default 16)")
     p.add_argument("--xz", action="store_true", help="store those wheels' zip uncompressed inside xz first")
-    p.add_argument(
-        "--wheels",
-        type=Path,
-        default=None,
-        help="take the wheels of this folder instead of resolving and downloading them",
-    )
-    p.add_argument(
-        "--lightgbm-cuda",
-        type=Path,
-        default=None,
-        help="LightGBM's CUDA build (a wheel; `make lightgbm-cuda-wheel` makes one)",
-    )
+    p.add_argument("--wheels", type=Path, default=None,
+                   help="take the wheels of this folder instead of resolving and downloading them")
+    p.add_argument("--lightgbm-cuda", type=Path, default=None,
+                   help="LightGBM's CUDA build (a wheel; `make lightgbm-cuda-wheel` makes one)")
     args = p.parse_args(argv)
-    manifest = build(
-        args.out,
-        limit_mib=args.limit_mib,
-        wheel_dir=args.wheels,
-        lightgbm_cuda=args.lightgbm_cuda,
-        split_over_mib=args.split_over_mib,
-        xz=args.xz,
-    )
+    manifest = build(args.out, limit_mib=args.limit_mib, wheel_dir=args.wheels,
+                     lightgbm_cuda=args.lightgbm_cuda, split_over_mib=args.split_over_mib, xz=args.xz)
     print(render(manifest), end="")
     return 1 if manifest["problems"] else 0
 

@@ -17,13 +17,13 @@ STATE=${KIT_STATE:-/tmp/gpukit}
 PY=${PYTHON:-python3}
 OUT=${OUT:-$REPO/.device/out}
 START=$(date +%s)
-# Deadlines: the call's own limit (the manifest's limit_s: its estimate with slack, the last call 480 s),
+# Deadlines: the call's own limit (the manifest's limit_s: its estimate with slack, the last call 540 s),
 # and the plan's, counted from call 1's start, so that the plan keeps to its device minutes whatever the
 # estimates missed: a step that would start past it is written as not measured.
 read -r LIMIT PLAN_S < <("$PY" -c 'import json, sys
 m = json.load(open(sys.argv[1]))
-print(next(c["limit_s"] for c in m["calls"] if c["call"] == int(sys.argv[2])), m.get("plan_command_s", 630))' \
-    "$KIT/c$CALL/manifest.json" "$CALL" 2>/dev/null || echo "480 630")
+print(next(c["limit_s"] for c in m["calls"] if c["call"] == int(sys.argv[2])), m.get("plan_command_s", 690))' \
+    "$KIT/c$CALL/manifest.json" "$CALL" 2>/dev/null || echo "540 690")
 LIMIT=${KIT_CALL_LIMIT_S:-$LIMIT}
 mkdir -p "$STATE"
 [ "$CALL" = 1 ] && echo "$START" > "$STATE/plan_start"
@@ -74,7 +74,7 @@ fi
 
 cd "$STATE/project" || exit 3
 "$PY" -m compileall -q -x '/\.venv' pipeline plugins bench >/dev/null  # as an install does (bench/__main__.py)
-"$PY" -m bench.device.steps --call "$CALL" --manifest "$STATE/manifest.json" --out-dir "$OUT" \
+"$PY" -m bench.device.calls --call "$CALL" --manifest "$STATE/manifest.json" --out-dir "$OUT" \
     --deadline "$DEADLINE" --scratch "$STATE/scratch/c$CALL"
 code=$?
 for f in "$STATE"/scratch/c"$CALL"/pytest/pytest-gpu*.log; do

@@ -66,6 +66,8 @@ def test_catboost_is_imported_only_by_a_run_that_selects_it(tmp_path, model, imp
 def test_a_gpu_fit_runs_on_the_device_the_placement_gives(tmp_path):
     """On a CUDA box: model.catboost.device=cuda trains with task_type=GPU on the planned device (CatBoost's
     own record of its task type and devices), predicts, and scores as the CPU does."""
+    pytest.importorskip("catboost", reason="catboost, an optional extra (pip install '.[catboost]'), cannot be "
+                        "imported here", exc_type=ImportError)
     import pandas as pd
 
     args = ["model=catboost", "+hardware=1gpu", "model.catboost.device=cuda", "data.max_rows=20000",

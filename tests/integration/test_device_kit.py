@@ -147,6 +147,7 @@ def test_the_calls_reassemble_install_and_record_every_gpu_figure_as_not_measure
     steps, figures = {}, []
     for path in results:
         data = json.loads(path.read_text())
+        assert {"opencl_platforms", "opencl_icd_files", "nvidia_smi"} <= set(data["device"])
         for suite in data["suites"].values():
             steps.update(suite["settings"]["steps"])
             figures += suite["figures"]
