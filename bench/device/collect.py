@@ -49,12 +49,28 @@ def merge(files: list[Path]) -> dict[str, dict]:
             into = run["suites"].setdefault(
                 name, {"status": "ok", "settings": {"steps": {}}, "figures": [], "notes": [], "seconds": 0}
             )
-            into["figures"] += suite["figures"]
+            into["figures"] = _joined(into["figures"], suite["figures"])
             into["notes"] += suite.get("notes", [])
             into["seconds"] = round(into["seconds"] + suite.get("seconds", 0), 1)
             into["settings"]["steps"].update(suite.get("settings", {}).get("steps", {}))
         run["total_seconds"] = round(sum(s["seconds"] for s in run["suites"].values()), 1)
     return runs
+
+
+def _joined(figures: list[dict], later: list[dict]) -> list[dict]:
+    """Figures of one run's calls: a figure measured in a later call (a step run again) takes the place of
+    the same figure not measured before; a figure measured twice keeps its first measure."""
+    key = lambda f: (f.get("group"), f.get("name"))  # noqa: E731
+    out = list(figures)
+    at = {key(f): i for i, f in enumerate(out)}
+    for f in later:
+        i = at.get(key(f))
+        if i is None:
+            at[key(f)] = len(out)
+            out.append(f)
+        elif "median" in f and "median" not in out[i] or out[i].get("outcome") is None and "outcome" in f:
+            out[i] = f
+    return out
 
 
 def _median(run: dict, group: str, name: str):
