@@ -242,3 +242,16 @@ def test_collect_turns_measured_figures_into_fit_cost_points(tmp_path):
     assert out["learners"]["network/cuda"]["points"] == [[6.4, 0.5]]  # 6.4M row-epochs at 12.8M rows/s
     assert out["packing"]["network"]["speed_up"] == 1.41
     assert "lightgbm/opencl" not in out["learners"]  # not measured: no point
+
+
+def test_collect_takes_a_step_run_again_in_a_later_call_in_place_of_its_unmeasured_figures(tmp_path):
+    from bench.device.collect import call_files, merge
+
+    cut = {"group": "XGBoost · synthetic 1M", "name": "CUDA seconds", "status": "not measured", "reason": "cut"}
+    measured = {"group": "XGBoost · synthetic 1M", "name": "CUDA seconds", "median": 1.5, "values": [1.5]}
+    again = dict(measured, median=9.9)
+    for n, figure in enumerate((cut, measured, again), 1):
+        data = {"kit": {"commit": "abc"}, "suites": {"gpu": {"figures": [figure]}}}
+        (tmp_path / f"20261201T00000{n}Z-gpu-nvidia-h200-c{n}.json").write_text(json.dumps(data))
+    (run,) = merge(call_files([tmp_path])).values()
+    assert run["suites"]["gpu"]["figures"] == [measured]  # once, measured, its first measure
