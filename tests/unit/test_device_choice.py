@@ -22,7 +22,7 @@ def fit_of(rows, features, classes=2):
 def test_each_learner_reproduces_the_figures_it_was_calibrated_on():
     learners = [lr for cls in (LightGBMModel, XGBoostModel, TorchMLPModel)
                 for lr in cls.profile.calibration().learners.values()]
-    assert len(learners) == 6
+    assert len(learners) == 7
     for learner in learners:
         for work, seconds in learner.points:
             assert learner.seconds(work, learner.threads or 1) == pytest.approx(seconds + learner.start_s)
@@ -87,9 +87,13 @@ def test_auto_stays_on_the_cpu_without_a_gpu_or_a_known_shape_or_a_measured_lear
     assert "size is unknown" in choose("x", "auto", XGBoostModel, {}, None, F(1), 16).reason
     import pipeline.models.lightgbm_build as build
 
-    monkeypatch.setattr(build, "lightgbm_cuda_available", lambda: True)  # the CUDA learner, with no figures yet
+    monkeypatch.setattr(build, "lightgbm_cuda_available", lambda: True)
     choice = choose("lightgbm", "auto", LightGBMModel, {}, fit_of(10_000_000, 50), F(1), 16)
-    assert choice.device == "cpu" and "lightgbm/cuda has no measured fit times" in choice.reason
+    assert choice.device == "cpu" and choice.reason.endswith("s on CUDA")  # measured on an H200: slower there
+    monkeypatch.setattr(LightGBMModel, "cost_learners",
+                        classmethod(lambda cls, params: ("lightgbm/cpu", "lightgbm/rocm", "ROCm")))
+    choice = choose("lightgbm", "auto", LightGBMModel, {}, fit_of(10_000_000, 50), F(1), 16)
+    assert choice.device == "cpu" and "lightgbm/rocm has no measured fit times" in choice.reason
 
 
 def test_device_cuda_without_a_gpu_is_a_config_error_naming_the_key():
