@@ -1,6 +1,9 @@
 """Which GPU learner LightGBM gets: its library file's build, the CUDA probe, a fit's OpenCL device."""
 
 import ctypes
+import json
+import subprocess
+import sys
 import logging
 from pathlib import Path
 
@@ -215,7 +218,15 @@ def test_opencl_lists_pocls_cpu_device_as_a_cpu(fresh):
     icds = sorted(p.name for p in vendors.iterdir()) if vendors.is_dir() else []
     if "pocl.icd" not in icds:
         pytest.skip("this check needs PoCL's OpenCL runtime (pocl-opencl-icd)")
-    devices = [d for platform in build.opencl_devices() for d in platform]
-    assert any(d.type & CPU and not d.type & GPU and d.name and d.vendor for d in devices), devices
+    # in a fresh process: the OpenCL loader and PoCL set themselves up once per process, and earlier tests of
+    # this session may have reached them under an environment of their own
+    code = ("import json; from pipeline.models import lightgbm_build as b; "
+            "print(json.dumps([[list(d) for d in p] for p in b.opencl_devices()] + "
+            "[list(b.opencl_gpu_platforms()), b.opencl_gpu_device(0)]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(build.__file__).parents[2])
+    *platforms, gpu_platforms, chosen = json.loads(proc.stdout.strip().splitlines()[-1])
+    devices = [build.OpenCLDevice(*d) for platform in platforms for d in platform]
+    assert any(d.type & CPU and not d.type & GPU and d.name and d.vendor for d in devices), (devices, proc.stderr)
     if icds == ["pocl.icd"]:
-        assert build.opencl_gpu_platforms() == () and build.opencl_gpu_device(0) == {}
+        assert gpu_platforms == [] and chosen == {}
