@@ -72,7 +72,9 @@ def _shares(tail: TailEstimate) -> list[float]:
 
     kept = native.read_cached(CACHE_KIND, tail.cache_name)
     shares = kept.get("shares") if isinstance(kept, dict) else None
-    return [float(x) for x in shares if isinstance(x, (int, float)) and x >= 0][-KEEP:] if isinstance(shares, list) else []
+    if not isinstance(shares, list):
+        return []
+    return [float(x) for x in shares if isinstance(x, (int, float)) and x >= 0][-KEEP:]
 
 
 def measured_share(tail: TailEstimate) -> tuple[float, int]:
