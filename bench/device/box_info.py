@@ -1,6 +1,7 @@
 """What the box's drivers offer, for the record beside its figures: the OpenCL platforms and their devices
 in the order LightGBM numbers them (`gpu_platform_id`, `gpu_device_id`), the ICD files that register
-them, and nvidia-smi's persistence and compute modes. Standard library only.
+them, and nvidia-smi's persistence and compute modes; the listing is the engine's
+(pipeline.models.lightgbm_build), with the platforms' and drivers' names beside it.
 
 `python -m bench.device.box_info` prints it as one JSON object; `bench.device.calls` runs it in a child
 process (an OpenCL driver that hangs or crashes then costs the call nothing but this record).
@@ -17,7 +18,6 @@ from pathlib import Path
 
 CL_PLATFORM_VERSION, CL_PLATFORM_NAME, CL_PLATFORM_VENDOR = 0x0901, 0x0902, 0x0903
 CL_DEVICE_TYPE, CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_DRIVER_VERSION = 0x1000, 0x102B, 0x102C, 0x102D
-CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 DEVICE_TYPES = {1: "default", 2: "cpu", 4: "gpu", 8: "accelerator", 16: "custom"}
 ICD_FOLDER = Path("/etc/OpenCL/vendors")
 SMI_KEYS = ("Driver Version", "CUDA Version", "Product Name", "Persistence Mode", "Compute Mode")
@@ -29,56 +29,33 @@ def _kinds(bits: int) -> str:
 
 def opencl_platforms() -> list[dict] | str:
     """[{index, name, vendor, version, devices: [{index, name, vendor, type, driver}]}], or why none."""
-    try:
-        cl = ctypes.CDLL("libOpenCL.so.1")
-    except OSError as exc:
-        return f"no OpenCL loader: {exc}"
-    u32, ptr, size = ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t
-    cl.clGetPlatformIDs.argtypes = [u32, ctypes.POINTER(ptr), ctypes.POINTER(u32)]
-    cl.clGetPlatformInfo.argtypes = [ptr, u32, size, ptr, ctypes.POINTER(size)]
-    cl.clGetDeviceIDs.argtypes = [ptr, ctypes.c_uint64, u32, ctypes.POINTER(ptr), ctypes.POINTER(u32)]
-    cl.clGetDeviceInfo.argtypes = [ptr, u32, size, ptr, ctypes.POINTER(size)]
-    for function in (cl.clGetPlatformIDs, cl.clGetPlatformInfo, cl.clGetDeviceIDs, cl.clGetDeviceInfo):
-        function.restype = ctypes.c_int32
+    from pipeline.models.lightgbm_build import info_text, opencl_handles, opencl_library
 
-    def text(getter, handle, key: int) -> str:
-        n = size(0)
-        if getter(handle, key, 0, None, ctypes.byref(n)) != 0 or n.value == 0:
-            return ""
-        buffer = ctypes.create_string_buffer(n.value)
-        if getter(handle, key, n.value, buffer, None) != 0:
-            return ""
-        return buffer.value.decode(errors="replace").strip()
-
-    count = u32(0)
-    code = cl.clGetPlatformIDs(0, None, ctypes.byref(count))
-    if code != 0 or count.value == 0:
-        return f"no OpenCL platform (clGetPlatformIDs: {code}, {count.value} platforms)"
-    platforms = (ptr * count.value)()
-    cl.clGetPlatformIDs(count.value, platforms, None)
+    cl = opencl_library()
+    if cl is None:
+        return "no OpenCL loader (libOpenCL.so.1)"
+    handles = opencl_handles(cl)
+    if not handles:
+        return "no OpenCL platform (the loader lists none)"
     out = []
-    for index, platform in enumerate(platforms):
-        devices = []
-        n = u32(0)
-        if cl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, None, ctypes.byref(n)) == 0 and n.value:
-            handles = (ptr * n.value)()
-            cl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n.value, handles, None)
-            for number, device in enumerate(handles):
-                kind = ctypes.c_uint64(0)
-                cl.clGetDeviceInfo(device, CL_DEVICE_TYPE, ctypes.sizeof(kind), ctypes.byref(kind), None)
-                devices.append({
-                    "index": number,
-                    "name": text(cl.clGetDeviceInfo, device, CL_DEVICE_NAME),
-                    "vendor": text(cl.clGetDeviceInfo, device, CL_DEVICE_VENDOR),
-                    "type": _kinds(kind.value),
-                    "driver": text(cl.clGetDeviceInfo, device, CL_DRIVER_VERSION),
-                })
+    for index, (platform, devices) in enumerate(handles):
+        listed = []
+        for number, device in enumerate(devices):
+            kind = ctypes.c_uint64(0)
+            cl.clGetDeviceInfo(device, CL_DEVICE_TYPE, ctypes.sizeof(kind), ctypes.byref(kind), None)
+            listed.append({
+                "index": number,
+                "name": info_text(cl.clGetDeviceInfo, device, CL_DEVICE_NAME),
+                "vendor": info_text(cl.clGetDeviceInfo, device, CL_DEVICE_VENDOR),
+                "type": _kinds(kind.value),
+                "driver": info_text(cl.clGetDeviceInfo, device, CL_DRIVER_VERSION),
+            })
         out.append({
             "index": index,
-            "name": text(cl.clGetPlatformInfo, platform, CL_PLATFORM_NAME),
-            "vendor": text(cl.clGetPlatformInfo, platform, CL_PLATFORM_VENDOR),
-            "version": text(cl.clGetPlatformInfo, platform, CL_PLATFORM_VERSION),
-            "devices": devices,
+            "name": info_text(cl.clGetPlatformInfo, platform, CL_PLATFORM_NAME),
+            "vendor": info_text(cl.clGetPlatformInfo, platform, CL_PLATFORM_VENDOR),
+            "version": info_text(cl.clGetPlatformInfo, platform, CL_PLATFORM_VERSION),
+            "devices": listed,
         })
     return out
 

@@ -125,49 +125,65 @@ def opencl_gpu_names() -> frozenset[str]:
 def opencl_devices() -> tuple[tuple[OpenCLDevice, ...], ...]:
     """Each OpenCL platform's devices of every type, in the order LightGBM numbers them (`gpu_platform_id`,
     then `gpu_device_id`: boost::compute's `platform.devices()`); () without an OpenCL loader."""
+    cl = opencl_library()
+    if cl is None:
+        return ()
+    return tuple(tuple(_device_info(cl, device) for device in devices) for _, devices in opencl_handles(cl))
+
+
+def opencl_library() -> Optional[ctypes.CDLL]:
+    """The OpenCL ICD loader with the signatures of the calls made here; None where it is missing."""
     try:
         cl = ctypes.CDLL("libOpenCL.so.1")
     except OSError:
-        return ()
-    u32, ptr = ctypes.c_uint32, ctypes.c_void_p
+        return None
+    u32, ptr, size = ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t
     cl.clGetPlatformIDs.argtypes = [u32, ctypes.POINTER(ptr), ctypes.POINTER(u32)]
+    cl.clGetPlatformInfo.argtypes = [ptr, u32, size, ptr, ctypes.POINTER(size)]
     cl.clGetDeviceIDs.argtypes = [ptr, ctypes.c_uint64, u32, ctypes.POINTER(ptr), ctypes.POINTER(u32)]
-    cl.clGetDeviceInfo.argtypes = [ptr, u32, ctypes.c_size_t, ptr, ctypes.POINTER(ctypes.c_size_t)]
-    for function in (cl.clGetPlatformIDs, cl.clGetDeviceIDs, cl.clGetDeviceInfo):
+    cl.clGetDeviceInfo.argtypes = [ptr, u32, size, ptr, ctypes.POINTER(size)]
+    for function in (cl.clGetPlatformIDs, cl.clGetPlatformInfo, cl.clGetDeviceIDs, cl.clGetDeviceInfo):
         function.restype = ctypes.c_int32
+    return cl
+
+
+def opencl_handles(cl: ctypes.CDLL) -> list[tuple[int, tuple[int, ...]]]:
+    """(platform, its devices of every type) handles in the loader's order; a platform with no device keeps
+    its index with none; [] without a platform."""
+    u32, ptr = ctypes.c_uint32, ctypes.c_void_p
     count = u32(0)
     if cl.clGetPlatformIDs(0, None, ctypes.byref(count)) != 0 or count.value == 0:
-        return ()
+        return []
     platforms = (ptr * count.value)()
     if cl.clGetPlatformIDs(count.value, platforms, None) != 0:
-        return ()
+        return []
     found = []
     for platform in platforms:
         n = u32(0)
-        if cl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, None, ctypes.byref(n)) != 0 or n.value == 0:
-            found.append(())  # CL_DEVICE_NOT_FOUND: a platform with no device keeps its index
-            continue
-        devices = (ptr * n.value)()
-        if cl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n.value, devices, None) != 0:
-            found.append(())
-            continue
-        found.append(tuple(_device_info(cl, device) for device in devices))
-    return tuple(found)
+        devices = ()
+        if cl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, None, ctypes.byref(n)) == 0 and n.value:
+            handles = (ptr * n.value)()
+            if cl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n.value, handles, None) == 0:
+                devices = tuple(handles)
+        found.append((platform, devices))
+    return found
 
 
 def _device_info(cl, device) -> OpenCLDevice:
     kind = ctypes.c_uint64(0)
     if cl.clGetDeviceInfo(device, CL_DEVICE_TYPE, ctypes.sizeof(kind), ctypes.byref(kind), None) != 0:
         kind.value = 0
-    return OpenCLDevice(kind.value, _text(cl, device, CL_DEVICE_NAME), _text(cl, device, CL_DEVICE_VENDOR))
+    return OpenCLDevice(kind.value, info_text(cl.clGetDeviceInfo, device, CL_DEVICE_NAME),
+                        info_text(cl.clGetDeviceInfo, device, CL_DEVICE_VENDOR))
 
 
-def _text(cl, device, info: int) -> str:
+def info_text(getter, handle, key: int) -> str:
+    """A text property of a platform or device (`getter`: clGetPlatformInfo or clGetDeviceInfo); "" if none."""
     size = ctypes.c_size_t(0)
-    if cl.clGetDeviceInfo(device, info, 0, None, ctypes.byref(size)) != 0 or size.value == 0:
+    if getter(handle, key, 0, None, ctypes.byref(size)) != 0 or size.value == 0:
         return ""
     buffer = ctypes.create_string_buffer(size.value)
-    if cl.clGetDeviceInfo(device, info, size.value, buffer, None) != 0:
+    if getter(handle, key, size.value, buffer, None) != 0:
         return ""
     return buffer.value.decode(errors="replace").strip()
 
