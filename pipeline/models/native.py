@@ -168,8 +168,9 @@ def _cache_folder(kind: str) -> Optional[int]:
     except OSError as exc:
         if str(root) not in _refused_caches:
             _refused_caches.add(str(root))
-            log.warning("the cache of library answers is not used: %s; point PIPELINE_CACHE_DIR at a "
-                        "folder of your own that no one else may write into", exc)
+            log.warning("the engine's private cache (library answers, learnt run tails) is not used: %s; "
+                        "libraries are asked each time and time_limit_s reserves its fixed tail; point "
+                        "PIPELINE_CACHE_DIR at a folder of your own that no one else may write into", exc)
         return None
 
 

@@ -440,7 +440,7 @@ def test_a_doctored_answer_in_a_shared_cache_never_lets_a_misspelt_parameter_pas
     as_nobody(plant)
     with pytest.raises(ConfigError, match="max_dept is not an XGBoost parameter"):
         XGBoostModel.check_params("xgboost", {"max_dept": 3}, "binary")
-    assert "the cache of library answers is not used" in caplog.text and str(cache) in caplog.text
+    assert "the engine's private cache (library answers, learnt run tails) is not used" in caplog.text and str(cache) in caplog.text
 
 
 @needs_root
@@ -463,7 +463,7 @@ def test_tail_measures_planted_by_another_user_do_not_shrink_the_reserve(tmp_pat
     as_nobody(plant)
     monkeypatch.setenv("PIPELINE_CACHE_DIR", str(cache))
     assert measured_share(tail) == (1.0, 0)
-    assert "the cache of library answers is not used" in caplog.text
+    assert "the engine's private cache (library answers, learnt run tails) is not used" in caplog.text
 
 
 def test_the_cache_is_made_for_this_user_alone(tmp_path, monkeypatch):
