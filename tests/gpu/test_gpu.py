@@ -143,13 +143,15 @@ def lightgbm_fit_in_a_child(params: dict, env=None) -> dict:
 
 
 def skip_without_opencl_learner() -> None:
-    """A CUDA build of LightGBM (make install-gpu) has no OpenCL learner: its tests belong to the PyPI build."""
-    from pipeline.models.lightgbm_build import NOT_BUILT
-    from pipeline.models.lightgbm_gpu import probe
+    """A CUDA build of LightGBM (make install-gpu) has no OpenCL learner: its tests belong to the PyPI build.
+    Read from the library file, as planning reads it: a probe fit would train on the platform's first
+    device, which may be a CPU listed before the GPU."""
+    from pipeline.models.lightgbm_build import MARKERS, _library_file, built_learners
 
-    error = probe({"device_type": "gpu"}, {})
-    if error is not None and NOT_BUILT in error:
-        pytest.skip(f"this LightGBM has no OpenCL learner ({error.strip()}): the PyPI build has one")
+    library = _library_file()
+    built = built_learners(library)
+    if built is not None and not built["gpu"]:
+        pytest.skip(f"this LightGBM has no OpenCL learner ({MARKERS['gpu']}: {library}): the PyPI build has one")
 
 
 def test_lightgbm_opencl_learner_trains_on_an_nvidia_gpu():
