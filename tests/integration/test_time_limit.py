@@ -48,35 +48,27 @@ def test_a_time_limit_bounds_the_whole_run_from_start_up_to_the_last_line(cli, t
 def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli, tmp_path):
     """Each job's clock starts with the job (the first with its process); no hpo chosen: hpo=auto,
     its first trials each model's own params then its portfolio; a table this small for the budget:
-    5-fold bags, the losing trials stopped after their first folds."""
+    5-fold bags, the losing trials stopped after their first folds. The tail's reserve is learnt: the first
+    job keeps the fixed bound and records the tail it took, and the next like it reserves what that measure
+    says, so its fits get the difference (other kinds of run keep their own: tests/unit/test_time_budget.py)."""
+    env = {"PIPELINE_CACHE_DIR": str(tmp_path / "cache")}  # no tails measured before this sweep
     proc = cli("-m", "seed=0,1", "model=lightgbm", "data.max_rows=1000",
                "executor.in_process=always", "tracking=none", "time_limit_s=10",
-               "model.lightgbm.params.num_iterations=20", "hydra.sweep.dir=sweep", check=True, timeout=240)
+               "model.lightgbm.params.num_iterations=20", "hydra.sweep.dir=sweep", env=env, check=True, timeout=240)
     assert proc.stdout.count("hpo=auto: time_limit_s=10 is set and no hpo was chosen") == 2
     assert proc.stdout.count("each trial is a 5-fold bag") == 2
     assert proc.stdout.count("within the limit") == 2
+    reserved = []
     for job in ("0", "1"):
         state = json.loads((tmp_path / "sweep" / job / "run_state.json").read_text())
         assert state["time_budget"]["key"] == "time_limit_s" and state["time_budget"]["fits_ended_s"] < 10
         assert state["time_budget"]["trials_pruned"] > 0
+        reserved.append(state["time_budget"]["reserved_s"])
         asked = json.loads((tmp_path / "sweep" / job / "trials" / "lightgbm.json").read_text())
         assert len(asked) >= 2  # searched: the model's own params, then more
-
-
-def test_the_tail_reserve_comes_from_the_tails_measured_on_this_machine(cli, tmp_path):
-    """The first run keeps the fixed bound for its tail; it records the tail it took, and the next run like it
-    reserves what that measure says (with its margin), so its fits get the difference (other kinds of run keep
-    their own measures: tests/unit/test_time_budget.py)."""
-    args = ("data.max_rows=2000", "model=lightgbm", "model.lightgbm.params.num_iterations=30", "hpo=random",
-            "hpo.num_trials=400", "parallelism.num_folds=2", "executor.in_process=always", "time_limit_s=8")
-    env = {"PIPELINE_CACHE_DIR": str(tmp_path / "cache")}
-    reserved, said = [], []
-    for run in ("a", "b"):
-        proc = cli(*args, "tracking=none", f"hydra.run.dir={run}", env=env, check=True, timeout=120)
-        reserved.append(json.loads((tmp_path / run / "run_state.json").read_text())["time_budget"]["reserved_s"])
-        said.append("from the tails of the last 1 such runs on this machine" in proc.stdout + proc.stderr)
-    assert said == [False, True]
-    assert reserved[1] < reserved[0] - 0.5, reserved
+    logged = proc.stdout + proc.stderr
+    assert logged.count("from the tails of the last 1 such runs on this machine") == 1  # the second job's
+    assert reserved[1] < reserved[0], reserved
     shares = list((tmp_path / "cache" / "tail").iterdir())
     assert [p.name.split("-")[-2] for p in shares] == ["untracked"]
     assert all(p.stat().st_mode & 0o077 == 0 for p in shares)  # this user's alone
