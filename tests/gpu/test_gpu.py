@@ -151,7 +151,8 @@ def skip_without_opencl_learner() -> None:
     library = _library_file()
     built = built_learners(library)
     if built is not None and not built["gpu"]:
-        pytest.skip(f"this LightGBM has no OpenCL learner ({MARKERS['gpu']}: {library}): the PyPI build has one")
+        pytest.skip(f"this LightGBM has no OpenCL learner ({MARKERS['gpu']}: {library}): "
+                    "the PyPI build has one")
 
 
 def test_lightgbm_opencl_learner_trains_on_an_nvidia_gpu():

@@ -50,11 +50,13 @@ def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli
     its first trials each model's own params then its portfolio; a table this small for the budget:
     5-fold bags, the losing trials stopped after their first folds. The tail's reserve is learnt: the first
     job keeps the fixed bound and records the tail it took, and the next like it reserves what that measure
-    says, so its fits get the difference (other kinds of run keep their own: tests/unit/test_time_budget.py)."""
+    says, so its fits get the difference (other kinds of run keep their own: tests/unit/test_time_budget.py).
+    """
     env = {"PIPELINE_CACHE_DIR": str(tmp_path / "cache")}  # no tails measured before this sweep
     proc = cli("-m", "seed=0,1", "model=lightgbm", "data.max_rows=1000",
                "executor.in_process=always", "tracking=none", "time_limit_s=10",
-               "model.lightgbm.params.num_iterations=20", "hydra.sweep.dir=sweep", env=env, check=True, timeout=240)
+               "model.lightgbm.params.num_iterations=20", "hydra.sweep.dir=sweep", env=env, check=True,
+               timeout=240)
     assert proc.stdout.count("hpo=auto: time_limit_s=10 is set and no hpo was chosen") == 2
     assert proc.stdout.count("each trial is a 5-fold bag") == 2
     assert proc.stdout.count("within the limit") == 2
