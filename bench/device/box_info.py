@@ -9,7 +9,6 @@ process (an OpenCL driver that hangs or crashes then costs the call nothing but 
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ import sys
 from pathlib import Path
 
 CL_PLATFORM_VERSION, CL_PLATFORM_NAME, CL_PLATFORM_VENDOR = 0x0901, 0x0902, 0x0903
-CL_DEVICE_TYPE, CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_DRIVER_VERSION = 0x1000, 0x102B, 0x102C, 0x102D
+CL_DRIVER_VERSION = 0x102D
 DEVICE_TYPES = {1: "default", 2: "cpu", 4: "gpu", 8: "accelerator", 16: "custom"}
 ICD_FOLDER = Path("/etc/OpenCL/vendors")
 SMI_KEYS = ("Driver Version", "CUDA Version", "Product Name", "Persistence Mode", "Compute Mode")
@@ -29,7 +28,7 @@ def _kinds(bits: int) -> str:
 
 def opencl_platforms() -> list[dict] | str:
     """[{index, name, vendor, version, devices: [{index, name, vendor, type, driver}]}], or why none."""
-    from pipeline.models.lightgbm_build import info_text, opencl_handles, opencl_library
+    from pipeline.models.lightgbm_build import device_info, info_text, opencl_handles, opencl_library
 
     cl = opencl_library()
     if cl is None:
@@ -41,13 +40,12 @@ def opencl_platforms() -> list[dict] | str:
     for index, (platform, devices) in enumerate(handles):
         listed = []
         for number, device in enumerate(devices):
-            kind = ctypes.c_uint64(0)
-            cl.clGetDeviceInfo(device, CL_DEVICE_TYPE, ctypes.sizeof(kind), ctypes.byref(kind), None)
+            info = device_info(cl, device)
             listed.append({
                 "index": number,
-                "name": info_text(cl.clGetDeviceInfo, device, CL_DEVICE_NAME),
-                "vendor": info_text(cl.clGetDeviceInfo, device, CL_DEVICE_VENDOR),
-                "type": _kinds(kind.value),
+                "name": info.name,
+                "vendor": info.vendor,
+                "type": _kinds(info.type),
                 "driver": info_text(cl.clGetDeviceInfo, device, CL_DRIVER_VERSION),
             })
         out.append({

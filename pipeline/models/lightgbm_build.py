@@ -128,7 +128,7 @@ def opencl_devices() -> tuple[tuple[OpenCLDevice, ...], ...]:
     cl = opencl_library()
     if cl is None:
         return ()
-    return tuple(tuple(_device_info(cl, device) for device in devices) for _, devices in opencl_handles(cl))
+    return tuple(tuple(device_info(cl, device) for device in devices) for _, devices in opencl_handles(cl))
 
 
 def opencl_library() -> Optional[ctypes.CDLL]:
@@ -169,7 +169,8 @@ def opencl_handles(cl: ctypes.CDLL) -> list[tuple[int, tuple[int, ...]]]:
     return found
 
 
-def _device_info(cl, device) -> OpenCLDevice:
+def device_info(cl, device) -> OpenCLDevice:
+    """A device handle's type bits, name and vendor (`cl`: opencl_library())."""
     kind = ctypes.c_uint64(0)
     if cl.clGetDeviceInfo(device, CL_DEVICE_TYPE, ctypes.sizeof(kind), ctypes.byref(kind), None) != 0:
         kind.value = 0
