@@ -318,8 +318,9 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
 
 def _budget(settings: Settings, plan: Plan, runtime: Runtime):
     """time_limit_s: the whole run's budget, from its start, less its tail; fit_time_limit_s: the fits'."""
-    from pipeline.graph.tail import measured_share
+    from pipeline.graph.tail import reserved_share
     from pipeline.graph.time_budget import TimeBudget
+    from pipeline.run_clock import start_up_cpu_share
 
     conf = settings.conf
     if conf.fit_time_limit_s is not None:
@@ -327,11 +328,13 @@ def _budget(settings: Settings, plan: Plan, runtime: Runtime):
     if conf.time_limit_s is None:
         return None
     tail = _tail(settings, plan)
-    share, runs = measured_share(tail)
-    if runs:
-        tail = dataclasses.replace(tail, share=share)
-        log.info("time_limit_s: %.1f s of the run's tail (its refits apart) reserved: %.0f%% of its fixed bound, "
-                 "from the tails of the last %d such runs on this machine", tail.fixed * share, 100 * share, runs)
+    cpu_share = start_up_cpu_share()
+    share, runs = reserved_share(tail, cpu_share)
+    tail = dataclasses.replace(tail, share=share)
+    measured = (f"from the tails of the last {runs} such runs on this machine" if runs
+                else "no tail of such a run measured on this machine yet")
+    log.info("time_limit_s: %.1f s of the run's tail (its refits apart) reserved: %.0f%% of its fixed bound, "
+             "for a start-up that had %.2f of a CPU (%s)", tail.fixed * share, 100 * share, cpu_share, measured)
     budget = TimeBudget(conf.time_limit_s, start=runtime.started, whole_run=True, tail=tail)
     object.__setattr__(tail, "fit_seconds", budget.model_estimate)
     return budget
@@ -354,11 +357,12 @@ def _keep_tail(settings: Settings, plan: Plan, runtime: Runtime) -> None:
     import time
 
     from pipeline.graph.tail import keep_measured
+    from pipeline.run_clock import start_up_cpu_share
     from pipeline.store import read_state
 
     ended = ((read_state(runtime.run_dir) or {}).get("time_budget") or {}).get("fits_ended_s")
     if isinstance(ended, (int, float)) and ended > 0:
-        keep_measured(_tail(settings, plan), time.time() - runtime.started - ended)
+        keep_measured(_tail(settings, plan), time.time() - runtime.started - ended, start_up_cpu_share())
 
 
 def user_command(argv: Optional[list[str]] = None) -> str:

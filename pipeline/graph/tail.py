@@ -6,11 +6,15 @@ on num_folds / (num_folds - 1) times its fold's rows: its measured fit time scal
 the CPUs give); the ensemble's weights; each model's predictor, the leaderboard and the run's files
 written; with tracking, the MLflow run logged; the workers stopped (none where the fits ran in the
 driver) and the process's exit. The costs other than the refits are the figures measured on the 2-core
-box under load (docs/time_budget.md), per run and per model: an upper bound. Each run that ends under
-`time_limit_s` keeps the tail it took, as a share of that bound, in the engine's private cache
-(pipeline.models.native), per host, executor kind, tracking and the table's size (the decade of its
-cells: the tail writes and scores every row); the next run like it reserves the largest
-of the last `KEEP` shares times `SAFETY` (at least `FLOOR`, at most the whole bound).
+box under a load of 7 to 10 (about a quarter of a CPU for each runnable thread), per run and per model:
+the bound. What a run reserves of it is scaled by how much of a CPU its own start-up had
+(pipeline.run_clock.start_up_cpu_share), so an idle machine keeps less and a busy one more:
+`SAFETY` x the share of the bound the tail takes with a whole CPU / the start-up's share, at least
+`FLOOR` and at most the whole bound. That share is `BOUND_CPU_SHARE` until runs like this one have
+measured theirs: each run that ends under `time_limit_s` keeps the tail it took, as a share of the
+bound times its start-up's CPU share, in the engine's private cache (pipeline.models.native), per host,
+executor kind, tracking and the table's size (the decade of its cells: the tail writes and scores
+every row); the next run like it takes the largest of the last `KEEP`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ TRACKING_S = 3.0  # MLflow: the run's params, metrics and artifacts, and the ens
 EXIT_S = 1.5  # the workers stopped (a Ray connection closed), the interpreter's exit
 IN_DRIVER_EXIT_S = 0.3  # the interpreter's exit where the fits ran in the driver: no worker to stop
 KEEP, SAFETY, FLOOR = 8, 1.5, 0.25  # the measured shares kept; the margin on their largest; the least share
+# the share of the bound a tail takes with a whole CPU, before any is measured here: the bound was measured at
+# about a quarter of a CPU; measured idle since, the tails in the driver took 0.10-0.30, with workers 0.59-0.73
+BOUND_CPU_SHARE = 0.4
 CACHE_KIND = "tail"
+RECORD = "shares_at_whole_cpu"  # the cache's key (runs before the CPU share kept "shares", not comparable)
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,7 @@ class TailEstimate:
     tracking: bool = False
     fit_seconds: Callable[[str], Optional[float]] = lambda model: None  # a model's measured seconds per fit
     workers: bool = True  # False: the fits run in the driver (executor.in_process=always)
-    share: float = 1.0  # of the fixed costs, from the tails measured here (`measured_share`)
+    share: float = 1.0  # of the fixed costs, from the tails measured here (`reserved_share`)
     size: str = "unknown"  # the table's cells (rows x features) to the decade: "1e6"; "unknown" before loading
 
     @property
@@ -71,26 +79,27 @@ def _shares(tail: TailEstimate) -> list[float]:
     from pipeline.models import native
 
     kept = native.read_cached(CACHE_KIND, tail.cache_name)
-    shares = kept.get("shares") if isinstance(kept, dict) else None
+    shares = kept.get(RECORD) if isinstance(kept, dict) else None
     if not isinstance(shares, list):
         return []
     return [float(x) for x in shares if isinstance(x, (int, float)) and x >= 0][-KEEP:]
 
 
-def measured_share(tail: TailEstimate) -> tuple[float, int]:
-    """(the share of `tail.fixed` to reserve, how many measured tails it comes from); (1.0, 0): none yet."""
+def reserved_share(tail: TailEstimate, cpu_share: float) -> tuple[float, int]:
+    """(the share of `tail.fixed` to reserve for a run whose start-up had `cpu_share` of a CPU, how many
+    measured tails it comes from: 0 where none is kept yet and `BOUND_CPU_SHARE` stands in)."""
     shares = _shares(tail)
-    if not shares:
-        return 1.0, 0
-    return min(1.0, max(FLOOR, SAFETY * max(shares))), len(shares)
+    at_whole_cpu = max(shares) if shares else BOUND_CPU_SHARE
+    return min(1.0, max(FLOOR, SAFETY * at_whole_cpu / max(cpu_share, 1e-3))), len(shares)
 
 
-def keep_measured(tail: TailEstimate, took_s: float) -> None:
-    """A run's tail took `took_s` (its last fit's end to its last line): kept as a share of the bound. Runs
-    with refits are not kept (their tail is mostly the refits, estimated from their fits apart)."""
+def keep_measured(tail: TailEstimate, took_s: float, cpu_share: float) -> None:
+    """A run's tail took `took_s` (its last fit's end to its last line) after a start-up that had
+    `cpu_share` of a CPU: kept as the share of the bound it would take with a whole CPU. Runs with refits
+    are not kept (their tail is mostly the refits, estimated from their fits apart)."""
     if tail.refit or tail.fixed <= 0 or took_s < 0:
         return
     from pipeline.models import native
 
-    shares = (_shares(tail) + [round(took_s / tail.fixed, 4)])[-KEEP:]
-    native.keep_cached(CACHE_KIND, tail.cache_name, {"shares": shares})
+    shares = (_shares(tail) + [round(took_s / tail.fixed * min(1.0, cpu_share), 4)])[-KEEP:]
+    native.keep_cached(CACHE_KIND, tail.cache_name, {RECORD: shares})

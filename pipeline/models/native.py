@@ -169,7 +169,7 @@ def _cache_folder(kind: str) -> Optional[int]:
         if str(root) not in _refused_caches:
             _refused_caches.add(str(root))
             log.warning("the engine's private cache (library answers, learnt run tails) is not used: %s; "
-                        "libraries are asked each time and time_limit_s reserves its fixed tail; point "
+                        "libraries are asked each time and time_limit_s learns no run tails; point "
                         "PIPELINE_CACHE_DIR at a folder of your own that no one else may write into", exc)
         return None
 

@@ -447,10 +447,10 @@ def test_a_doctored_answer_in_a_shared_cache_never_lets_a_misspelt_parameter_pas
 @needs_root
 def test_tail_measures_planted_by_another_user_do_not_shrink_the_reserve(tmp_path, monkeypatch, caplog):
     """The tail's learnt reserve (pipeline.graph.tail) reads the same private cache: a share another user wrote
-    (a near-zero tail, so that runs overrun their time_limit_s) is not read, and the reserve stays the bound."""
+    (a near-zero tail, so that runs overrun their time_limit_s) is not read: no tail counts as measured."""
     import json
 
-    from pipeline.graph.tail import TailEstimate, measured_share
+    from pipeline.graph.tail import RECORD, TailEstimate, reserved_share
 
     cache = sticky_shared(tmp_path) / "cache"
     tail = TailEstimate((("lightgbm", 5, 1),), 2, size="1e4")
@@ -458,12 +458,12 @@ def test_tail_measures_planted_by_another_user_do_not_shrink_the_reserve(tmp_pat
 
     def plant():
         entry = cache / "tail" / tail.cache_name
-        entry.write_text(json.dumps({"shares": [0.0]}))
+        entry.write_text(json.dumps({RECORD: [0.0]}))
         entry.chmod(0o666)
 
     as_nobody(plant)
     monkeypatch.setenv("PIPELINE_CACHE_DIR", str(cache))
-    assert measured_share(tail) == (1.0, 0)
+    assert reserved_share(tail, 0.25) == (1.0, 0)
     assert "the engine's private cache (library answers, learnt run tails) is not used" in caplog.text
 
 

@@ -323,26 +323,52 @@ def test_the_tail_keeps_no_time_for_stopping_workers_when_the_fits_ran_in_the_dr
 
 
 def test_the_tail_reserve_follows_the_tails_measured_for_runs_like_it(monkeypatch, tmp_path):
-    from pipeline.graph.tail import FLOOR, KEEP, SAFETY, TailEstimate, keep_measured, measured_share, size_decade
+    from pipeline.graph.tail import (BOUND_CPU_SHARE, FLOOR, KEEP, SAFETY, TailEstimate, keep_measured,
+                                     reserved_share, size_decade)
 
     monkeypatch.setenv("PIPELINE_CACHE_DIR", str(tmp_path))
     tail = TailEstimate((("a", 5, 1), ("b", 5, 1)), 2, size=size_decade(5000, 14))
-    assert tail.size == "1e4" and measured_share(tail) == (1.0, 0)  # nothing measured: the whole bound
-    keep_measured(tail, 0.4 * tail.fixed)
-    keep_measured(tail, 0.1 * tail.fixed)
-    assert measured_share(tail) == (pytest.approx(min(1.0, SAFETY * 0.4)), 2)  # the largest, with its margin
+    # nothing measured: the bound's own CPU share stands in, scaled by how busy the start-up found the machine
+    assert tail.size == "1e4" and reserved_share(tail, 1.0) == (pytest.approx(SAFETY * BOUND_CPU_SHARE), 0)
+    assert reserved_share(tail, 0.25) == (1.0, 0)  # a quarter of a CPU, as when the bound was measured: all of it
+    keep_measured(tail, 0.4 * tail.fixed, 1.0)
+    keep_measured(tail, 0.1 * tail.fixed, 1.0)
+    assert reserved_share(tail, 1.0) == (pytest.approx(SAFETY * 0.4), 2)  # the largest, with its margin
+    assert reserved_share(tail, 0.8) == (pytest.approx(SAFETY * 0.4 / 0.8), 2)  # a busier start-up: more
     for _ in range(KEEP):
-        keep_measured(tail, 0.01 * tail.fixed)
-    assert measured_share(tail) == (FLOOR, KEEP)  # the oldest forgotten; never under the floor
+        keep_measured(tail, 0.01 * tail.fixed, 1.0)
+    assert reserved_share(tail, 1.0) == (FLOOR, KEEP)  # the oldest forgotten; never under the floor
+    keep_measured(tail, 0.5 * tail.fixed, 0.5)  # a tail measured on a busy machine: half its cost at a whole CPU
+    assert reserved_share(tail, 1.0) == (pytest.approx(SAFETY * 0.25), KEEP)
     scaled = TailEstimate(tail.models, 2, size="1e4", share=FLOOR)
     assert scaled() == pytest.approx(FLOOR * tail.fixed)
     others = [TailEstimate(tail.models, 2, tracking=True, size="1e4"), TailEstimate(tail.models, 2, size="1e7"),
               TailEstimate(tail.models, 2, workers=False, size="1e4")]
-    assert all(measured_share(o) == (1.0, 0) for o in others)  # other kinds of run, other sizes: their own
+    assert all(reserved_share(o, 1.0)[1] == 0 for o in others)  # other kinds of run, other sizes: their own
     refits = TailEstimate(tail.models, 2, refit=True, size="1e2")
-    keep_measured(refits, 0.1)
-    assert measured_share(refits) == (1.0, 0)  # a tail of refits is not a measure of the fixed costs
+    keep_measured(refits, 0.1, 1.0)
+    assert reserved_share(refits, 1.0)[1] == 0  # a tail of refits is not a measure of the fixed costs
     assert size_decade(None, 3) == "unknown" and size_decade(10_000_000, 21) == "1e8"
+
+
+def test_a_run_measures_how_much_of_a_cpu_its_start_up_had(monkeypatch):
+    """The share is the main thread's CPU seconds over the wall seconds since the run started: a thread that
+    computes has nearly all of a CPU, one that waits (as on a machine with more runnable threads than CPUs)
+    little; it is measured once per run and kept for the run's tail."""
+    import time
+
+    from pipeline import run_clock
+
+    monkeypatch.setattr(run_clock, "_runs", 1)
+    run_clock.run_started()  # a later job of a sweep: its own start
+    end = time.thread_time() + 0.2
+    while time.thread_time() < end:
+        pass
+    busy = run_clock.start_up_cpu_share()
+    assert busy > 0.5 and run_clock.start_up_cpu_share() == busy  # measured once, the same after
+    run_clock.run_started()
+    time.sleep(0.2)
+    assert run_clock.start_up_cpu_share() < 0.2  # waiting is not computing
 
 
 def test_under_a_budget_every_models_first_trial_comes_first_then_the_models_share_the_time_not_the_trials(
