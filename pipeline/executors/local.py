@@ -30,10 +30,12 @@ class InProcessBackend(Backend):
     def __init__(self, preload: tuple[str, ...] = ()):
         self.done: dict[int, object] = {}
         self.counter = itertools.count()
-        # the model libraries imported while the driver loads the data: a first fit that imported its
-        # library would look seconds slower than the rest, and a time limit would plan with that
-        packages = tuple(dict.fromkeys(m.split(".")[0] for m in preload))
-        self.importing = import_in_background(packages) if preload else None
+        # the model libraries, and what their fits import on first use (torch's optimizers: torch._dynamo),
+        # imported while the driver loads the data: a first fit that imported them would look a second or
+        # more slower than the rest, and a time limit would plan with that; the engine's own modules
+        # (a lean run's preload) are the driver's already
+        modules = tuple(m for m in preload if m.split(".")[0] != "pipeline")
+        self.importing = import_in_background(modules) if modules else None
 
     def prepare(self, plan: Plan, data) -> DataRef:
         if self.importing is not None:

@@ -114,6 +114,29 @@ def test_the_driver_imports_the_model_libraries_while_the_workers_start(tmp_path
     backend.shutdown()
 
 
+def test_fits_in_the_driver_find_what_they_import_on_first_use_imported_ahead(tmp_path, monkeypatch):
+    """In the driver the fits run in the driver's own process: it imports, while the data loads, the
+    libraries and what their fits import on first use (torch's optimizer: torch._dynamo, a second that
+    would count against the first network fit and its time estimate), not the engine's own modules."""
+    import sys
+
+    from pipeline.executors import local
+
+    package = tmp_path / "library_for_fits_in_the_driver"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "fit_only.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    asked = []
+    real = local.import_in_background
+    monkeypatch.setattr(local, "import_in_background", lambda modules: asked.append(modules) or real(modules))
+    backend = local.InProcessBackend(preload=("pipeline.executors.lean_preload", "library_for_fits_in_the_driver",
+                                              "library_for_fits_in_the_driver.fit_only"))
+    backend.importing.join(10)
+    assert asked == [("library_for_fits_in_the_driver", "library_for_fits_in_the_driver.fit_only")]
+    assert "library_for_fits_in_the_driver.fit_only" in sys.modules
+
+
 def test_workers_preload_what_a_network_fit_imports_on_first_use(compose):
     """torch's optimizer imports torch._dynamo when first used (a second): the workers import it ahead."""
     from pipeline.settings import read_settings
