@@ -298,7 +298,10 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
             pruning=settings.conf.hpo.pruning, unseen_categories=settings.conf.data.unseen_categories, budget=budget,
             class_weight=settings.conf.data.class_weight,
         )
-        outcome = scheduler.run()
+        try:
+            outcome = scheduler.run()
+        finally:
+            store.flush()  # the fits finished before an error or a signal stopped it, for a resumed run
     trials.flush()
     from pipeline.store import reuse_summary
 

@@ -6,6 +6,7 @@ keeps what it finished; a resumed run (same directory, or resume=true) skips tho
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import logging
@@ -190,10 +191,14 @@ class ResultStore:
         make_folders(self.dir)
         self.sources = [Path(s) / "tasks" for s in sources if Path(s).resolve() != run_dir.resolve()]
         self.reused: list[Reused] = []  # the finished results get() handed out, in order
+        self._unwritten: dict[str, Any] = {}  # put(later=True), not yet written: flush()
 
     def get(self, key: str) -> Optional[Any]:
         """The finished result stored under `key` (here, or in an earlier run directory, copied here
-        first), noted in `reused`; None if there is none. UntrustedFile if it fails the checks."""
+        first), noted in `reused`; None if there is none. UntrustedFile if it fails the checks. A result
+        put in this run and not yet written is handed out as a copy, not noted."""
+        if key in self._unwritten:
+            return copy.copy(self._unwritten[key])
         path = self.dir / f"{key}.pkl"
         origin = path
         if not os.path.lexists(path):  # a dangling symlink is there, and refused below
@@ -219,8 +224,21 @@ class ResultStore:
         self.reused.append(Reused(origin.parent.parent, finished))
         return result
 
-    def put(self, key: str, result: Any) -> None:
-        atomic_write_bytes(self.dir / f"{key}.pkl", pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    def put(self, key: str, result: Any, later: bool = False) -> None:
+        """Write `result` under `key`; `later`: at the next flush() (a scheduler starts the next fits first,
+        so that a worker does not wait on the driver's pickling and disk; a run killed before the flush
+        fits those again when resumed, as one killed during their fits would)."""
+        self._unwritten[key] = result
+        if not later:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the results put for later."""
+        while self._unwritten:
+            key = next(iter(self._unwritten))
+            data = pickle.dumps(self._unwritten[key], protocol=pickle.HIGHEST_PROTOCOL)
+            atomic_write_bytes(self.dir / f"{key}.pkl", data)
+            del self._unwritten[key]
 
     def checkpoint_dir(self, key: str) -> Path:
         """The per-task checkpoint folder, seeded from an earlier run's checkpoint when resuming."""

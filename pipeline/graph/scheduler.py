@@ -3,9 +3,8 @@
 A task starts when every task in its `depends_on` is done. What starting means is its node kind's
 (`pipeline.graph.nodes`): a worker kind (the fit) is admitted as the plan allows (per-trial and per-model
 limits and the device pool, through plan.Admission), reused from the store when a result for its
-key is there, sent to the backend, and retried when it fails; a driver kind (bag, ensemble, refit,
-evaluate, or any kind registered later) runs here, on its dependencies' results. The backend only
-runs requests and reports them.
+key is there, sent to the backend, and retried when it fails (its result written once the next fits
+have started); a driver kind (bag, ensemble, refit, evaluate, any kind registered later) runs here.
 
 With a time budget (pipeline.graph.time_budget) the queue runs trial by trial across the models (every
 model's first trial before any model's second), a fit starts only when it and the rest of its
@@ -106,6 +105,7 @@ class Scheduler:
                 progressed = True
                 self._release()
             self._release()
+            self.store.flush()  # the results read since the last pass, once the next fits have started
             self._stop_unused(admission)
             if not self.running:
                 if self.queued and not progressed:  # cannot happen for a valid plan
@@ -135,8 +135,9 @@ class Scheduler:
                     continue
                 result.attempt = attempts[task.id]
                 if not getattr(result, "stopped_by_budget", False):  # a shortened fit is not its key's result
-                    self.store.put(request.key, result)
+                    self.store.put(request.key, result, later=True)
                 self._complete(task, result, request)
+        self.store.flush()
         if self.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan
             raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {next(iter(self.blocked))}")
         return ctx.outcome
@@ -352,9 +353,8 @@ class Scheduler:
             self.queued.sort(key=self._priority)
 
     def _release(self) -> None:
-        """Every task whose dependencies are settled (done, or cut) leaves `blocked`, in plan order: a cut
-        one is dropped, a driver task runs now on the inputs that were made (and may release others), a
-        worker task joins the admission queue (a trial's fits once `TrialGate` opens their trial)."""
+        """Tasks whose dependencies are settled leave `blocked`, in plan order: a cut one is dropped, a
+        driver task runs now (it may release others), a worker task queues once `TrialGate` opens its trial."""
         done, cut = self.ctx.outcome.results, self.cut.cut
         while self._ready:
             ready = self.plan.tasks[heapq.heappop(self._ready)]

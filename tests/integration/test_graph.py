@@ -147,3 +147,25 @@ def test_nodes_compute_and_the_roots_hooks_write_and_log(adult, tmp_path):
     assert (out_dir / "leaderboard.csv").exists() and (out_dir / "predictors" / "sleep.pkl").exists()
     assert tracker.metrics["sleep/val_roc_auc"] == outcome.results[EVALUATE].top["val_roc_auc"]
     assert "val_roc_auc" in tracker.metrics  # the main metric at the top level
+
+
+def test_a_fits_result_is_written_once_the_next_fit_has_started(adult, tmp_path, monkeypatch):
+    """The driver writes each result to the store after starting the next fits, so that a worker does not
+    wait on its pickling and disk: when each fit starts, the one before it is not written yet; all are at
+    the end."""
+    from pipeline.executors.local import InProcessBackend
+
+    plan = small_plan()
+    (tmp_path / "run").mkdir()
+    written_at_start = []
+    submit = InProcessBackend.submit
+
+    def counting(self, request):
+        written_at_start.append(len(list((tmp_path / "run" / "tasks").glob("*.pkl"))))
+        return submit(self, request)
+
+    monkeypatch.setattr(InProcessBackend, "submit", counting)
+    run_plan(plan, adult, tmp_path)
+    assert written_at_start == [0, 0, 1, 2]  # at once, each start would find every earlier fit written
+    assert len(list((tmp_path / "run" / "tasks").glob("*.pkl"))) == len(plan.fit_tasks) == 4
+

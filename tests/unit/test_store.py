@@ -86,3 +86,20 @@ def test_taking_the_lock_removes_what_a_killed_run_left_half_written(tmp_path):
         pass
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.name != ".lock") == [
         ".editor.tmp", "checkpoints", "checkpoints/k", "mine", "mine/.notes.1.tmp", "tasks", "tasks/k.pkl"]
+
+
+def test_a_result_put_for_later_is_read_from_memory_until_it_is_written(tmp_path):
+    """The scheduler writes a fit's result after it has started the next fits: until then the same key
+    is answered from memory (a copy: marking it reused leaves the run's own result alone), not as reused."""
+    from pipeline.store import ResultStore
+
+    store = ResultStore(tmp_path)
+    result = {"scores": [1, 2]}
+    store.put("k", result, later=True)
+    assert not (tmp_path / "tasks" / "k.pkl").exists()
+    copy = store.get("k")
+    assert copy == result and copy is not result and store.reused == []
+    store.flush()
+    assert ResultStore(tmp_path).get("k") == result
+    store.put("j", 1)  # written at once
+    assert (tmp_path / "tasks" / "j.pkl").exists()
