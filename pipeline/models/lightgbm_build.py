@@ -17,7 +17,8 @@ of a second) dies with the child. Where the library's file cannot be read, plann
 The OpenCL check only lists devices (ctypes, no context): PoCL's CPU device is an OpenCL device but
 not a GPU, and LightGBM's OpenCL learner on it is slower than its CPU learner. A platform may list
 both (PoCL with its CUDA backend: a CPU and the NVIDIA card), and LightGBM's `gpu_device_id` counts
-all of a platform's devices, so `opencl_choice` names the GPU's index among them.
+all of a platform's devices, so `opencl_choice` names the GPU's index among them. Where several
+platforms have the GPU, its vendor's own (NVIDIA's ICD beside PoCL's CUDA backend) is taken first.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 NOT_BUILT = "was not enabled in this build"  # LightGBM's message when a learner was not compiled in
 MARKERS = {"cuda": "CUDA Tree Learner " + NOT_BUILT, "gpu": "GPU Tree Learner " + NOT_BUILT}
 CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ALL = 1 << 1, 1 << 2, 0xFFFFFFFF
-CL_DEVICE_TYPE, CL_DEVICE_NAME, CL_DEVICE_VENDOR = 0x1000, 0x102B, 0x102C
+CL_DEVICE_TYPE, CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_PLATFORM_VENDOR = 0x1000, 0x102B, 0x102C, 0x0903
 
 
 class OpenCLDevice(NamedTuple):
@@ -92,10 +93,12 @@ def built_learners(library: Optional[Path]) -> Optional[dict[str, bool]]:
         return None
 
 
-def opencl_choice(platforms: Sequence[Sequence[int]], ordinal: int = 0) -> dict:
+def opencl_choice(platforms: Sequence[Sequence[int]], ordinal: int = 0, prefer: Sequence[int] = ()) -> dict:
     """`gpu_platform_id` and `gpu_device_id` of the `ordinal`-th GPU device of the first platform that has
-    one, given each platform's device types in LightGBM's order; {} when there is no such device."""
-    for platform, types in enumerate(platforms):
+    one, given each platform's device types in LightGBM's order, the platforms `prefer` names first;
+    {} when there is no such device."""
+    for platform in [*prefer, *(i for i in range(len(platforms)) if i not in prefer)]:
+        types = platforms[platform]
         gpus = [index for index, kind in enumerate(types) if kind & CL_DEVICE_TYPE_GPU]
         if gpus:
             if ordinal >= len(gpus):
@@ -105,8 +108,27 @@ def opencl_choice(platforms: Sequence[Sequence[int]], ordinal: int = 0) -> dict:
 
 
 def opencl_gpu_device(ordinal: int = 0) -> dict:
-    """`opencl_choice` on this machine's OpenCL devices."""
-    return opencl_choice([[d.type for d in devices] for devices in opencl_devices()], ordinal)
+    """`opencl_choice` on this machine's OpenCL devices, a GPU vendor's own platform first."""
+    platforms = opencl_devices()
+    return opencl_choice([[d.type for d in devices] for devices in platforms], ordinal,
+                         own_platforms(platforms, opencl_platform_vendors()))
+
+
+def own_platforms(platforms: Sequence[Sequence[OpenCLDevice]], vendors: Sequence[str]) -> tuple[int, ...]:
+    """The platforms whose vendor made a GPU they list: the GPU's own driver, not a portable runtime
+    (PoCL's vendor is "The pocl project" whatever devices it drives)."""
+    return tuple(i for i, (devices, vendor) in enumerate(zip(platforms, vendors))
+                 if vendor and any(d.type & CL_DEVICE_TYPE_GPU and d.vendor == vendor for d in devices))
+
+
+@functools.lru_cache(maxsize=1)
+def opencl_platform_vendors() -> tuple[str, ...]:
+    """Each OpenCL platform's vendor, in the order LightGBM numbers them; () without an OpenCL loader."""
+    cl = opencl_library()
+    if cl is None:
+        return ()
+    return tuple(info_text(cl.clGetPlatformInfo, platform, CL_PLATFORM_VENDOR)
+                 for platform, _ in opencl_handles(cl))
 
 
 def opencl_gpu_platforms() -> tuple[int, ...]:

@@ -149,11 +149,30 @@ def test_the_opencl_learner_takes_the_fits_gpu_among_all_its_platforms_devices(p
     assert build.opencl_choice(platforms, ordinal) == expected
 
 
+POCL, NVIDIA = "The pocl project", "NVIDIA Corporation"
+H200 = build.OpenCLDevice(GPU, "NVIDIA H200", NVIDIA)
+POCL_CPU = build.OpenCLDevice(CPU, "cpu-sapphirerapids-Intel(R) Xeon(R)", "GenuineIntel")
+
+
+@pytest.mark.parametrize("platforms,vendors,own,chosen", [
+    (((POCL_CPU, H200), (H200,)), (POCL, NVIDIA), (1,), (1, 0)),  # NVIDIA's ICD beside PoCL's CUDA backend
+    (((H200,), (POCL_CPU, H200)), (NVIDIA, POCL), (0,), (0, 0)),
+    (((POCL_CPU, H200),), (POCL,), (), (0, 1)),  # PoCL alone: its CUDA device all the same
+    (((POCL_CPU,),), (POCL,), (), None),
+    (((POCL_CPU, H200), (H200,)), (POCL, ""), (), (0, 1)),  # a vendor not read: LightGBM's order
+])
+def test_a_gpus_own_opencl_platform_goes_before_a_portable_one(monkeypatch, platforms, vendors, own, chosen):
+    assert build.own_platforms(platforms, vendors) == own
+    monkeypatch.setattr(build, "opencl_devices", lambda: platforms)
+    monkeypatch.setattr(build, "opencl_platform_vendors", lambda: vendors)
+    expected = {} if chosen is None else {"gpu_platform_id": chosen[0], "gpu_device_id": chosen[1]}
+    assert build.opencl_gpu_device(0) == expected
+
+
 def opencl_box(monkeypatch):
-    """The H200 box's OpenCL: one platform listing a CPU device before the NVIDIA card."""
-    devices = ((build.OpenCLDevice(CPU, "cpu-sapphirerapids-Intel(R) Xeon(R)", "GenuineIntel"),
-                build.OpenCLDevice(GPU, "NVIDIA H200", "NVIDIA Corporation")),)
-    monkeypatch.setattr(build, "opencl_devices", lambda: devices)
+    """The H200 box's OpenCL: one platform (PoCL's) listing a CPU device before the NVIDIA card."""
+    monkeypatch.setattr(build, "opencl_devices", lambda: ((POCL_CPU, H200),))
+    monkeypatch.setattr(build, "opencl_platform_vendors", lambda: (POCL,))
 
 
 def test_the_gpu_check_probes_the_chosen_opencl_device(monkeypatch):
@@ -222,11 +241,11 @@ def test_opencl_lists_pocls_cpu_device_as_a_cpu(fresh):
     # this session may have reached them under an environment of their own
     code = ("import json; from pipeline.models import lightgbm_build as b; "
             "print(json.dumps([[list(d) for d in p] for p in b.opencl_devices()] + "
-            "[list(b.opencl_gpu_platforms()), b.opencl_gpu_device(0)]))")
+            "[list(b.opencl_gpu_platforms()), b.opencl_gpu_device(0), list(b.opencl_platform_vendors())]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(build.__file__).parents[2])
-    *platforms, gpu_platforms, chosen = json.loads(proc.stdout.strip().splitlines()[-1])
+    *platforms, gpu_platforms, chosen, vendors = json.loads(proc.stdout.strip().splitlines()[-1])
     devices = [build.OpenCLDevice(*d) for platform in platforms for d in platform]
     assert any(d.type & CPU and not d.type & GPU and d.name and d.vendor for d in devices), (devices, proc.stderr)
     if icds == ["pocl.icd"]:
-        assert gpu_platforms == [] and chosen == {}
+        assert gpu_platforms == [] and chosen == {} and vendors == [POCL]
