@@ -121,14 +121,9 @@ def own_platforms(platforms: Sequence[Sequence[OpenCLDevice]], vendors: Sequence
                  if vendor and any(d.type & CL_DEVICE_TYPE_GPU and d.vendor == vendor for d in devices))
 
 
-@functools.lru_cache(maxsize=1)
 def opencl_platform_vendors() -> tuple[str, ...]:
     """Each OpenCL platform's vendor, in the order LightGBM numbers them; () without an OpenCL loader."""
-    cl = opencl_library()
-    if cl is None:
-        return ()
-    return tuple(info_text(cl.clGetPlatformInfo, platform, CL_PLATFORM_VENDOR)
-                 for platform, _ in opencl_handles(cl))
+    return tuple(vendor for vendor, _ in opencl_platforms())
 
 
 def opencl_gpu_platforms() -> tuple[int, ...]:
@@ -143,14 +138,22 @@ def opencl_gpu_names() -> frozenset[str]:
     return frozenset(d.name for devices in opencl_devices() for d in devices if d.type & CL_DEVICE_TYPE_GPU)
 
 
-@functools.lru_cache(maxsize=1)
 def opencl_devices() -> tuple[tuple[OpenCLDevice, ...], ...]:
     """Each OpenCL platform's devices of every type, in the order LightGBM numbers them (`gpu_platform_id`,
     then `gpu_device_id`: boost::compute's `platform.devices()`); () without an OpenCL loader."""
+    return tuple(devices for _, devices in opencl_platforms())
+
+
+@functools.lru_cache(maxsize=1)
+def opencl_platforms() -> tuple[tuple[str, tuple[OpenCLDevice, ...]], ...]:
+    """(vendor, devices of every type) of each OpenCL platform, listed once per process in LightGBM's
+    order; () without an OpenCL loader."""
     cl = opencl_library()
     if cl is None:
         return ()
-    return tuple(tuple(device_info(cl, device) for device in devices) for _, devices in opencl_handles(cl))
+    return tuple((info_text(cl.clGetPlatformInfo, platform, CL_PLATFORM_VENDOR),
+                  tuple(device_info(cl, device) for device in devices))
+                 for platform, devices in opencl_handles(cl))
 
 
 def opencl_library() -> Optional[ctypes.CDLL]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.testing.backend_contract import _alive, _gone
 from tests.conftest import ROOT, free_port
 
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
@@ -135,20 +136,9 @@ def _stop(pid_files: list[Path]) -> None:
         except (OSError, ValueError):  # no pid written, or the daemon is gone
             continue
         pids.append(pid)
-    deadline = time.time() + 5
-    while pids and time.time() < deadline:
-        pids = [pid for pid in pids if _alive(pid)]
-        time.sleep(0.1)
-    for pid in pids:
+    _gone(pids, timeout=5)
+    for pid in filter(_alive, pids):
         try:
             os.kill(pid, 9)
         except ProcessLookupError:  # it exited after the last look
             pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -15,7 +15,7 @@ import pipeline.models.lightgbm_gpu as lightgbm_gpu
 from pipeline.models import LightGBMModel
 
 CACHED = (build.lightgbm_cuda_available, build.cuda_unavailable_reason, build.built_learners,
-          build.opencl_devices)
+          build.opencl_platforms)
 CPU, GPU = build.CL_DEVICE_TYPE_CPU, build.CL_DEVICE_TYPE_GPU
 PYPI = (build.MARKERS["cuda"],)  # PyPI's wheel: the OpenCL learner, no CUDA learner
 CUDA_BUILD = (build.MARKERS["gpu"],)  # make install-gpu: the CUDA learner, no OpenCL learner
