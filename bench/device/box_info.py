@@ -26,11 +26,12 @@ def _kinds(bits: int) -> str:
     return "+".join(name for bit, name in DEVICE_TYPES.items() if bits & bit) or f"0x{bits:x}"
 
 
-def opencl_platforms() -> list[dict] | str:
-    """[{index, name, vendor, version, devices: [{index, name, vendor, type, driver}]}], or why none."""
-    from pipeline.models.lightgbm_build import device_info, info_text, opencl_handles, opencl_library
+def opencl_platforms(cl=None) -> list[dict] | str:
+    """[{index, name, vendor, version, devices: [{index, name, vendor, type, driver}]}] as the loader `cl`
+    lists them (default: the system's libOpenCL.so.1), or why none."""
+    from pipeline.models.lightgbm_build import device_info, info_text, loader, opencl_handles
 
-    cl = opencl_library()
+    cl = cl or loader(None)
     if cl is None:
         return "no OpenCL loader (libOpenCL.so.1)"
     handles = opencl_handles(cl)
@@ -87,8 +88,52 @@ def nvidia_smi() -> list[dict] | str:
     return [{**common, **gpu} for gpu in gpus] or [common]
 
 
+def lightgbm_opencl_library() -> Path | None:
+    """lib_lightgbm.so of the build with the OpenCL learner: the kit's PyPI build (KIT_SITE_OPENCL) where
+    installed, else the importable one."""
+    from pipeline.models.lightgbm_build import _library_file
+
+    site = os.environ.get("KIT_SITE_OPENCL")
+    kit = Path(site) / "lightgbm" / "lib" / "lib_lightgbm.so" if site else None
+    return kit if kit is not None and kit.exists() else _library_file()
+
+
+def lightgbm_view() -> list[dict] | str:
+    """The platforms as LightGBM's OpenCL learner lists them: the PyPI wheel links its own ICD loader in,
+    which may list other platforms, or the same in another order, than the system's."""
+    from pipeline.models.lightgbm_build import loader
+
+    library = lightgbm_opencl_library()
+    cl = loader(library) if library is not None else None
+    if cl is None:
+        return f"this LightGBM ({library}) has no OpenCL loader of its own"
+    return opencl_platforms(cl)
+
+
+def loaded_opencl_files() -> list[str]:
+    """The OpenCL libraries mapped into this process after the listings (which loader, which drivers)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    return sorted({line.split()[-1] for line in maps.splitlines()
+                   if "/" in line and ("opencl" in line.lower() or "pocl" in line.lower())})
+
+
+def opencl_libraries() -> list[str]:
+    """What the dynamic linker's cache holds of OpenCL (the loaders, NVIDIA's libnvidia-opencl)."""
+    try:
+        proc = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in proc.stdout.splitlines() if "opencl" in line.lower()]
+
+
 def gather() -> dict:
-    return {"opencl_platforms": opencl_platforms(), "opencl_icd_files": icd_files(),
+    return {"opencl_platforms": opencl_platforms(), "opencl_platforms_lightgbm": lightgbm_view(),
+            "opencl_icd_files": icd_files(), "opencl_files_loaded": loaded_opencl_files(),
+            "opencl_libraries": opencl_libraries(),
+            "opencl_env": {k: v for k, v in os.environ.items() if k.startswith("OCL_")},
             "nvidia_smi": nvidia_smi()}
 
 

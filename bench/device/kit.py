@@ -27,10 +27,10 @@ import zipfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from bench.device.layout import MIB, TREE_LIMIT_MIB, make_manifest, pack_calls, render
-from bench.device.plan import BASE, LGB_CUDA, LGB_OPENCL, XGB
+from bench.device.plan import BASE, BY_NAME, EXTRA_STEPS, LGB_CUDA, LGB_OPENCL, STEPS, XGB, Step
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -248,6 +248,7 @@ def build(
     split_over_mib: float,
     xz: bool = False,
     tree_bytes: Optional[int] = None,
+    steps: Sequence[Step] = STEPS,
 ) -> dict:
     t0 = time.perf_counter()
     if out.exists():
@@ -352,7 +353,7 @@ def build(
     shutil.rmtree(staging)
     about = {"python": PYTHON_VERSION, "platforms": list(PLATFORMS), "left_out": left_out,
              "image_has": skipped_box}
-    manifest = make_manifest(out, files, calls, room, tree_bytes, time.perf_counter() - t0, about)
+    manifest = make_manifest(out, files, calls, room, tree_bytes, time.perf_counter() - t0, about, steps)
     for c in manifest["calls"]:  # a call that only measures carries its folder too: the manifest
         (out / f"c{c['call']}").mkdir(exist_ok=True)
         (out / f"c{c['call']}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -373,9 +374,19 @@ def main(argv=None) -> int:
                    help="take the wheels of this folder instead of resolving and downloading them")
     p.add_argument("--lightgbm-cuda", type=Path, default=None,
                    help="LightGBM's CUDA build (a wheel; `make lightgbm-cuda-wheel` makes one)")
+    p.add_argument("--steps", default=None,
+                   help="the steps to measure, in order, comma-separated (default: the plan's: "
+                        f"{','.join(s.name for s in STEPS)}; on demand: {','.join(s.name for s in EXTRA_STEPS)})")
     args = p.parse_args(argv)
+    steps = STEPS
+    if args.steps:
+        unknown = [n for n in args.steps.split(",") if n not in BY_NAME]
+        if unknown:
+            p.error(f"--steps: unknown step(s) {', '.join(unknown)}; valid: {', '.join(BY_NAME)}")
+        steps = tuple(BY_NAME[n] for n in args.steps.split(","))
     manifest = build(args.out, limit_mib=args.limit_mib, wheel_dir=args.wheels,
-                     lightgbm_cuda=args.lightgbm_cuda, split_over_mib=args.split_over_mib, xz=args.xz)
+                     lightgbm_cuda=args.lightgbm_cuda, split_over_mib=args.split_over_mib, xz=args.xz,
+                     steps=steps)
     print(render(manifest), end="")
     return 1 if manifest["problems"] else 0
 

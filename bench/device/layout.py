@@ -91,20 +91,20 @@ def _ready_by(files: list) -> dict[str, int]:
     return out
 
 
-def make_manifest(out: Path, files, calls, limit, tree_bytes, seconds, about: dict) -> dict:
-    """The calls with their files, steps, estimates and time limits; `about`: the interpreter and platforms
-    resolved for, and what was left out and why (kept in the manifest as they are)."""
+def make_manifest(out: Path, files, calls, limit, tree_bytes, seconds, about: dict, steps=STEPS) -> dict:
+    """The calls with their files, `steps` (default: the plan's), estimates and time limits; `about`: the
+    interpreter and platforms resolved for, and what was left out and why (kept in the manifest as they are)."""
     ready = _ready_by(files)
     base_ready = max(ready.get(BASE, 1), ready.get("project", 1))
     schedule: dict[int, list[str]] = {c["call"]: [] for c in calls}
-    for step in STEPS:
+    for step in steps:
         needs = [base_ready] + [ready.get(g, 10**6) for g in step.needs if g != BASE]
         when = max(needs)
         if when > len(calls):  # a package the kit does not carry: measured as not measured, in the last call
             when = len(calls)
         schedule[when].append(step.name)
     # keep each call under its time limit: steps past it move to the next call (a new, empty one if needed)
-    estimate = {s.name: s.seconds for s in STEPS}
+    estimate = {s.name: s.seconds for s in steps}
     n = 1
     while n <= len(schedule):
         budget, kept, moved = CALL_LIMIT_S - SETUP_S.get(n, SETUP_OTHER_S), [], []

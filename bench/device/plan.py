@@ -67,7 +67,18 @@ STEPS = (
         "tracked", frozenset({BASE, LGB_CUDA, XGB}), 45, "tracked vs untracked, +hardware=1gpu model=gbm_gpu"
     ),
 )
-BY_NAME = {s.name: s for s in STEPS}
+# Measured on demand (`python -m bench.device.kit --steps NAME,...`), not in the default plan: what bounds a
+# figure the default plan has measured.
+EXTRA_STEPS = (
+    # preparing 2M rows ~11 s; 3 epochs of 1.6M rows at each of 4 batch sizes (~1.5M rows/s at 4096 on the
+    # H200, fewer at 1024); the profile ~5 s
+    Step("network-batches", frozenset({BASE}), 60,
+         "the network loop's rows/s and time per step at batch sizes 1024-65536, kernels per step"),
+    # loading 4M rows ~15 s, a warm-up and one fit on each learner (1M: 3.4 s CPU, 6.8 s CUDA on the H200)
+    Step("lightgbm-largest", frozenset({BASE, LGB_CUDA}), 90,
+         "LightGBM's CUDA learner vs its CPU learner at the flagship's largest size"),
+)
+BY_NAME = {s.name: s for s in STEPS + EXTRA_STEPS}
 CALL_LIMIT_S = 540  # no command longer than 9 minutes (the box's limit is 10)
 SETUP_S = {1: 15}  # per call: taking in, reassembling and installing its files (the first installs the most)
 SETUP_OTHER_S = 5

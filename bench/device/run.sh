@@ -72,6 +72,22 @@ if [ "$CALL" = 1 ] && command -v nvcc >/dev/null; then
     fi
 fi
 
+# NVIDIA's OpenCL driver where the image has it but no ICD file registers it: LightGBM's PyPI build links
+# its own ICD loader, which reads only the registered ones (on the H200 box of 2026-11-27 it saw PoCL's CPU
+# alone, though the system's loader listed the H200). Registered for this call as the driver's package
+# would (/etc/OpenCL/vendors/nvidia.icd), in a folder of the kit's beside the registered files; the
+# results' box record shows OCL_ICD_VENDORS and what each loader lists.
+ICDS=${OCL_ICD_VENDORS:-/etc/OpenCL/vendors}
+NV_OPENCL=$( { ldconfig -p 2>/dev/null | grep -o '/[^ ]*libnvidia-opencl\.so\.1$'; \
+               ls /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 /usr/lib64/libnvidia-opencl.so.1 2>/dev/null; } | head -1)
+if [ -n "$NV_OPENCL" ] && ! grep -qs nvidia-opencl "$ICDS"/*.icd; then
+    mkdir -p "$STATE/icd"
+    cp "$ICDS"/*.icd "$STATE/icd/" 2>/dev/null
+    echo "$NV_OPENCL" > "$STATE/icd/nvidia.icd"
+    export OCL_ICD_VENDORS="$STATE/icd"
+    echo "NVIDIA's OpenCL driver ($NV_OPENCL) is not registered in $ICDS: registered for this call (OCL_ICD_VENDORS=$OCL_ICD_VENDORS)"
+fi
+
 cd "$STATE/project" || exit 3
 "$PY" -m compileall -q -x '/\.venv' pipeline plugins bench >/dev/null  # as an install does (bench/__main__.py)
 "$PY" -m bench.device.calls --call "$CALL" --manifest "$STATE/manifest.json" --out-dir "$OUT" \

@@ -72,6 +72,16 @@ def _planned(step: str) -> list[tuple[str, str, str]]:
         return [("LightGBM · synthetic 1M", f, "x" if "speed-up" in f else "s") for f in gpu.LGB_FIGURES] + [
             ("LightGBM CUDA build · synthetic 1M", f, "x" if "speed-up" in f else "s") for f in CUDA_FIGURES
         ]
+    if step == "network-batches":
+        from bench.suites import nn_loop
+
+        names = [n for b in nn_loop.SWEEP_BATCHES
+                 for n in (f"engine loop rows/s · batch {b}", f"milliseconds per step · batch {b}")]
+        batch = nn_loop.settings_for("cuda", False)["batch_size"]
+        names += [f"CUDA kernels per step · batch {batch}", f"GPU busy share of the loop · batch {batch}"]
+        return [(NETWORK_BATCHES_GROUP, n, "ms" if "milli" in n else "rows/s" if "rows" in n else "") for n in names]
+    if step == "lightgbm-largest":
+        return [(_lightgbm_largest_group(), f, "x" if "speed-up" in f else "s") for f in CUDA_FIGURES]
     if step == "xgboost":
         return [("XGBoost · synthetic 1M", f, "x" if "speed-up" in f else "s") for f in gpu.XGB_FIGURES]
     if step == "packing":
@@ -251,6 +261,43 @@ def step_lightgbm_opencl(opts, device, out: Lines) -> None:
                               probe))
 
 
+NETWORK_BATCHES_GROUP = "network on CUDA · fp32 · batch sizes"
+
+
+def step_network_batches(opts, device, out: Lines) -> None:
+    """What bounds the network loop's rows/s: its rate and time per step at several batch sizes, and the
+    kernels a step launches with the GPU's busy share (bench.suites.nn_loop.batch_sweep)."""
+    from bench.common import guarded
+    from bench.suites import nn_loop
+
+    names = [n for _, n, _ in _planned("network-batches")]
+    out.figures(guarded(NETWORK_BATCHES_GROUP, names,
+                        lambda: nn_loop.batch_sweep(opts, "cuda", NETWORK_BATCHES_GROUP, device)))
+
+
+def _lightgbm_largest_group() -> str:
+    return f"LightGBM CUDA build · {_largest_name()}"
+
+
+def step_lightgbm_largest(opts, device, out: Lines) -> None:
+    """LightGBM's CUDA learner vs its CPU learner at the flagship's largest size (KIT_LARGEST_ROWS x 20
+    features, 200 rounds, max_bin 63), once each: whether the CUDA learner overtakes the CPUs past 1M rows."""
+    from bench.common import Engine, guarded, load_data
+    from bench.suites import gpu
+
+    rows = ["data=synthetic", f"data.rows={LARGEST_ROWS}"]
+    engine = Engine(opts.scratch)
+    data = load_data(rows, opts.scratch / "engine")[0]
+    common = rows + ["model=lightgbm", "tracking=none", "hpo=none", "parallelism=default",
+                     f"model.lightgbm.params.num_iterations={gpu.FULL['rounds']}",
+                     "model.lightgbm.params.early_stopping_round=0", "++model.lightgbm.params.max_bin=63"]
+    cuda_ov = common + ["++model.lightgbm.params.device_type=cuda", "model.lightgbm.resources.num_gpus=1"]
+    group = _lightgbm_largest_group()
+    out.figures(guarded(group, CUDA_FIGURES,
+                        lambda: gpu._compare(engine, data, "lightgbm", group, 1, device, ("CPU", common),
+                                             ("CUDA", cuda_ov))))
+
+
 def step_xgboost(opts, device, out: Lines) -> None:
     from bench.common import Engine, load_data
     from bench.suites import gpu
@@ -339,6 +386,8 @@ STEP_FUNCTIONS = {
     "packing": step_packing,
     "startup": step_startup,
     "tracked": step_tracked,
+    "network-batches": step_network_batches,
+    "lightgbm-largest": step_lightgbm_largest,
 }
 
 

@@ -197,13 +197,23 @@ def _compare(engine: Engine, data, model: str, group: str, n: int, device: str, 
 
 
 def _lightgbm_gpu_probe():
-    """None when LightGBM's OpenCL learner trains; else why not."""
+    """None when LightGBM's OpenCL learner trains on a GPU device; else why not (a CPU device, such as
+    PoCL's, is an OpenCL device but would not measure a GPU)."""
     import lightgbm as lgb
     import numpy as np
 
+    from pipeline.models.lightgbm_build import opencl_devices, opencl_gpu_device
+
+    chosen = opencl_gpu_device(0)
+    if not chosen:
+        listed = [f"{d.name} ({d.vendor})" for devices in opencl_devices() for d in devices]
+        return ("LightGBM's OpenCL loader lists no GPU device (it lists: "
+                f"{', '.join(listed) or 'none'}; NVIDIA's driver registers its OpenCL library, "
+                "libnvidia-opencl.so.1, as /etc/OpenCL/vendors/nvidia.icd)")
     X = np.random.default_rng(0).random((256, 4))
     try:
-        lgb.train({"device_type": "gpu", "verbosity": -1, "num_iterations": 2}, lgb.Dataset(X, X[:, 0] > 0.5))
+        lgb.train({"device_type": "gpu", "verbosity": -1, "num_iterations": 2, **chosen},
+                  lgb.Dataset(X, X[:, 0] > 0.5))
     except lgb.basic.LightGBMError as exc:
         return (f"LightGBM's OpenCL learner (device_type=gpu) cannot run here: {str(exc).strip()} "
                 "(the OpenCL runtime, which NVIDIA's driver ships as libnvidia-opencl, is missing or not registered)")

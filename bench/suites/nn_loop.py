@@ -13,7 +13,7 @@ import time
 import statistics
 from typing import Callable, Optional
 
-from bench.common import Options, cpu_cores, figure, load_data, log, ratios
+from bench.common import Options, cpu_cores, figure, guarded, load_data, log, ratios
 
 MEASURED = ("32", "bf16-mixed")  # the precisions a CPU and a GPU both run
 COMPILED = "engine loop rows/s · compile=reduce-overhead"
@@ -157,6 +157,65 @@ def measure(opts: Options, device: str, group_prefix: str, device_name: str,
                     measured_epochs=s["epochs"] - 1, threads=cpu_cores(), optimizer="AdamW lr 1e-3",
                     network="TabularMLP hidden [256, 128], dropout 0.1", baseline=baseline_note(s))
     return figures, settings
+
+
+SWEEP_BATCHES = (1024, 4096, 16384, 65536)
+SWEEP_EPOCHS = 3  # the first a warm-up
+PROFILED_STEPS = 50
+
+
+def batch_sweep(opts: Options, device: str, group: str, device_name: str,
+                batches=SWEEP_BATCHES) -> list[dict]:
+    """What bounds the engine loop: its rows/s (eager, fp32) at several batch sizes, with the milliseconds
+    per step (a rate that grows with the batch at a level time per step is bound by the host's work per
+    step, not the device's arithmetic); then, on CUDA, the kernels one step launches and the share of
+    its time the GPU spent in them (torch.profiler, at the engine's CUDA batch)."""
+    s = settings_for(device, opts.quick)
+    arrays, spec = prepare(s["rows"], opts.scratch)
+    figures = []
+    for batch in batches:
+        log(f"nn_loop: {group} · batch {batch}")
+        rates = engine_loop(arrays, spec, device, "32", batch, SWEEP_EPOCHS)[1:]
+        figures += [
+            figure(f"engine loop rows/s · batch {batch}", rates, "rows/s", group=group, device=device_name),
+            figure(f"milliseconds per step · batch {batch}", [1000 * batch / r for r in rates], "ms",
+                   group=group, device=device_name),
+        ]
+    if device == "cuda":
+        batch = s["batch_size"]
+        names = [f"CUDA kernels per step · batch {batch}", f"GPU busy share of the loop · batch {batch}"]
+        figures += guarded(group, names, lambda: kernel_profile(arrays, spec, batch, group, device_name))
+    return figures
+
+
+def kernel_profile(arrays, spec, batch: int, group: str, device_name: str, device: str = "cuda") -> list[dict]:
+    """CUDA kernels per training step and the GPU's busy share of the step's wall time, over
+    PROFILED_STEPS steps of one epoch on as many rows (after a warm-up epoch outside the profile)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from pipeline.nn.loop import Arrays
+
+    rows = batch * PROFILED_STEPS
+    few = Arrays(arrays.x_num[:rows], arrays.x_cat[:rows], arrays.y[:rows],
+                 arrays.v_num[:batch], arrays.v_cat[:batch], arrays.v_y[:batch])
+    engine_loop(few, spec, device, "32", batch, 1)
+    cuda = device == "cuda"
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        engine_loop(few, spec, device, "32", batch, 1)
+        if cuda:
+            torch.cuda.synchronize()
+    wall_us = (time.perf_counter() - t0) * 1e6
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_us = sum(e.time_range.elapsed_us() for e in kernels)  # a kernel event's range is on the device
+    per_step = len(kernels) / PROFILED_STEPS
+    return [
+        figure(f"CUDA kernels per step · batch {batch}", [per_step], "", group=group, device=device_name,
+               measured_on=f"{PROFILED_STEPS} steps and one evaluation, under torch.profiler"),
+        figure(f"GPU busy share of the loop · batch {batch}", [busy_us / wall_us], "", group=group,
+               device=device_name, measured_on="kernel time over the profiled epoch's wall time"),
+    ]
 
 
 def run(opts: Options) -> dict:

@@ -19,6 +19,10 @@ not a GPU, and LightGBM's OpenCL learner on it is slower than its CPU learner. A
 both (PoCL with its CUDA backend: a CPU and the NVIDIA card), and LightGBM's `gpu_device_id` counts
 all of a platform's devices, so `opencl_choice` names the GPU's index among them. Where several
 platforms have the GPU, its vendor's own (NVIDIA's ICD beside PoCL's CUDA backend) is taken first.
+The devices are listed through the loader LightGBM itself calls: the PyPI wheel links Khronos's ICD
+loader in, which may see other platforms, or the same in another order, than the system's
+libOpenCL.so.1 (on an H200 box the system's loader listed NVIDIA's platform second and LightGBM's saw
+PoCL's CPU alone, so the index named from the system's listing trained on the CPU).
 """
 
 from __future__ import annotations
@@ -45,11 +49,12 @@ class OpenCLDevice(NamedTuple):
 
 
 def lightgbm_gpu_learner() -> Optional[str]:
-    """The GPU learner to use here: 'cuda' (the CUDA build, on NVIDIA), else 'gpu' (OpenCL, when an
-    OpenCL platform has a GPU device), else None (the CPU learner)."""
+    """The GPU learner to use here: 'cuda' (the CUDA build, on NVIDIA), else 'gpu' (OpenCL, when this build
+    has its OpenCL learner and an OpenCL platform it sees has a GPU device), else None (the CPU learner)."""
     if lightgbm_cuda_available():
         return "cuda"
-    if opencl_gpu_platforms():
+    built = built_learners(_library_file())
+    if (built is None or built["gpu"]) and opencl_gpu_platforms():
         return "gpu"
     return None
 
@@ -157,10 +162,21 @@ def opencl_platforms() -> tuple[tuple[str, tuple[OpenCLDevice, ...]], ...]:
 
 
 def opencl_library() -> Optional[ctypes.CDLL]:
-    """The OpenCL ICD loader with the signatures of the calls made here; None where it is missing."""
+    """The OpenCL ICD loader LightGBM's OpenCL learner calls (the one linked into its library, where it
+    has one; else the system's libOpenCL.so.1) with the signatures of the calls made here; None where
+    neither loads."""
+    library = _library_file()
+    return (loader(library) if library is not None else None) or loader(None)
+
+
+def loader(path: Optional[Path]) -> Optional[ctypes.CDLL]:
+    """The OpenCL entry points of `path` (a library that exports them: lib_lightgbm.so of a build with
+    its OpenCL learner), or of the system's libOpenCL.so.1 for None; None where it has none."""
     try:
-        cl = ctypes.CDLL("libOpenCL.so.1")
+        cl = ctypes.CDLL(str(path) if path is not None else "libOpenCL.so.1")
     except OSError:
+        return None
+    if not hasattr(cl, "clGetPlatformIDs"):
         return None
     u32, ptr, size = ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t
     cl.clGetPlatformIDs.argtypes = [u32, ctypes.POINTER(ptr), ctypes.POINTER(u32)]

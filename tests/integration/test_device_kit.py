@@ -255,3 +255,41 @@ def test_collect_takes_a_step_run_again_in_a_later_call_in_place_of_its_unmeasur
         (tmp_path / f"20261201T00000{n}Z-gpu-nvidia-h200-c{n}.json").write_text(json.dumps(data))
     (run,) = merge(call_files([tmp_path])).values()
     assert run["suites"]["gpu"]["figures"] == [measured]  # once, measured, its first measure
+
+
+def test_a_kit_of_chosen_steps_measures_those_and_registers_an_unregistered_nvidia_opencl_driver(tmp_path):
+    """`--steps` makes a kit of the steps named (here two measured on demand, not in the default plan); on a
+    box whose image has NVIDIA's OpenCL driver but no ICD file naming it (LightGBM's own loader then sees no
+    GPU), run.sh registers it for the call: the box record shows the folder and each loader's listing."""
+    from bench.device.plan import EXTRA_STEPS
+
+    chosen = [s.name for s in EXTRA_STEPS]
+    kit = _build(tmp_path, b"small payload", "--steps", ",".join(chosen))
+    assert [s for c in kit["manifest"]["calls"] for s in c["steps"]] == chosen
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    driver = tmp_path / "driver" / "libnvidia-opencl.so.1"
+    (shims / "ldconfig").write_text(f"#!/bin/sh\necho '\tlibnvidia-opencl.so.1 (libc6,x86-64) => {driver}'\n")
+    (shims / "ldconfig").chmod(0o755)
+    icds = tmp_path / "vendors"
+    icds.mkdir()
+    (icds / "portable.icd").write_text("libportable.so\n")
+    state, out = tmp_path / "state", tmp_path / "out"
+    env = {**os.environ, "KIT_DIR": str(kit["out"]), "KIT_STATE": str(state), "OUT": str(out),
+           "PYTHON": sys.executable, "KIT_CALL_LIMIT_S": "300", "PATH": f"{shims}:{os.environ['PATH']}",
+           "OCL_ICD_VENDORS": str(icds)}
+    proc = subprocess.run(["bash", str(ROOT / "bench/device/run.sh"), "1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "registered for this call" in proc.stdout
+    assert (state / "icd" / "nvidia.icd").read_text().strip() == str(driver)
+    assert (state / "icd" / "portable.icd").read_text() == "libportable.so\n"
+    (result,) = out.glob("*-gpu-no-cuda-c1.json")
+    data = json.loads(result.read_text())
+    assert data["device"]["opencl_env"]["OCL_ICD_VENDORS"] == str(state / "icd")
+    assert {"nvidia.icd", "portable.icd"} == set(data["device"]["opencl_icd_files"])
+    assert "opencl_platforms_lightgbm" in data["device"]
+    figures = [f for s in data["suites"].values() for f in s["figures"]]
+    groups = {f["group"] for f in figures}
+    assert groups == {"network on CUDA · fp32 · batch sizes", "LightGBM CUDA build · synthetic 4M"}
+    assert all(f["status"] == "not measured" and "no CUDA device" in f["reason"] for f in figures)

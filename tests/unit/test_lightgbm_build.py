@@ -135,6 +135,30 @@ def test_without_cuda_the_opencl_learner_needs_an_opencl_gpu(monkeypatch, fresh,
     assert build.lightgbm_gpu_learner() == learner
 
 
+def test_a_cuda_build_without_a_driver_offers_no_opencl_learner(monkeypatch, tmp_path, fresh):
+    """make install-gpu's build has no OpenCL learner: an OpenCL GPU does not make device_type=gpu usable."""
+    monkeypatch.setattr(build, "lightgbm_cuda_available", lambda: False)
+    monkeypatch.setattr(build, "opencl_gpu_platforms", lambda: (0,))
+    monkeypatch.setattr(build, "_library_file", lambda: library(tmp_path / "lib_lightgbm.so", CUDA_BUILD))
+    assert build.lightgbm_gpu_learner() is None
+
+
+def test_opencl_devices_are_listed_through_the_loader_lightgbm_calls(monkeypatch, tmp_path, fresh):
+    """The PyPI wheel links Khronos's ICD loader in, which may list other platforms, or in another order,
+    than the system's libOpenCL.so.1: the platform and device indices must be those LightGBM will read."""
+    def name(cl):
+        return cl._name if cl is not None else None
+
+    assert name(build.opencl_library()) == str(build._library_file())  # the PyPI build exports the calls
+    system = name(build.loader(None))  # libOpenCL.so.1, or None where it is not installed
+    no_loader = library(tmp_path / "lib_lightgbm.so", CUDA_BUILD)  # no OpenCL entry points (not even an ELF)
+    monkeypatch.setattr(build, "_library_file", lambda: no_loader)
+    assert build.loader(no_loader) is None
+    assert name(build.opencl_library()) == system
+    monkeypatch.setattr(build, "_library_file", lambda: None)
+    assert name(build.opencl_library()) == system
+
+
 @pytest.mark.parametrize("platforms,ordinal,chosen", [
     ([(CPU, GPU)], 0, (0, 1)),  # PoCL with its CUDA backend on the H200 box: the GPU is device 1
     ([(CPU,), (GPU, GPU)], 1, (1, 1)),
