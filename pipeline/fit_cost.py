@@ -46,6 +46,11 @@ def _interpolate(points: tuple[tuple[float, float], ...], work: float) -> float:
     return last_seconds * work / last_work
 
 
+# Packed fits share a device's memory and each one's failures; they are planned only for a gain that one
+# measurement's noise would not make (repeats of either side spread by up to 10% on the H100 box).
+MIN_PACKING_GAIN = 1.1
+
+
 @dataclass(frozen=True)
 class Calibration:
     learners: dict[str, Learner]
@@ -56,12 +61,14 @@ class Calibration:
         return self.learners.get(key)
 
     def packing_pays(self, library: str) -> tuple[bool, str]:
-        """Whether fractional GPU fits of `library` may share a device, and, where not, why."""
+        """Whether fractional GPU fits of `library` may share a device (not measured, or measured to gain at
+        least MIN_PACKING_GAIN), and, where not, why."""
         speed_up = self.packing.get(library)
-        if speed_up is None or speed_up >= 1:
+        if speed_up is None or speed_up >= MIN_PACKING_GAIN:
             return True, ""
+        why = "" if speed_up < 1 else f", under the {MIN_PACKING_GAIN:.2f}x that would tell a gain from a repeat's spread"
         return False, (f"GPU fits not packed: two 0.5-GPU {library} fits on one device ran at {speed_up:.2f}x the "
-                       f"speed of one after the other ({self.packing_sources.get(library, 'measured')}); "
+                       f"speed of one after the other ({self.packing_sources.get(library, 'measured')}){why}; "
                        "each fit gets a whole device")
 
 
