@@ -174,6 +174,7 @@ def _compare(engine: Engine, data, model: str, group: str, n: int, device: str, 
     wall = {cpu_label: [], gpu_label: []}
     fit = {cpu_label: [], gpu_label: []}
     auc = {cpu_label: [], gpu_label: []}
+    fitted_on = {cpu_label: set(), gpu_label: set()}  # what each fit's record names (the device LightGBM announced)
     engine.clean(engine.run(gpu[1], data))  # warm-up: CUDA context, kernels
     for r in range(n):
         order = (cpu, gpu) if r % 2 == 0 else (gpu, cpu)
@@ -183,10 +184,13 @@ def _compare(engine: Engine, data, model: str, group: str, n: int, device: str, 
             wall[label].append(res.seconds)
             fit[label].append(float(res.leaderboard["fit_seconds"].iloc[0]))
             auc[label].append(leaderboard_scores(res.leaderboard)[model]["test"])
+            fitted_on[label] |= {str(e.get("device")) for e in res.timeline}
             engine.clean(res)
     return [
-        figure(f"{cpu_label} seconds", wall[cpu_label], "s", group=group, device=cpu_model()),
-        figure(f"{gpu_label} seconds", wall[gpu_label], "s", group=group, device=device),
+        figure(f"{cpu_label} seconds", wall[cpu_label], "s", group=group, device=cpu_model(),
+               fitted_on=sorted(fitted_on[cpu_label])),
+        figure(f"{gpu_label} seconds", wall[gpu_label], "s", group=group, device=device,
+               fitted_on=sorted(fitted_on[gpu_label])),
         figure(f"speed-up CPU/{'CUDA' if gpu_label == 'CUDA' else 'GPU'} (wall)",
                ratios(wall[cpu_label], wall[gpu_label]), "x", group=group, device=device),
         figure(f"speed-up CPU/{'CUDA' if gpu_label == 'CUDA' else 'GPU'} (model.fit)",
