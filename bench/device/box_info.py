@@ -18,7 +18,6 @@ from pathlib import Path
 CL_PLATFORM_VERSION, CL_PLATFORM_NAME, CL_PLATFORM_VENDOR = 0x0901, 0x0902, 0x0903
 CL_DRIVER_VERSION = 0x102D
 DEVICE_TYPES = {1: "default", 2: "cpu", 4: "gpu", 8: "accelerator", 16: "custom"}
-ICD_FOLDER = Path("/etc/OpenCL/vendors")
 SMI_KEYS = ("Driver Version", "CUDA Version", "Product Name", "Persistence Mode", "Compute Mode")
 
 
@@ -61,7 +60,9 @@ def opencl_platforms(cl=None) -> list[dict] | str:
 
 def icd_files() -> dict[str, str]:
     """Each registered ICD file and the library it names (OCL_ICD_VENDORS overrides the folder)."""
-    folder = Path(os.environ.get("OCL_ICD_VENDORS", ICD_FOLDER))
+    from pipeline.models.lightgbm_build import ICD_FOLDER
+
+    folder = Path(os.environ.get("OCL_ICD_VENDORS") or ICD_FOLDER)
     try:
         return {p.name: p.read_text(errors="replace").strip() for p in sorted(folder.glob("*.icd"))}
     except OSError:

@@ -256,12 +256,17 @@ def _opencl_device(ordinal: int) -> dict:
 
 def _warn_unless_a_gpu(model: str, device: str, vendor: Optional[str]) -> None:
     """Say so when the OpenCL learner announced a device that is none of the OpenCL GPU devices."""
-    from pipeline.models.lightgbm_build import opencl_gpu_names
+    from pipeline.models.lightgbm_build import opencl_gpu_names, unregistered_nvidia_opencl
 
     gpus = opencl_gpu_names()
     if device not in gpus and not any(name.startswith(f"{device},") for name in gpus):  # cut at a comma
-        log.warning("model %s: LightGBM's OpenCL learner ran on %s (%s), not a GPU", model, device,
-                    vendor or "unknown vendor")
+        driver = unregistered_nvidia_opencl()
+        hint = "" if driver is None else (
+            f"; NVIDIA's OpenCL driver ({driver}) is installed but no ICD file registers it, and LightGBM's "
+            f"OpenCL loader reads only those: write {driver} into /etc/OpenCL/vendors/nvidia.icd, or point "
+            "OCL_ICD_VENDORS at a folder of .icd files that holds such a file")
+        log.warning("model %s: LightGBM's OpenCL learner ran on %s (%s), not a GPU%s", model, device,
+                    vendor or "unknown vendor", hint)
 
 
 # the link (pipeline.models.links) of each objective the engine sets, and of their aliases

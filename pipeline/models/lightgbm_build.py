@@ -31,6 +31,7 @@ import ctypes
 import functools
 import logging
 import mmap
+import os
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
@@ -40,6 +41,7 @@ NOT_BUILT = "was not enabled in this build"  # LightGBM's message when a learner
 MARKERS = {"cuda": "CUDA Tree Learner " + NOT_BUILT, "gpu": "GPU Tree Learner " + NOT_BUILT}
 CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ALL = 1 << 1, 1 << 2, 0xFFFFFFFF
 CL_DEVICE_TYPE, CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_PLATFORM_VENDOR = 0x1000, 0x102B, 0x102C, 0x0903
+ICD_FOLDER = Path("/etc/OpenCL/vendors")  # where the ICD loaders find the drivers, unless OCL_ICD_VENDORS
 
 
 class OpenCLDevice(NamedTuple):
@@ -124,6 +126,23 @@ def own_platforms(platforms: Sequence[Sequence[OpenCLDevice]], vendors: Sequence
     (PoCL's vendor is "The pocl project" whatever devices it drives)."""
     return tuple(i for i, (devices, vendor) in enumerate(zip(platforms, vendors))
                  if vendor and any(d.type & CL_DEVICE_TYPE_GPU and d.vendor == vendor for d in devices))
+
+
+def unregistered_nvidia_opencl() -> Optional[str]:
+    """NVIDIA's OpenCL driver where the dynamic linker finds it but no ICD file in the folder the loaders
+    read (OCL_ICD_VENDORS, else /etc/OpenCL/vendors) names it; else None. (A container image may carry the
+    driver's libraries without its nvidia.icd: the H200 box of 2026-11-27.)"""
+    import ctypes.util
+
+    found = ctypes.util.find_library("nvidia-opencl")
+    if found is None:
+        return None
+    folder = Path(os.environ.get("OCL_ICD_VENDORS") or ICD_FOLDER)
+    try:
+        registered = [p.read_text(errors="replace") for p in folder.glob("*.icd")]
+    except OSError:
+        registered = []
+    return None if any("nvidia-opencl" in text for text in registered) else found
 
 
 def opencl_platform_vendors() -> tuple[str, ...]:

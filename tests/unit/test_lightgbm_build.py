@@ -251,6 +251,25 @@ def test_an_opencl_fit_on_a_device_that_is_no_gpu_is_said(monkeypatch, caplog):
                                "cpu-sapphirerapids-Intel(R) Xeon(R) (GenuineIntel), not a GPU"]
 
 
+def test_a_cpu_device_beside_an_unregistered_nvidia_opencl_driver_says_how_to_register_it(
+        monkeypatch, tmp_path, caplog):
+    import ctypes.util
+
+    opencl_box(monkeypatch)
+    monkeypatch.setattr(ctypes.util, "find_library",
+                        lambda name: "libnvidia-opencl.so.1" if name == "nvidia-opencl" else None)
+    monkeypatch.setenv("OCL_ICD_VENDORS", str(tmp_path))
+    (tmp_path / "pocl.icd").write_text("libpocl.so.2\n")
+    assert build.unregistered_nvidia_opencl() == "libnvidia-opencl.so.1"
+    with caplog.at_level(logging.WARNING):
+        lightgbm_model._warn_unless_a_gpu("lightgbm", "cpu-skylake-avx512-Intel(R) Xeon(R)", "GenuineIntel")
+    (message,) = caplog.messages
+    assert "not a GPU; NVIDIA's OpenCL driver (libnvidia-opencl.so.1) is installed but no ICD file" in message
+    assert "/etc/OpenCL/vendors/nvidia.icd" in message and "OCL_ICD_VENDORS" in message
+    (tmp_path / "nvidia.icd").write_text("libnvidia-opencl.so.1\n")
+    assert build.unregistered_nvidia_opencl() is None
+
+
 def test_opencl_lists_pocls_cpu_device_as_a_cpu(fresh):
     """PoCL lists a CPU device: an OpenCL device LightGBM can train on, but no GPU."""
     try:
