@@ -68,10 +68,11 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     from pipeline.run_clock import run_started
 
     started = run_started()
-    settings = read_settings(cfg)  # read once, every config value checked once (pipeline.config_checks)
-    lean_imports_for_run(settings.lean_imports)
     runtime = runtime or Runtime.from_hydra()
     runtime = dataclasses.replace(runtime, started=runtime.started or started)
+    # read once, every config value checked once (pipeline.config_checks)
+    settings = read_settings(cfg, runtime.overrides)
+    lean_imports_for_run(settings.lean_imports)
     from pipeline.planning.budget import search_for_budget
 
     settings = search_for_budget(settings, runtime.overrides, runtime.launch_dir)

@@ -27,7 +27,7 @@ from pipeline.objectives import check as check_objectives
 from pipeline.planning.inputs import Levels
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
-from pipeline.graph.stacking import check as check_stacking
+from pipeline.graph.stacking import check as check_stacking, folds_for as stacking_folds
 from pipeline.targets import ALWAYS_ALLOWED, check_allowed_targets, check_no_targets, inside
 
 if TYPE_CHECKING:
@@ -154,8 +154,15 @@ def values(cfg: DictConfig) -> dict:
     return tree
 
 
-def read_settings(cfg: DictConfig) -> Settings:
-    """The one place that reads the config tree, and checks it once (pipeline.config_checks)."""
+def overridden(group: str, overrides: tuple[str, ...]) -> bool:
+    """Whether the command line set `group` or a key under it (`hpo=tpe`, `executor.in_process=never`)."""
+    return any(o.lstrip("+~").split("=")[0].split(".")[0] == group for o in overrides)
+
+
+def read_settings(cfg: DictConfig, overrides: Optional[tuple[str, ...]] = None) -> Settings:
+    """The one place that reads the config tree, and checks it once (pipeline.config_checks). `overrides`:
+    the command line's, where known, for what the engine derives when a group was left to it (stacking's
+    folds when no parallelism was chosen)."""
     conf: Config = typed(cfg, Config)
     tree = values(cfg)
     levels = checks.check_values(conf)
@@ -169,9 +176,20 @@ def read_settings(cfg: DictConfig) -> Settings:
     checks.check_data_source(conf.data, allowed)
     data = dataclasses.replace(conf.data, seed=checks.seed_or(conf.data.seed, conf.seed))
     objectives = list(check_objectives(conf.objectives))
-    check_stacking(conf.stack_levels, conf.parallelism.num_folds)
+    parallelism = conf.parallelism
+    folds = stacking_folds(conf.stack_levels, parallelism.num_folds)
+    if folds is not None and overrides is not None and not overridden("parallelism", overrides):
+        from pipeline import report
+
+        parallelism = dataclasses.replace(parallelism, num_folds=folds)
+        levels = checks.check_parallelism(parallelism)
+        report.console.print(
+            f"stack_levels={conf.stack_levels} with no parallelism chosen: each model is a {folds}-fold bag, "
+            "which stacking needs (as AutoGluon's num_stack_levels turns bagging on); parallelism=... "
+            "chooses your own", highlight=False)
+    check_stacking(conf.stack_levels, parallelism.num_folds)
     executor, tracker = checks.check_executor_and_tracker(conf, allowed)
-    conf = dataclasses.replace(conf, hpo=hpo, data=data, objectives=objectives)
+    conf = dataclasses.replace(conf, hpo=hpo, data=data, objectives=objectives, parallelism=parallelism)
     redacted = redact(tree)
     return Settings(conf, models, levels, Resume.parse(conf.resume), allowed, flatten(redacted),
                     OmegaConf.to_yaml(OmegaConf.create(redacted)), executor, tracker, data.make_source())

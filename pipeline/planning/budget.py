@@ -13,7 +13,7 @@ from typing import Optional
 
 from pipeline.components import HpoConf
 from pipeline.errors import ConfigError
-from pipeline.settings import Settings
+from pipeline.settings import Settings, overridden as _overridden
 
 log = logging.getLogger("pipeline")
 
@@ -107,8 +107,3 @@ def _in_driver(settings: Settings, overrides: tuple[str, ...]) -> bool:
     ex = settings.conf.executor
     return (settings.conf.time_limit_s <= IN_DRIVER_UP_TO_S and not _overridden("executor", overrides)
             and ex._target_ == LOCAL_EXECUTOR and ex.in_process == "auto" and ex.task_timeout_s is None)
-
-
-def _overridden(group: str, overrides: tuple[str, ...]) -> bool:
-    """Whether the command line set `group` or a key under it (`hpo=tpe`, `executor.in_process=never`)."""
-    return any(o.lstrip("+~").split("=")[0].split(".")[0] == group for o in overrides)

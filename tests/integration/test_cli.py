@@ -225,3 +225,14 @@ def test_help_lists_the_groups(cli):
     proc = cli("--help", check=True)
     for group in ("data:", "model:", "parallelism:", "hpo:", "executor:", "tracking:", "hardware:"):
         assert group in proc.stdout
+
+
+def test_stacking_under_a_time_limit_needs_no_parallelism_spelt_out(cli, tmp_path):
+    """`time_limit_s=20 stack_levels=1` was refused for want of folds; stacking now makes each model a 5-fold
+    bag and says so, in a dry run of the command line as in a run."""
+    proc = cli("time_limit_s=20", "stack_levels=1", "model=lightgbm", "data.max_rows=2000", "dry_run=true",
+               "tracking=none", check=True)
+    assert "stack_levels=1 with no parallelism chosen: each model is a 5-fold bag" in proc.stdout
+    (run_dir,) = [p.parent for p in tmp_path.glob("outputs/**/plan.json")]
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert {m["num_folds"] for m in plan["models"]} == {5}

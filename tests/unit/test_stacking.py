@@ -304,3 +304,26 @@ def test_the_queue_starts_the_longest_chain_of_work_first_and_unmeasured_models_
     assert scheduler._ranks is ranks
     scheduler._record_seconds("prov_a", 12.0)
     assert scheduler._ranks is None
+
+
+@pytest.mark.parametrize("levels, folds, derived", [(1, 1, 5), (2, 1, 5), (1, 2, 5), (1, 3, None), (0, 1, None),
+                                                    (3, 1, None)])
+def test_the_folds_stacking_needs_are_derived_when_too_few(levels, folds, derived):
+    from pipeline.graph.stacking import folds_for
+
+    assert folds_for(levels, folds) == derived
+
+
+def test_stacking_with_no_parallelism_chosen_bags_and_says_so(compose, capsys):
+    """As AutoGluon's num_stack_levels turns bagging on: stack_levels=1 alone is a 5-fold bag per model, said;
+    a parallelism the command line chose with too few folds is still refused."""
+    from pipeline.settings import read_settings
+
+    settings = read_settings(compose(["model=lightgbm", "stack_levels=1"]), ("model=lightgbm", "stack_levels=1"))
+    assert settings.conf.parallelism.num_folds == 5 and settings.levels.num_folds == 5
+    assert "stack_levels=1 with no parallelism chosen: each model is a 5-fold bag" in capsys.readouterr().out
+    chosen = ("model=lightgbm", "parallelism=default", "stack_levels=1")
+    with pytest.raises(ConfigError, match="stack_levels=1 needs parallelism.num_folds >= 3 \\(it is 1\\)"):
+        read_settings(compose(list(chosen)), chosen)
+    with pytest.raises(ConfigError, match="needs parallelism.num_folds >= 3"):
+        read_settings(compose(["model=lightgbm", "stack_levels=1"]))  # overrides unknown: nothing derived
