@@ -191,7 +191,10 @@ def read_settings(cfg: DictConfig, overrides: Optional[tuple[str, ...]] = None) 
     executor, tracker = checks.check_executor_and_tracker(conf, allowed)
     conf = dataclasses.replace(conf, hpo=hpo, data=data, objectives=objectives, parallelism=parallelism)
     redacted = redact(tree)
-    return Settings(conf, models, levels, Resume.parse(conf.resume), allowed, flatten(redacted),
+    params = flatten(redacted)
+    if "parallelism.num_folds" in params:  # as run, where derived above
+        params["parallelism.num_folds"] = parallelism.num_folds
+    return Settings(conf, models, levels, Resume.parse(conf.resume), allowed, params,
                     OmegaConf.to_yaml(OmegaConf.create(redacted)), executor, tracker, data.make_source())
 
 

@@ -61,8 +61,8 @@ def check(stack_levels: int, num_folds: int) -> None:
 def folds_for(stack_levels: int, num_folds: int) -> Optional[int]:
     """The folds a bag needs for `stack_levels` when `num_folds` has too few (5, or more for two levels);
     None when it has enough, or stacking is off or out of range (check says why)."""
-    valid = isinstance(stack_levels, int) and not isinstance(stack_levels, bool) and 0 < stack_levels <= MAX_STACK_LEVELS
-    if not valid or num_folds >= stack_levels + 2:
+    whole = isinstance(stack_levels, int) and not isinstance(stack_levels, bool)
+    if not whole or not 0 < stack_levels <= MAX_STACK_LEVELS or num_folds >= stack_levels + 2:
         return None
     return max(5, stack_levels + 2)
 

@@ -321,6 +321,7 @@ def test_stacking_with_no_parallelism_chosen_bags_and_says_so(compose, capsys):
 
     settings = read_settings(compose(["model=lightgbm", "stack_levels=1"]), ("model=lightgbm", "stack_levels=1"))
     assert settings.conf.parallelism.num_folds == 5 and settings.levels.num_folds == 5
+    assert settings.params["parallelism.num_folds"] == 5  # what MLflow logs is what ran
     assert "stack_levels=1 with no parallelism chosen: each model is a 5-fold bag" in capsys.readouterr().out
     chosen = ("model=lightgbm", "parallelism=default", "stack_levels=1")
     with pytest.raises(ConfigError, match="stack_levels=1 needs parallelism.num_folds >= 3 \\(it is 1\\)"):
