@@ -376,7 +376,8 @@ def main(argv=None) -> int:
                    help="LightGBM's CUDA build (a wheel; `make lightgbm-cuda-wheel` makes one)")
     p.add_argument("--steps", default=None,
                    help="the steps to measure, in order, comma-separated (default: the plan's: "
-                        f"{','.join(s.name for s in STEPS)}; on demand: {','.join(s.name for s in EXTRA_STEPS)})")
+                        f"{','.join(s.name for s in STEPS)}; on demand: "
+                        f"{','.join(s.name for s in EXTRA_STEPS)})")
     args = p.parse_args(argv)
     steps = STEPS
     if args.steps:

@@ -93,7 +93,8 @@ def _ready_by(files: list) -> dict[str, int]:
 
 def make_manifest(out: Path, files, calls, limit, tree_bytes, seconds, about: dict, steps=STEPS) -> dict:
     """The calls with their files, `steps` (default: the plan's), estimates and time limits; `about`: the
-    interpreter and platforms resolved for, and what was left out and why (kept in the manifest as they are)."""
+    interpreter and platforms resolved for, and what was left out and why (kept in the manifest as they
+    are)."""
     ready = _ready_by(files)
     base_ready = max(ready.get(BASE, 1), ready.get("project", 1))
     schedule: dict[int, list[str]] = {c["call"]: [] for c in calls}

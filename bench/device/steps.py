@@ -79,7 +79,8 @@ def _planned(step: str) -> list[tuple[str, str, str]]:
                  for n in (f"engine loop rows/s · batch {b}", f"milliseconds per step · batch {b}")]
         batch = nn_loop.settings_for("cuda", False)["batch_size"]
         names += [f"CUDA kernels per step · batch {batch}", f"GPU busy share of the loop · batch {batch}"]
-        return [(NETWORK_BATCHES_GROUP, n, "ms" if "milli" in n else "rows/s" if "rows" in n else "") for n in names]
+        units = {"milli": "ms", "rows": "rows/s"}
+        return [(NETWORK_BATCHES_GROUP, n, next((u for k, u in units.items() if k in n), "")) for n in names]
     if step == "lightgbm-largest":
         return [(_lightgbm_largest_group(), f, "x" if "speed-up" in f else "s") for f in CUDA_FIGURES]
     if step == "xgboost":
