@@ -66,7 +66,8 @@ class Calibration:
         speed_up = self.packing.get(library)
         if speed_up is None or speed_up >= MIN_PACKING_GAIN:
             return True, ""
-        why = "" if speed_up < 1 else f", under the {MIN_PACKING_GAIN:.2f}x that would tell a gain from a repeat's spread"
+        why = ("" if speed_up < 1
+               else f", under the {MIN_PACKING_GAIN:.2f}x that would tell a gain from a repeat's spread")
         return False, (f"GPU fits not packed: two 0.5-GPU {library} fits on one device ran at {speed_up:.2f}x the "
                        f"speed of one after the other ({self.packing_sources.get(library, 'measured')}){why}; "
                        "each fit gets a whole device")
