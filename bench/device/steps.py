@@ -218,20 +218,7 @@ SYNTHETIC_1M = ["data=synthetic", "data.rows=1000000"]
 def step_lightgbm(opts, device, out: Lines) -> None:
     """The CUDA build's CPU learner vs its CUDA learner here; the PyPI build's OpenCL learner in a child
     process with that build first on the path (KIT_SITE_OPENCL)."""
-    from bench.common import Engine, guarded, load_data
-    from bench.suites import gpu
-
-    engine = Engine(opts.scratch)
-    data = load_data(SYNTHETIC_1M, opts.scratch / "engine")[0]
-    common = SYNTHETIC_1M + ["model=lightgbm", "tracking=none", "hpo=none", "parallelism=default",
-                             f"model.lightgbm.params.num_iterations={gpu.FULL['rounds']}",
-                             "model.lightgbm.params.early_stopping_round=0",
-                             "++model.lightgbm.params.max_bin=63"]
-    cuda_ov = common + ["++model.lightgbm.params.device_type=cuda", "model.lightgbm.resources.num_gpus=1"]
-    group = "LightGBM CUDA build · synthetic 1M"
-    cpu, cuda = ("CPU", common), ("CUDA", cuda_ov)
-    out.figures(guarded(group, CUDA_FIGURES,
-                        lambda: gpu._compare(engine, data, "lightgbm", group, 2, device, cpu, cuda)))
+    out.figures(_cuda_build_vs_cpu(opts, device, SYNTHETIC_1M, "LightGBM CUDA build · synthetic 1M", 2))
     opencl = "LightGBM · synthetic 1M"
     env = _opencl_env()
     if env is None:
@@ -283,20 +270,24 @@ def _lightgbm_largest_group() -> str:
 def step_lightgbm_largest(opts, device, out: Lines) -> None:
     """LightGBM's CUDA learner vs its CPU learner at the flagship's largest size (KIT_LARGEST_ROWS x 20
     features, 200 rounds, max_bin 63), once each: whether the CUDA learner overtakes the CPUs past 1M rows."""
+    rows = ["data=synthetic", f"data.rows={LARGEST_ROWS}"]
+    out.figures(_cuda_build_vs_cpu(opts, device, rows, _lightgbm_largest_group(), 1))
+
+
+def _cuda_build_vs_cpu(opts, device, rows: list[str], group: str, repeats: int) -> list[dict]:
+    """The CUDA build's CUDA learner vs its CPU learner on the data `rows` makes: one holdout model from
+    loaded data, 200 fixed rounds, max_bin 63 on both."""
     from bench.common import Engine, guarded, load_data
     from bench.suites import gpu
 
-    rows = ["data=synthetic", f"data.rows={LARGEST_ROWS}"]
     engine = Engine(opts.scratch)
     data = load_data(rows, opts.scratch / "engine")[0]
     common = rows + ["model=lightgbm", "tracking=none", "hpo=none", "parallelism=default",
                      f"model.lightgbm.params.num_iterations={gpu.FULL['rounds']}",
                      "model.lightgbm.params.early_stopping_round=0", "++model.lightgbm.params.max_bin=63"]
     cuda_ov = common + ["++model.lightgbm.params.device_type=cuda", "model.lightgbm.resources.num_gpus=1"]
-    group = _lightgbm_largest_group()
-    out.figures(guarded(group, CUDA_FIGURES,
-                        lambda: gpu._compare(engine, data, "lightgbm", group, 1, device, ("CPU", common),
-                                             ("CUDA", cuda_ov))))
+    return guarded(group, CUDA_FIGURES, lambda: gpu._compare(engine, data, "lightgbm", group, repeats, device,
+                                                             ("CPU", common), ("CUDA", cuda_ov)))
 
 
 def step_xgboost(opts, device, out: Lines) -> None:
