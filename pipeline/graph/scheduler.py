@@ -67,8 +67,7 @@ class Scheduler:
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
         self.budget = budget
         self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs)
-        self.cancelled = 0  # fits stopped past the deadline's grace
-        self.abandoned = 0  # running fits stopped because their trial could no longer finish
+        self.cancelled = self.abandoned = 0  # fits stopped past the deadline's grace; for their trial's time
         self._order = {t.id: i for i, t in enumerate(plan.tasks)}
         self._consumers: dict[str, list[Task]] = defaultdict(list)  # of the listed tasks: what ranks read
         for t in self.template.tasks:
@@ -149,14 +148,13 @@ class Scheduler:
 
     def _priority(self, task: Task) -> tuple:
         """The queue's order: under a budget, every model's first trial (its own params) first, then the
-        model that has fitted for the fewest seconds so far for its share (a fast model fits more trials,
-        a slow one does not eat the budget; once every model has a whole trial, one whose best error is far
-        behind the leader's gets less: `time_shares`), trial by trial (fits one at a time: the later folds
-        of a trial whose first fold has ended before any other trial's, as a trial left unfinished at the
-        deadline is dropped); then the fits of a model none of whose fits has finished yet (in the plan's
-        order: how long they take is learnt first); then the longest path of work from the fit to the end
-        of the graph first (critical path list scheduling), so that the long chains start early and short
-        fits fill the CPUs beside them."""
+        model that has fitted for the fewest seconds so far for its share (a fast model fits more trials;
+        one whose best error is far behind the leader's gets less: `time_shares`), trial by trial (fits one
+        at a time: a trial's later folds, once its first has ended, before any other trial's, as a trial
+        left unfinished at the deadline is dropped); then the fits of a model none of whose fits has ended
+        (how long they take is learnt first); one at a time under a budget, the first trials of the quicker
+        models first (a deadline that cannot hold them all cuts the slowest, not a quick model); then the
+        longest path of work to the graph's end first (critical path list scheduling)."""
         trial = (task.trial or 0) if self.budget is not None else 0
         spent = self._fit_seconds[task.model][0] if trial and task.model in self._fit_seconds else 0.0
         spent /= self._shares.get(task.model, 1.0)
@@ -166,7 +164,9 @@ class Scheduler:
         if rank is None:  # a trial the plan does not list: its fold's rank in the first trial (the same shape)
             rank = self._ranks[fit_id(task.model, 0, task.fold)]
         under_way = self.serial and trial and task.fold and fit_id(task.model, trial, 0) in self.ctx.outcome.results
-        return trial > 0, not under_way, spent, trial, task.model in self._ranked, -rank, self._order[task.id]
+        quick = self._ranked.get(task.model, 0.0) if self.serial and self.budget and not trial else 0.0
+        return (trial > 0, not under_way, spent, trial, task.model in self._ranked, quick, -rank,
+                self._order[task.id])
 
     def _standing(self) -> dict[str, float]:
         """Each model's share of the time under a budget, by its best whole trial's error against the

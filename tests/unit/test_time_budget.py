@@ -503,3 +503,16 @@ def test_in_the_driver_a_trial_starts_only_if_its_folds_one_after_another_end_in
     summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline)
     assert summary.trials_dropped == 0 and summary.trials > summary.trials_not_run
     assert max(end for _, _, end in backend.submitted) <= budget.deadline
+
+
+def test_a_deadline_that_cannot_hold_every_models_first_trial_cuts_the_slowest_not_a_quick_one(tmp_path):
+    """In the driver, after every model's first fold: the quick model's other folds (4 x 1 s) go before
+    the slow one's (4 x 4 s), so a deadline with room for only one of the two finishes the quick model's
+    trial (and its next ones) and cuts the slow one; the longest-work-first order finished the slow trial
+    and left the quick model out of the run."""
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"quick": 1.0, "slow": 4.0}, limit_s=22.0,
+                                                         trials=3, folds=5, serial=True)
+    done = outcome.results["collect"]
+    assert bag_id("quick", 0) in done and bag_id("slow", 0) not in done, done
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline)
+    assert summary.left_out == ["slow"] and summary.trials_dropped == 1  # its first fold, to learn its time
