@@ -58,17 +58,6 @@ def opencl_platforms(cl=None) -> list[dict] | str:
     return out
 
 
-def icd_files() -> dict[str, str]:
-    """Each registered ICD file and the library it names (OCL_ICD_VENDORS overrides the folder)."""
-    from pipeline.models.lightgbm_build import ICD_FOLDER
-
-    folder = Path(os.environ.get("OCL_ICD_VENDORS") or ICD_FOLDER)
-    try:
-        return {p.name: p.read_text(errors="replace").strip() for p in sorted(folder.glob("*.icd"))}
-    except OSError:
-        return {}
-
-
 def nvidia_smi() -> list[dict] | str:
     """Per GPU, the lines of `nvidia-smi -q` named in SMI_KEYS (the first of each), or why none."""
     try:
@@ -131,6 +120,8 @@ def opencl_libraries() -> list[str]:
 
 
 def gather() -> dict:
+    from pipeline.models.lightgbm_build import icd_files
+
     return {"opencl_platforms": opencl_platforms(), "opencl_platforms_lightgbm": lightgbm_view(),
             "opencl_icd_files": icd_files(), "opencl_files_loaded": loaded_opencl_files(),
             "opencl_libraries": opencl_libraries(),

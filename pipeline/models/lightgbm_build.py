@@ -137,12 +137,17 @@ def unregistered_nvidia_opencl() -> Optional[str]:
     found = ctypes.util.find_library("nvidia-opencl")
     if found is None:
         return None
+    return None if any("nvidia-opencl" in library for library in icd_files().values()) else found
+
+
+def icd_files() -> dict[str, str]:
+    """Each registered ICD file and the library it names, from the folder the loaders read
+    (OCL_ICD_VENDORS, else /etc/OpenCL/vendors); {} where it cannot be read."""
     folder = Path(os.environ.get("OCL_ICD_VENDORS") or ICD_FOLDER)
     try:
-        registered = [p.read_text(errors="replace") for p in folder.glob("*.icd")]
+        return {p.name: p.read_text(errors="replace").strip() for p in sorted(folder.glob("*.icd"))}
     except OSError:
-        registered = []
-    return None if any("nvidia-opencl" in text for text in registered) else found
+        return {}
 
 
 def opencl_platform_vendors() -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from typing import Optional
 
 from pipeline.components import HpoConf
 from pipeline.errors import ConfigError
-from pipeline.settings import Settings, overridden as _overridden
+from pipeline.settings import Settings, overridden
 
 log = logging.getLogger("pipeline")
 
@@ -35,7 +35,7 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     if isinstance(conf.hpo.make_searcher(), AutoSearch) and not limited:
         raise ConfigError("hpo=auto searches for as long as a time budget allows: set time_limit_s (e.g. "
                           "time_limit_s=60), or choose hpo=tpe or hpo=random with hpo.num_trials")
-    if (conf.time_limit_s is None or _overridden("hpo", overrides)
+    if (conf.time_limit_s is None or overridden("hpo", overrides)
             or conf.hpo._target_ != "pipeline.searchers.NoSearch" or conf.hpo.num_trials != 1):
         return settings
     empty = [s.name for s in settings.models if not s.search_space]
@@ -90,7 +90,7 @@ def bagging_fits(settings: Settings, overrides: tuple[str, ...], base_dir: Path)
     from pipeline.memory.shape import data_shape
 
     conf = settings.conf
-    if _overridden("parallelism", overrides) or conf.parallelism.num_folds > 1 or conf.stack_levels:
+    if overridden("parallelism", overrides) or conf.parallelism.num_folds > 1 or conf.stack_levels:
         return False
     shape = data_shape(conf.data, base_dir, settings.source)
     if shape is None:
@@ -105,5 +105,5 @@ def _in_driver(settings: Settings, overrides: tuple[str, ...]) -> bool:
     from pipeline.config import LOCAL_EXECUTOR
 
     ex = settings.conf.executor
-    return (settings.conf.time_limit_s <= IN_DRIVER_UP_TO_S and not _overridden("executor", overrides)
+    return (settings.conf.time_limit_s <= IN_DRIVER_UP_TO_S and not overridden("executor", overrides)
             and ex._target_ == LOCAL_EXECUTOR and ex.in_process == "auto" and ex.task_timeout_s is None)
