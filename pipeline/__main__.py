@@ -56,11 +56,7 @@ def _composed_main(cfg: DictConfig):
 
     try:
         return run(cfg)
-    except (PipelineError, Interrupted) as exc:
-        if isinstance(exc, Interrupted):
-            from pipeline.signals import ignore_stop_signals
-
-            ignore_stop_signals()  # the exit code says which signal stopped the run; a repeat must not change it
+    except (PipelineError, Interrupted) as exc:  # after a stop signal, later ones are ignored (pipeline.signals)
         from pipeline.report import exit_with_error
 
         exit_with_error(exc)

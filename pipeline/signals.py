@@ -20,7 +20,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class StopSignals:
-    """Installs the handlers for the life of a `with` block, then restores the previous ones."""
+    """Installs the handlers for the life of a `with` block, then restores the previous ones, or, where the
+    block ends by a stop signal, ignores later ones."""
 
     def __init__(self):
         self.previous: dict[int, object] = {}
@@ -34,9 +35,12 @@ class StopSignals:
                 pass
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        # A block left by a stop signal leaves a process on its way out: its exit code says which signal
+        # stopped it, and a repeat arriving as the block unwinds must neither kill it nor change that code.
+        stopped = exc_type is not None and issubclass(exc_type, Interrupted)
         for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if stopped else handler)
         self.previous.clear()
 
     @property
@@ -56,12 +60,3 @@ class StopSignals:
         self.received.append(signum)
         raise Interrupted(signum, f"stopped by {name}; finished tasks stay in the run directory: re-run with "
                                   "resume=true (or the same hydra.run.dir) to continue")
-
-
-def ignore_stop_signals() -> None:
-    """For a process that is exiting because it was stopped: later signals change nothing."""
-    for sig in STOP_SIGNALS:
-        try:
-            signal.signal(sig, signal.SIG_IGN)
-        except ValueError:
-            pass

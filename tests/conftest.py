@@ -196,6 +196,20 @@ def stop_process_group(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def printed_plan(plan) -> str:
+    """The plan as `print_plan` draws it on a 200-column console, whatever COLUMNS the test runner set."""
+    from pipeline import report
+
+    width = report.console.width
+    report.console.width = 200
+    try:
+        with report.console.capture() as printed:
+            report.print_plan(plan)
+    finally:
+        report.console.width = width
+    return printed.get()
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-server")).start()
@@ -206,7 +220,9 @@ def mlflow_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def default_run(tmp_path_factory):
     """Exactly `python -m pipeline` (bundled Adult, detected hardware, every model, local MLflow), run once
-    for every read-only check of what it leaves: (the folder it ran in, its finished process)."""
+    for every read-only check of what it leaves: (the folder it ran in, its finished process). Its checks
+    are in one file (tests/integration/test_cli.py): `make test` gives each pytest-xdist worker whole files,
+    and a worker builds its own session fixtures."""
     root = tmp_path_factory.mktemp("default-run")
     return root, run_cli([], root, timeout=400, check=True)
 

@@ -80,6 +80,14 @@ def test_default_job(default_run):
         assert (pd.Series(predictions) == frame["income"].values).mean() > 0.7
 
 
+def test_the_default_run_logs_each_models_memory_peak_and_estimate(default_run):
+    _, (run,) = job_runs(default_run[0])
+    metrics = run.data.metrics
+    for model in ("lightgbm", "xgboost", "nn"):
+        assert metrics[f"{model}/peak_ram_mb"] > 100
+        assert metrics[f"{model}/estimate_ram_mb"] > 100
+
+
 def test_regression_with_all_models(cli, tmp_path):
     proc = cli("data=california", "model=all", *small(), check=True)
     assert "Leaderboard (rmse)" in proc.stdout

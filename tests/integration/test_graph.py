@@ -35,7 +35,7 @@ def run_plan(plan, data, tmp_path, hooks=None):
 
 
 def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependency_order(adult, tmp_path):
-    from pipeline import report
+    from tests.conftest import printed_plan
     from pipeline.graph.plan import DRIVER, EVALUATE, Task
     from tests import graph_nodes
 
@@ -58,10 +58,9 @@ def test_a_node_kind_registered_outside_the_engine_runs_in_the_graph_in_dependen
     tasks = {t["id"]: t for t in written["tasks"]}
     assert tasks["audit"]["kind"] == "audit" and tasks["audit"]["depends_on"] == list(bags)
     assert tasks[EVALUATE]["depends_on"] == ["ensemble", "audit"]
-    with report.console.capture() as printed:
-        report.print_plan(plan)
-    assert "fit ×4 → bag ×2 → ensemble → audit → evaluate" in printed.get()
-    assert "audit: 1 check(s) of the bagged trials" in printed.get()
+    printed = printed_plan(plan)
+    assert "fit ×4 → bag ×2 → ensemble → audit → evaluate" in printed
+    assert "audit: 1 check(s) of the bagged trials" in printed
 
 
 def test_a_plan_without_evaluation_nodes_runs_the_fits_and_bags_only(adult, tmp_path):

@@ -101,13 +101,3 @@ def test_cpu_estimates_are_within_a_factor_of_two_of_the_measured_peaks(cli, tmp
     assert "estimate vs measured peak" in proc.stdout
     (fit,) = json.loads((run_dir_of(tmp_path) / "timeline.json").read_text())
     assert fit["peak_ram_mb"] == row["peak_ram_mb"] and fit["estimate_ram_mb"] == row["estimate_ram_mb"]
-
-
-def test_peaks_and_estimates_are_logged_to_mlflow(default_run):
-    from tests.integration.mlflow_helpers import job_runs
-
-    _, (run,) = job_runs(default_run[0])
-    metrics = run.data.metrics
-    for model in ("lightgbm", "xgboost", "nn"):
-        assert metrics[f"{model}/peak_ram_mb"] > 100
-        assert metrics[f"{model}/estimate_ram_mb"] > 100

@@ -168,7 +168,7 @@ def test_the_inner_models_cover_at_five_folds_is_smaller_than_every_pair_and_as_
 def test_every_level_shows_in_the_plan_json_and_the_printed_plan(tmp_path):
     import json
 
-    from pipeline import report
+    from tests.conftest import printed_plan
 
     plan = stacked_plan(3, 1, refit=True, evaluate=True)
     tasks = {t["id"]: t for t in json.loads(plan.write(tmp_path / "plan.json").read_text())["tasks"]}
@@ -177,9 +177,7 @@ def test_every_level_shows_in_the_plan_json_and_the_printed_plan(tmp_path):
     assert tasks["fit/prov_b/l2/refit"]["fold_set"] == [] and tasks["bag/prov_b/l2"]["level"] == 2
     assert tasks["refit"]["depends_on"] == ["ensemble", "fit/prov_a/l1/refit", "fit/prov_b/l1/refit",
                                             "fit/prov_a/l2/refit", "fit/prov_b/l2/refit"]
-    with report.console.capture() as printed:
-        report.print_plan(plan)
-    text = printed.get()
+    text = printed_plan(plan)
     assert "levels: 1 (3 fold fit(s), 3 without 2+ folds, refit); 2 (3 fold fit(s), refit)" in text
     assert ("fit ×6 → bag ×2 → fit L1 ×6 → fit L2 ×6 → bag L2 ×2 → ensemble → refit fit ×4 → refit → evaluate"
             in text)
