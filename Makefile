@@ -67,10 +67,10 @@ device-kit: lightgbm-cuda-wheel
 run: install
 	$(PY) -m pipeline $(ARGS)
 
-# pytest-xdist workers: the suite waits on processes, servers and sockets for a good part of its time (one
-# process used 0.9 of the two CPUs). Each worker takes whole files, so a file's fixtures are built once.
-# TEST_WORKERS= runs it in one process.
-TEST_WORKERS ?= -n 3 --dist loadfile
+# Two pytest-xdist workers: in one process the suite used 0.9 of the two CPUs, waiting on processes,
+# servers and sockets (26.5 min; two workers 18.8 min, three no quicker). Each worker takes whole files, so
+# a file's fixtures are built once. TEST_WORKERS= runs it in one process.
+TEST_WORKERS ?= -n 2 --dist loadfile
 
 test: install
 	$(PY) -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)

@@ -243,7 +243,7 @@ def test_environment_refused(cli, tmp_path, name, args, env, expected):
     assert_refused(proc.returncode, proc.stdout, proc.stderr, expected, tmp_path)
 
 
-@pytest.mark.parametrize("fit_seconds", [0, 4], ids=["fits before the answer", "answer during a fit"])
+@pytest.mark.parametrize("fit_seconds", [0, 8], ids=["fits before the answer", "answer during a fit"])
 def test_a_store_that_cannot_open_fails_the_run_with_its_error(run_main, tmp_path, fit_seconds):
     """What only MLflow can find (a file that is no database) is known once the tracker's process
     answers: the run stops at the first fit that ends after that (nothing evaluated), or, when
