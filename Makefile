@@ -68,7 +68,7 @@ run: install
 	$(PY) -m pipeline $(ARGS)
 
 # Two pytest-xdist workers: in one process the suite used 0.9 of the two CPUs, waiting on processes,
-# servers and sockets (26.5 min; two workers 18.8 min, three no quicker). Each worker takes whole files, so
+# servers and sockets (26.5 min; two workers 17.9 min, three no quicker). Each worker takes whole files, so
 # a file's fixtures are built once. TEST_WORKERS= runs it in one process.
 TEST_WORKERS ?= -n 2 --dist loadfile
 
