@@ -25,6 +25,8 @@ LIBRARIES = {
     "optuna": "optuna",
     "numpy": "numpy",
     "pandas": "pandas",
+    "scipy": "scipy",  # Optuna's samplers and scikit-learn's transforms: a rebuilt environment moves the scores
+    "scikit-learn": "scikit-learn",
 }
 
 
