@@ -68,6 +68,25 @@ def tracker_services(tmp_path_factory):
     stop_services(folder / "pipeline")
 
 
+@pytest.fixture
+def runtime(tmp_path, monkeypatch):
+    """A runtime folder of this test's own (short: a socket's path has at most 107 bytes, and a longer
+    folder would give way to $TMPDIR unchecked): the services it starts, and only those. Yields
+    $XDG_RUNTIME_DIR/pipeline, not yet made."""
+    import shutil
+    import tempfile
+
+    from pipeline.tracking.service import MAX_FOLDER_BYTES
+
+    base = Path(tempfile.mkdtemp(prefix="xdg-"))
+    assert len(os.fsencode(base / "pipeline")) <= MAX_FOLDER_BYTES, base
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    monkeypatch.chdir(tmp_path)
+    yield base / "pipeline"
+    stop_services(base / "pipeline")
+    shutil.rmtree(base, ignore_errors=True)
+
+
 def stop_services(folder: Path) -> None:
     """Retire every service with a file in `folder`, and kill what has not exited 30 s later."""
     import psutil

@@ -67,7 +67,7 @@ class Scheduler:
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
         self.budget = budget
         self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs)
-        self.cancelled = self.abandoned = 0  # fits stopped past the deadline's grace; for their trial's time
+        self.cancelled = self.abandoned = 0  # fits stopped: past the deadline's grace; their trial can't end
         self._order = {t.id: i for i, t in enumerate(plan.tasks)}
         self._consumers: dict[str, list[Task]] = defaultdict(list)  # of the listed tasks: what ranks read
         for t in self.template.tasks:

@@ -246,23 +246,17 @@ def test_private_files_are_written_whole_and_never_through_a_symlink(tmp_path):
     assert target.read_text() == "untouched"
 
 
-def test_a_run_whose_runtime_folder_is_refused_says_so_and_logs_on_its_own(tmp_path, request):
+def test_a_run_whose_runtime_folder_is_refused_says_so_and_logs_on_its_own(runtime, tmp_path):
     """Through the CLI: another user's (here: a world-writable) runtime folder costs the run its warm
     service, not its tracking, and the run says why."""
-    import shutil
-    import tempfile
-
     from tests.conftest import run_cli
 
-    xdg = Path(tempfile.mkdtemp(prefix="xdg-"))  # short: a longer one would give way to $TMPDIR unchecked
-    request.addfinalizer(lambda: shutil.rmtree(xdg, ignore_errors=True))
-    assert len(os.fsencode(xdg / "pipeline")) <= tracker_service.MAX_FOLDER_BYTES
-    (xdg / "pipeline").mkdir()
-    (xdg / "pipeline").chmod(0o777)
+    runtime.mkdir()
+    runtime.chmod(0o777)
     proc = run_cli(["model=lightgbm", "data.max_rows=1500", "model.lightgbm.params.num_iterations=20"], tmp_path,
-                   env={"XDG_RUNTIME_DIR": str(xdg)}, check=True)
+                   check=True)
     assert "no tracker service" in proc.stderr + proc.stdout and "open to other users" in proc.stderr + proc.stdout
-    assert os.listdir(xdg / "pipeline") == []
+    assert os.listdir(runtime) == []
     from tests.integration.mlflow_helpers import job_runs
 
     _, runs = job_runs(tmp_path)

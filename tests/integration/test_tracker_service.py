@@ -15,23 +15,8 @@ from pipeline.tracking.service_key import service_key
 from pipeline.tracking.client import TrackerClient
 from pipeline.tracking.mlflow_run import MlflowTracker
 from pipeline.tracking.store import Store
-from tests.conftest import run_cli, small, stop_services
+from tests.conftest import run_cli, small
 from tests.integration.mlflow_helpers import job_runs
-
-
-@pytest.fixture
-def runtime(tmp_path, monkeypatch):
-    """A runtime folder of this test's own (short: a socket's path has at most 107 bytes): the
-    services it starts, and only those."""
-    import shutil
-    import tempfile
-
-    base = Path(tempfile.mkdtemp(prefix="xdg-"))
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
-    monkeypatch.chdir(tmp_path)
-    yield base / "pipeline"
-    stop_services(base / "pipeline")
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def services(folder: Path) -> dict[str, int]:
