@@ -25,7 +25,7 @@ LIBRARIES = {
     "optuna": "optuna",
     "numpy": "numpy",
     "pandas": "pandas",
-    "scipy": "scipy",  # Optuna's samplers and scikit-learn's transforms: a rebuilt environment moves the scores
+    "scipy": "scipy",  # Optuna's samplers, scikit-learn's transforms: a rebuilt venv moves the scores
     "scikit-learn": "scikit-learn",
 }
 

@@ -56,7 +56,7 @@ def _composed_main(cfg: DictConfig):
 
     try:
         return run(cfg)
-    except (PipelineError, Interrupted) as exc:  # after a stop signal, later ones are ignored (pipeline.signals)
+    except (PipelineError, Interrupted) as exc:  # later stop signals are ignored (pipeline.signals)
         from pipeline.report import exit_with_error
 
         exit_with_error(exc)
