@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def library_answers_cache(tmp_path_factory):
-    """The engine's cache of library answers (pipeline.models.native.cache_dir) in the session's scratch,
+    """The engine's cache of library answers (pipeline.private_cache.folder) in the session's scratch,
     not the user's home; runs started by the tests inherit it."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PIPELINE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))

@@ -76,9 +76,9 @@ def size_decade(rows: Optional[int], features: Optional[int]) -> str:
 
 
 def _shares(tail: TailEstimate) -> list[float]:
-    from pipeline.models import native
+    from pipeline import private_cache
 
-    kept = native.read_cached(CACHE_KIND, tail.cache_name)
+    kept = private_cache.read_json(CACHE_KIND, tail.cache_name)
     shares = kept.get(RECORD) if isinstance(kept, dict) else None
     if not isinstance(shares, list):
         return []
@@ -99,7 +99,7 @@ def keep_measured(tail: TailEstimate, took_s: float, cpu_share: float) -> None:
     are not kept (their tail is mostly the refits, estimated from their fits apart)."""
     if tail.refit or tail.fixed <= 0 or took_s < 0:
         return
-    from pipeline.models import native
+    from pipeline import private_cache
 
     shares = (_shares(tail) + [round(took_s / tail.fixed * min(1.0, cpu_share), 4)])[-KEEP:]
-    native.keep_cached(CACHE_KIND, tail.cache_name, {RECORD: shares})
+    private_cache.keep_json(CACHE_KIND, tail.cache_name, {RECORD: shares})

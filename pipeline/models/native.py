@@ -17,11 +17,12 @@ import json
 import logging
 import os
 import re
-import stat
 import sys
 import warnings
 from pathlib import Path
 from typing import Callable, Optional
+
+from pipeline import private_cache
 
 log = logging.getLogger(__name__)
 _WHERE = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # XGBoost's "[12:00:00] src/x.cc:27: " before a message
@@ -126,98 +127,15 @@ def xgboost_configure(params: list[tuple[str, str]], num_feature: int = 2) -> tu
     check. The answer depends only on the library build and the parameters, so an accepted
     configuration is kept in the user's cache, keyed by both."""
     entry = _cache_entry(params, num_feature)
-    kept = read_cached("xgboost-params", entry) if entry is not None else None
+    kept = private_cache.read_json("xgboost-params", entry) if entry is not None else None
     try:
         return kept["config"], kept["said"]
     except (KeyError, TypeError):
         pass  # absent or unreadable: ask the library
     config, said = _configure_apart(params, num_feature) if cuda_driver_present() else _xgboost_configure(params, num_feature)
     if entry is not None:
-        keep_cached("xgboost-params", entry, {"config": config, "said": said})
+        private_cache.keep_json("xgboost-params", entry, {"config": config, "said": said})
     return config, said
-
-
-def cache_dir() -> Path:
-    """The engine's cache of library answers: $PIPELINE_CACHE_DIR, else $XDG_CACHE_HOME (or ~/.cache)
-    /tabular-pipeline."""
-    if os.environ.get("PIPELINE_CACHE_DIR"):
-        return Path(os.environ["PIPELINE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "tabular-pipeline"
-
-
-_refused_caches: set[str] = set()  # cache folders already warned about
-
-
-def _cache_folder(kind: str) -> Optional[int]:
-    """A descriptor of cache_dir()/kind, each level this user's alone (0700, made so if missing;
-    pipeline.tracking.secure): an answer another user could write would let a misspelt parameter pass
-    the checks. A folder of this user's that others may only read is closed (0700); one another user owns
-    or may write into is not used (warned once): the library is asked every time."""
-    from pipeline.tracking.secure import dir_path, open_private_dir
-    from pipeline.trusted import make_folders
-
-    root = cache_dir()
-    try:
-        make_folders(root.parent)
-        fd = _private_folder(root, open_private_dir)
-        try:
-            return _private_folder(Path(dir_path(fd, kind)), open_private_dir)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        if str(root) not in _refused_caches:
-            _refused_caches.add(str(root))
-            log.warning("the engine's private cache (library answers, learnt run tails) is not used: %s; "
-                        "libraries are asked each time and time_limit_s learns no run tails; point "
-                        "PIPELINE_CACHE_DIR at a folder of your own that no one else may write into", exc)
-        return None
-
-
-def _private_folder(path: Path, open_private_dir) -> int:
-    try:
-        return open_private_dir(path, create=True)
-    except OSError:
-        st = os.lstat(path)  # this user's own folder from before, others only reading: closed now
-        if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022):
-            raise
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            if os.fstat(fd).st_uid == os.getuid():
-                os.fchmod(fd, 0o700)
-        finally:
-            os.close(fd)
-        return open_private_dir(path)
-
-
-def read_cached(kind: str, name: str) -> Optional[dict]:
-    """The answer kept under `name`, if this user alone wrote it (pipeline.tracking.secure.read_private)."""
-    from pipeline.tracking.secure import read_private
-
-    fd = _cache_folder(kind)
-    if fd is None:
-        return None
-    try:
-        return json.loads(read_private(name, dir_fd=fd))
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
-
-
-def keep_cached(kind: str, name: str, answer: dict) -> None:
-    """Keep `answer` under `name`, readable by this user alone, written whole."""
-    from pipeline.tracking.secure import write_private
-
-    fd = _cache_folder(kind)
-    if fd is None:
-        return
-    try:
-        write_private(name, json.dumps(answer).encode(), fd)
-    except OSError as exc:
-        log.debug("could not keep a library's answer in %s (%s)", cache_dir() / kind, exc)
-    finally:
-        os.close(fd)
 
 
 def _cache_entry(params: list[tuple[str, str]], num_feature: int) -> Optional[str]:

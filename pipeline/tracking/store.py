@@ -183,7 +183,8 @@ def configure_http(timeout_s: float) -> None:
 @contextlib.contextmanager
 def store_lock(uri: str):
     """Serialise the first use of a SQLite store across processes: MLflow creates and migrates its
-    schema on first use, and concurrent first uses race ('duplicate column', 'database is locked')."""
+    schema on first use, and concurrent first uses race ('duplicate column', 'database is locked').
+    A new store starts as a copy of an empty one (pipeline.tracking.empty_store)."""
     path = sqlite_path(uri)
     if path is None:
         yield
@@ -201,6 +202,10 @@ def store_lock(uri: str):
     fd = _open_marker(path.with_name(path.name + ".lock"))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if not os.path.lexists(path) and path.name != ":memory:" and "?" not in path.name:
+            from pipeline.tracking.empty_store import seed
+
+            seed(path)  # a copy of an empty store: MLflow need not build the schema
         yield
         os.close(_open_marker(ready))
     finally:

@@ -21,6 +21,8 @@ from tests.unit.test_trusted import NOBODY, malicious, needs_root
 QUICK = ["model=lightgbm", "model.lightgbm.params.num_iterations=5", "data.max_rows=2000",
          "parallelism.num_folds=2"]
 ADULT = ROOT / "pipeline" / "datasets" / "adult.parquet"
+CACHE_REFUSED = ("the engine's private cache (library answers, learnt run tails, an empty MLflow store) "
+                 "is not used")
 
 
 def as_nobody(action, *args) -> None:
@@ -440,7 +442,7 @@ def test_a_doctored_answer_in_a_shared_cache_never_lets_a_misspelt_parameter_pas
     as_nobody(plant)
     with pytest.raises(ConfigError, match="max_dept is not an XGBoost parameter"):
         XGBoostModel.check_params("xgboost", {"max_dept": 3}, "binary")
-    assert "the engine's private cache (library answers, learnt run tails) is not used" in caplog.text
+    assert CACHE_REFUSED in caplog.text
     assert str(cache) in caplog.text
 
 
@@ -464,15 +466,15 @@ def test_tail_measures_planted_by_another_user_do_not_shrink_the_reserve(tmp_pat
     as_nobody(plant)
     monkeypatch.setenv("PIPELINE_CACHE_DIR", str(cache))
     assert reserved_share(tail, 0.25) == (1.0, 0)
-    assert "the engine's private cache (library answers, learnt run tails) is not used" in caplog.text
+    assert CACHE_REFUSED in caplog.text
 
 
 def test_the_cache_is_made_for_this_user_alone(tmp_path, monkeypatch):
-    from pipeline.models import native
+    from pipeline import private_cache
 
     monkeypatch.setenv("PIPELINE_CACHE_DIR", str(tmp_path / "cache"))
-    native.keep_cached("xgboost-params", "a.json", {"config": {}})
-    assert native.read_cached("xgboost-params", "a.json") == {"config": {}}
+    private_cache.keep_json("xgboost-params", "a.json", {"config": {}})
+    assert private_cache.read_json("xgboost-params", "a.json") == {"config": {}}
     folders = (tmp_path / "cache", tmp_path / "cache" / "xgboost-params")
     modes = [stat.S_IMODE(p.stat().st_mode) for p in folders]
     assert modes == [0o700, 0o700]
