@@ -27,8 +27,9 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 def seed(path: Path) -> bool:
     """Make the new SQLite store `path` a copy of this MLflow version's empty store (built and kept first
     where there is none): whether it did. Nothing is written over a file already at `path`, and a store
-    seen half-copied is never left there (the copy is linked into place whole)."""
-    if os.path.lexists(path):
+    seen half-copied is never left there (the copy is linked into place whole). An in-memory database or
+    a path with URI parameters is left to MLflow."""
+    if os.path.lexists(path) or path.name == ":memory:" or "?" in path.name:
         return False
     data = empty_store()
     if data is None:

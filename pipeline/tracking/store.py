@@ -202,10 +202,9 @@ def store_lock(uri: str):
     fd = _open_marker(path.with_name(path.name + ".lock"))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        if not os.path.lexists(path) and path.name != ":memory:" and "?" not in path.name:
-            from pipeline.tracking.empty_store import seed
+        from pipeline.tracking.empty_store import seed
 
-            seed(path)  # a copy of an empty store: MLflow need not build the schema
+        seed(path)  # a new store: a copy of an empty one, so MLflow need not build the schema
         yield
         os.close(_open_marker(ready))
     finally:
