@@ -41,10 +41,13 @@ def test_the_first_trials_are_the_models_own_params_then_its_portfolio_then_the_
     source = TrialSource(settings.conf.hpo, {spec.name: spec.search_space}, {spec.name: spec.params}, "maximize",
                          portfolios={spec.name: spec.cls.profile.portfolio})
     space = spec.search_space
-    asked = [source.params(spec.name, t) for t in range(6)]
+    portfolio = list(LightGBMModel.profile.portfolio)
+    end = 1 + len(portfolio)
+    asked = [source.params(spec.name, t) for t in range(end + 2)]
     assert asked[0] == {k: v for k, v in spec.params.items() if k in space}
-    assert asked[1:4] == list(LightGBMModel.profile.portfolio)
-    assert asked[4] not in asked[:4] and all(space[k].contains(v) for k, v in asked[4].items())
+    assert asked[0]["extra_trees"] is False  # the model's own params: no dimension left to the sampler
+    assert asked[1:end] == portfolio and any(c["extra_trees"] for c in portfolio)  # AutoGluon's LightGBMXT
+    assert asked[end] not in asked[:end] and all(space[k].contains(v) for k, v in asked[end].items())
 
 
 @pytest.mark.parametrize("overrides, in_process", [

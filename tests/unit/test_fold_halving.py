@@ -44,14 +44,14 @@ def test_a_fold_its_round_pruner_stopped_stops_the_trial_and_without_pruning_not
 
 
 def test_losing_trials_do_not_start_their_later_folds_and_the_best_trial_has_every_fold(cli, tmp_path):
-    """Fits in the driver one at a time: a stopped trial fitted its first fold only (before, every
-    trial fitted all five)."""
+    """Fits in the driver one at a time: a stopped trial fitted the folds of a rung (1 or 3) and no more
+    (before, every trial fitted all five)."""
     cli("model=lightgbm", "hpo=random", "hpo.num_trials=8", "hpo.pruning=true", "parallelism=bag5",
         "executor.in_process=always", "tracking=none", *small(("lightgbm",)), check=True)
     (run_dir,) = sorted((tmp_path / "outputs" / "runs").glob("*/*"))
     fits = Counter(e["trial"] for e in json.loads((run_dir / "timeline.json").read_text()))
     assert fits[0] == 5 and sorted(fits) == list(range(8))
     stopped = [t for t, n in fits.items() if n < 5]
-    assert stopped and all(fits[t] == 1 for t in stopped), fits
+    assert stopped and all(fits[t] in (1, 3) for t in stopped) and 1 in (fits[t] for t in stopped), fits
     board = pd.read_csv(run_dir / "leaderboard.csv").set_index("model")
     assert fits[int(board.loc["lightgbm", "best_trial"])] == 5
