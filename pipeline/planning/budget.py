@@ -58,9 +58,13 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
         changes["executor.in_process"] = "always"
         report.console.print(
             f"hpo=auto under time_limit_s={conf.time_limit_s:g} (<= {IN_DRIVER_UP_TO_S:g} s): the trials are fitted "
-            "in the driver, one at a time, so no worker pool's start spends the budget "
-            "(executor.in_process=never keeps the pool)", highlight=False)
+            "in the driver, one at a time and each with all the CPUs, so no worker pool's start spends the "
+            "budget (executor.in_process=never keeps the pool)", highlight=False)
     parallelism = conf.parallelism
+    if executor.in_process == "always" and not overridden("parallelism", overrides):
+        # one fit at a time: a fit planned for one CPU of several would leave the others idle
+        parallelism = dataclasses.replace(parallelism, sequential=True)
+        changes["parallelism.sequential"] = True
     if bagging_fits(settings, overrides, base_dir or Path.cwd()):
         parallelism = dataclasses.replace(parallelism, num_folds=BAG_FOLDS)
         changes["parallelism.num_folds"] = BAG_FOLDS

@@ -59,6 +59,8 @@ def test_a_short_limit_fits_hpo_autos_trials_in_the_driver_unless_the_executor_w
                                                                                          in_process):
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     assert settings.conf.executor.in_process == in_process
+    # one fit at a time in the driver: each is planned with the whole box, not one CPU of it
+    assert settings.plan_input(None).levels.sequential is (in_process == "always")
 
 
 @pytest.mark.parametrize("overrides, folds", [
