@@ -169,7 +169,7 @@ def read_settings(cfg: DictConfig, overrides: Optional[tuple[str, ...]] = None) 
     allowed = ALWAYS_ALLOWED + check_allowed_targets(conf.allowed_targets)
     if not conf.model:
         raise ConfigError("model: no model is configured; pick one with model=lightgbm (or xgboost, nn, all)")
-    models = tuple(_model_spec(name, spec, allowed) for name, spec in conf.model.items())
+    models = tuple(model_spec(name, spec, allowed) for name, spec in conf.model.items())
     hpo = dataclasses.replace(conf.hpo, seed=checks.seed_or(conf.hpo.seed, conf.seed))
     checks.check_component("hpo", hpo._target_, allowed, "pipeline.searchers.Searcher", "a searcher class")
     checks.check_search(hpo, {m.name: m.search_space for m in models})
@@ -214,6 +214,7 @@ def read_predict_settings(cfg: DictConfig) -> PredictConfig:
     return dataclasses.replace(conf, data=data)
 
 
-def _model_spec(name: str, spec: ModelSpecConf, allowed: tuple[str, ...]) -> ModelSpec:
+def model_spec(name: str, spec: ModelSpecConf, allowed: tuple[str, ...]) -> ModelSpec:
+    """One configured model, its class and resources checked."""
     cls, resources, memory, device = checks.check_model(name, spec, allowed)
     return ModelSpec(name, dataclasses.replace(spec, device=device), cls, resources, memory)

@@ -13,6 +13,7 @@ from typing import Optional
 
 from pipeline.components import HpoConf
 from pipeline.errors import ConfigError
+from pipeline.redact import flatten
 from pipeline.settings import Settings, overridden
 
 log = logging.getLogger("pipeline")
@@ -23,6 +24,10 @@ BAG_FOLDS = 5
 # FLAML's rule for cross-validation over a holdout (flaml.automl eval_method="auto", flaml.config): the
 # training cells (rows x features / 0.9) under 10 million per hour of budget, and under 100,000 rows
 CELLS_PER_HOUR, BAG_ROWS_UNDER = 10_000_000, 100_000
+FOREST = "extra_trees"  # the model kind hpo=auto adds on a table small for the budget (`with_forest`)
+_PACKAGE = Path(__file__).resolve().parents[1]
+FOREST_CONF = (_PACKAGE / "conf" if (_PACKAGE / "conf").is_dir() else _PACKAGE.parent / "conf") / "model" / \
+    f"{FOREST}.yaml"
 
 
 def search_for_budget(settings: Settings, overrides: tuple[str, ...],
@@ -82,9 +87,10 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     from pipeline.config_checks import check_parallelism
 
     # the levels derive from parallelism: checked again as the settings' own were
-    return dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor,
-                                                                  parallelism=parallelism),
-                               levels=check_parallelism(parallelism), params=params)
+    settings = dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor,
+                                                                      parallelism=parallelism),
+                                   levels=check_parallelism(parallelism), params=params)
+    return with_forest(settings, overrides, base_dir or Path.cwd())
 
 
 def bagging_fits(settings: Settings, overrides: tuple[str, ...], base_dir: Path) -> bool:
@@ -96,11 +102,50 @@ def bagging_fits(settings: Settings, overrides: tuple[str, ...], base_dir: Path)
     conf = settings.conf
     if overridden("parallelism", overrides) or conf.parallelism.num_folds > 1 or conf.stack_levels:
         return False
-    shape = data_shape(conf.data, base_dir, settings.source)
+    return small_for_budget(settings, data_shape(conf.data, base_dir, settings.source))
+
+
+def small_for_budget(settings: Settings, shape) -> bool:
+    """FLAML's rule: training rows x features / 0.9 under 10 million per hour of budget, under 100,000 rows
+    (an unknown shape, None, is not small)."""
     if shape is None:
         return False
+    conf = settings.conf
     rows = shape.rows - (shape.test_rows if shape.test_rows is not None else shape.rows * conf.data.test_size)
     return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < CELLS_PER_HOUR * conf.time_limit_s / 3600
+
+
+def with_forest(settings: Settings, overrides: tuple[str, ...], base_dir: Path) -> Settings:
+    """hpo=auto's models, with extremely randomised trees (conf/model/extra_trees.yaml) beside the default
+    ones where no model was chosen, the label is a number to predict (regression) and the table is small
+    for the budget: AutoGluon fits such forests among its defaults, and an ensemble of boosted trees gains
+    from their smooth averages. On classification tables the forests' leaf frequencies added nothing the
+    ensemble kept, and their time was the GBMs' (docs/time_budget.md); their memory grows with the rows
+    (the trees are grown whole), hence the table's size."""
+    from omegaconf import OmegaConf
+
+    from pipeline import report
+    from pipeline.config import ModelSpecConf
+    from pipeline.memory.shape import data_shape
+    from pipeline.settings import model_spec, typed
+
+    conf = settings.conf
+    if overridden("model", overrides) or FOREST in conf.model or conf.stack_levels:
+        return settings
+    if not small_for_budget(settings, data_shape(conf.data, base_dir, settings.source)):
+        return settings
+    if settings.source.problem_type(base_dir) != "regression":  # None: unknown before loading
+        return settings
+    tree = OmegaConf.load(FOREST_CONF)[FOREST]
+    spec = model_spec(FOREST, typed(tree, ModelSpecConf), settings.allowed_targets)
+    report.console.print(
+        f"hpo=auto under time_limit_s={conf.time_limit_s:g}: {FOREST} (scikit-learn's extremely randomised "
+        "trees) joins the models, since the table is small for the budget and its label a number; its "
+        "forests are candidates for the ensemble (model=... chooses your own models)", highlight=False)
+    params = {**settings.params, **{f"model.{FOREST}.{k}": v for k, v in
+                                    flatten(OmegaConf.to_container(tree, resolve=True)).items()}}
+    return dataclasses.replace(settings, conf=dataclasses.replace(conf, model={**conf.model, FOREST: spec.conf}),
+                               models=(*settings.models, spec), params=params)
 
 
 def _in_driver(settings: Settings, overrides: tuple[str, ...]) -> bool:

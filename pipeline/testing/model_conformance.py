@@ -227,8 +227,21 @@ class ModelKindConformance:
         if self.model_class.gpu_request(on_gpu)[0]:
             assert self.model_class.memory_estimate(on_gpu, small, True).gpu > 0
 
+    def cpu_only(self) -> bool:
+        """Whether the kind's library has builds for the CPU alone (its profile's accelerators)."""
+        return self.model_class.profile.accelerators == frozenset({"cpu"})
+
     def test_the_device_parameters_follow_the_device(self, fit_params):
         cls = self.model_class
+        if self.cpu_only():  # a GPU is refused by name before any plan; auto stays on the CPU
+            from pipeline.accelerators import check_device
+            from pipeline.errors import ConfigError
+
+            with pytest.raises(ConfigError, match=r"model\.m\.device=cuda: .* has no build that runs on"):
+                check_device("cuda", "model.m.device", cls.profile)
+            assert check_device("cpu", "model.m.device", cls.profile) == "cpu"
+            assert not cls.gpu_request(fit_params)[0] and cls.on_device(fit_params, "cuda") == fit_params
+            return
         assert not cls.gpu_request(cls.on_device(fit_params, "cpu"))[0]
         assert cls.gpu_request(cls.on_device(fit_params, "cuda"))[0]
         assert cls.explicit_device(cls.on_device(fit_params, "cuda")) in (None, ("cuda", cls.gpu_request(
@@ -247,7 +260,8 @@ class ModelKindConformance:
         assert reason == "cpu: auto, and the hardware has no GPU"
         with pytest.raises(ConfigError, match=r"model\.m\.device=cuda but the hardware has no GPU"):
             choose("m", "cuda", cls, fit_params, fit, Fraction(0), 2)
-        assert choose("m", "cuda", cls, fit_params, fit, Fraction(1), 2).device == "cuda"
+        if not self.cpu_only():  # a CPU-only kind's cuda is refused before (check_device)
+            assert choose("m", "cuda", cls, fit_params, fit, Fraction(1), 2).device == "cuda"
         uncalibrated = dataclasses.replace(cls.profile, costs=None)
         monkeypatch.setattr(cls, "profile", uncalibrated)
         choice = choose("m", "auto", cls, fit_params, fit, Fraction(1), 16)
@@ -261,6 +275,9 @@ class ModelKindConformance:
         from pipeline.memory.shape import DataShape
 
         cls, fit = self.model_class, FitShape.of(DataShape(10_000_000, 40, 10, 2), 1, 0.2, 0.2)
+        if self.cpu_only():  # no GPU learner to measure: the device is the CPU before any estimate
+            assert choose("m", "cpu", cls, fit_params, fit, Fraction(1), 16).device == "cpu"
+            return
         cpu_key, gpu_key, _ = cls.cost_learners(fit_params)
         work = max(cls.fit_work(fit_params, fit), 1e-6)
         for gpu_seconds, expected in ((0.01, "cuda"), (100.0, "cpu")):

@@ -74,3 +74,27 @@ def test_hpo_auto_bags_its_trials_where_the_table_is_small_for_the_budget(compos
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     assert settings.conf.parallelism.num_folds == folds
     assert settings.plan_input(None).levels.num_folds == folds  # what the plan reads
+
+
+REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
+
+
+@pytest.mark.parametrize("overrides, forest", [
+    # a number to predict on a table small for the budget: extremely randomised trees join
+    (["time_limit_s=3600", *REGRESSION], True),
+    (["time_limit_s=60", *REGRESSION], True),
+    (["time_limit_s=3600"], False),  # adult: a class to predict
+    (["time_limit_s=3600", "data=synthetic", "data.rows=3000"], False),  # binary
+    (["time_limit_s=10", *REGRESSION[:-1], "data.rows=90000"], False),  # too many cells for 10 s
+    (["time_limit_s=3600", *REGRESSION, "model=gbm"], False),  # models chosen: kept
+    (["time_limit_s=3600", *REGRESSION, "hpo=tpe"], False),  # not hpo=auto
+    (["time_limit_s=3600", *REGRESSION, "stack_levels=1", "parallelism=bag5"], False),  # stacking: the chosen models
+])
+def test_hpo_auto_adds_a_forest_on_a_regression_table_small_for_the_budget(compose, overrides, forest):
+    settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
+    names = [m.name for m in settings.models]
+    assert ("extra_trees" in names) is forest and ("extra_trees" in settings.conf.model) is forest
+    assert any(k.startswith("model.extra_trees.params.") for k in settings.params) is forest  # logged as run
+    if forest:
+        assert names == ["lightgbm", "xgboost", "nn", "extra_trees"]
+        assert [m.spec.name for m in settings.plan_input(None).models][-1] == "extra_trees"

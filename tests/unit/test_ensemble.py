@@ -94,3 +94,31 @@ def test_the_weights_are_chosen_on_a_bounded_sample_of_many_held_out_rows(monkey
     assert len(val_pred) == n and row["val_roc_auc"] == METRICS["roc_auc"](y[:n], val_pred)
     assert (node.selection_rows(3000) == node.selection_rows(3000)).all()  # seeded
     assert node.selection_rows(500) == slice(None)
+
+
+def test_the_saved_ensemble_holds_only_the_members_it_blends():
+    """A model the selection never picks (here one that predicts noise) has weight 0: its predictor is
+    not pickled into the ensemble's file (a forest's fold models are tens of MB)."""
+    from types import SimpleNamespace
+
+    from pipeline.graph.nodes import ensemble as node
+
+    rng = np.random.default_rng(0)
+    n, test = 2000, np.arange(2000, 2200)
+    y = (rng.random(2200) < 0.4).astype(int)
+    def trial(signal):
+        p = np.clip(0.4 + signal * (y - 0.4) + rng.normal(0, 0.2, 2200), 0.01, 0.99)
+        proba = np.column_stack([1 - p, p])
+        return SimpleNamespace(held_out=np.arange(n), val_pred=proba[:n], test_pred=proba[test], folds=[None])
+    best = {"a": trial(0.4), "b": trial(0.35), "noise": trial(0.0)}
+    data = SimpleNamespace(y=y, test_idx=test, classes=[0, 1])
+    predictors = {name: SimpleNamespace(name=name) for name in best}
+    seconds = {name: {name: 1.0} for name in best}
+    row, _ = node._ensemble(best, data, METRICS["roc_auc"], "binary", predictors, seconds, 2)
+    import json
+
+    weights = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
+    assert weights["noise"] == 0.0 and weights["a"] > 0
+    saved = predictors["ensemble"]
+    assert [m.name for m in saved.members] == [n for n in best if weights[n] > 0]
+    assert all(w > 0 for w in saved.weights)

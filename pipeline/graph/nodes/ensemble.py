@@ -198,7 +198,7 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     test_scores = metrics_module.score_all(problem, data.y[data.test_idx], test_pred)
     names = list(best)
     extra = extra or {}
-    used = [i for i, n in enumerate(names) if n not in extra or weights[i] > 0]
+    used = [i for i in range(len(names)) if weights[i] > 0]  # a member at weight 0 is not saved with it
     every = {**predictors, **extra}
     predictors["ensemble"] = EnsemblePredictor("ensemble", [every[names[i]] for i in used],
                                                [float(weights[i]) for i in used], problem, data.classes)

@@ -1,0 +1,203 @@
+"""Extremely randomised trees (Geurts et al., 2006) through scikit-learn's ExtraTrees, on the CPU.
+
+A forest averages deep trees whose splits' thresholds are drawn at random: smooth where boosted trees
+are step-like, so it adds to an ensemble of GBMs what they lack (AutoGluon fits such forests among its
+defaults). The forest grows `trees_per_step` trees at a time (scikit-learn's warm start); after each
+step its validation loss (log loss, or squared error) is reported, the run's deadline checked, and the
+growth stops after `patience` steps that did not lower it by a share `tol`, keeping the trees up to the
+best step (more trees than that cost time and memory for nothing: a forest's loss flattens, it does not
+turn back up).
+Categorical columns go in as their integer codes (fixed by the engine's schema); missing values, and
+a missing or unseen category, as NaN, which scikit-learn's random splitter sends left or right.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from pipeline.errors import ConfigError, closest
+from pipeline.models.base import FitContext, TabularModel
+from pipeline.models.profile import MiB, ModelProfile
+
+OWN = {"trees_per_step": 20, "patience": 2, "tol": 0.001}  # the engine's growth schedule, not scikit-learn's
+ENGINE_SET = ("n_jobs", "warm_start", "verbose")  # threads follow the fit's placement; the growth is the engine's
+NODE_BYTES = 64  # scikit-learn's tree node record, besides its values
+
+
+def memory(params: dict, fit, on_gpu: bool):
+    """A fully grown tree has about 2 x rows / min_samples_leaf nodes, each a 64-byte record and its
+    values (one per class, or one); the forest keeps n_estimators of them, and the fit a float32 copy of
+    its rows."""
+    from pipeline.memory.estimates import Estimate, feature_bytes
+
+    trees = int(params.get("n_estimators", 100))
+    leaf = max(1, int(params.get("min_samples_leaf", 1)))
+    nodes = 2 * fit.train // leaf
+    if params.get("max_leaf_nodes"):
+        nodes = min(nodes, 2 * int(params["max_leaf_nodes"]))
+    values = 8 * max(1, fit.classes)
+    parts = {
+        "fold_copies": (fit.train + fit.held_out) * feature_bytes(fit),
+        "matrix": (fit.train + fit.held_out) * fit.features * 4,
+        "trees": trees * nodes * (NODE_BYTES + values),
+        "runtime": 20 * MiB,
+    }
+    return Estimate(0, 0, parts)
+
+
+PROFILE = ModelProfile(
+    library="scikit-learn",
+    accelerators=frozenset({"cpu"}),
+    modules=("sklearn.ensemble",),
+    distributions=(("scikit-learn",),),
+    memory=memory,
+    import_bytes=45 * MiB,  # sklearn.ensemble with scipy: its RSS beside numpy and pandas (the 2-core box)
+    memory_hint="a smaller model.{name}.params.n_estimators, or a larger min_samples_leaf",
+    thread_serial_share=0.1,  # the trees of a step grow on their own threads
+    portfolio=(  # scikit-learn's classification default (a square root of the features per split); a
+        # smoother forest on half of them
+        {"max_features": "sqrt", "min_samples_leaf": 1},
+        {"max_features": 0.5, "min_samples_leaf": 3},
+    ),
+    quick=(("n_estimators", 40),),
+)
+
+
+def _estimator(problem_type: str, params: dict):
+    from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
+
+    return (ExtraTreesRegressor if problem_type == "regression" else ExtraTreesClassifier)(**params)
+
+
+class ExtraTreesModel(TabularModel):
+    profile = PROFILE
+
+    @classmethod
+    def gpu_request(cls, params):
+        return False, False, ""
+
+    @classmethod
+    def check_params(cls, name, params, problem_type=None):
+        import inspect
+
+        from sklearn.ensemble import ExtraTreesRegressor
+
+        known = set(inspect.signature(ExtraTreesRegressor.__init__).parameters) - {"self"}
+        for key in params:
+            if key in ENGINE_SET:
+                raise ConfigError(f"model.{name}.params.{key} is set by the engine (threads follow the fit's "
+                                  "placement; the forest grows trees_per_step trees at a time); remove it")
+            if key not in known and key not in OWN:
+                raise ConfigError(f"model.{name}.params.{key} is not an ExtraTrees parameter"
+                                  f"{closest(key, known | set(OWN))}")
+        library = {k: v for k, v in params.items() if k not in OWN}
+        try:
+            _estimator(problem_type or "binary", library)._validate_params()
+        except (ValueError, TypeError) as exc:  # scikit-learn's InvalidParameterError is a ValueError
+            raise ConfigError(f"model.{name}.params: scikit-learn rejects them: {exc}") from None
+        for key in ("trees_per_step", "patience"):
+            if key in params and (not isinstance(params[key], int) or params[key] < 1):
+                raise ConfigError(f"model.{name}.params.{key}={params[key]!r} must be a whole number >= 1")
+        if "tol" in params and not (isinstance(params["tol"], (int, float)) and params["tol"] >= 0):
+            raise ConfigError(f"model.{name}.params.tol={params['tol']!r} must be a number >= 0 (a share of the "
+                              "loss)")
+
+    # ---- fitting
+    def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        self.columns_ = [str(c) for c in X.columns]
+        self._grow(self._matrix(X), y, self._matrix(X_val), y_val, ctx)
+
+    def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
+        self.columns_ = [str(c) for c in X.columns]
+        self._grow(self._matrix(X.iloc[train_rows]), y[train_rows], self._matrix(X.iloc[val_rows]), y[val_rows],
+                   ctx)
+
+    @staticmethod
+    def _matrix(X):
+        """float32 rows: numbers as they are, categories as their codes, missing values as NaN."""
+        import numpy as np
+
+        columns = [X[c].cat.codes.to_numpy().astype(np.float32) if X[c].dtype.name == "category"
+                   else X[c].to_numpy(dtype=np.float32, na_value=np.nan) for c in X.columns]
+        out = np.column_stack(columns) if columns else np.empty((len(X), 0), np.float32)
+        out[np.isinf(out)] = np.nan
+        for i, c in enumerate(X.columns):
+            if X[c].dtype.name == "category":
+                out[out[:, i] < 0, i] = np.nan  # code -1: missing or unseen
+        return np.ascontiguousarray(out)
+
+    def _grow(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        import numpy as np
+
+        own = {**OWN, **{k: v for k, v in self.params.items() if k in OWN}}
+        params = {k: v for k, v in self.params.items() if k not in OWN}
+        cap = int(params.pop("n_estimators", 100))
+        params.setdefault("random_state", ctx.seed)
+        forest = _estimator(ctx.problem_type, {**params, "n_jobs": ctx.placement.num_cpus, "warm_start": True,
+                                               "n_estimators": 0})
+        weight, _ = ctx.row_weights(y, y_val)
+        total, losses, best, waited, last = None, [], (np.inf, 0), 0, time.time()
+        while forest.n_estimators < cap and waited < own["patience"]:
+            if forest.n_estimators and ctx.out_of_time(time.time() - last):  # the first step always grows
+                break
+            last = time.time()
+            start = forest.n_estimators
+            forest.set_params(n_estimators=min(cap, start + own["trees_per_step"]))
+            forest.fit(X, y, sample_weight=weight)
+            if not len(y_val):  # a refit on every row: no validation rows, the length is given
+                continue
+            added = sum(self._tree_output(tree, forest, X_val) for tree in forest.estimators_[start:])
+            total = added if total is None else total + added
+            loss = self._loss(y_val, total / forest.n_estimators, ctx)
+            losses.append(loss)
+            if loss < best[0] - abs(best[0]) * own["tol"] if np.isfinite(best[0]) else True:
+                best, waited = (loss, forest.n_estimators), 0
+            else:
+                waited += 1
+            if ctx.report is not None and ctx.report(forest.n_estimators, loss):
+                break
+        kept = best[1] or forest.n_estimators
+        forest.estimators_ = forest.estimators_[:kept]
+        forest.set_params(n_estimators=kept, warm_start=False)
+        self.model_, self.trees_ = forest, kept
+        self.history_ = {"valid_loss": losses}
+
+    def _tree_output(self, tree, forest, X):
+        """One tree's predictions on X: values, or probabilities over every class of the problem (a fold may
+        lack one)."""
+        import numpy as np
+
+        if self.problem_type_ == "regression":
+            return tree.predict(X, check_input=False)
+        out = np.zeros((len(X), self.num_classes_))
+        out[:, forest.classes_.astype(int)] = tree.predict_proba(X, check_input=False)
+        return out
+
+    @staticmethod
+    def _loss(y, pred, ctx: FitContext) -> float:
+        import numpy as np
+
+        if ctx.problem_type == "regression":
+            return float(np.mean((pred - y) ** 2))
+        picked = np.clip(pred[np.arange(len(y)), y.astype(int)], 1e-15, 1.0)
+        return float(-np.mean(np.log(picked)))
+
+    def _predict(self, X):
+        import numpy as np
+
+        self.model_.set_params(n_jobs=getattr(self, "predict_threads_", None) or 1)
+        matrix = self._matrix(X)
+        if self.problem_type_ == "regression":
+            return self.model_.predict(matrix)
+        out = np.zeros((len(X), self.num_classes_))
+        out[:, self.model_.classes_.astype(int)] = self.model_.predict_proba(matrix)
+        return out
+
+    def feature_importance(self) -> Optional[dict[str, float]]:
+        return {c: float(g) for c, g in zip(self.columns_, self.model_.feature_importances_)}
+
+    def refit_params(self, fitted):
+        import numpy as np
+
+        return {"n_estimators": max(1, round(float(np.mean([m.trees_ for m in fitted])))), "patience": 10**6}
