@@ -21,7 +21,8 @@ from pipeline.models.base import FitContext, TabularModel
 from pipeline.models.profile import MiB, ModelProfile
 
 OWN = {"trees_per_step": 20, "patience": 2, "tol": 0.001}  # the engine's growth schedule, not scikit-learn's
-ENGINE_SET = ("n_jobs", "warm_start", "verbose")  # threads follow the fit's placement; the growth is the engine's
+# threads follow the fit's placement; the growth is the engine's
+ENGINE_SET = ("n_jobs", "warm_start", "verbose")
 NODE_BYTES = 64  # scikit-learn's tree node record, besides its values
 
 
@@ -100,8 +101,8 @@ class ExtraTreesModel(TabularModel):
             if key in params and (not isinstance(params[key], int) or params[key] < 1):
                 raise ConfigError(f"model.{name}.params.{key}={params[key]!r} must be a whole number >= 1")
         if "tol" in params and not (isinstance(params["tol"], (int, float)) and params["tol"] >= 0):
-            raise ConfigError(f"model.{name}.params.tol={params['tol']!r} must be a number >= 0 (a share of the "
-                              "loss)")
+            raise ConfigError(f"model.{name}.params.tol={params['tol']!r} must be a number >= 0 "
+                              "(a share of the loss)")
 
     # ---- fitting
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
@@ -110,8 +111,8 @@ class ExtraTreesModel(TabularModel):
 
     def _fit_rows(self, X, y, train_rows, val_rows, ctx: FitContext) -> None:
         self.columns_ = [str(c) for c in X.columns]
-        self._grow(self._matrix(X.iloc[train_rows]), y[train_rows], self._matrix(X.iloc[val_rows]), y[val_rows],
-                   ctx)
+        train, held = self._matrix(X.iloc[train_rows]), self._matrix(X.iloc[val_rows])
+        self._grow(train, y[train_rows], held, y[val_rows], ctx)
 
     @staticmethod
     def _matrix(X):

@@ -144,7 +144,8 @@ def with_forest(settings: Settings, overrides: tuple[str, ...], base_dir: Path) 
         "forests are candidates for the ensemble (model=... chooses your own models)", highlight=False)
     params = {**settings.params, **{f"model.{FOREST}.{k}": v for k, v in
                                     flatten(OmegaConf.to_container(tree, resolve=True)).items()}}
-    return dataclasses.replace(settings, conf=dataclasses.replace(conf, model={**conf.model, FOREST: spec.conf}),
+    models = {**conf.model, FOREST: spec.conf}
+    return dataclasses.replace(settings, conf=dataclasses.replace(conf, model=models),
                                models=(*settings.models, spec), params=params)
 
 

@@ -45,7 +45,8 @@ class TestExtraTrees(ModelKindConformance):
         matrix = ExtraTreesModel._matrix(X)
         assert np.isnan(matrix[::5, list(X.columns).index(number)]).all()
         ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0)
-        model = ExtraTreesModel({"n_estimators": 20}, "et").fit_rows(X, data.y, data.train_idx, data.val_idx, ctx)
+        model = ExtraTreesModel({"n_estimators": 20}, "et")
+        model.fit_rows(X, data.y, data.train_idx, data.val_idx, ctx)
         assert np.isfinite(model.predict_proba(X.iloc[data.test_idx])).all()
 
     def test_parameters_the_engine_sets_or_scikit_learn_rejects_are_refused(self):

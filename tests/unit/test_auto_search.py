@@ -88,7 +88,8 @@ REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
     (["time_limit_s=10", *REGRESSION[:-1], "data.rows=90000"], False),  # too many cells for 10 s
     (["time_limit_s=3600", *REGRESSION, "model=gbm"], False),  # models chosen: kept
     (["time_limit_s=3600", *REGRESSION, "hpo=tpe"], False),  # not hpo=auto
-    (["time_limit_s=3600", *REGRESSION, "stack_levels=1", "parallelism=bag5"], False),  # stacking: the chosen models
+    # stacking: its levels are of the chosen models
+    (["time_limit_s=3600", *REGRESSION, "stack_levels=1", "parallelism=bag5"], False),
 ])
 def test_hpo_auto_adds_a_forest_on_a_regression_table_small_for_the_budget(compose, overrides, forest):
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
