@@ -316,7 +316,7 @@ class Scheduler:
             if task.model:
                 self._record_seconds(task.model, seconds)
             if self.budget is not None:
-                self.budget.record(task, seconds, getattr(result, "stopped_by_budget", False))
+                self.budget.record(task, seconds, getattr(result, "stopped_by_budget", False), result)
                 self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._settle(task.id)

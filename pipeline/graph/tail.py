@@ -10,7 +10,7 @@ box under a load of 7 to 10 (about a quarter of a CPU for each runnable thread),
 the bound. What a run reserves of it is scaled by how much of a CPU its own start-up had
 (pipeline.run_clock.start_up_cpu_share), so an idle machine keeps less and a busy one more:
 `SAFETY` x the share of the bound the tail takes with a whole CPU / the start-up's share, at least
-`FLOOR` and at most the whole bound. That share is `BOUND_CPU_SHARE` until runs like this one have
+`FLOOR` and at most the whole bound (or the largest share measured, where a run like it took more). That share is `BOUND_CPU_SHARE` until runs like this one have
 measured theirs: each run that ends under `time_limit_s` keeps the tail it took, as a share of the
 bound times its start-up's CPU share, in the engine's private cache (pipeline.models.native), per host,
 executor kind, tracking and the table's size (the decade of its cells: the tail writes and scores
@@ -28,6 +28,10 @@ PER_MODEL_S = 0.3  # a model's predictor saved (its fold models pickled) and its
 TRACKING_S = 3.0  # MLflow: the run's params, metrics and artifacts, and the ensemble logged as a model
 EXIT_S = 1.5  # the workers stopped (a Ray connection closed), the interpreter's exit
 IN_DRIVER_EXIT_S = 0.3  # the interpreter's exit where the fits ran in the driver: no worker to stop
+# a predictor's megabyte pickled and written to the run folder; with tracking twice more (its payload pickled
+# again and sent to the tracking service, which writes it into the store). Measured on the 2-core box: a
+# forest's 121 MB predictor pickled in 0.11 s and written (synced) in 0.40 s, 0.0042 s a MB
+SAVE_S_PER_MB = 0.005
 KEEP, SAFETY, FLOOR = 8, 1.5, 0.25  # the measured shares kept; the margin on their largest; the least share
 # the share of the bound a tail takes with a whole CPU, before any is measured here: the bound was measured at
 # about a quarter of a CPU; measured idle since, the tails in the driver took 0.10-0.30, with workers 0.59-0.73
@@ -45,6 +49,7 @@ class TailEstimate:
     refit: bool = False
     tracking: bool = False
     fit_seconds: Callable[[str], Optional[float]] = lambda model: None  # a model's measured seconds per fit
+    saved_bytes: Callable[[str], Optional[int]] = lambda model: None  # one fold model's pickled size, measured
     workers: bool = True  # False: the fits run in the driver (executor.in_process=always)
     share: float = 1.0  # of the fixed costs, from the tails measured here (`reserved_share`)
     size: str = "unknown"  # the table's cells (rows x features) to the decade: "1e6"; "unknown" before loading
@@ -53,7 +58,15 @@ class TailEstimate:
     def fixed(self) -> float:
         """The tail's costs other than the refits, as measured on the 2-core box: the bound a share scales."""
         exit_s = EXIT_S if self.workers else IN_DRIVER_EXIT_S
-        return WRITE_S + exit_s + PER_MODEL_S * len(self.models) + (TRACKING_S if self.tracking else 0.0)
+        fixed = WRITE_S + exit_s + PER_MODEL_S * len(self.models) + (TRACKING_S if self.tracking else 0.0)
+        return fixed + self.saving_seconds
+
+    @property
+    def saving_seconds(self) -> float:
+        """Writing the models' predictors (each fold model, measured once one has ended), and logging them
+        with tracking: a forest's trees grown whole weigh tens of MB a fold, a GBM's a few."""
+        mb = sum((self.saved_bytes(m) or 0) * folds for m, folds, _ in self.models) / 2**20
+        return mb * SAVE_S_PER_MB * (3 if self.tracking else 1)
 
     @property
     def cache_name(self) -> str:
@@ -90,7 +103,9 @@ def reserved_share(tail: TailEstimate, cpu_share: float) -> tuple[float, int]:
     measured tails it comes from: 0 where none is kept yet and `BOUND_CPU_SHARE` stands in)."""
     shares = _shares(tail)
     at_whole_cpu = max(shares) if shares else BOUND_CPU_SHARE
-    return min(1.0, max(FLOOR, SAFETY * at_whole_cpu / max(cpu_share, 1e-3))), len(shares)
+    # at most the bound, unless a run like it took more (a tail past its bound: what it writes outgrew it)
+    ceiling = max(1.0, at_whole_cpu)
+    return min(ceiling, max(FLOOR, SAFETY * at_whole_cpu / max(cpu_share, 1e-3))), len(shares)
 
 
 def keep_measured(tail: TailEstimate, took_s: float, cpu_share: float) -> None:

@@ -67,6 +67,7 @@ class TimeBudget:
         self.start = self.clock() if start is None else start
         self._complete: dict[tuple, list[float]] = defaultdict(list)  # (model, level) -> seconds of whole fits
         self._stopped: dict[tuple, list[float]] = defaultdict(list)  # ... of fits stopped early: floors
+        self._bytes: dict[str, int] = {}  # model -> its first fitted fold model's pickled size
 
     def begin(self, start: Optional[float] = None) -> float:
         """The fits start: for a fits-only budget the clock starts now (or at `start`); the deadline."""
@@ -93,9 +94,22 @@ class TimeBudget:
         """Running fits still running then are stopped."""
         return self.deadline + self.grace
 
-    def record(self, task, seconds: float, stopped: bool = False) -> None:
-        """A finished fit of `task`'s model took `seconds` (`stopped`: it was cut short)."""
+    def record(self, task, seconds: float, stopped: bool = False, result=None) -> None:
+        """A finished fit of `task`'s model took `seconds` (`stopped`: it was cut short); the first `result`
+        of each model with a fitted model is weighed as a save will pickle it (what the tail writes)."""
         (self._stopped if stopped else self._complete)[(task.model, _level(task))].append(seconds)
+        fitted = getattr(result, "model", None)
+        if fitted is not None and task.model not in self._bytes:
+            import pickle
+
+            try:
+                self._bytes[task.model] = len(pickle.dumps(fitted, protocol=pickle.HIGHEST_PROTOCOL))
+            except Exception:  # noqa: BLE001 - a model that does not pickle fails its save, not the budget
+                self._bytes[task.model] = 0
+
+    def model_bytes(self, model: str) -> Optional[int]:
+        """The pickled size of one fitted fold model of `model`, once one has ended; None before."""
+        return self._bytes.get(model)
 
     def estimate(self, task) -> Optional[float]:
         """Seconds one fit of `task` takes: the mean of the model's complete fits at its level, else

@@ -322,6 +322,28 @@ def test_the_tail_keeps_no_time_for_stopping_workers_when_the_fits_ran_in_the_dr
     assert pool() - driver() == pytest.approx(EXIT_S - IN_DRIVER_EXIT_S) and driver() < pool()
 
 
+def test_the_tail_keeps_time_to_write_and_log_each_models_predictor_by_its_measured_size():
+    """A forest's trees grown whole weigh tens of MB a fold: a fixed cost per model under-reserved its save
+    and MLflow's logging (0.2 s past a 60-s limit). The budget weighs each model's first fitted fold model
+    as a save pickles it; the tail adds its megabytes times its folds, three passes with tracking."""
+    from pipeline.graph.tail import SAVE_S_PER_MB, TailEstimate
+
+    budget = TimeBudget(60, prior=lambda task: None, whole_run=True)
+    heavy, light = SimpleNamespace(model=list(range(200_000))), SimpleNamespace(model=[1, 2, 3])
+    budget.record(SimpleNamespace(model="forest", level=1), 1.0, False, heavy)
+    budget.record(SimpleNamespace(model="forest", level=1), 1.0, False, light)  # the first one is kept
+    budget.record(SimpleNamespace(model="gbm", level=1), 1.0, False, light)
+    assert budget.model_bytes("forest") > 500_000 and budget.model_bytes("gbm") < 100
+    assert budget.model_bytes("nn") is None  # no fit ended yet
+    models = (("forest", 5, 1), ("gbm", 5, 1), ("nn", 5, 1))
+    bare = TailEstimate(models, 2)
+    untracked = TailEstimate(models, 2, saved_bytes=budget.model_bytes)
+    tracked = TailEstimate(models, 2, tracking=True, saved_bytes=budget.model_bytes)
+    mb = (budget.model_bytes("forest") + budget.model_bytes("gbm")) * 5 / 2**20
+    assert untracked.fixed - bare.fixed == pytest.approx(mb * SAVE_S_PER_MB)
+    assert tracked.saving_seconds == pytest.approx(3 * untracked.saving_seconds)
+
+
 def test_the_tail_reserve_follows_the_tails_measured_for_runs_like_it(monkeypatch, tmp_path):
     from pipeline.graph.tail import (BOUND_CPU_SHARE, FLOOR, KEEP, SAFETY, TailEstimate, keep_measured,
                                      reserved_share, size_decade)
@@ -349,6 +371,9 @@ def test_the_tail_reserve_follows_the_tails_measured_for_runs_like_it(monkeypatc
     keep_measured(refits, 0.1, 1.0)
     assert reserved_share(refits, 1.0)[1] == 0  # a tail of refits is not a measure of the fixed costs
     assert size_decade(None, 3) == "unknown" and size_decade(10_000_000, 21) == "1e8"
+    keep_measured(tail, 1.3 * tail.fixed, 1.0)  # a tail past its bound (it wrote more than the bound counts)
+    assert reserved_share(tail, 1.0) == (pytest.approx(1.3), KEEP)  # the next run like it keeps that much
+    assert reserved_share(tail, 0.25)[0] == pytest.approx(1.3)  # however busy: what was measured, no more
 
 
 def test_a_run_measures_how_much_of_a_cpu_its_start_up_had(monkeypatch):
