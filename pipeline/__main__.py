@@ -8,10 +8,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-import pipeline.config  # noqa: F401  (registers the schemas in Hydra's ConfigStore)
-
-_HERE = Path(__file__).resolve().parent
-CONFIG_DIR = str(_HERE / "conf" if (_HERE / "conf").is_dir() else _HERE.parent / "conf")
+from pipeline.config import CONFIG_DIR  # importing it registers the schemas in Hydra's ConfigStore
 
 
 def _mode_from_command_line(self, config_name, overrides):

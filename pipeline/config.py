@@ -9,6 +9,7 @@ settings (`pipeline.settings`); `pipeline.config_checks` checks their values, on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -19,6 +20,9 @@ from pipeline.components import (  # noqa: F401  (the schema of every group is i
 )
 from pipeline.errors import ConfigError
 
+_HERE = Path(__file__).resolve().parent
+# the config groups: in the package where installed (pyproject maps conf there), else the checkout's
+CONFIG_DIR = str(_HERE / "conf" if (_HERE / "conf").is_dir() else _HERE.parent / "conf")
 IN_PROCESS = ("auto", "always", "never")
 # The engine's own executor and trackers, as conf/executor/local.yaml and conf/tracking/*.yaml name them.
 LOCAL_EXECUTOR = "pipeline.executors.local_backend"

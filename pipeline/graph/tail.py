@@ -10,11 +10,12 @@ box under a load of 7 to 10 (about a quarter of a CPU for each runnable thread),
 the bound. What a run reserves of it is scaled by how much of a CPU its own start-up had
 (pipeline.run_clock.start_up_cpu_share), so an idle machine keeps less and a busy one more:
 `SAFETY` x the share of the bound the tail takes with a whole CPU / the start-up's share, at least
-`FLOOR` and at most the whole bound (or the largest share measured, where a run like it took more). That share is `BOUND_CPU_SHARE` until runs like this one have
-measured theirs: each run that ends under `time_limit_s` keeps the tail it took, as a share of the
-bound times its start-up's CPU share, in the engine's private cache (pipeline.models.native), per host,
-executor kind, tracking and the table's size (the decade of its cells: the tail writes and scores
-every row); the next run like it takes the largest of the last `KEEP`.
+`FLOOR` and at most the whole bound (or the largest share measured, where a run like it took more).
+That share is `BOUND_CPU_SHARE` until runs like this one have measured theirs: each run that ends under
+`time_limit_s` keeps the tail it took, as a share of the bound times its start-up's CPU share, in the
+engine's private cache (pipeline.models.native), per host, executor kind, tracking and the table's size
+(the decade of its cells: the tail writes and scores every row); the next run like it takes the largest
+of the last `KEEP`.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class TailEstimate:
     refit: bool = False
     tracking: bool = False
     fit_seconds: Callable[[str], Optional[float]] = lambda model: None  # a model's measured seconds per fit
-    saved_bytes: Callable[[str], Optional[int]] = lambda model: None  # one fold model's pickled size, measured
+    saved_bytes: Callable[[str], Optional[int]] = lambda model: None  # a fold model's pickled size, measured
     workers: bool = True  # False: the fits run in the driver (executor.in_process=always)
     share: float = 1.0  # of the fixed costs, from the tails measured here (`reserved_share`)
     size: str = "unknown"  # the table's cells (rows x features) to the decade: "1e6"; "unknown" before loading

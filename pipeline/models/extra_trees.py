@@ -119,13 +119,15 @@ class ExtraTreesModel(TabularModel):
         """float32 rows: numbers as they are, categories as their codes, missing values as NaN."""
         import numpy as np
 
-        columns = [X[c].cat.codes.to_numpy().astype(np.float32) if X[c].dtype.name == "category"
-                   else X[c].to_numpy(dtype=np.float32, na_value=np.nan) for c in X.columns]
-        out = np.column_stack(columns) if columns else np.empty((len(X), 0), np.float32)
+        def column(values):
+            if values.dtype.name == "category":  # code -1: missing or unseen
+                codes = values.cat.codes.to_numpy()
+                return np.where(codes < 0, np.nan, codes).astype(np.float32)
+            return values.to_numpy(dtype=np.float32, na_value=np.nan)
+
+        out = np.column_stack([column(X[c]) for c in X.columns]) if len(X.columns) else \
+            np.empty((len(X), 0), np.float32)
         out[np.isinf(out)] = np.nan
-        for i, c in enumerate(X.columns):
-            if X[c].dtype.name == "category":
-                out[out[:, i] < 0, i] = np.nan  # code -1: missing or unseen
         return np.ascontiguousarray(out)
 
     def _grow(self, X, y, X_val, y_val, ctx: FitContext) -> None:
@@ -167,12 +169,16 @@ class ExtraTreesModel(TabularModel):
     def _tree_output(self, tree, forest, X):
         """One tree's predictions on X: values, or probabilities over every class of the problem (a fold may
         lack one)."""
-        import numpy as np
-
         if self.problem_type_ == "regression":
             return tree.predict(X, check_input=False)
-        out = np.zeros((len(X), self.num_classes_))
-        out[:, forest.classes_.astype(int)] = tree.predict_proba(X, check_input=False)
+        return self._every_class(tree.predict_proba(X, check_input=False), forest.classes_)
+
+    def _every_class(self, proba, classes):
+        """Probabilities over the fold's `classes` as columns for every class of the problem."""
+        import numpy as np
+
+        out = np.zeros((len(proba), self.num_classes_))
+        out[:, classes.astype(int)] = proba
         return out
 
     @staticmethod
@@ -185,15 +191,11 @@ class ExtraTreesModel(TabularModel):
         return float(-np.mean(np.log(picked)))
 
     def _predict(self, X):
-        import numpy as np
-
         self.model_.set_params(n_jobs=getattr(self, "predict_threads_", None) or 1)
         matrix = self._matrix(X)
         if self.problem_type_ == "regression":
             return self.model_.predict(matrix)
-        out = np.zeros((len(X), self.num_classes_))
-        out[:, self.model_.classes_.astype(int)] = self.model_.predict_proba(matrix)
-        return out
+        return self._every_class(self.model_.predict_proba(matrix), self.model_.classes_)
 
     def feature_importance(self) -> Optional[dict[str, float]]:
         return {c: float(g) for c, g in zip(self.columns_, self.model_.feature_importances_)}

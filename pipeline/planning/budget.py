@@ -25,9 +25,6 @@ BAG_FOLDS = 5
 # training cells (rows x features / 0.9) under 10 million per hour of budget, and under 100,000 rows
 CELLS_PER_HOUR, BAG_ROWS_UNDER = 10_000_000, 100_000
 FOREST = "extra_trees"  # the model kind hpo=auto adds on a table small for the budget (`with_forest`)
-_PACKAGE = Path(__file__).resolve().parents[1]
-FOREST_CONF = (_PACKAGE / "conf" if (_PACKAGE / "conf").is_dir() else _PACKAGE.parent / "conf") / "model" / \
-    f"{FOREST}.yaml"
 
 
 def search_for_budget(settings: Settings, overrides: tuple[str, ...],
@@ -65,12 +62,16 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
             f"hpo=auto under time_limit_s={conf.time_limit_s:g} (<= {IN_DRIVER_UP_TO_S:g} s): the trials are fitted "
             "in the driver, one at a time and each with all the CPUs, so no worker pool's start spends the "
             "budget (executor.in_process=never keeps the pool)", highlight=False)
+    from pipeline.memory.shape import data_shape
+
+    base_dir = base_dir or Path.cwd()
+    shape = data_shape(conf.data, base_dir, settings.source)  # read once: bagging and the forest ask
     parallelism = conf.parallelism
     if executor.in_process == "always" and not overridden("parallelism", overrides):
         # one fit at a time: a fit planned for one CPU of several would leave the others idle
         parallelism = dataclasses.replace(parallelism, sequential=True)
         changes["parallelism.sequential"] = True
-    if bagging_fits(settings, overrides, base_dir or Path.cwd()):
+    if bagging_fits(settings, overrides, shape):
         parallelism = dataclasses.replace(parallelism, num_folds=BAG_FOLDS)
         changes["parallelism.num_folds"] = BAG_FOLDS
         report.console.print(
@@ -90,19 +91,17 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     settings = dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor,
                                                                       parallelism=parallelism),
                                    levels=check_parallelism(parallelism), params=params)
-    return with_forest(settings, overrides, base_dir or Path.cwd())
+    return with_forest(settings, overrides, base_dir, shape)
 
 
-def bagging_fits(settings: Settings, overrides: tuple[str, ...], base_dir: Path) -> bool:
+def bagging_fits(settings: Settings, overrides: tuple[str, ...], shape) -> bool:
     """Whether hpo=auto's trials are 5-fold bags rather than one holdout fit: no parallelism chosen, no
-    stacking (which sets its own folds), and a table small for the budget (FLAML's rule); the shape is
-    read as the plan reads it (pipeline.memory.shape), unknown shapes keep the holdout."""
-    from pipeline.memory.shape import data_shape
-
+    stacking (which sets its own folds), and a table small for the budget (FLAML's rule); `shape` is the
+    table's as the plan reads it (pipeline.memory.shape), None where unknown, which keeps the holdout."""
     conf = settings.conf
     if overridden("parallelism", overrides) or conf.parallelism.num_folds > 1 or conf.stack_levels:
         return False
-    return small_for_budget(settings, data_shape(conf.data, base_dir, settings.source))
+    return small_for_budget(settings, shape)
 
 
 def small_for_budget(settings: Settings, shape) -> bool:
@@ -115,7 +114,7 @@ def small_for_budget(settings: Settings, shape) -> bool:
     return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < CELLS_PER_HOUR * conf.time_limit_s / 3600
 
 
-def with_forest(settings: Settings, overrides: tuple[str, ...], base_dir: Path) -> Settings:
+def with_forest(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape) -> Settings:
     """hpo=auto's models, with extremely randomised trees (conf/model/extra_trees.yaml) beside the default
     ones where no model was chosen, the label is a number to predict (regression) and the table is small
     for the budget: AutoGluon fits such forests among its defaults, and an ensemble of boosted trees gains
@@ -125,18 +124,17 @@ def with_forest(settings: Settings, overrides: tuple[str, ...], base_dir: Path) 
     from omegaconf import OmegaConf
 
     from pipeline import report
-    from pipeline.config import ModelSpecConf
-    from pipeline.memory.shape import data_shape
+    from pipeline.config import CONFIG_DIR, ModelSpecConf
     from pipeline.settings import model_spec, typed
 
     conf = settings.conf
     if overridden("model", overrides) or FOREST in conf.model or conf.stack_levels:
         return settings
-    if not small_for_budget(settings, data_shape(conf.data, base_dir, settings.source)):
+    if not small_for_budget(settings, shape):
         return settings
     if settings.source.problem_type(base_dir) != "regression":  # None: unknown before loading
         return settings
-    tree = OmegaConf.load(FOREST_CONF)[FOREST]
+    tree = OmegaConf.load(Path(CONFIG_DIR) / "model" / f"{FOREST}.yaml")[FOREST]
     spec = model_spec(FOREST, typed(tree, ModelSpecConf), settings.allowed_targets)
     report.console.print(
         f"hpo=auto under time_limit_s={conf.time_limit_s:g}: {FOREST} (scikit-learn's extremely randomised "
