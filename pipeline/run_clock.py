@@ -46,7 +46,13 @@ def start_up_cpu_share() -> float:
     this is the run's own. From `LEAST_SHARE` to 1 (waits on disks and locks count as a busy machine)."""
     global _share
     if _share is None:
-        wall = time.time() - (_wall_at_start if _runs else process_started())
-        cpu = time.thread_time() - _thread_at_start
-        _share = min(1.0, max(LEAST_SHARE, cpu / wall)) if wall > 0 else 1.0
+        _share = cpu_share_so_far()
     return _share
+
+
+def cpu_share_so_far() -> float:
+    """The share of one CPU the main thread has had since the run started, as `start_up_cpu_share`
+    measures it, now (not kept): what a choice made before the plan can read."""
+    wall = time.time() - (_wall_at_start if _runs else process_started())
+    cpu = time.thread_time() - _thread_at_start
+    return min(1.0, max(LEAST_SHARE, cpu / wall)) if wall > 0 else 1.0

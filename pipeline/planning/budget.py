@@ -24,6 +24,10 @@ BAG_FOLDS = 5
 # FLAML's rule for cross-validation over a holdout (flaml.automl eval_method="auto", flaml.config): the
 # training cells (rows x features / 0.9) under 10 million per hour of budget, and under 100,000 rows
 CELLS_PER_HOUR, BAG_ROWS_UNDER = 10_000_000, 100_000
+# the main thread's share of a CPU over the start-up below which the machine counts as busy: about 0.9 idle or
+# with one other busy process on the 2-core box, 0.47 with three, 0.60 under a two-worker test run; there a
+# 20-round LightGBM fit took 0.06 s with one thread and 0.13-0.54 s with two (0.02 s and 0.03 s idle)
+BUSY_BELOW = 0.75
 FOREST = "extra_trees"  # the model kind hpo=auto adds on a table small for the budget (`with_forest`)
 
 
@@ -58,19 +62,21 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
         # box and 20 s under load: a short budget cannot spare it, and the default run has none to start
         executor = dataclasses.replace(executor, in_process="always")
         changes["executor.in_process"] = "always"
+    parallelism = conf.parallelism
+    if executor.in_process == "always":
+        whole_box = not overridden("parallelism", overrides) and not machine_busy()
+        if whole_box:
+            # one fit at a time: a fit planned for one CPU of several would leave the others idle
+            parallelism = dataclasses.replace(parallelism, sequential=True)
+            changes["parallelism.sequential"] = True
         report.console.print(
             f"hpo=auto under time_limit_s={conf.time_limit_s:g} (<= {IN_DRIVER_UP_TO_S:g} s): the trials are fitted "
-            "in the driver, one at a time and each with all the CPUs, so no worker pool's start spends the "
-            "budget (executor.in_process=never keeps the pool)", highlight=False)
+            f"in the driver, one at a time{_threads_said(whole_box, overrides)}, so no worker pool's start spends "
+            "the budget (executor.in_process=never keeps the pool)", highlight=False)
     from pipeline.memory.shape import data_shape
 
     base_dir = base_dir or Path.cwd()
     shape = data_shape(conf.data, base_dir, settings.source)  # read once: bagging and the forest ask
-    parallelism = conf.parallelism
-    if executor.in_process == "always" and not overridden("parallelism", overrides):
-        # one fit at a time: a fit planned for one CPU of several would leave the others idle
-        parallelism = dataclasses.replace(parallelism, sequential=True)
-        changes["parallelism.sequential"] = True
     if bagging_fits(settings, overrides, shape):
         parallelism = dataclasses.replace(parallelism, num_folds=BAG_FOLDS)
         changes["parallelism.num_folds"] = BAG_FOLDS
@@ -92,6 +98,26 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
                                                                       parallelism=parallelism),
                                    levels=check_parallelism(parallelism), params=params)
     return with_forest(settings, overrides, base_dir, shape)
+
+
+def machine_busy() -> bool:
+    """Whether other work held this machine's CPUs while the run started: its main thread had less than
+    `BUSY_BELOW` of a CPU (pipeline.run_clock), which happens only with more runnable threads than CPUs."""
+    from pipeline.run_clock import cpu_share_so_far
+
+    return cpu_share_so_far() < BUSY_BELOW
+
+
+def _threads_said(whole_box: bool, overrides: tuple[str, ...]) -> str:
+    if whole_box:
+        return " and each with all the CPUs"
+    if overridden("parallelism", overrides):
+        return " and each with the CPUs the chosen parallelism gives it"
+    from pipeline.run_clock import cpu_share_so_far
+
+    return (f" and each with the CPUs a fit of several at once gets, not all of them: the machine is busy "
+            f"(this run's start-up had {cpu_share_so_far():.2f} of a CPU), where threads waiting for a CPU "
+            "slow a fit down")
 
 
 def bagging_fits(settings: Settings, overrides: tuple[str, ...], shape) -> bool:

@@ -248,9 +248,9 @@ def test_a_logged_model_shows_its_own_scores_and_data(page, ui, shots):
     expect(metrics).to_be_visible()
     table = metrics.locator("xpath=ancestor::*[.//*[@role='row']][1]")
     names = table.locator("[role='row'] [role='cell']:first-child")
-    expect(names.first).to_be_visible()
+    # the table fills as its rows load: wait for the score, then read every name
+    expect(names.filter(has_text=re.compile(r"^\s*xgboost/val_roc_auc\s*$"))).to_have_count(1)
     listed = [n.strip() for n in names.all_inner_texts()]
-    assert "xgboost/val_roc_auc" in listed, listed
     assert all(n.startswith("xgboost/") for n in listed), f"the xgboost model lists others' scores: {listed}"
     expect(page.get_by_text("Datasets used")).to_be_visible()
     used = page.get_by_text("Datasets used").locator("xpath=following::*[contains(., 'adult')][1]")

@@ -56,15 +56,15 @@ def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli
     """
     env = {"PIPELINE_CACHE_DIR": str(tmp_path / "cache")}  # no tails measured before this sweep
     proc = cli("-m", "seed=0,1", "model=lightgbm", "data.max_rows=1000",
-               "executor.in_process=always", "tracking=none", "time_limit_s=10",
+               "executor.in_process=always", "tracking=none", "time_limit_s=15",
                "model.lightgbm.params.num_iterations=20", "hydra.sweep.dir=sweep", env=env, check=True,
                timeout=240)
-    assert proc.stdout.count("hpo=auto: time_limit_s=10 is set and no hpo was chosen") == 2
+    assert proc.stdout.count("hpo=auto: time_limit_s=15 is set and no hpo was chosen") == 2
     assert proc.stdout.count("each trial is a 5-fold bag") == 2
     assert proc.stdout.count("within the limit") == 2
     for job in ("0", "1"):
         state = json.loads((tmp_path / "sweep" / job / "run_state.json").read_text())
-        assert state["time_budget"]["key"] == "time_limit_s" and state["time_budget"]["fits_ended_s"] < 10
+        assert state["time_budget"]["key"] == "time_limit_s" and state["time_budget"]["fits_ended_s"] < 15
         assert state["time_budget"]["trials_pruned"] > 0
         asked = json.loads((tmp_path / "sweep" / job / "trials" / "lightgbm.json").read_text())
         assert len(asked) >= 2  # searched: the model's own params, then more

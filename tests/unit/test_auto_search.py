@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline import run_clock
 from pipeline.errors import ConfigError
 from pipeline.hpo import TrialSource
 from pipeline.models import LightGBMModel
@@ -56,11 +57,27 @@ def test_the_first_trials_are_the_models_own_params_then_its_portfolio_then_the_
     (["time_limit_s=30", "executor.in_process=never"], "never"),
 ])
 def test_a_short_limit_fits_hpo_autos_trials_in_the_driver_unless_the_executor_was_chosen(compose, overrides,
-                                                                                         in_process):
+                                                                                         in_process, monkeypatch):
+    monkeypatch.setattr(run_clock, "cpu_share_so_far", lambda: 0.93)  # an idle machine's start-up
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     assert settings.conf.executor.in_process == in_process
     # one fit at a time in the driver: each is planned with the whole box, not one CPU of it
     assert settings.plan_input(None).levels.sequential is (in_process == "always")
+
+
+@pytest.mark.parametrize("share, whole_box", [(0.93, True), (0.74, False), (0.47, False)])
+def test_fits_in_the_driver_take_every_cpu_only_on_a_machine_not_busy(compose, monkeypatch, capsys, share,
+                                                                      whole_box):
+    """More runnable threads than CPUs (the start-up's main thread had under 0.75 of a CPU): a fit's extra
+    threads would wait for CPUs the others hold, so each fit keeps one CPU's share, and the run says why."""
+    monkeypatch.setattr(run_clock, "cpu_share_so_far", lambda: share)
+    overrides = ("time_limit_s=30",)
+    settings = search_for_budget(read_settings(compose(list(overrides))), overrides)
+    plan_input = settings.plan_input(None)
+    assert plan_input.levels.sequential is whole_box
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("each with all the CPUs" in said) is whole_box
+    assert (f"the machine is busy (this run's start-up had {share:.2f} of a CPU)" in said) is not whole_box
 
 
 @pytest.mark.parametrize("overrides, folds", [
