@@ -199,13 +199,12 @@ def test_a_host_serves_no_peer_of_another_user(public):
         server.stop(5)
 
 
-def test_a_runtime_folder_that_is_a_symlink_is_refused_with_a_warning(tmp_path, monkeypatch, caplog):
+def test_a_runtime_folder_that_is_a_symlink_is_refused_with_a_warning(tmp_path, runtime, caplog):
     """$XDG_RUNTIME_DIR/pipeline pointing at another private folder of this user (a swap planted
     before the first run): no service, a warning, and nothing written there."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
-    (tmp_path / "pipeline").symlink_to(elsewhere)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    runtime.symlink_to(elsewhere)
     with caplog.at_level("WARNING", logger="pipeline.tracking.service"):
         assert tracker_service.connect(f"sqlite:///{tmp_path / 'mlflow.db'}", 60) == (None, False)
     assert "symbolic link" in caplog.text and os.listdir(elsewhere) == []

@@ -188,7 +188,7 @@ def test_the_key_changes_when_the_engines_code_changes(tmp_path):
     assert service_key("sqlite:///a.db", tmp_path, {}) == key
 
 
-def test_a_runtime_folder_too_long_for_a_socket_gives_way_to_the_temporary_folder(tmp_path, monkeypatch):
+def test_a_runtime_folder_too_long_for_a_socket_gives_way_to_the_temporary_folder(tmp_path, runtime, monkeypatch):
     import tempfile
 
     deep = tmp_path / ("x" * 90)
@@ -196,19 +196,18 @@ def test_a_runtime_folder_too_long_for_a_socket_gives_way_to_the_temporary_folde
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # $TMPDIR, never the real /tmp
     assert tracker_service.runtime_path() == tmp_path / f"pipeline-{os.getuid()}"
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert tracker_service.runtime_path() == tmp_path / "pipeline"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime.parent))  # short enough
+    assert tracker_service.runtime_path() == runtime
 
 
-def test_a_runtime_folder_others_can_write_is_refused_with_a_warning(tmp_path, monkeypatch, caplog):
-    (tmp_path / "pipeline").mkdir()
-    (tmp_path / "pipeline").chmod(0o777)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+def test_a_runtime_folder_others_can_write_is_refused_with_a_warning(runtime, caplog):
+    runtime.mkdir()
+    runtime.chmod(0o777)
     with caplog.at_level("WARNING", logger="pipeline.tracking.service"):
         assert tracker_service.runtime_folder() is None
         assert tracker_service.connect("sqlite:///a.db", 60) == (None, False)
-    assert "open to other users" in caplog.text and f"Remove {tmp_path / 'pipeline'}" in caplog.text
-    assert os.listdir(tmp_path / "pipeline") == []
+    assert "open to other users" in caplog.text and f"Remove {runtime}" in caplog.text
+    assert os.listdir(runtime) == []
 
 
 def test_cluster_jobs_and_sweep_jobs_log_through_processes_of_their_own(tmp_path, runtime, monkeypatch, compose):
