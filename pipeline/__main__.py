@@ -5,10 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
+from pipeline import run_clock
 
-from pipeline.config import CONFIG_DIR  # importing it registers the schemas in Hydra's ConfigStore
+run_clock.note_machine()  # before the imports: how busy the machine is gets measured over the start-up
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from pipeline.config import CONFIG_DIR  # noqa: E402  # importing it registers the schemas in Hydra's ConfigStore
 
 
 def _mode_from_command_line(self, config_name, overrides):

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Optional
 
 _runs = 0
 _thread_at_start = 0.0  # the main thread's CPU seconds when this run started (0: the process's first run)
 _wall_at_start = 0.0
 _share = None  # this run's start-up CPU share, once measured
+_machine_at_start = None  # (wall, the machine's busy CPU seconds, this process's CPU seconds) when noted
 LEAST_SHARE = 0.05
 
 
@@ -34,9 +36,49 @@ def run_started() -> float:
     _share = None
     if _runs == 1:
         _thread_at_start, _wall_at_start = 0.0, process_started()
+        if _machine_at_start is None:
+            note_machine()
     else:
         _thread_at_start, _wall_at_start = time.thread_time(), time.time()
+        note_machine()
     return _wall_at_start
+
+
+def note_machine() -> None:
+    """Note the machine's busy CPU time and this process's now: `others_busy_cpus` measures from here
+    (called first thing by `python -m pipeline`, and at each later run of the same process)."""
+    global _machine_at_start
+    busy = _machine_busy_seconds()
+    _machine_at_start = None if busy is None else (time.time(), busy, _own_seconds())
+
+
+def others_busy_cpus() -> Optional[float]:
+    """How many CPUs' worth of work other processes did since `note_machine`: the machine's busy time
+    (Linux's /proc/stat, every CPU) less this process's, over the wall time; None where it cannot be
+    told (no /proc/stat, or under a fifth of a second measured, a few clock ticks)."""
+    busy = _machine_busy_seconds()
+    if _machine_at_start is None or busy is None:
+        return None
+    wall0, busy0, own0 = _machine_at_start
+    wall = time.time() - wall0
+    if wall < 0.2:
+        return None
+    return max(0.0, (busy - busy0 - (_own_seconds() - own0)) / wall)
+
+
+def _own_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _machine_busy_seconds() -> Optional[float]:
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(v) for v in f.readline().split()[1:9]]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def start_up_cpu_share() -> float:

@@ -7,6 +7,7 @@ and no parallelism was chosen, its trials are 5-fold bags (`bagging_fits`)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 from pathlib import Path
 from typing import Optional
@@ -24,11 +25,20 @@ BAG_FOLDS = 5
 # FLAML's rule for cross-validation over a holdout (flaml.automl eval_method="auto", flaml.config): the
 # training cells (rows x features / 0.9) under 10 million per hour of budget, and under 100,000 rows
 CELLS_PER_HOUR, BAG_ROWS_UNDER = 10_000_000, 100_000
-# the main thread's share of a CPU over the start-up below which the machine counts as busy: about 0.9 idle or
-# with one other busy process on the 2-core box, 0.47 with three, 0.60 under a two-worker test run; there a
-# 20-round LightGBM fit took 0.06 s with one thread and 0.13-0.54 s with two (0.02 s and 0.03 s idle)
+# A fit's threads wait for CPUs others hold: on the 2-core box a 20-round LightGBM fit on 800 rows took 0.02 s
+# with two threads and 0.03 s with one idle, 0.05 s and 0.03 s beside one other busy process, 0.13-0.54 s and
+# 0.06 s beside three. The machine counts as busy from half a CPU of others' work over the start-up, or,
+# where that cannot be measured, below this share of a CPU for the run's main thread (about 0.9 idle and
+# beside one busy process, 0.47 beside three)
+OTHERS_BUSY_FROM = 0.5
 BUSY_BELOW = 0.75
-FOREST = "extra_trees"  # the model kind hpo=auto adds on a table small for the budget (`with_forest`)
+# what hpo=auto adds on a regression table small for the budget (`with_regression_kinds`): (the kind, what it
+# is, the module it needs). Each was chosen by its gain as one more ensemble candidate on the bench's
+# regression tables at 30 s (docs/time_budget.md)
+REGRESSION_KINDS = (
+    ("extra_trees", "scikit-learn's extremely randomised trees", None),
+    ("catboost", "CatBoost's ordered boosting", "catboost"),
+)
 
 
 def search_for_budget(settings: Settings, overrides: tuple[str, ...],
@@ -76,7 +86,7 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     from pipeline.memory.shape import data_shape
 
     base_dir = base_dir or Path.cwd()
-    shape = data_shape(conf.data, base_dir, settings.source)  # read once: bagging and the forest ask
+    shape = data_shape(conf.data, base_dir, settings.source)  # read once: bagging and the added kinds ask
     if bagging_fits(settings, overrides, shape):
         parallelism = dataclasses.replace(parallelism, num_folds=BAG_FOLDS)
         changes["parallelism.num_folds"] = BAG_FOLDS
@@ -97,14 +107,18 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     settings = dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor,
                                                                       parallelism=parallelism),
                                    levels=check_parallelism(parallelism), params=params)
-    return with_forest(settings, overrides, base_dir, shape)
+    return with_regression_kinds(settings, overrides, base_dir, shape)
 
 
 def machine_busy() -> bool:
-    """Whether other work held this machine's CPUs while the run started: its main thread had less than
-    `BUSY_BELOW` of a CPU (pipeline.run_clock), which happens only with more runnable threads than CPUs."""
-    from pipeline.run_clock import cpu_share_so_far
+    """Whether other work held this machine's CPUs while the run started: other processes kept half a
+    CPU or more busy (pipeline.run_clock.others_busy_cpus), or, where that cannot be told, the run's main
+    thread had less than `BUSY_BELOW` of a CPU (more runnable threads than CPUs)."""
+    from pipeline.run_clock import cpu_share_so_far, others_busy_cpus
 
+    others = others_busy_cpus()
+    if others is not None:
+        return others >= OTHERS_BUSY_FROM
     return cpu_share_so_far() < BUSY_BELOW
 
 
@@ -113,11 +127,13 @@ def _threads_said(whole_box: bool, overrides: tuple[str, ...]) -> str:
         return " and each with all the CPUs"
     if overridden("parallelism", overrides):
         return " and each with the CPUs the chosen parallelism gives it"
-    from pipeline.run_clock import cpu_share_so_far
+    from pipeline.run_clock import cpu_share_so_far, others_busy_cpus
 
+    others = others_busy_cpus()
+    seen = (f"other processes kept {others:.1f} CPUs busy while this run started" if others is not None
+            else f"this run's start-up had {cpu_share_so_far():.2f} of a CPU")
     return (f" and each with the CPUs a fit of several at once gets, not all of them: the machine is busy "
-            f"(this run's start-up had {cpu_share_so_far():.2f} of a CPU), where threads waiting for a CPU "
-            "slow a fit down")
+            f"({seen}), where threads waiting for a CPU slow a fit down")
 
 
 def bagging_fits(settings: Settings, overrides: tuple[str, ...], shape) -> bool:
@@ -140,36 +156,53 @@ def small_for_budget(settings: Settings, shape) -> bool:
     return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < CELLS_PER_HOUR * conf.time_limit_s / 3600
 
 
-def with_forest(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape) -> Settings:
-    """hpo=auto's models, with extremely randomised trees (conf/model/extra_trees.yaml) beside the default
-    ones where no model was chosen, the label is a number to predict (regression) and the table is small
-    for the budget: AutoGluon fits such forests among its defaults, and an ensemble of boosted trees gains
-    from their smooth averages. On classification tables the forests' leaf frequencies added nothing the
-    ensemble kept, and their time was the GBMs' (docs/time_budget.md); their memory grows with the rows
-    (the trees are grown whole), hence the table's size."""
-    from omegaconf import OmegaConf
-
-    from pipeline import report
-    from pipeline.config import CONFIG_DIR, ModelSpecConf
-    from pipeline.settings import model_spec, typed
-
+def with_regression_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape) -> Settings:
+    """hpo=auto's models, with the kinds of `REGRESSION_KINDS` beside the default ones where no model was
+    chosen, the label is a number to predict (regression) and the table is small for the budget: AutoGluon
+    fits such forests and CatBoost among its defaults, and an ensemble of LightGBM and XGBoost gains from the
+    forests' smooth averages and CatBoost's ordered boosting. On classification tables they added nothing the
+    ensemble kept, and their time was the others' (docs/time_budget.md); the forests' memory and CatBoost's
+    time grow with the rows, hence the table's size. A kind whose library is not installed is said and left
+    out."""
     conf = settings.conf
-    if overridden("model", overrides) or FOREST in conf.model or conf.stack_levels:
-        return settings
-    if not small_for_budget(settings, shape):
+    if overridden("model", overrides) or conf.stack_levels or not small_for_budget(settings, shape):
         return settings
     if settings.source.problem_type(base_dir) != "regression":  # None: unknown before loading
         return settings
-    tree = OmegaConf.load(Path(CONFIG_DIR) / "model" / f"{FOREST}.yaml")[FOREST]
-    spec = model_spec(FOREST, typed(tree, ModelSpecConf), settings.allowed_targets)
-    report.console.print(
-        f"hpo=auto under time_limit_s={conf.time_limit_s:g}: {FOREST} (scikit-learn's extremely randomised "
-        "trees) joins the models, since the table is small for the budget and its label a number; its "
-        "forests are candidates for the ensemble (model=... chooses your own models)", highlight=False)
-    params = {**settings.params, **{f"model.{FOREST}.{k}": v for k, v in
+    from pipeline import report
+
+    added, missing = [], []
+    for name, what, module in REGRESSION_KINDS:
+        if name in conf.model:
+            continue
+        if module and importlib.util.find_spec(module) is None:
+            missing.append(f"{name} ({module} is not installed: pip install '.[{name}]' adds it)")
+            continue
+        settings = _with_kind(settings, name)
+        added.append(f"{name} ({what})")
+    if added:
+        report.console.print(
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: {' and '.join(added)} join the models, since the "
+            "table is small for the budget and its label a number; their fits are candidates for the ensemble "
+            "(model=... chooses your own models)", highlight=False)
+    if missing:
+        report.console.print(f"hpo=auto: left out: {'; '.join(missing)}", highlight=False, markup=False)
+    return settings
+
+
+def _with_kind(settings: Settings, name: str) -> Settings:
+    """`settings` with the model kind conf/model/<name>.yaml added after the others."""
+    from omegaconf import OmegaConf
+
+    from pipeline.config import CONFIG_DIR, ModelSpecConf
+    from pipeline.settings import model_spec, typed
+
+    tree = OmegaConf.load(Path(CONFIG_DIR) / "model" / f"{name}.yaml")[name]
+    spec = model_spec(name, typed(tree, ModelSpecConf), settings.allowed_targets)
+    params = {**settings.params, **{f"model.{name}.{k}": v for k, v in
                                     flatten(OmegaConf.to_container(tree, resolve=True)).items()}}
-    models = {**conf.model, FOREST: spec.conf}
-    return dataclasses.replace(settings, conf=dataclasses.replace(conf, model=models),
+    conf = settings.conf
+    return dataclasses.replace(settings, conf=dataclasses.replace(conf, model={**conf.model, name: spec.conf}),
                                models=(*settings.models, spec), params=params)
 
 

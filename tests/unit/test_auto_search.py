@@ -58,26 +58,58 @@ def test_the_first_trials_are_the_models_own_params_then_its_portfolio_then_the_
 ])
 def test_a_short_limit_fits_hpo_autos_trials_in_the_driver_unless_the_executor_was_chosen(compose, overrides,
                                                                                          in_process, monkeypatch):
-    monkeypatch.setattr(run_clock, "cpu_share_so_far", lambda: 0.93)  # an idle machine's start-up
+    monkeypatch.setattr(run_clock, "others_busy_cpus", lambda: 0.0)  # an idle machine
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     assert settings.conf.executor.in_process == in_process
     # one fit at a time in the driver: each is planned with the whole box, not one CPU of it
     assert settings.plan_input(None).levels.sequential is (in_process == "always")
 
 
-@pytest.mark.parametrize("share, whole_box", [(0.93, True), (0.74, False), (0.47, False)])
-def test_fits_in_the_driver_take_every_cpu_only_on_a_machine_not_busy(compose, monkeypatch, capsys, share,
-                                                                      whole_box):
-    """More runnable threads than CPUs (the start-up's main thread had under 0.75 of a CPU): a fit's extra
-    threads would wait for CPUs the others hold, so each fit keeps one CPU's share, and the run says why."""
+@pytest.mark.parametrize("others, share, whole_box, why", [
+    (0.0, 0.47, True, None),  # others' work measured: it decides
+    (0.49, 0.93, True, None),
+    (1.0, 0.93, False, "other processes kept 1.0 CPUs busy while this run started"),
+    (None, 0.93, True, None),  # not measurable (no /proc/stat): the main thread's share decides
+    (None, 0.74, False, "this run's start-up had 0.74 of a CPU"),
+])
+def test_fits_in_the_driver_take_every_cpu_only_on_a_machine_not_busy(compose, monkeypatch, capsys, others, share,
+                                                                      whole_box, why):
+    """Other processes busy on half a CPU or more while the run started (or, unmeasured, the start-up's main
+    thread had under 0.75 of a CPU): a fit's extra threads would wait for CPUs the others hold, so each fit
+    keeps one CPU's share, and the run says why."""
+    monkeypatch.setattr(run_clock, "others_busy_cpus", lambda: others)
     monkeypatch.setattr(run_clock, "cpu_share_so_far", lambda: share)
     overrides = ("time_limit_s=30",)
     settings = search_for_budget(read_settings(compose(list(overrides))), overrides)
-    plan_input = settings.plan_input(None)
-    assert plan_input.levels.sequential is whole_box
+    assert settings.plan_input(None).levels.sequential is whole_box
     said = " ".join(capsys.readouterr().out.split())
     assert ("each with all the CPUs" in said) is whole_box
-    assert (f"the machine is busy (this run's start-up had {share:.2f} of a CPU)" in said) is not whole_box
+    assert whole_box or f"the machine is busy ({why})" in said
+
+
+def test_others_busy_cpus_is_the_machines_busy_time_less_this_processs(monkeypatch):
+    clock = {"wall": 100.0, "machine": 50.0, "own": 3.0}
+    monkeypatch.setattr(run_clock.time, "time", lambda: clock["wall"])
+    monkeypatch.setattr(run_clock, "_machine_busy_seconds", lambda: clock["machine"])
+    monkeypatch.setattr(run_clock, "_own_seconds", lambda: clock["own"])
+    run_clock.note_machine()
+    clock.update(wall=100.1)
+    assert run_clock.others_busy_cpus() is None  # too short to tell: a few clock ticks
+    clock.update(wall=102.0, machine=53.0, own=5.0)  # 3 CPU seconds in 2 s, 2 of them this process's
+    assert run_clock.others_busy_cpus() == pytest.approx(0.5)
+    monkeypatch.setattr(run_clock, "_machine_busy_seconds", lambda: None)  # no /proc/stat
+    run_clock.note_machine()
+    assert run_clock.others_busy_cpus() is None
+
+
+def test_others_busy_cpus_sees_another_process_busy():
+    import subprocess
+    import sys
+
+    run_clock.note_machine()
+    subprocess.run([sys.executable, "-c", "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass"],
+                   check=True)
+    assert run_clock.others_busy_cpus() > 0.5  # the child's second of work over about a second and a half
 
 
 @pytest.mark.parametrize("overrides, folds", [
@@ -96,8 +128,8 @@ def test_hpo_auto_bags_its_trials_where_the_table_is_small_for_the_budget(compos
 REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
 
 
-@pytest.mark.parametrize("overrides, forest", [
-    # a number to predict on a table small for the budget: extremely randomised trees join
+@pytest.mark.parametrize("overrides, added", [
+    # a number to predict on a table small for the budget: extremely randomised trees and CatBoost join
     (["time_limit_s=3600", *REGRESSION], True),
     (["time_limit_s=60", *REGRESSION], True),
     (["time_limit_s=3600"], False),  # adult: a class to predict
@@ -108,11 +140,28 @@ REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
     # stacking: its levels are of the chosen models
     (["time_limit_s=3600", *REGRESSION, "stack_levels=1", "parallelism=bag5"], False),
 ])
-def test_hpo_auto_adds_a_forest_on_a_regression_table_small_for_the_budget(compose, overrides, forest):
+def test_hpo_auto_adds_forests_and_catboost_on_a_regression_table_small_for_the_budget(compose, overrides, added,
+                                                                                      capsys):
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     names = [m.name for m in settings.models]
-    assert ("extra_trees" in names) is forest and ("extra_trees" in settings.conf.model) is forest
-    assert any(k.startswith("model.extra_trees.params.") for k in settings.params) is forest  # logged as run
-    if forest:
-        assert names == ["lightgbm", "xgboost", "nn", "extra_trees"]
-        assert [m.spec.name for m in settings.plan_input(None).models][-1] == "extra_trees"
+    for kind in ("extra_trees", "catboost"):
+        assert (kind in names) is added and (kind in settings.conf.model) is added
+        assert any(k.startswith(f"model.{kind}.params.") for k in settings.params) is added  # logged as run
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("extra_trees (scikit-learn's extremely randomised trees) and catboost (CatBoost's ordered boosting) "
+            "join the models" in said) is added
+    if added:
+        assert names == ["lightgbm", "xgboost", "nn", "extra_trees", "catboost"]
+        assert [m.spec.name for m in settings.plan_input(None).models][-2:] == ["extra_trees", "catboost"]
+
+
+def test_a_kind_whose_library_is_not_installed_is_said_and_left_out(compose, monkeypatch, capsys):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "catboost" else find_spec(name, *a))
+    overrides = ("time_limit_s=60", *REGRESSION)
+    settings = search_for_budget(read_settings(compose(list(overrides))), overrides)
+    assert [m.name for m in settings.models] == ["lightgbm", "xgboost", "nn", "extra_trees"]
+    said = " ".join(capsys.readouterr().out.split())
+    assert "hpo=auto: left out: catboost (catboost is not installed: pip install '.[catboost]' adds it)" in said
