@@ -74,15 +74,20 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
         changes["executor.in_process"] = "always"
     parallelism = conf.parallelism
     if executor.in_process == "always":
-        whole_box = not overridden("parallelism", overrides) and not machine_busy()
-        if whole_box:
+        chosen = overridden("parallelism", overrides)
+        busy = None if chosen else busy_machine()
+        if not chosen and busy is None:
             # one fit at a time: a fit planned for one CPU of several would leave the others idle
             parallelism = dataclasses.replace(parallelism, sequential=True)
             changes["parallelism.sequential"] = True
+        threads = (" and each with the CPUs the chosen parallelism gives it" if chosen
+                   else " and each with all the CPUs" if busy is None
+                   else " and each with the CPUs a fit of several at once gets, not all of them: the "
+                        f"machine is busy ({busy}), where threads waiting for a CPU slow a fit down")
         report.console.print(
-            f"hpo=auto under time_limit_s={conf.time_limit_s:g} (<= {IN_DRIVER_UP_TO_S:g} s): the trials are fitted "
-            f"in the driver, one at a time{_threads_said(whole_box, overrides)}, so no worker pool's start spends "
-            "the budget (executor.in_process=never keeps the pool)", highlight=False)
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g} (<= {IN_DRIVER_UP_TO_S:g} s): the trials are "
+            f"fitted in the driver, one at a time{threads}, so no worker pool's start spends the budget "
+            "(executor.in_process=never keeps the pool)", highlight=False)
     from pipeline.memory.shape import data_shape
 
     base_dir = base_dir or Path.cwd()
@@ -110,30 +115,18 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     return with_regression_kinds(settings, overrides, base_dir, shape)
 
 
-def machine_busy() -> bool:
-    """Whether other work held this machine's CPUs while the run started: other processes kept half a
-    CPU or more busy (pipeline.run_clock.others_busy_cpus), or, where that cannot be told, the run's main
-    thread had less than `BUSY_BELOW` of a CPU (more runnable threads than CPUs)."""
+def busy_machine() -> Optional[str]:
+    """Why this machine counts as busy while the run started, or None where it does not: other processes
+    kept `OTHERS_BUSY_FROM` CPUs or more busy (pipeline.run_clock.others_busy_cpus), or, where that cannot
+    be told, the run's main thread had less than `BUSY_BELOW` of a CPU (more runnable threads than CPUs)."""
     from pipeline.run_clock import cpu_share_so_far, others_busy_cpus
 
     others = others_busy_cpus()
     if others is not None:
-        return others >= OTHERS_BUSY_FROM
-    return cpu_share_so_far() < BUSY_BELOW
-
-
-def _threads_said(whole_box: bool, overrides: tuple[str, ...]) -> str:
-    if whole_box:
-        return " and each with all the CPUs"
-    if overridden("parallelism", overrides):
-        return " and each with the CPUs the chosen parallelism gives it"
-    from pipeline.run_clock import cpu_share_so_far, others_busy_cpus
-
-    others = others_busy_cpus()
-    seen = (f"other processes kept {others:.1f} CPUs busy while this run started" if others is not None
-            else f"this run's start-up had {cpu_share_so_far():.2f} of a CPU")
-    return (f" and each with the CPUs a fit of several at once gets, not all of them: the machine is busy "
-            f"({seen}), where threads waiting for a CPU slow a fit down")
+        busy = others >= OTHERS_BUSY_FROM
+        return f"other processes kept {others:.1f} CPUs busy while this run started" if busy else None
+    share = cpu_share_so_far()
+    return f"this run's start-up had {share:.2f} of a CPU" if share < BUSY_BELOW else None
 
 
 def bagging_fits(settings: Settings, overrides: tuple[str, ...], shape) -> bool:
@@ -182,9 +175,9 @@ def with_regression_kinds(settings: Settings, overrides: tuple[str, ...], base_d
         added.append(f"{name} ({what})")
     if added:
         report.console.print(
-            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: {' and '.join(added)} join the models, since the "
-            "table is small for the budget and its label a number; their fits are candidates for the ensemble "
-            "(model=... chooses your own models)", highlight=False)
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: {' and '.join(added)} join the models, "
+            "since the table is small for the budget and its label a number; their fits are candidates for "
+            "the ensemble (model=... chooses your own models)", highlight=False)
     if missing:
         report.console.print(f"hpo=auto: left out: {'; '.join(missing)}", highlight=False, markup=False)
     return settings
@@ -202,7 +195,8 @@ def _with_kind(settings: Settings, name: str) -> Settings:
     params = {**settings.params, **{f"model.{name}.{k}": v for k, v in
                                     flatten(OmegaConf.to_container(tree, resolve=True)).items()}}
     conf = settings.conf
-    return dataclasses.replace(settings, conf=dataclasses.replace(conf, model={**conf.model, name: spec.conf}),
+    models = {**conf.model, name: spec.conf}
+    return dataclasses.replace(settings, conf=dataclasses.replace(conf, model=models),
                                models=(*settings.models, spec), params=params)
 
 

@@ -72,8 +72,8 @@ def test_a_short_limit_fits_hpo_autos_trials_in_the_driver_unless_the_executor_w
     (None, 0.93, True, None),  # not measurable (no /proc/stat): the main thread's share decides
     (None, 0.74, False, "this run's start-up had 0.74 of a CPU"),
 ])
-def test_fits_in_the_driver_take_every_cpu_only_on_a_machine_not_busy(compose, monkeypatch, capsys, others, share,
-                                                                      whole_box, why):
+def test_fits_in_the_driver_take_every_cpu_only_on_a_machine_not_busy(compose, monkeypatch, capsys, others,
+                                                                      share, whole_box, why):
     """Other processes busy on half a CPU or more while the run started (or, unmeasured, the start-up's main
     thread had under 0.75 of a CPU): a fit's extra threads would wait for CPUs the others hold, so each fit
     keeps one CPU's share, and the run says why."""
@@ -140,16 +140,16 @@ REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
     # stacking: its levels are of the chosen models
     (["time_limit_s=3600", *REGRESSION, "stack_levels=1", "parallelism=bag5"], False),
 ])
-def test_hpo_auto_adds_forests_and_catboost_on_a_regression_table_small_for_the_budget(compose, overrides, added,
-                                                                                      capsys):
+def test_hpo_auto_adds_forests_and_catboost_on_a_regression_table_small_for_the_budget(compose, overrides,
+                                                                                      added, capsys):
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     names = [m.name for m in settings.models]
     for kind in ("extra_trees", "catboost"):
         assert (kind in names) is added and (kind in settings.conf.model) is added
         assert any(k.startswith(f"model.{kind}.params.") for k in settings.params) is added  # logged as run
     said = " ".join(capsys.readouterr().out.split())
-    assert ("extra_trees (scikit-learn's extremely randomised trees) and catboost (CatBoost's ordered boosting) "
-            "join the models" in said) is added
+    assert ("extra_trees (scikit-learn's extremely randomised trees) and catboost (CatBoost's ordered "
+            "boosting) join the models" in said) is added
     if added:
         assert names == ["lightgbm", "xgboost", "nn", "extra_trees", "catboost"]
         assert [m.spec.name for m in settings.plan_input(None).models][-2:] == ["extra_trees", "catboost"]
@@ -159,9 +159,11 @@ def test_a_kind_whose_library_is_not_installed_is_said_and_left_out(compose, mon
     import importlib.util
 
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "catboost" else find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "catboost" else find_spec(name, *a))
     overrides = ("time_limit_s=60", *REGRESSION)
     settings = search_for_budget(read_settings(compose(list(overrides))), overrides)
     assert [m.name for m in settings.models] == ["lightgbm", "xgboost", "nn", "extra_trees"]
     said = " ".join(capsys.readouterr().out.split())
-    assert "hpo=auto: left out: catboost (catboost is not installed: pip install '.[catboost]' adds it)" in said
+    assert ("hpo=auto: left out: catboost (catboost is not installed: pip install '.[catboost]' adds it)"
+            in said)
