@@ -14,7 +14,9 @@ _thread_at_start = 0.0  # the main thread's CPU seconds when this run started (0
 _wall_at_start = 0.0
 _share = None  # this run's start-up CPU share, once measured
 _machine_at_start = None  # (wall, the machine's busy CPU seconds, this process's CPU seconds) when noted
+_machine_before = None  # the note before it (a sweep's earlier job): the longer window a quick choice reads
 LEAST_SHARE = 0.05
+MEASURABLE_S = 0.2  # /proc/stat counts in clock ticks (10 ms): a shorter window tells nothing
 
 
 def process_started() -> float:
@@ -47,23 +49,27 @@ def run_started() -> float:
 def note_machine() -> None:
     """Note the machine's busy CPU time and this process's now: `others_busy_cpus` measures from here
     (called first thing by `python -m pipeline`, and at each later run of the same process)."""
-    global _machine_at_start
+    global _machine_at_start, _machine_before
     busy = _machine_busy_seconds()
+    _machine_before = _machine_at_start
     _machine_at_start = None if busy is None else (time.time(), busy, _own_seconds())
 
 
 def others_busy_cpus() -> Optional[float]:
     """How many CPUs' worth of work other processes did since `note_machine`: the machine's busy time
     (Linux's /proc/stat, every CPU) less this process's, over the wall time; None where it cannot be
-    told (no /proc/stat, or under a fifth of a second measured, a few clock ticks)."""
+    told (no /proc/stat, or under MEASURABLE_S measured, a few clock ticks). A later job of a sweep,
+    which reads this a moment after its own note, reads it from the note before (its earlier job's:
+    this process's own work in that job is not counted)."""
     busy = _machine_busy_seconds()
-    if _machine_at_start is None or busy is None:
+    if busy is None:
         return None
-    wall0, busy0, own0 = _machine_at_start
-    wall = time.time() - wall0
-    if wall < 0.2:
-        return None
-    return max(0.0, (busy - busy0 - (_own_seconds() - own0)) / wall)
+    now, own = time.time(), _own_seconds()
+    for note in (_machine_at_start, _machine_before):
+        if note is not None and now - note[0] >= MEASURABLE_S:
+            wall0, busy0, own0 = note
+            return max(0.0, (busy - busy0 - (own - own0)) / (now - wall0))
+    return None
 
 
 def _own_seconds() -> float:

@@ -92,6 +92,8 @@ def test_others_busy_cpus_is_the_machines_busy_time_less_this_processs(monkeypat
     monkeypatch.setattr(run_clock.time, "time", lambda: clock["wall"])
     monkeypatch.setattr(run_clock, "_machine_busy_seconds", lambda: clock["machine"])
     monkeypatch.setattr(run_clock, "_own_seconds", lambda: clock["own"])
+    monkeypatch.setattr(run_clock, "_machine_at_start", None)
+    monkeypatch.setattr(run_clock, "_machine_before", None)
     run_clock.note_machine()
     clock.update(wall=100.1)
     assert run_clock.others_busy_cpus() is None  # too short to tell: a few clock ticks
@@ -100,6 +102,22 @@ def test_others_busy_cpus_is_the_machines_busy_time_less_this_processs(monkeypat
     monkeypatch.setattr(run_clock, "_machine_busy_seconds", lambda: None)  # no /proc/stat
     run_clock.note_machine()
     assert run_clock.others_busy_cpus() is None
+
+
+def test_a_later_job_of_a_sweep_reads_the_machine_over_the_earlier_jobs_window(monkeypatch):
+    clock = {"wall": 100.0, "machine": 50.0, "own": 3.0}
+    monkeypatch.setattr(run_clock.time, "time", lambda: clock["wall"])
+    monkeypatch.setattr(run_clock, "_machine_busy_seconds", lambda: clock["machine"])
+    monkeypatch.setattr(run_clock, "_own_seconds", lambda: clock["own"])
+    monkeypatch.setattr(run_clock, "_machine_at_start", None)
+    monkeypatch.setattr(run_clock, "_machine_before", None)
+    run_clock.note_machine()  # the first job
+    clock.update(wall=110.0, machine=68.0, own=11.0)  # its 10 s: 8 CPU seconds its own, 10 another process's
+    run_clock.note_machine()  # the next job's start
+    clock.update(wall=110.05, machine=68.08, own=11.03)
+    assert run_clock.others_busy_cpus() == pytest.approx((18.08 - 8.03) / 10.05)  # the earlier window
+    clock.update(wall=111.0, machine=69.0, own=11.5)
+    assert run_clock.others_busy_cpus() == pytest.approx(0.5)  # its own window once measurable
 
 
 def test_others_busy_cpus_sees_another_process_busy():
