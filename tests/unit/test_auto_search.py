@@ -87,13 +87,19 @@ def test_fits_in_the_driver_take_every_cpu_only_on_a_machine_not_busy(compose, m
     assert whole_box or f"the machine is busy ({why})" in said
 
 
-def test_others_busy_cpus_is_the_machines_busy_time_less_this_processs(monkeypatch):
+@pytest.fixture
+def clock(monkeypatch):
+    """The wall clock, the machine's busy CPU seconds (/proc/stat) and this process's, set by the test."""
     clock = {"wall": 100.0, "machine": 50.0, "own": 3.0}
     monkeypatch.setattr(run_clock.time, "time", lambda: clock["wall"])
     monkeypatch.setattr(run_clock, "_machine_busy_seconds", lambda: clock["machine"])
     monkeypatch.setattr(run_clock, "_own_seconds", lambda: clock["own"])
     monkeypatch.setattr(run_clock, "_machine_at_start", None)
     monkeypatch.setattr(run_clock, "_machine_before", None)
+    return clock
+
+
+def test_others_busy_cpus_is_the_machines_busy_time_less_this_processs(clock, monkeypatch):
     run_clock.note_machine()
     clock.update(wall=100.1)
     assert run_clock.others_busy_cpus() is None  # too short to tell: a few clock ticks
@@ -104,13 +110,7 @@ def test_others_busy_cpus_is_the_machines_busy_time_less_this_processs(monkeypat
     assert run_clock.others_busy_cpus() is None
 
 
-def test_a_later_job_of_a_sweep_reads_the_machine_over_the_earlier_jobs_window(monkeypatch):
-    clock = {"wall": 100.0, "machine": 50.0, "own": 3.0}
-    monkeypatch.setattr(run_clock.time, "time", lambda: clock["wall"])
-    monkeypatch.setattr(run_clock, "_machine_busy_seconds", lambda: clock["machine"])
-    monkeypatch.setattr(run_clock, "_own_seconds", lambda: clock["own"])
-    monkeypatch.setattr(run_clock, "_machine_at_start", None)
-    monkeypatch.setattr(run_clock, "_machine_before", None)
+def test_a_later_job_of_a_sweep_reads_the_machine_over_the_earlier_jobs_window(clock):
     run_clock.note_machine()  # the first job
     clock.update(wall=110.0, machine=68.0, own=11.0)  # its 10 s: 8 CPU seconds its own, 10 another process's
     run_clock.note_machine()  # the next job's start
