@@ -169,7 +169,8 @@ def with_regression_kinds(settings: Settings, overrides: tuple[str, ...], base_d
         if name in conf.model:
             continue
         if module and importlib.util.find_spec(module) is None:
-            missing.append(f"{name} ({module} is not installed: pip install '.[{name}]' adds it)")
+            missing.append(f"{name} ({module} is not installed: pip install 'tabular-pipeline[{name}]', "
+                           f"or pip install {module})")
             continue
         settings = _with_kind(settings, name)
         added.append(f"{name} ({what})")
