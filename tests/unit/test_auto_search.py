@@ -132,7 +132,10 @@ def test_others_busy_cpus_sees_another_process_busy():
 
 @pytest.mark.parametrize("overrides, folds", [
     (["time_limit_s=30"], 1),  # adult's ~39,000 training rows x 14 features: too many cells for 30 s
-    (["time_limit_s=3600"], 5),  # under 10 million cells per hour of budget: 5-fold bags
+    (["time_limit_s=3600"], 5),  # under 40 million cells per hour of budget: 5-fold bags
+    # ~8,000 training rows x 20 features: over FLAML's 10 million per hour for 30 s, under 40 million
+    (["time_limit_s=30", "data=synthetic"], 5),
+    (["time_limit_s=10", "data=synthetic"], 1),
     (["time_limit_s=3600", "data.max_rows=2000"], 5),
     (["time_limit_s=3600", "parallelism=default"], 1),  # chosen: kept
     (["time_limit_s=3600", "hpo=tpe"], 1),  # not hpo=auto
@@ -153,6 +156,8 @@ REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
     (["time_limit_s=3600"], False),  # adult: a class to predict
     (["time_limit_s=3600", "data=synthetic", "data.rows=3000"], False),  # binary
     (["time_limit_s=10", *REGRESSION[:-1], "data.rows=90000"], False),  # too many cells for 10 s
+    # bagged (under 40 million cells per hour) but over FLAML's rule (10 million): the rows are too many
+    (["time_limit_s=30", *REGRESSION[:-1], "data.rows=10000"], False),
     (["time_limit_s=3600", *REGRESSION, "model=gbm"], False),  # models chosen: kept
     (["time_limit_s=3600", *REGRESSION, "hpo=tpe"], False),  # not hpo=auto
     # stacking: its levels are of the chosen models
