@@ -105,8 +105,9 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
         report.console.print(
             f"hpo=auto under time_limit_s={conf.time_limit_s:g}: each trial is a {BAG_FOLDS}-fold bag, "
             "scored out of fold on every training row, since the table is small for the budget (rows x "
-            "features / 0.9 under 40 million per hour of budget, 4 times FLAML's rule for cross-validation, "
-            "under 100,000 rows); "
+            f"features / 0.9 under {BAG_CELLS_PER_HOUR / 1e6:g} million per hour of budget, "
+            f"{BAG_CELLS_PER_HOUR / CELLS_PER_HOUR:g} times FLAML's rule for cross-validation, "
+            f"under {BAG_ROWS_UNDER:,} rows); "
             "losing trials stop after their first folds (parallelism=default keeps one holdout fit)",
             highlight=False)
     params = dict(settings.params)
@@ -147,8 +148,8 @@ def bagging_fits(settings: Settings, overrides: tuple[str, ...], shape) -> bool:
 
 
 def small_for_budget(settings: Settings, shape, cells_per_hour: float = CELLS_PER_HOUR) -> bool:
-    """FLAML's rule: training rows x features / 0.9 under `cells_per_hour` (10 million) per hour of budget,
-    under 100,000 rows (an unknown shape, None, is not small)."""
+    """FLAML's rule, training rows x features / 0.9 under `cells_per_hour` per hour of budget (its own 10
+    million by default) and under 100,000 rows (an unknown shape, None, is not small)."""
     if shape is None:
         return False
     conf = settings.conf

@@ -188,5 +188,5 @@ def test_a_kind_whose_library_is_not_installed_is_said_and_left_out(compose, mon
     settings = search_for_budget(read_settings(compose(list(overrides))), overrides)
     assert [m.name for m in settings.models] == ["lightgbm", "xgboost", "nn", "extra_trees"]
     said = " ".join(capsys.readouterr().out.split())
-    assert ("hpo=auto: left out: catboost (catboost is not installed: pip install 'tabular-pipeline[catboost]', "
-            "or pip install catboost)" in said)
+    assert ("hpo=auto: left out: catboost (catboost is not installed: "
+            "pip install 'tabular-pipeline[catboost]', or pip install catboost)" in said)
