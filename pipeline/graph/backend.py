@@ -41,3 +41,38 @@ class Backend:
 
     def shutdown(self) -> None:
         """Stop every worker; a second call does nothing."""
+
+
+def wait_or_stop(backend: Backend, running: dict, started: dict, budget, task_timeout_s: Optional[float]
+                 ) -> tuple[list, int]:
+    """The backend's finished fits, (handle, result); with a task time limit, also each fit past it,
+    stopped and failed; with a budget, each fit still running past the deadline's grace, stopped (None).
+    `running`: handle -> (task, ...); `started`: handle -> time.monotonic() at submission. And how many
+    were stopped for the budget."""
+    import logging
+    import time
+
+    timeouts = []
+    if task_timeout_s is not None:
+        oldest = min(started[h] for h in running)
+        timeouts.append(oldest + task_timeout_s - time.monotonic())
+    if budget is not None:
+        timeouts.append(budget.stop_at - budget.clock())
+    done = backend.wait(list(running), timeout=max(0.0, min(timeouts)) if timeouts else None)
+    finished, cancelled = {h for h, _ in done}, 0
+    now = time.monotonic()
+    for handle, (task, *_) in running.items():
+        if handle in finished:
+            continue
+        if budget is not None and budget.clock() >= budget.stop_at:
+            logging.getLogger("pipeline.graph.scheduler").warning(
+                "fit %s was still running %.0f s past the time limit; its worker is stopped",
+                task.id, budget.clock() - budget.deadline)
+            backend.cancel(handle)
+            cancelled += 1
+            done.append((handle, None))
+        elif task_timeout_s is not None and now - started[handle] >= task_timeout_s:
+            backend.cancel(handle)
+            done.append((handle, TaskFailure(task.id, f"the fit ran longer than executor.task_timeout_s="
+                                                      f"{task_timeout_s:g} s and was stopped")))
+    return done, cancelled

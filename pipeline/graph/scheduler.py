@@ -21,13 +21,14 @@ from collections import defaultdict
 from typing import Any, Optional
 
 from pipeline.errors import TaskFailedError
-from pipeline.graph.backend import Backend
+from pipeline.graph.backend import Backend, wait_or_stop
 from pipeline.graph.tasks import TaskFailure
 from pipeline.metrics import Metric
 from pipeline.graph.nodes import node_kind
 from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResult
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
+from pipeline.graph.first_trials import FirstTrials, busy_seconds, places_for
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
 from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, time_shares
 
@@ -79,6 +80,7 @@ class Scheduler:
         self._ranks: Optional[dict[str, float]] = None  # None: to compute (again) before the next admission
         self.gate = TrialGate(plan)
         self._shares: dict[str, float] = {}  # model -> its share of the time (`_standing`); absent: 1
+        self.first = FirstTrials(self.template.tasks)  # under a budget: each first-trial fit's share of the time
 
     def run(self) -> Outcome:
         """Run every task of the plan (under a budget, those it did not cut); the outcome holds each
@@ -110,7 +112,10 @@ class Scheduler:
                 if self.queued and not progressed:  # cannot happen for a valid plan
                     raise RuntimeError(f"scheduler stalled with {len(self.queued)} tasks pending")
                 continue
-            for handle, result in self._wait(self.running):
+            finished, cancelled = wait_or_stop(self.backend, self.running, self.started, self.budget,
+                                               self.task_timeout_s)
+            self.cancelled += cancelled
+            for handle, result in finished:
                 task, shares, request = self.running.pop(handle)
                 self.started.pop(handle, None)
                 self.submitted_at.pop(handle, None)
@@ -144,7 +149,8 @@ class Scheduler:
     def budget_summary(self) -> BudgetSummary:
         """What the time budget cut, once the graph has run (the root announces it: `on_time_budget`)."""
         outcome = self.ctx.outcome
-        return summarize(self.budget, self.cut, outcome.results, outcome.timeline, self.cancelled, self.abandoned)
+        return summarize(self.budget, self.cut, outcome.results, outcome.timeline, self.cancelled, self.abandoned,
+                         self.first.held_to_share)
 
     def _priority(self, task: Task) -> tuple:
         """The queue's order: under a budget, every model's first trial (its own params) first, then the
@@ -238,6 +244,8 @@ class Scheduler:
             cached.cached = True
             self._complete(task, cached, request)
             return True
+        if self.budget is not None and task.id in self.first.pending:
+            request.deadline = self._own_deadline(task, admission) or request.deadline
         if self.hooks:
             self.hooks.on_task_start(task)
         handle = self.backend.submit(request)
@@ -256,7 +264,9 @@ class Scheduler:
             return True
         fits = self.cut.siblings_left(task)
         slots, after = self._slots(task, admission)
-        if not self.budget.can_finish(task, fits, slots, after):
+        # a first trial's fits stop at their share of the time left (`_own_deadline`): they start while any is
+        if not self.budget.can_finish(task, fits, slots, after) and not (
+                task.id in self.first.pending and self.budget.remaining() > 0):
             log.debug("cut %s: %d fit(s) of about %s s each on %d place(s) do not end in the %.1f s left", task.id,
                       fits, self.budget.estimate(task), len(slots), self.budget.remaining())
             self._cut(task, "budget")
@@ -266,6 +276,14 @@ class Scheduler:
                 for t, _, _ in self.running.values()):
             return None
         return True
+
+    def _own_deadline(self, task: Task, admission: Admission) -> Optional[float]:
+        """A first trial's fit: when it stops for its share of the time left (pipeline.graph.first_trials)."""
+        now = self.budget.clock()
+        running = [(t, self.submitted_at[h], r.deadline) for h, (t, _, r) in self.running.items()]
+        return self.first.deadline(task, self.budget, places_for(task, admission.pool, self.serial),
+                                   busy_seconds(running, self.budget, now),
+                                   lambda tid: tid in self.cut.started or tid in self.cut.cut, now)
 
     def _slots(self, task: Task, admission: Admission) -> tuple[list[float], float]:
         """Where the rest of `task`'s trial can run, as the times those places free (at most the plan's
@@ -317,6 +335,7 @@ class Scheduler:
                 self._record_seconds(task.model, seconds)
             if self.budget is not None:
                 self.budget.record(task, seconds, getattr(result, "stopped_by_budget", False), result)
+                self.first.ended(task, result)
                 self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._settle(task.id)
@@ -371,30 +390,3 @@ class Scheduler:
                 self._settle(ready.id)
                 if self.hooks and hasattr(self.hooks, "on_node_end"):  # the root writes and logs what it computed
                     self.hooks.on_node_end(ready, done[ready.id])
-
-    def _wait(self, running: dict) -> list:
-        """The backend's finished fits; with a task time limit, also each fit past it, stopped and
-        failed; with a budget, each fit still running past the deadline's grace, stopped (None)."""
-        timeouts = []
-        if self.task_timeout_s is not None:
-            oldest = min(self.started[h] for h in running)
-            timeouts.append(oldest + self.task_timeout_s - time.monotonic())
-        if self.budget is not None:
-            timeouts.append(self.budget.stop_at - self.budget.clock())
-        done = self.backend.wait(list(running), timeout=max(0.0, min(timeouts)) if timeouts else None)
-        finished = {h for h, _ in done}
-        now = time.monotonic()
-        for handle, (task, _, _) in running.items():
-            if handle in finished:
-                continue
-            if self.budget is not None and self.budget.clock() >= self.budget.stop_at:
-                log.warning("fit %s was still running %.0f s past the time limit; its worker is stopped",
-                            task.id, self.budget.clock() - self.budget.deadline)
-                self.backend.cancel(handle)
-                self.cancelled += 1
-                done.append((handle, None))
-            elif self.task_timeout_s is not None and now - self.started[handle] >= self.task_timeout_s:
-                self.backend.cancel(handle)
-                done.append((handle, TaskFailure(task.id, f"the fit ran longer than executor.task_timeout_s="
-                                                          f"{self.task_timeout_s:g} s and was stopped")))
-        return done

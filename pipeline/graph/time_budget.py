@@ -216,6 +216,7 @@ class BudgetSummary:
     key: str = "time_limit_s"  # the setting: time_limit_s (the whole run) or fit_time_limit_s (the fits)
     reserved_s: float = 0.0  # time_limit_s: what was kept back for the tail when the fits' deadline came
     trials_pruned: int = 0  # losing after some folds (successive halving over folds): the rest not started
+    fits_held_to_share: int = 0  # of fits_stopped, first-trial fits stopped at their share (graph.first_trials)
 
     @property
     def cut_anything(self) -> bool:
@@ -235,6 +236,9 @@ class BudgetSummary:
             parts.append(f"{self.trials_pruned} stopped as losing after their first folds")
         parts.append(f"{self.fits_not_run} of {self.fits} fits not started")
         parts.append(f"{self.fits_stopped} fit{'' if self.fits_stopped == 1 else 's'} stopped early")
+        if self.fits_held_to_share:
+            parts[-1] += (f" ({self.fits_held_to_share} of them first-trial fits at their share of the time, so "
+                          "that every model's first trial could end)")
         if self.fits_cancelled:
             parts.append(f"{self.fits_cancelled} stopped past the deadline")
         if self.fits_abandoned:
@@ -252,7 +256,7 @@ class BudgetSummary:
 
 
 def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict], cancelled: int = 0,
-              abandoned: int = 0) -> BudgetSummary:
+              abandoned: int = 0, held_to_share: int = 0) -> BudgetSummary:
     """The summary of a finished graph: `done` holds each task's result by id, `timeline` the fits'."""
     tasks = list(cut.tasks.values())
     fits = [t for t in tasks if t.kind == "fit"]
@@ -274,7 +278,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
         trials=len(bags), trials_not_run=len(cut_bags) - dropped, trials_dropped=dropped,
         fits=len(fits), fits_not_run=sum(f.id in cut.cut and f.id not in cut.started for f in fits),
         fits_stopped=sum(bool(e.get("stopped_by_budget")) for e in timeline), fits_cancelled=cancelled,
-        fits_abandoned=abandoned,
+        fits_abandoned=abandoned, fits_held_to_share=held_to_share,
         other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
         key=budget.key, reserved_s=budget.reserved, trials_pruned=pruned,
     )

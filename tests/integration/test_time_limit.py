@@ -75,3 +75,22 @@ def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli
     assert [len(json.loads(p.read_text())[RECORD]) for p in shares] == [2]
     assert [p.name.split("-")[-2] for p in shares] == ["untracked"]
     assert all(p.stat().st_mode & 0o077 == 0 for p in shares)  # this user's alone
+
+
+def test_a_slow_models_first_fit_does_not_spend_every_other_models_first_trial(cli, tmp_path):
+    """Fits one at a time, LightGBM first and made slow (200,000 rounds at a tiny learning rate, no early
+    stopping): its first fit stops at its share of the time left, so XGBoost's and the network's first
+    trials end too and each model has a row; before, LightGBM's fit ran to the deadline and the others
+    were left out."""
+    proc = cli("data.max_rows=2000", "model=all", "parallelism.sequential=true", "executor.in_process=always",
+               "model.lightgbm.params.num_iterations=200000", "model.lightgbm.params.early_stopping_round=0",
+               "model.lightgbm.params.learning_rate=0.0001", "tracking=none", "time_limit_s=15",
+               "hydra.run.dir=run", check=True, timeout=120)
+    board = pd.read_csv(tmp_path / "run" / "leaderboard.csv")
+    assert {"lightgbm", "xgboost", "nn"} <= set(board["model"]), proc.stdout[-2000:]
+    budget = json.loads((tmp_path / "run" / "run_state.json").read_text())["time_budget"]
+    assert budget["left_out"] == [] and budget["fits_held_to_share"] >= 1
+    timeline = json.loads((tmp_path / "run" / "timeline.json").read_text())
+    first = next(e for e in timeline if e["model"] == "lightgbm" and e["trial"] == 0)
+    assert first["stopped_by_budget"] and first["end"] - first["start"] < 10
+    assert "first-trial fits at their share of the time, so that every model's first trial could end" in proc.stdout

@@ -127,11 +127,13 @@ class SimulatedBackend(Backend):
     wait() moves the clock to the next end (or by its timeout). Each result holds out the fold's rows,
     predicting 0.5 (a model in `right`: the label on that fraction of the rows, the other class elsewhere)."""
 
-    def __init__(self, seconds: dict, clock: Clock, rows: int, right: dict | None = None):
+    def __init__(self, seconds: dict, clock: Clock, rows: int, right: dict | None = None,
+                 stops: bool = False):
         self.seconds, self.clock, self.rows, self.right = seconds, clock, rows, right or {}
+        self.stops = stops  # a fit ends at its request's deadline, stopped, as the models' callbacks stop it
         self.running: dict[int, tuple] = {}
         self.submitted: list[tuple[str, float, float]] = []  # (task id, start, end)
-        self.deadlines: set = set()
+        self.deadlines: dict[str, float] = {}  # task id -> the deadline its request carried
         self.cancelled: list[str] = []
         self.counter = itertools.count()
 
@@ -142,14 +144,16 @@ class SimulatedBackend(Backend):
         handle, start = next(self.counter), self.clock.now
         seconds = self.seconds[request.model_name]
         end = start + (seconds.pop(0) if isinstance(seconds, list) else seconds)
-        self.running[handle] = (start, end, request)
+        stopped = self.stops and request.deadline is not None and end > request.deadline
+        end = max(start, request.deadline) if stopped else end
+        self.running[handle] = (start, end, request, stopped)
         self.submitted.append((request.task_id, start, end))
-        self.deadlines.add(request.deadline)
+        self.deadlines[request.task_id] = request.deadline
         return handle
 
     def wait(self, handles, timeout=None):
         handle = min(handles, key=lambda h: self.running[h][1])
-        start, end, request = self.running[handle]
+        start, end, request, stopped = self.running[handle]
         if timeout is not None and end > self.clock.now + timeout:
             self.clock.now += timeout
             return []
@@ -165,14 +169,15 @@ class SimulatedBackend(Backend):
             p = np.where(held_out * 37 % 100 < 100 * right, y, 1 - y)
             val_pred = np.column_stack([1.0 - p, p])
         return [(handle, FoldResult(request.task_id, request.key, None, held_out, val_pred,
-                                    np.full((4, 2), 0.5), end - start, 0.0, "cpu", start, end, 0, "sim"))]
+                                    np.full((4, 2), 0.5), end - start, 0.0, "cpu", start, end, 0, "sim",
+                                    stopped_by_budget=stopped))]
 
     def cancel(self, handle):
         self.cancelled.append(self.running.pop(handle)[2].task_id)
 
 
 def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: dict | None = None, rows=8,
-             serial=False, source=None):
+             serial=False, source=None, stops=False):
     from pipeline.config import HpoConf
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
@@ -192,7 +197,7 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: 
     plan = plan.with_task(Task("collect", "collect", DRIVER, bags))
     data = SimpleNamespace(y=np.tile([0, 1], rows // 2), fingerprint="simulated")
     clock = Clock()
-    backend = SimulatedBackend(seconds, clock, rows, right)
+    backend = SimulatedBackend(seconds, clock, rows, right, stops)
     backend.one_at_a_time = serial
     budget = TimeBudget(limit_s, clock=clock)
     source = source or TrialSource(HpoConf(), {}, {}, "maximize")
@@ -225,7 +230,9 @@ def test_the_scheduler_starts_only_fits_that_end_by_the_deadline_and_cuts_the_re
     starts = {tid: start for tid, start, _ in backend.submitted}
     assert starts[fit_id("slow", 0, 1)] == ends[fit_id("slow", 0, 0)]  # it waited for the first to tell its time
     assert max(ends.values()) <= budget.deadline  # every fit that started ended in time
-    assert backend.deadlines == {budget.deadline}  # and carried the deadline
+    later = {tid: d for tid, d in backend.deadlines.items() if "/t0/" not in tid}
+    assert later and set(later.values()) == {budget.deadline}  # and carried the deadline
+    assert all(d <= budget.deadline for d in backend.deadlines.values())  # a first trial's fit: its share
     done_bags = outcome.results["collect"]
     # the slow model's first fit (8 s) runs alone; its second fold fits (16 s), a second trial would not
     assert [b for b in done_bags if "slow" in b] == [bag_id("slow", 0)]
@@ -262,25 +269,28 @@ def test_an_ample_budget_cuts_nothing(tmp_path):
 
 
 def test_a_running_fold_whose_trial_can_no_longer_finish_is_stopped(tmp_path):
-    # m (3 folds): its first fit takes 1 s, so at 1 s its second starts (2 fits of 1 s, one CPU free, end
-    # by 3 s) but runs 6 s; its third waits for x's CPU, freed at 4 s, and would end at 5 s, past the
-    # 4.5 s deadline: the trial is cut, and its running second fold stopped
-    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"m": [1.0, 6.0, 1.0], "x": 4.0}, limit_s=4.5,
-                                                         trials=1, folds=3)
-    assert backend.cancelled == [fit_id("m", 0, 1)] and scheduler.abandoned == 1
-    assert fit_id("m", 0, 2) not in {tid for tid, _, _ in backend.submitted}
+    # both first trials end by 0.6 s (fits of 0.2 s); m's second trial: its first fit takes 1 s, so at 1.6 s
+    # its third starts... its second starts at 0.6 s beside it (two of 0.2 s, as measured, end in time) but
+    # runs 6 s; the third, on the CPU x's 4 s fit holds until 5.6 s, would end past the 5.5 s deadline: the
+    # trial is cut, and its running second fold stopped
+    plan, backend, budget, scheduler, outcome = simulate(
+        tmp_path, {"m": [0.2] * 3 + [1.0, 6.0, 1.0], "x": [0.2] * 3 + [4.0] * 3}, limit_s=5.5, trials=2, folds=3)
+    assert backend.cancelled == [fit_id("m", 1, 1)] and scheduler.abandoned == 1
+    assert fit_id("m", 1, 2) not in {tid for tid, _, _ in backend.submitted}
     summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
                         scheduler.abandoned)
-    assert (summary.trials_dropped, summary.fits_abandoned, summary.left_out) == (2, 1, ["m", "x"])
+    assert (summary.trials_dropped, summary.fits_abandoned, summary.left_out) == (2, 1, [])
     assert "2 dropped unfinished" in summary.line() and "1 stopped when their trial could no longer finish" in summary.line()
 
 
 def test_a_trial_counts_the_cpus_of_fits_behind_it_in_the_queue_not_those_ahead_of_it(tmp_path):
-    # b (2 s, 3 folds) starts beside a's first fit, whose time is unknown and which comes first: b's
-    # other two folds get one CPU, 2 + 2 + 2 = 6 s, past the 5 s deadline (two at once would end at 4 s)
-    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"a": 20.0, "b": 2.0}, limit_s=5.0,
-                                                         trials=1, folds=3)
-    assert not any(tid in (fit_id("b", 0, 1), fit_id("b", 0, 2)) for tid, _, _ in backend.submitted)
+    # b (2 s, 3 folds) runs beside a's first fit, whose time is unknown (it does not stop) and which comes
+    # first; after b's first trial, at 6 s, its second gets one CPU, 2 + 2 + 2 = 6 s, past the 10.5 s
+    # deadline (two at once would end at 10 s): it is not started
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"a": 20.0, "b": 2.0}, limit_s=10.5,
+                                                         trials=2, folds=3)
+    submitted = {tid for tid, _, _ in backend.submitted}
+    assert {fit_id("b", 0, f) for f in range(3)} <= submitted and not any("/b/t1/" in tid for tid in submitted)
     # c (4 s, 3 folds) comes first; when its first fit ends at 4 s, d's second trial holds a CPU until
     # 4.5 s: c's other folds run on the free CPU and on d's as it frees, ending at 8.5 s, by the 9 s deadline
     plan, backend, budget, scheduler, outcome = simulate(tmp_path / "2", {"c": 4.0, "d": 1.5}, limit_s=9.0,
@@ -530,14 +540,68 @@ def test_in_the_driver_a_trial_starts_only_if_its_folds_one_after_another_end_in
     assert max(end for _, _, end in backend.submitted) <= budget.deadline
 
 
-def test_a_deadline_that_cannot_hold_every_models_first_trial_cuts_the_slowest_not_a_quick_one(tmp_path):
-    """In the driver, after every model's first fold: the quick model's other folds (4 x 1 s) go before
-    the slow one's (4 x 4 s), so a deadline with room for only one of the two finishes the quick model's
-    trial (and its next ones) and cuts the slow one; the longest-work-first order finished the slow trial
-    and left the quick model out of the run."""
-    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"quick": 1.0, "slow": 4.0}, limit_s=22.0,
-                                                         trials=3, folds=5, serial=True)
+@pytest.mark.parametrize("serial", [True, False])
+def test_a_deadline_that_cannot_hold_every_models_first_trial_whole_gives_each_fit_its_share(tmp_path,
+                                                                                           serial):
+    """The quick model's folds take 1 s, the slow one's 4 s, 5 folds each; at full length the two first
+    trials need 25 fit-seconds, more than the deadline holds: each first-trial fit stops by its share of the
+    time left (graph.first_trials), so both trials end, the slow one's fits shortened; without the shares
+    the slow model's trial was cut and it was left out of the run."""
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"quick": 1.0, "slow": 4.0},
+                                                         limit_s=11.0 + 11 * serial, trials=3, folds=5,
+                                                         serial=serial, stops=True)
     done = outcome.results["collect"]
-    assert bag_id("quick", 0) in done and bag_id("slow", 0) not in done, done
-    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline)
-    assert summary.left_out == ["slow"] and summary.trials_dropped == 1  # its first fold, to learn its time
+    assert {bag_id("quick", 0), bag_id("slow", 0)} <= set(done), done
+    assert max(end for _, _, end in backend.submitted) <= budget.deadline
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
+                        scheduler.abandoned, scheduler.first.held_to_share)
+    assert summary.left_out == [] and summary.trials_dropped == 0 and summary.fits_cancelled == 0
+    full = {"quick": 1.0, "slow": 4.0}
+    shortened = [tid for tid, start, end in backend.submitted if end - start < full[tid.split("/")[1]]]
+    assert shortened and all("/t0/" in tid for tid in shortened)
+    own = [tid for tid in shortened if backend.deadlines[tid] < budget.deadline]  # not the run's deadline
+    assert own and summary.fits_held_to_share == len(own) and summary.fits_stopped == len(shortened)
+    assert f"({len(own)} of them first-trial fits at their share of the time" in summary.line()
+
+
+def test_a_first_trials_fit_gets_its_max_min_fair_share_of_the_time_left():
+    from pipeline.graph.first_trials import UNMEASURED_FIRST, FirstTrials, busy_seconds, water_level
+
+    clock = Clock(0.0)
+    budget = TimeBudget(100, clock=clock)
+    bag = lambda m: [Task(fit_id(m, 0, f), "fit", DRIVER, model=m, trial=0, fold=f) for f in range(5)]  # noqa: E731
+    tasks = bag("a") + bag("b") + [Task(fit_id("a", 1, 0), "fit", DRIVER, model="a", trial=1, fold=0)]
+    first, gone = FirstTrials(tasks), set()
+    assert len(first.pending) == 10  # a later trial's fit keeps the run's deadline
+    assert first.deadline(tasks[-1], budget, 1, 0.0, gone.__contains__) is None
+    # nothing measured: 100 s over 10 fits, the first of a bag twice an equal share
+    share = 100 * UNMEASURED_FIRST / (9 + UNMEASURED_FIRST)
+    assert first.deadline(tasks[0], budget, 1, 0.0, gone.__contains__) == pytest.approx(share)
+    gone.add(tasks[0].id)
+    budget.record(tasks[0], 2.0)
+    budget.record(tasks[5], 30.0, stopped=True)  # b took at least 30 s
+    gone.add(tasks[5].id)
+    clock.now = 32.0
+    # 68 s left on two places (136 s), 20 s of them held by a running fit: a's 4 fits of 2 s take 8 s, b's
+    # 4 of 30 s or more share the 108 s left: the level is 27 s, a fit under it is stopped there too
+    assert water_level([(2.0, 1.0)] * 4 + [(30.0, 1.0)] * 4, 116.0) == pytest.approx(27.0)
+    assert first.deadline(tasks[1], budget, 2, 20.0, gone.__contains__) == pytest.approx(32.0 + 27.0)
+    gone.add(tasks[1].id)
+    assert first.held_to_share == 0 and tasks[1].id in first.capped
+    # where every fit left is measured and all fit, none gets a deadline of its own
+    roomy = FirstTrials(bag("c"))
+    budget.record(bag("c")[0], 1.0)
+    assert roomy.deadline(bag("c")[1], budget, 1, 0.0, set().__contains__) is None
+    assert water_level([(1.0, 1.0), (3.0, 1.0)], 4.0) is None
+    assert water_level([(1.0, 1.0), (None, 2.0)], 4.0) == 1.5  # the unbounded one weighs two: 2 x 1.5 s
+    # a's fit from 30 s, estimated 2 s, is over; b's from 31 s holds its place to its own deadline, 40 s
+    assert busy_seconds([(tasks[2], 30.0, None), (tasks[6], 31.0, 40.0)], budget, 32.0) == pytest.approx(8.0)
+
+
+def test_one_fit_per_model_gets_no_more_than_an_equal_share_of_the_time_left():
+    """A holdout first trial is one fit: the first one of each model does not measure others of its bag."""
+    from pipeline.graph.first_trials import FirstTrials
+
+    budget = TimeBudget(90, clock=Clock(0.0))
+    tasks = [Task(fit_id(m, 0, 0), "fit", DRIVER, model=m, trial=0, fold=0) for m in "abc"]
+    assert FirstTrials(tasks).deadline(tasks[0], budget, 1, 0.0, set().__contains__) == pytest.approx(30.0)
