@@ -60,14 +60,22 @@ def test_the_network_stops_at_the_epoch_whose_successor_would_end_past_the_deadl
     from pipeline.nn import loop as loop_module
     from pipeline.nn.loop import Arrays, Loop, LoopConfig, NetSpec
 
-    class Clock:  # the loop's `time`: every reading of the wall clock is 10 s later, so an epoch takes 10 s
+    class Clock:  # the loop's `time`: each epoch takes 10 s of the wall clock
         perf_counter = staticmethod(time.perf_counter)
-        readings = iter(range(0, 10_000, 10))
+        now = 0.0
 
         def time(self):
-            return float(next(self.readings))
+            return self.now
 
-    monkeypatch.setattr(loop_module, "time", Clock())
+    clock, epoch = Clock(), Loop._epoch
+
+    def ten_seconds(self, *args):
+        out = epoch(self, *args)
+        clock.now += 10.0
+        return out
+
+    monkeypatch.setattr(loop_module, "time", clock)
+    monkeypatch.setattr(Loop, "_epoch", ten_seconds)
     x, c = np.random.default_rng(0).normal(size=(64, 3)).astype("float32"), np.zeros((64, 1), dtype="int64")
     import torch
 
@@ -75,9 +83,35 @@ def test_the_network_stops_at_the_epoch_whose_successor_would_end_past_the_deadl
     arrays = Arrays(torch.from_numpy(x), torch.from_numpy(c), y, torch.from_numpy(x), torch.from_numpy(c), y)
     spec = NetSpec(num_numeric=3, cardinalities=(2,), out_dim=2, hidden_sizes=(8,), dropout=0.0, max_embedding_dim=2)
     config = LoopConfig.from_params({"max_epochs": 20, "patience": 0, "batch_size": 32}, "params")
-    # epochs start at 0, 20, 40 ...; each checks at its end (10, 30, 50 ...) whether one more ends by 55
+    # each epoch checks at its end (10, 20, 30 ...) whether one more epoch and scoring the held-out rows
+    # after it (64 rows, as long as training on 64: 10 s) end by 55: at 40, 40 + 10 + 10 does not
     result = Loop(spec, config, "binary", METRICS["accuracy"], torch.device("cpu"), deadline=55.0).run(arrays)
-    assert result.epochs_run == 3 and result.stopped_by_budget and result.state_dict
+    assert result.epochs_run == 4 and result.stopped_by_budget and result.state_dict
+
+
+def test_the_network_stops_within_an_epoch_longer_than_the_time_left(monkeypatch):
+    """An epoch over many rows can outlast the time left: the deadline is read after every step within
+    it, and a fit past it ends its epoch there (scored, kept, stopped by the budget)."""
+    import torch
+
+    from pipeline.metrics import METRICS
+    from pipeline.nn.loop import Arrays, Loop, LoopConfig, NetSpec
+
+    steps, step = [], Loop._step
+    monkeypatch.setattr(Loop, "_step", lambda self, *a, **k: steps.append(1) or step(self, *a, **k))
+    x, c = np.random.default_rng(0).normal(size=(2560, 3)).astype("float32"), np.zeros((2560, 1), dtype="int64")
+    y = torch.as_tensor((x[:, 0] > 0).astype("int64"))
+    arrays = Arrays(torch.from_numpy(x), torch.from_numpy(c), y, torch.from_numpy(x), torch.from_numpy(c), y)
+    spec = NetSpec(num_numeric=3, cardinalities=(2,), out_dim=2, hidden_sizes=(8,), dropout=0.0,
+                   max_embedding_dim=2)
+    config = LoopConfig.from_params({"max_epochs": 5, "patience": 0, "batch_size": 8}, "params")  # 320 steps
+    result = Loop(spec, config, "binary", METRICS["accuracy"], torch.device("cpu"),
+                  deadline=time.time() - 1.0).run(arrays)
+    assert len(steps) == 1  # one process: the deadline is read after every step
+    assert result.epochs_run == 1 and result.stopped_by_budget and result.state_dict and result.best_epoch == 0
+    steps.clear()
+    whole = Loop(spec, config, "binary", METRICS["accuracy"], torch.device("cpu"), deadline=time.time() + 600).run(arrays)
+    assert len(steps) == 5 * 320 and not whole.stopped_by_budget  # a deadline ahead: every step of every epoch
 
 
 def test_the_fold_result_says_the_fit_was_stopped_by_the_budget(adult):
