@@ -82,6 +82,20 @@ def test_ddp_on_gloo_matches_one_process_on_the_same_global_batch():
     assert len(ddp.history["val_loss"]) == 2  # evaluated on rank 0 only, once per epoch
 
 
+def test_ddp_ranks_stop_together_within_an_epoch_past_the_deadline():
+    """Under DDP rank 0's clock decides, every DEADLINE_EVERY steps, for every rank (one rank leaving the
+    epoch alone would leave the others waiting in their gradients' all-reduce): a deadline already past
+    stops both ranks in the first epoch, and the fit ends stopped by the budget."""
+    import time
+
+    from pipeline.nn import loop as loop_module
+
+    assert 512 // (2 * 8) > loop_module.DEADLINE_EVERY  # steps per epoch: the stop comes within it
+    ddp = fit_distributed((0, 1), SPEC, LoopConfig(batch_size=8, max_epochs=5, patience=0), "binary", ACC,
+                          arrays(), backend="gloo", seed=3, deadline=time.time() - 1.0)
+    assert ddp.epochs_run == 1 and ddp.stopped_by_budget and ddp.state_dict
+
+
 def test_ddp_scales_the_learning_rate():
     assert scaled_lr(1e-3, 4, "linear") == pytest.approx(4e-3)
     assert scaled_lr(1e-3, 4, "sqrt") == pytest.approx(2e-3)
