@@ -7,10 +7,14 @@ prepares, submits, waits and cancels.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Optional
 
 from pipeline.graph.tasks import DataRef, FitRequest, FoldResult, TaskFailure
 from pipeline.graph.plan import Plan
+
+log = logging.getLogger("pipeline.graph.scheduler")  # its warnings are the scheduler's
 
 
 class Backend:
@@ -49,9 +53,6 @@ def wait_or_stop(backend: Backend, running: dict, started: dict, budget, task_ti
     stopped and failed; with a budget, each fit still running past the deadline's grace, stopped (None).
     `running`: handle -> (task, ...); `started`: handle -> time.monotonic() at submission. And how many
     were stopped for the budget."""
-    import logging
-    import time
-
     timeouts = []
     if task_timeout_s is not None:
         oldest = min(started[h] for h in running)
@@ -65,9 +66,8 @@ def wait_or_stop(backend: Backend, running: dict, started: dict, budget, task_ti
         if handle in finished:
             continue
         if budget is not None and budget.clock() >= budget.stop_at:
-            logging.getLogger("pipeline.graph.scheduler").warning(
-                "fit %s was still running %.0f s past the time limit; its worker is stopped",
-                task.id, budget.clock() - budget.deadline)
+            log.warning("fit %s was still running %.0f s past the time limit; its worker is stopped",
+                        task.id, budget.clock() - budget.deadline)
             backend.cancel(handle)
             cancelled += 1
             done.append((handle, None))

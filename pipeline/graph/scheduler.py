@@ -264,7 +264,7 @@ class Scheduler:
             return True
         fits = self.cut.siblings_left(task)
         slots, after = self._slots(task, admission)
-        # a first trial's fits stop at their share of the time left (`_own_deadline`): they start while any is
+        # a first trial's fit stops at its share of the time (`_own_deadline`): it starts while any is left
         if not self.budget.can_finish(task, fits, slots, after) and not (
                 task.id in self.first.pending and self.budget.remaining() > 0):
             log.debug("cut %s: %d fit(s) of about %s s each on %d place(s) do not end in the %.1f s left", task.id,
