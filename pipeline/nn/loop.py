@@ -23,7 +23,7 @@ from torch import nn
 from pipeline.accelerators import for_torch
 from pipeline.errors import HardwareError
 from pipeline.metrics import Metric
-from pipeline.nn.batch_size import find_batch_size, free_memory  # noqa: F401  (importable from here too)
+from pipeline.nn.batch_size import find_batch_size, free_memory
 from pipeline.nn.network import NetSpec, to_prediction  # noqa: F401  (importable from here too)
 from pipeline.nn.options import (
     COMPILE_MODES, EVAL_BATCH, PRECISIONS, LoopConfig, activation_bytes, check_precision, embedding_floats,
