@@ -244,6 +244,7 @@ def run_fit(request: FitRequest) -> FoldResult:
         report=report,
         deadline=request.deadline,
         class_weight=request.class_weight,
+        scored_rows=len(data.test_idx),
     )
     model = request.model.clone(request.params)
     X, y = data.X, data.y

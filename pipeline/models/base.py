@@ -61,13 +61,22 @@ class FitContext:
     deadline: Optional[float] = None  # time.time() the fit must end by (the run's time_limit_s); None: none
     stopped_by_budget: bool = False  # set when the fit stopped early for the deadline
     class_weight: str = "none"  # data.class_weight: none | balanced (pipeline.class_weights)
+    scored_rows: int = 0  # rows predicted once the fit stops (the test rows): the deadline keeps time for them
 
-    def out_of_time(self, step_seconds: float = 0.0) -> bool:
-        """Whether one more step (a boosting round, an epoch) of `step_seconds` would end past the
-        deadline; once true it stays true, and marks the fit as stopped by the budget."""
+    def out_of_time(self, step_seconds: float = 0.0, after_seconds: float = 0.0) -> bool:
+        """Whether one more step (a boosting round, an epoch) of `step_seconds`, and the `after_seconds`
+        the fit takes once it stops, would end past the deadline; once true it stays true, and marks the
+        fit as stopped by the budget."""
         if self.deadline is not None and not self.stopped_by_budget:
-            self.stopped_by_budget = time.time() + step_seconds >= self.deadline
+            self.stopped_by_budget = time.time() + step_seconds + after_seconds >= self.deadline
         return self.stopped_by_budget
+
+    def scoring_seconds(self, trained_seconds: float, train_rows: int, features: int,
+                        cost: tuple[float, float]) -> float:
+        """The time predicting `scored_rows` takes with the trees of `trained_seconds` of boosting on
+        `train_rows` rows of `features` columns, for a profile's `predict_cost` (a, b)."""
+        a, b = cost
+        return trained_seconds * self.scored_rows / max(train_rows, 1) * a / (features + b)
 
     def row_weights(self, y_train: np.ndarray, y_val: Optional[np.ndarray] = None):
         """(training rows' weights, validation rows' weights) of `class_weight` for a fit on these labels;

@@ -123,12 +123,13 @@ class TorchMLPModel(TabularModel):
             result = fit_distributed(
                 ctx.placement.local_gpus, self.spec_, config, ctx.problem_type, metric, arrays, backend="nccl", seed=ctx.seed,
                 checkpoint_dir=ctx.checkpoint_dir, y_scale=self.y_scale_, deadline=ctx.deadline,
+                scored_after=ctx.scored_rows,
             )
         else:
             device = torch.device(ctx.placement.device if use_gpu else "cpu")
             loop = Loop(self.spec_, config, ctx.problem_type, metric, device, seed=ctx.seed,
                         checkpoint_dir=ctx.checkpoint_dir, y_scale=self.y_scale_, report=ctx.report,
-                        deadline=ctx.deadline)
+                        deadline=ctx.deadline, scored_after=ctx.scored_rows)
             result = loop.run(arrays)
         ctx.stopped_by_budget = ctx.stopped_by_budget or result.stopped_by_budget
         self.device_ = ctx.placement.device if use_gpu else "cpu"

@@ -60,6 +60,9 @@ class ModelProfile:
     # the accelerators (pipeline.accelerators) its library has a build for; None: not stated (a class of yours)
     accelerators: Optional[frozenset[str]] = None
     gpu_params: Callable[[tuple[int, ...]], dict] = no_gpu_params  # its params for a fit on these ordinals
+    # ---- the deadline: predicting a row with one round's trees takes a / (features + b) of the time training
+    # takes per row and round; (a, b) fit the upper envelope of measured shapes (FitContext.scoring_seconds)
+    predict_cost: tuple[float, float] = (0.0, 1.0)
     # ---- the device choice (pipeline.planning.device_choice): measured fit times per learner and device
     costs: Optional[Path] = None  # its calibration (YAML, pipeline.fit_cost's format); None: none measured
     cost_name: str = ""  # the name its learners (`<cost_name>/cpu`) and packing are keyed by there

@@ -32,6 +32,7 @@ def fit_distributed(
     checkpoint_dir: Optional[Path] = None,
     y_scale: tuple[float, float] = (0.0, 1.0),
     deadline: Optional[float] = None,
+    scored_after: int = 0,
 ) -> LoopResult:
     """Train one rank per entry of `devices` (rank r on the GPU of ordinal devices[r] with nccl: the
     ordinals the plan gave the fit, as pipeline.accelerators maps them; every rank on the CPU with gloo);
@@ -51,7 +52,7 @@ def fit_distributed(
         mp.start_processes(
             _rank_main,
             args=(world_size, tuple(devices), backend, str(Path(tmp) / "rendezvous"), spec, config, problem_type, metric, arrays,
-                  seed, checkpoint_dir, y_scale, out, deadline),
+                  seed, checkpoint_dir, y_scale, out, deadline, scored_after),
             nprocs=world_size,
             join=True,
             start_method="spawn",
@@ -61,7 +62,7 @@ def fit_distributed(
 
 
 def _rank_main(rank, world_size, devices, backend, rendezvous, spec, config, problem_type, metric, arrays, seed,
-               checkpoint_dir, y_scale, out, deadline=None):
+               checkpoint_dir, y_scale, out, deadline=None, scored_after=0):
     import torch.distributed as dist
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -72,7 +73,8 @@ def _rank_main(rank, world_size, devices, backend, rendezvous, spec, config, pro
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     try:
         loop = Loop(spec, config, problem_type, metric, device, seed=seed, rank=rank, world_size=world_size,
-                    checkpoint_dir=checkpoint_dir, y_scale=y_scale, deadline=deadline)
+                    checkpoint_dir=checkpoint_dir, y_scale=y_scale, deadline=deadline,
+                    scored_after=scored_after)
         result = loop.run(arrays)
         if rank == 0:  # its fields: tensors and plain values, which load with weights_only
             with create_file(out) as fh:
