@@ -40,11 +40,11 @@ BAG_CELLS_PER_HOUR = 40_000_000
 OTHERS_BUSY_FROM = 0.5
 BUSY_BELOW = 0.75
 # what hpo=auto adds on a regression table small for the budget (`with_regression_kinds`): (the kind, what it
-# is, the module it needs). Each was chosen by its gain as one more ensemble candidate on the bench's
-# regression tables at 30 s (docs/time_budget.md)
+# is); the packages it needs are its profile's `modules`. Each was chosen by its gain as one more ensemble
+# candidate on the bench's regression tables at 30 s (docs/time_budget.md)
 REGRESSION_KINDS = (
-    ("extra_trees", "scikit-learn's extremely randomised trees", None),
-    ("catboost", "CatBoost's ordered boosting", "catboost"),
+    ("extra_trees", "scikit-learn's extremely randomised trees"),
+    ("catboost", "CatBoost's ordered boosting"),
 )
 
 
@@ -173,14 +173,17 @@ def with_regression_kinds(settings: Settings, overrides: tuple[str, ...], base_d
     from pipeline import report
 
     added, missing = [], []
-    for name, what, module in REGRESSION_KINDS:
+    for name, what in REGRESSION_KINDS:
         if name in conf.model:
             continue
-        if module and importlib.util.find_spec(module) is None:
-            missing.append(f"{name} ({module} is not installed: pip install 'tabular-pipeline[{name}]', "
-                           f"or pip install {module})")
+        tree, spec = _kind(settings, name)
+        absent = [m for m in spec.cls.profile.modules if importlib.util.find_spec(m.split(".")[0]) is None]
+        if absent:
+            package = absent[0].split(".")[0]
+            missing.append(f"{name} ({package} is not installed: pip install 'tabular-pipeline[{name}]', "
+                           f"or pip install {package})")
             continue
-        settings = _with_kind(settings, name)
+        settings = _with_kind(settings, name, tree, spec)
         added.append(f"{name} ({what})")
     if added:
         report.console.print(
@@ -192,15 +195,22 @@ def with_regression_kinds(settings: Settings, overrides: tuple[str, ...], base_d
     return settings
 
 
-def _with_kind(settings: Settings, name: str) -> Settings:
-    """`settings` with the model kind conf/model/<name>.yaml added after the others."""
+def _kind(settings: Settings, name: str):
+    """The model kind conf/model/<name>.yaml: its config tree and its checked spec (the adapter's class
+    imported, not its library)."""
     from omegaconf import OmegaConf
 
     from pipeline.config import CONFIG_DIR, ModelSpecConf
     from pipeline.settings import model_spec, typed
 
     tree = OmegaConf.load(Path(CONFIG_DIR) / "model" / f"{name}.yaml")[name]
-    spec = model_spec(name, typed(tree, ModelSpecConf), settings.allowed_targets)
+    return tree, model_spec(name, typed(tree, ModelSpecConf), settings.allowed_targets)
+
+
+def _with_kind(settings: Settings, name: str, tree, spec) -> Settings:
+    """`settings` with the model kind `name` (its tree and spec from `_kind`) added after the others."""
+    from omegaconf import OmegaConf
+
     params = {**settings.params, **{f"model.{name}.{k}": v for k, v in
                                     flatten(OmegaConf.to_container(tree, resolve=True)).items()}}
     conf = settings.conf
