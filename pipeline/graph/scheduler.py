@@ -28,7 +28,7 @@ from pipeline.graph.nodes import node_kind
 from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResult
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
-from pipeline.graph.first_trials import FirstTrials, busy_seconds, places_for
+from pipeline.graph.first_trials import FirstTrials, busy_seconds, first_trial_bag, places_for
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
 from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, time_shares
 
@@ -67,7 +67,10 @@ class Scheduler:
         self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
         self.budget = budget
-        self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs)
+        # under a budget: each first-trial fit's share of the time; a first trial's bag may end with fewer folds
+        self.first = FirstTrials(self.template.tasks, partial=budget is not None and not plan.stack_levels)
+        self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs
+                            or (self.first.partial and first_trial_bag(t)))
         self.cancelled = self.abandoned = 0  # fits stopped: past the deadline's grace; their trial can't end
         self._order = {t.id: i for i, t in enumerate(plan.tasks)}
         self._consumers: dict[str, list[Task]] = defaultdict(list)  # of the listed tasks: what ranks read
@@ -80,7 +83,6 @@ class Scheduler:
         self._ranks: Optional[dict[str, float]] = None  # None: to compute (again) before the next admission
         self.gate = TrialGate(plan)
         self._shares: dict[str, float] = {}  # model -> its share of the time (`_standing`); absent: 1
-        self.first = FirstTrials(self.template.tasks)  # under a budget: each first-trial fit's share of the time
 
     def run(self) -> Outcome:
         """Run every task of the plan (under a budget, those it did not cut); the outcome holds each
@@ -160,7 +162,8 @@ class Scheduler:
         left unfinished at the deadline is dropped); then the fits of a model none of whose fits has ended
         (how long they take is learnt first); one at a time under a budget, the first trials of the quicker
         models first (a deadline that cannot hold them all cuts the slowest, not a quick model); then the
-        longest path of work to the graph's end first (critical path list scheduling)."""
+        longest path of work to the graph's end first (critical path list scheduling). Where a first trial's
+        bag may end with fewer folds, its folds go fold by fold across the models (first_trials)."""
         trial = (task.trial or 0) if self.budget is not None else 0
         spent = self._fit_seconds[task.model][0] if trial and task.model in self._fit_seconds else 0.0
         spent /= self._shares.get(task.model, 1.0)
@@ -171,7 +174,8 @@ class Scheduler:
             rank = self._ranks[fit_id(task.model, 0, task.fold)]
         under_way = self.serial and trial and task.fold and fit_id(task.model, trial, 0) in self.ctx.outcome.results
         quick = self._ranked.get(task.model, 0.0) if self.serial and self.budget and not trial else 0.0
-        return (trial > 0, not under_way, spent, trial, task.model in self._ranked, quick, -rank,
+        fold = (task.fold or 0) if self.first.partial and not trial else 0  # every model's lead fold first
+        return (trial > 0, not under_way, spent, trial, fold, task.model in self._ranked, quick, -rank,
                 self._order[task.id])
 
     def _standing(self) -> dict[str, float]:
@@ -245,7 +249,9 @@ class Scheduler:
             self._complete(task, cached, request)
             return True
         if self.budget is not None and task.id in self.first.pending:
-            request.deadline = self._own_deadline(task, admission) or request.deadline
+            own = self._own_deadline(task, admission)
+            self.first.started(task, own)
+            request.deadline = own or request.deadline
         if self.hooks:
             self.hooks.on_task_start(task)
         handle = self.backend.submit(request)
@@ -264,9 +270,14 @@ class Scheduler:
             return True
         fits = self.cut.siblings_left(task)
         slots, after = self._slots(task, admission)
-        # a first trial's fit stops at its share of the time (`_own_deadline`): it starts while any is left
-        if not self.budget.can_finish(task, fits, slots, after) and not (
-                task.id in self.first.pending and self.budget.remaining() > 0):
+        # a first trial's fit stops at its share of the time (`_own_deadline`): it starts while any is left,
+        # unless it is a bag's later fold whose share is too short to be worth it
+        first = task.id in self.first.pending and self.budget.remaining() > 0
+        if first and self.first.too_short(task, self.budget, self._own_seconds(task, admission)):
+            log.debug("cut %s: its share of the time is under half its model's fit", task.id)
+            self._cut(task, "budget")
+            return False
+        if not first and not self.budget.can_finish(task, fits, slots, after):
             log.debug("cut %s: %d fit(s) of about %s s each on %d place(s) do not end in the %.1f s left", task.id,
                       fits, self.budget.estimate(task), len(slots), self.budget.remaining())
             self._cut(task, "budget")
@@ -279,11 +290,15 @@ class Scheduler:
 
     def _own_deadline(self, task: Task, admission: Admission) -> Optional[float]:
         """A first trial's fit: when it stops for its share of the time left (pipeline.graph.first_trials)."""
+        seconds = self._own_seconds(task, admission)
+        return None if seconds is None else self.budget.clock() + seconds
+
+    def _own_seconds(self, task: Task, admission: Admission) -> Optional[float]:
         now = self.budget.clock()
         running = [(t, self.submitted_at[h], r.deadline) for h, (t, _, r) in self.running.items()]
-        return self.first.deadline(task, self.budget, places_for(task, admission.pool, self.serial),
-                                   busy_seconds(running, self.budget, now),
-                                   lambda tid: tid in self.cut.started or tid in self.cut.cut, now)
+        return self.first.share(task, self.budget, places_for(task, admission.pool, self.serial),
+                                busy_seconds(running, self.budget, now),
+                                lambda tid: tid in self.cut.started or tid in self.cut.cut, now)
 
     def _slots(self, task: Task, admission: Admission) -> tuple[list[float], float]:
         """Where the rest of `task`'s trial can run, as the times those places free (at most the plan's

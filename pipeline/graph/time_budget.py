@@ -217,6 +217,7 @@ class BudgetSummary:
     reserved_s: float = 0.0  # time_limit_s: what was kept back for the tail when the fits' deadline came
     trials_pruned: int = 0  # losing after some folds (successive halving over folds): the rest not started
     fits_held_to_share: int = 0  # of fits_stopped, first-trial fits stopped at their share (graph.first_trials)
+    first_trials_partial: list[str] = field(default_factory=list)  # "<model>: k of n folds", bags kept short
 
     @property
     def cut_anything(self) -> bool:
@@ -234,6 +235,9 @@ class BudgetSummary:
             parts.append(f"{self.trials_dropped} dropped unfinished (not all their folds ran)")
         if self.trials_pruned:
             parts.append(f"{self.trials_pruned} stopped as losing after their first folds")
+        if self.first_trials_partial:
+            parts.append("first trials kept with the folds that ended in time, scored on their held-out rows ("
+                         + ", ".join(self.first_trials_partial) + ")")
         parts.append(f"{self.fits_not_run} of {self.fits} fits not started")
         parts.append(f"{self.fits_stopped} fit{'' if self.fits_stopped == 1 else 's'} stopped early")
         if self.fits_held_to_share:
@@ -271,6 +275,8 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     levels = {_level(t) for t in bags}
     names = lambda b: b.model if len(levels) <= 1 else f"{b.model} (level {_level(b)})"  # noqa: E731
     finished = {names(b) for b in bags if b.id in done}
+    partial = [f"{names(b)}: {sum(d in done for d in b.depends_on)} of {len(b.depends_on)} folds" for b in bags
+               if b.id in done and any(d in cut.cut for d in b.depends_on)]
     ends = [e["end"] for e in timeline if not e.get("cached")]
     return BudgetSummary(
         limit_s=budget.limit_s,
@@ -280,7 +286,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
         fits_stopped=sum(bool(e.get("stopped_by_budget")) for e in timeline), fits_cancelled=cancelled,
         fits_abandoned=abandoned, fits_held_to_share=held_to_share,
         other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
-        key=budget.key, reserved_s=budget.reserved, trials_pruned=pruned,
+        key=budget.key, reserved_s=budget.reserved, trials_pruned=pruned, first_trials_partial=partial,
     )
 
 

@@ -564,7 +564,38 @@ def test_a_deadline_that_cannot_hold_every_models_first_trial_whole_gives_each_f
     assert f"({len(own)} of them first-trial fits at their share of the time" in summary.line()
 
 
+@pytest.mark.parametrize("serial", [True, False])
+def test_first_trials_that_cannot_end_whole_are_kept_with_the_folds_that_ended(tmp_path, serial):
+    """Three models whose folds take 8 s, 5 folds each, 30 s (120 fit-seconds asked of 30, or of 60 on two
+    CPUs): every model's lead fold runs first and whole; a later fold starts only with at least half a fit's
+    time, and each first trial is kept on the held-out rows of its folds that ended (before, all 15 fits ran,
+    each stopped at its share: 2 s of 8 one at a time)."""
+    from pipeline.graph.first_trials import MIN_PART
+
+    seconds = {"a": 8.0, "b": 8.0, "c": 8.0}
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, seconds, limit_s=30.0, trials=3, folds=5,
+                                                         serial=serial, stops=True)
+    assert outcome.results["collect"] == sorted(bag_id(m, 0) for m in seconds)
+    ran = {tid: end - start for tid, start, end in backend.submitted}
+    assert all(ran[fit_id(m, 0, 0)] == 8.0 for m in seconds)  # the leads: whole, first
+    assert max(start for tid, start, _ in backend.submitted if tid.endswith("/f0")) <= min(
+        start for tid, start, _ in backend.submitted if not tid.endswith("/f0"))
+    assert min(ran.values()) >= MIN_PART * 8.0 and len(ran) < 15
+    assert max(end for _, _, end in backend.submitted) <= budget.deadline
+    for m in seconds:
+        trial = outcome.results[bag_id(m, 0)]
+        assert list(trial.held_out) == sorted(r for f in trial.folds for r in f.held_out)
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
+                        scheduler.abandoned, scheduler.first.held_to_share)
+    assert summary.left_out == [] and summary.trials_dropped == 0 and summary.first_trials_partial
+    assert "first trials kept with the folds that ended in time, scored on their held-out rows (a: 1 of 5 folds" in (
+        summary.line())
+    if serial:
+        assert summary.first_trials_partial[:2] == ["a: 1 of 5 folds", "b: 1 of 5 folds"]
+
+
 def test_a_first_trials_fit_gets_its_max_min_fair_share_of_the_time_left():
+    """Where bags stay whole (a stacked level reads them), every first-trial fit shares the time left."""
     from pipeline.graph.first_trials import UNMEASURED_FIRST, FirstTrials, busy_seconds, water_level
 
     clock = Clock(0.0)
@@ -573,29 +604,65 @@ def test_a_first_trials_fit_gets_its_max_min_fair_share_of_the_time_left():
     tasks = bag("a") + bag("b") + [Task(fit_id("a", 1, 0), "fit", DRIVER, model="a", trial=1, fold=0)]
     first, gone = FirstTrials(tasks), set()
     assert len(first.pending) == 10  # a later trial's fit keeps the run's deadline
-    assert first.deadline(tasks[-1], budget, 1, 0.0, gone.__contains__) is None
+    assert first.share(tasks[-1], budget, 1, 0.0, gone.__contains__) is None
     # nothing measured: 100 s over 10 fits, the first of a bag twice an equal share
     share = 100 * UNMEASURED_FIRST / (9 + UNMEASURED_FIRST)
-    assert first.deadline(tasks[0], budget, 1, 0.0, gone.__contains__) == pytest.approx(share)
-    gone.add(tasks[0].id)
+    assert first.share(tasks[0], budget, 1, 0.0, gone.__contains__) == pytest.approx(share)
+    first.started(tasks[0], share)
     budget.record(tasks[0], 2.0)
     budget.record(tasks[5], 30.0, stopped=True)  # b took at least 30 s
-    gone.add(tasks[5].id)
+    first.started(tasks[5], None)
     clock.now = 32.0
     # 68 s left on two places (136 s), 20 s of them held by a running fit: a's 4 fits of 2 s take 8 s, b's
     # 4 of 30 s or more share the 108 s left: the level is 27 s, a fit under it is stopped there too
     assert water_level([(2.0, 1.0)] * 4 + [(30.0, 1.0)] * 4, 116.0) == pytest.approx(27.0)
-    assert first.deadline(tasks[1], budget, 2, 20.0, gone.__contains__) == pytest.approx(32.0 + 27.0)
-    gone.add(tasks[1].id)
-    assert first.held_to_share == 0 and tasks[1].id in first.capped
+    assert first.share(tasks[1], budget, 2, 20.0, gone.__contains__) == pytest.approx(27.0)
+    first.started(tasks[1], 32.0 + 27.0)
+    assert first.held_to_share == 0 and tasks[1].id in first.capped and tasks[5].id not in first.capped
     # where every fit left is measured and all fit, none gets a deadline of its own
     roomy = FirstTrials(bag("c"))
     budget.record(bag("c")[0], 1.0)
-    assert roomy.deadline(bag("c")[1], budget, 1, 0.0, set().__contains__) is None
+    assert roomy.share(bag("c")[1], budget, 1, 0.0, set().__contains__) is None
     assert water_level([(1.0, 1.0), (3.0, 1.0)], 4.0) is None
     assert water_level([(1.0, 1.0), (None, 2.0)], 4.0) == 1.5  # the unbounded one weighs two: 2 x 1.5 s
     # a's fit from 30 s, estimated 2 s, is over; b's from 31 s holds its place to its own deadline, 40 s
     assert busy_seconds([(tasks[2], 30.0, None), (tasks[6], 31.0, 40.0)], budget, 32.0) == pytest.approx(8.0)
+
+
+def test_where_a_bag_may_end_short_the_leads_share_the_time_among_themselves_then_the_later_folds():
+    """With `partial` (no stacking), each model's first fold to start shares the time left with the other
+    models' leads only: three unmeasured models get a third each, not a fifteenth. A later fold shares
+    with the other later folds of the models begun, and is not started under half its model's fit."""
+    from pipeline.graph.first_trials import MIN_PART, FirstTrials
+
+    clock = Clock(0.0)
+    budget = TimeBudget(30, clock=clock)
+    bag = lambda m: [Task(fit_id(m, 0, f), "fit", DRIVER, model=m, trial=0, fold=f) for f in range(5)]  # noqa: E731
+    tasks = bag("a") + bag("b") + bag("c")
+    first = FirstTrials(tasks, partial=True)
+    gone = set()
+    assert first.leads(tasks[0]) and first.share(tasks[0], budget, 1, 0.0, gone.__contains__) == pytest.approx(10.0)
+    first.started(tasks[0], 10.0)
+    gone.add(tasks[0].id)
+    assert not first.leads(tasks[1]) and first.leads(tasks[5])
+    budget.record(tasks[0], 8.0)  # a's fold took 8 s
+    clock.now = 8.0
+    # b's lead: 22 s over b and c, 11 s each
+    assert first.share(tasks[5], budget, 1, 0.0, gone.__contains__) == pytest.approx(11.0)
+    for lead in (tasks[5], tasks[10]):
+        first.started(lead, None)
+        gone.add(lead.id)
+        budget.record(lead, 8.0)
+    clock.now = 24.0
+    # 6 s left over the 12 later folds of 8 s each: half a second each, under half a fit: not started
+    share = first.share(tasks[1], budget, 1, 0.0, gone.__contains__)
+    assert share == pytest.approx(0.5) and share < MIN_PART * 8.0 and first.too_short(tasks[1], budget, share)
+    clock.now = 0.0  # with 30 s left, 2.5 s each: still too short; with 120 s, 10 s each: the whole fit
+    assert first.too_short(tasks[1], budget, first.share(tasks[1], budget, 1, 0.0, gone.__contains__))
+    assert first.share(tasks[1], budget, 4, 0.0, gone.__contains__) is None
+    # without `partial` the same fold would be started at its share (a stacked level needs whole bags)
+    whole = FirstTrials(tasks)
+    assert not whole.too_short(tasks[1], budget, 0.5)
 
 
 def test_one_fit_per_model_gets_no_more_than_an_equal_share_of_the_time_left():
@@ -604,4 +671,4 @@ def test_one_fit_per_model_gets_no_more_than_an_equal_share_of_the_time_left():
 
     budget = TimeBudget(90, clock=Clock(0.0))
     tasks = [Task(fit_id(m, 0, 0), "fit", DRIVER, model=m, trial=0, fold=0) for m in "abc"]
-    assert FirstTrials(tasks).deadline(tasks[0], budget, 1, 0.0, set().__contains__) == pytest.approx(30.0)
+    assert FirstTrials(tasks).share(tasks[0], budget, 1, 0.0, set().__contains__) == pytest.approx(30.0)

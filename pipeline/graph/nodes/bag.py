@@ -1,5 +1,7 @@
 """The bag node: one trial's fold models (or one stacked level's) as one result (out-of-fold
-predictions in row order, the test predictions averaged), scored; a trial's is told to the trial source."""
+predictions in row order, the test predictions averaged), scored; a trial's is told to the trial source.
+Under a time budget a model's first trial may end with the folds that ended in time (graph.first_trials):
+it is scored on their held-out rows."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ class BagNode(NodeKind):
         from pipeline.graph.nodes.context import TrialResult
         from pipeline.graph.stacking import level_name
 
-        folds = [inputs[i] for i in task.depends_on]
+        folds = [inputs[i] for i in task.depends_on if i in inputs]  # fewer: a first trial the budget cut
         held_out = np.concatenate([f.held_out for f in folds])
         val_pred = np.concatenate([f.val_pred for f in folds])
         order = np.argsort(held_out, kind="stable")

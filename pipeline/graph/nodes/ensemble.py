@@ -1,6 +1,8 @@
 """The ensemble node: each model's best trial (and each stacked level's bag) as a predictor with its
 leaderboard row, and, with two models or more at the last level, their weighted ensemble (Caruana
-selection on the out-of-fold predictions). The run's hooks log the board (pipeline.outputs)."""
+selection on the out-of-fold predictions). Where a time budget kept a first trial with fewer folds, the
+rows are scored and the weights chosen on the held-out rows every candidate predicted (`shared_rows`).
+The run's hooks log the board (pipeline.outputs)."""
 
 from __future__ import annotations
 
@@ -41,8 +43,10 @@ class EnsembleNode(NodeKind):
         kinds = [a.model for a in ctx.plan.allocations]
         schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories, data.features)
         rows, predictors, seconds = [], {}, {}
+        shared = shared_rows(best)  # where a first trial kept fewer folds: the rows every model predicted
         for name, trial in best.items():
-            val_scores = metrics_module.score_all(problem, data.y[trial.held_out], trial.val_pred)
+            on = shared.get(name, trial)
+            val_scores = metrics_module.score_all(problem, data.y[on.held_out], on.val_pred)
             test_scores = metrics_module.score_all(problem, data.y[data.test_idx], trial.test_pred)
             seconds[name] = _test_seconds(name, trial, best, kinds)
             rows.append(_row(name, trial, val_scores, test_scores, ctx.plan, len(data.test_idx),
@@ -147,6 +151,32 @@ def _other_trials(outcome, best: dict, metric, data, schema, seconds: dict) -> d
     return extra
 
 
+def shared_rows(trials: dict) -> dict:
+    """The candidates on the held-out rows all of them predicted: a first trial the budget cut holds out
+    the rows of the folds that ended (graph.first_trials), the others every row. A candidate without any of
+    the rows the others share is left out (those holding the fewest rows first)."""
+    import dataclasses
+
+    import numpy as np
+
+    names = sorted(trials, key=lambda n: -len(trials[n].held_out))
+    common = trials[names[0]].held_out
+    if all(np.array_equal(t.held_out, common) for t in trials.values()):
+        return trials
+    kept = {}
+    for name in names:
+        rows = np.intersect1d(common, trials[name].held_out)
+        if len(rows):
+            common, kept[name] = rows, trials[name]
+    out = {}
+    for name, t in trials.items():
+        if name in kept:
+            at = np.searchsorted(t.held_out, common)  # a bag's held-out rows are sorted
+            out[name] = dataclasses.replace(t, held_out=common, val_pred=t.val_pred[at])
+    log.info("ensemble: weights chosen on the %d held-out rows its %d candidates all predicted", len(common), len(out))
+    return out
+
+
 SELECTION_ROWS = 100_000  # held-out rows the ensemble's weights are chosen on, at most
 
 
@@ -174,10 +204,10 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     from pipeline import metrics as metrics_module
     from pipeline.ensemble import EnsemblePredictor, blend, ensemble_selection
 
+    best = shared_rows(best)
+    floor = [n for n in floor if n in best]
     trials = list(best.values())
     held = trials[0].held_out
-    if any(not np.array_equal(t.held_out, held) for t in trials):
-        raise RuntimeError("models were validated on different rows; cannot ensemble them")
     t0 = time.perf_counter()
     rows = selection_rows(len(held))
     y, preds = data.y[held][rows], {n: t.val_pred[rows] for n, t in best.items()}
