@@ -122,3 +122,23 @@ def test_the_saved_ensemble_holds_only_the_members_it_blends():
     saved = predictors["ensemble"]
     assert [m.name for m in saved.members] == [n for n in best if weights[n] > 0]
     assert all(w > 0 for w in saved.weights)
+
+
+def test_candidates_holding_out_different_rows_are_compared_on_the_rows_they_all_predicted():
+    """A first trial kept with fewer folds holds out fewer rows: every candidate is cut to the rows all of
+    them predicted, each prediction staying with its row; one sharing no row with the others is left out."""
+    from pipeline.graph.nodes.context import TrialResult
+    from pipeline.graph.nodes.ensemble import shared_rows
+
+    def trial(name, rows):
+        rows = np.asarray(rows)
+        return TrialResult(name, 0, {}, [], rows, rows * 10.0, np.zeros(3), 0.0)
+
+    whole, short = trial("whole", range(10)), trial("short", [2, 5, 7])
+    out = shared_rows({"whole": whole, "short": short})
+    assert list(out["whole"].held_out) == [2, 5, 7] and list(out["whole"].val_pred) == [20.0, 50.0, 70.0]
+    assert out["short"].held_out.tolist() == [2, 5, 7] and whole.held_out.size == 10  # the trials are not changed
+    same = {"a": trial("a", range(4)), "b": trial("b", range(4))}
+    assert shared_rows(same) is same
+    apart = shared_rows({"whole": whole, "short": short, "other": trial("other", [0, 1])})
+    assert sorted(apart) == ["short", "whole"]  # the candidates holding the most rows are kept first

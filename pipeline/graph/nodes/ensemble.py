@@ -236,7 +236,7 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     row = leaderboard_row(
         "ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
         test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
-        num_folds=len(trials[0].folds), best_trial="-", params=dict(zip(names, map(float, weights))),
+        num_folds=min(len(t.folds) for t in trials), best_trial="-", params=dict(zip(names, map(float, weights))),
         level=level,
     )
     return row, (held, val_pred, test_pred)
