@@ -51,7 +51,8 @@ class FirstTrials:
         """Whether `task` would be its model's first first-trial fit to start."""
         return task.id in self.pending and task.model not in self.begun
 
-    def share(self, task, budget, places: int, busy_s: float, gone, now: Optional[float] = None) -> Optional[float]:
+    def share(self, task, budget, places: int, busy_s: float, gone,
+              now: Optional[float] = None) -> Optional[float]:
         """The seconds `task` may run, or None where the run's deadline holds. The time left on `places`
         places, less `busy_s` seconds the running fits still hold, is shared by max-min fairness (a fit whose
         model's estimate is under the common level takes its estimate, the others the level; one not measured
@@ -68,7 +69,8 @@ class FirstTrials:
         others = [t for t in self.pending.values() if t.id != task.id]
         weight = 1.0
         if self.partial and self.leads(task):
-            others = list({t.model: t for t in others if t.model not in self.begun and t.model != task.model}.values())
+            leads = {t.model: t for t in others if t.model not in self.begun and t.model != task.model}
+            others = list(leads.values())
         elif self.partial:
             others = [t for t in others if t.model in self.begun]
         elif budget.estimate(task) is None and any(t.model == task.model for t in others):
@@ -86,11 +88,11 @@ class FirstTrials:
         return (self.partial and not self.leads(task) and seconds is not None and estimate is not None
                 and seconds < MIN_PART * estimate)
 
-    def started(self, task, deadline: Optional[float]) -> None:
-        """`task` started, stopping by `deadline` of its own (None: the run's)."""
+    def started(self, task, seconds: Optional[float]) -> None:
+        """`task` started, to stop after its share of `seconds` (None: at the run's deadline)."""
         if self.pending.pop(task.id, None) is not None:
             self.begun.add(task.model)
-            if deadline is not None:
+            if seconds is not None:
                 self.capped.add(task.id)
 
     def ended(self, task, result) -> None:

@@ -67,7 +67,6 @@ class Scheduler:
         self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
         self.budget = budget
-        # under a budget: each first-trial fit's share of the time; a first trial's bag may end with fewer folds
         self.first = FirstTrials(self.template.tasks, partial=budget is not None and not plan.stack_levels)
         self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs
                             or (self.first.partial and first_trial_bag(t)))
@@ -249,9 +248,9 @@ class Scheduler:
             self._complete(task, cached, request)
             return True
         if self.budget is not None and task.id in self.first.pending:
-            own = self._own_deadline(task, admission)
-            self.first.started(task, own)
-            request.deadline = own or request.deadline
+            seconds = self._own_seconds(task, admission)
+            request.deadline = request.deadline if seconds is None else self.budget.clock() + seconds
+            self.first.started(task, seconds)
         if self.hooks:
             self.hooks.on_task_start(task)
         handle = self.backend.submit(request)
@@ -270,14 +269,11 @@ class Scheduler:
             return True
         fits = self.cut.siblings_left(task)
         slots, after = self._slots(task, admission)
-        # a first trial's fit stops at its share of the time (`_own_deadline`): it starts while any is left,
-        # unless it is a bag's later fold whose share is too short to be worth it
+        # a first trial's fit stops at its share of the time: it starts while any is left, unless it is a
+        # bag's later fold whose share is too short to be worth it
         first = task.id in self.first.pending and self.budget.remaining() > 0
-        if first and self.first.too_short(task, self.budget, self._own_seconds(task, admission)):
-            log.debug("cut %s: its share of the time is under half its model's fit", task.id)
-            self._cut(task, "budget")
-            return False
-        if not first and not self.budget.can_finish(task, fits, slots, after):
+        short = first and self.first.too_short(task, self.budget, self._own_seconds(task, admission))
+        if short or (not first and not self.budget.can_finish(task, fits, slots, after)):
             log.debug("cut %s: %d fit(s) of about %s s each on %d place(s) do not end in the %.1f s left", task.id,
                       fits, self.budget.estimate(task), len(slots), self.budget.remaining())
             self._cut(task, "budget")
@@ -288,12 +284,8 @@ class Scheduler:
             return None
         return True
 
-    def _own_deadline(self, task: Task, admission: Admission) -> Optional[float]:
-        """A first trial's fit: when it stops for its share of the time left (pipeline.graph.first_trials)."""
-        seconds = self._own_seconds(task, admission)
-        return None if seconds is None else self.budget.clock() + seconds
-
     def _own_seconds(self, task: Task, admission: Admission) -> Optional[float]:
+        """A first trial's fit: the seconds it may run, its share of the time left (graph.first_trials)."""
         now = self.budget.clock()
         running = [(t, self.submitted_at[h], r.deadline) for h, (t, _, r) in self.running.items()]
         return self.first.share(task, self.budget, places_for(task, admission.pool, self.serial),

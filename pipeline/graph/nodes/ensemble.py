@@ -173,7 +173,7 @@ def shared_rows(trials: dict) -> dict:
         if name in kept:
             at = np.searchsorted(t.held_out, common)  # a bag's held-out rows are sorted
             out[name] = dataclasses.replace(t, held_out=common, val_pred=t.val_pred[at])
-    log.info("ensemble: weights chosen on the %d held-out rows its %d candidates all predicted", len(common), len(out))
+    log.debug("ensemble: the %d held-out rows its %d candidates all predicted", len(common), len(out))
     return out
 
 
@@ -236,7 +236,7 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     row = leaderboard_row(
         "ensemble", val_scores, test_scores, fit_seconds=selection_seconds, predict_seconds=0.0,
         test_rows_per_s=rows_per_second(len(data.test_idx), test_seconds), device="cpu",
-        num_folds=min(len(t.folds) for t in trials), best_trial="-", params=dict(zip(names, map(float, weights))),
-        level=level,
+        num_folds=min(len(t.folds) for t in trials), best_trial="-",
+        params=dict(zip(names, map(float, weights))), level=level,
     )
     return row, (held, val_pred, test_pred)
