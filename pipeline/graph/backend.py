@@ -57,17 +57,17 @@ def wait_or_stop(backend: Backend, running: dict, started: dict, budget, task_ti
     if task_timeout_s is not None:
         oldest = min(started[h] for h in running)
         timeouts.append(oldest + task_timeout_s - time.monotonic())
-    if budget is not None:
-        timeouts.append(budget.stop_at - budget.clock())
+    if budget is not None:  # a refit fit's deadline is past the other fits' (TimeBudget.deadline_for)
+        timeouts.append(min(budget.deadline_for(t) for t, *_ in running.values()) + budget.grace - budget.clock())
     done = backend.wait(list(running), timeout=max(0.0, min(timeouts)) if timeouts else None)
     finished, cancelled = {h for h, _ in done}, 0
     now = time.monotonic()
     for handle, (task, *_) in running.items():
         if handle in finished:
             continue
-        if budget is not None and budget.clock() >= budget.stop_at:
+        if budget is not None and budget.clock() >= budget.deadline_for(task) + budget.grace:
             log.warning("fit %s was still running %.0f s past the time limit; its worker is stopped",
-                        task.id, budget.clock() - budget.deadline)
+                        task.id, budget.clock() - budget.deadline_for(task))
             backend.cancel(handle)
             cancelled += 1
             done.append((handle, None))

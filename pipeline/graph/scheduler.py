@@ -29,7 +29,7 @@ from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResu
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
 from pipeline.graph.first_trials import FirstTrials, busy_seconds, first_trial_bag, places_for
-from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
+from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, level_one_refit, summarize
 from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, time_shares
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
@@ -68,7 +68,7 @@ class Scheduler:
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
         self.budget = budget
         self.first = FirstTrials(self.template.tasks, partial=budget is not None and not plan.stack_levels)
-        self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs
+        self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs or level_one_refit(t)
                             or (self.first.partial and first_trial_bag(t)))
         self.cancelled = self.abandoned = 0  # fits stopped: past the deadline's grace; their trial can't end
         self._order = {t.id: i for i, t in enumerate(plan.tasks)}
@@ -160,9 +160,8 @@ class Scheduler:
         at a time: a trial's later folds, once its first has ended, before any other trial's, as a trial
         left unfinished at the deadline is dropped); then the fits of a model none of whose fits has ended
         (how long they take is learnt first); one at a time under a budget, the first trials of the quicker
-        models first (a deadline that cannot hold them all cuts the slowest, not a quick model); then the
-        longest path of work to the graph's end first (critical path list scheduling). Where a first trial's
-        bag may end with fewer folds, its folds go fold by fold across the models (first_trials)."""
+        models first (a deadline that cannot hold them all cuts the slowest, not a quick model), fold by fold
+        where their bags may end short (first_trials); then the longest path of work to the end first."""
         trial = (task.trial or 0) if self.budget is not None else 0
         spent = self._fit_seconds[task.model][0] if trial and task.model in self._fit_seconds else 0.0
         spent /= self._shares.get(task.model, 1.0)
@@ -247,7 +246,9 @@ class Scheduler:
             cached.cached = True
             self._complete(task, cached, request)
             return True
-        if self.budget is not None and task.id in self.first.pending:
+        if self.budget is not None and task.fold_set == ():  # a refit fit: in the time kept for the refits
+            request.deadline = self.budget.deadline_for(task)
+        elif self.budget is not None and task.id in self.first.pending:
             seconds = self._own_seconds(task, admission)
             request.deadline = request.deadline if seconds is None else self.budget.clock() + seconds
             self.first.started(task, seconds)

@@ -75,12 +75,16 @@ class TailEstimate:
         return f"{socket.gethostname()}-{kind}-{self.size}.json"
 
     def __call__(self) -> float:
-        seconds = self.fixed * self.share
-        if self.refit:
-            refits = [(self.fit_seconds(m) or 0.0) * folds / max(1, folds - 1) for m, folds, _ in self.models]
-            places = max(1, self.cpus // max(1, max((c for _, _, c in self.models), default=1)))
-            seconds += max(max(refits, default=0.0), sum(refits) / places)
-        return seconds
+        return self.fixed * self.share + self.refit_seconds()
+
+    def refit_seconds(self) -> float:
+        """With refit=true, the refits' part: each model's fit on num_folds / (num_folds - 1) of its fold's
+        rows, at its measured fit time, on the places the CPUs give."""
+        if not self.refit:
+            return 0.0
+        refits = [(self.fit_seconds(m) or 0.0) * folds / max(1, folds - 1) for m, folds, _ in self.models]
+        places = max(1, self.cpus // max(1, max((c for _, _, c in self.models), default=1)))
+        return max(max(refits, default=0.0), sum(refits) / places)
 
 
 def size_decade(rows: Optional[int], features: Optional[int]) -> str:

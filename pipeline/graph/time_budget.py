@@ -94,6 +94,14 @@ class TimeBudget:
         """Running fits still running then are stopped."""
         return self.deadline + self.grace
 
+    def deadline_for(self, task) -> float:
+        """When `task` must end: a refit fit (refit=true: a model's best trial on every row) in the time the
+        tail keeps for the refits, after the fits' deadline; any other fit by the fits' deadline."""
+        refits = getattr(self.tail, "refit_seconds", None)
+        if self.whole_run and refits is not None and getattr(task, "fold_set", None) == ():
+            return self.deadline + refits()
+        return self.deadline
+
     def record(self, task, seconds: float, stopped: bool = False, result=None) -> None:
         """A finished fit of `task`'s model took `seconds` (`stopped`: it was cut short); the first `result`
         of each model with a fitted model is weighed as a save will pickle it (what the tail writes)."""
@@ -142,7 +150,7 @@ class TimeBudget:
             start = heapq.heappop(free)
             end = max(end, start + seconds)
             heapq.heappush(free, start + seconds)
-        return end < self.deadline
+        return end < self.deadline_for(task)
 
     def remaining(self, now: Optional[float] = None) -> float:
         return self.deadline - (self.clock() if now is None else now)
@@ -152,6 +160,12 @@ class TimeBudget:
 class _Probe:
     model: str
     level: int
+
+
+def level_one_refit(task) -> bool:
+    """A model's refit fit at level 1 (refit=true): it fits the best of the model's trials that ended, so a
+    cut trial does not cut it."""
+    return task.kind == "fit" and task.fold_set == () and _level(task) == 1
 
 
 class GraphCut:

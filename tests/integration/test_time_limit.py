@@ -118,3 +118,15 @@ def test_a_slow_models_bag_is_kept_with_the_folds_that_ended_and_the_ensemble_sc
     assert len(lightgbm) == kept and lightgbm[0]["fold"] == 0 and lightgbm[0]["stopped_by_budget"]
     leads = [e["start"] for e in timeline if e["trial"] == 0 and e["fold"] == 0]
     assert max(leads) <= min(e["start"] for e in timeline if e["trial"] == 0 and e["fold"] > 0)  # leads first
+
+
+def test_refits_run_under_a_time_limit_in_the_time_kept_for_them(cli, tmp_path):
+    """refit=true with time_limit_s: the trials the budget cut do not cut the refits (each model's best trial
+    that ended is fitted once more on every row), which run after the fits' deadline in the time the tail
+    keeps for them. Before, any cut trial cut its model's refit, and the refit node never ran under a limit."""
+    proc = cli("data.max_rows=2000", "model=lightgbm", "refit=true", "tracking=none", "time_limit_s=15",
+               "hydra.run.dir=run", check=True, timeout=120)
+    board = pd.read_csv(tmp_path / "run" / "leaderboard.csv")
+    assert "lightgbm_refit" in set(board["model"]), proc.stdout[-1500:]
+    budget = json.loads((tmp_path / "run" / "run_state.json").read_text())["time_budget"]
+    assert budget["trials_not_run"] > 0 and "refit" not in budget["other_cut"] and "within the limit" in proc.stdout

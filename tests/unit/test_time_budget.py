@@ -83,7 +83,34 @@ class TestEstimates:
         assert not budget.can_finish(Task("z", "fit", DRIVER, model="new"))  # past the deadline: nothing starts
 
 
+def test_a_refit_fit_runs_in_the_time_the_tail_keeps_for_the_refits():
+    class Tail:
+        def __call__(self):
+            return 3.0 + self.refit_seconds()
+
+        def refit_seconds(self):
+            return 5.0
+
+    budget = TimeBudget(30, start=0.0, clock=Clock(0.0), whole_run=True, tail=Tail())
+    refit = Task("fit/a/l1/refit", "fit", DRIVER, model="a", level=1, fold_set=())
+    assert budget.deadline == 30 - 8 - budget.grace and budget.deadline_for(refit) == budget.deadline + 5
+    assert budget.deadline_for(Task(fit_id("a", 0, 0), "fit", DRIVER, model="a", trial=0, fold=0)) == budget.deadline
+    assert TimeBudget(30, clock=Clock(0.0)).deadline_for(refit) == 30  # fit_time_limit_s: refits are fits
+
+
 class TestGraphCut:
+    def test_a_cut_trial_does_not_cut_its_models_refit_unless_every_trial_was(self):
+        from pipeline.graph.time_budget import level_one_refit
+
+        tasks = graph(models=("a",), trials=2, folds=1)
+        refit = Task("fit/a/l1/refit", "fit", DRIVER, (bag_id("a", 0), bag_id("a", 1)), model="a", level=1,
+                     fold_set=())
+        cut = GraphCut([*tasks, refit], lambda t: partial(t) or level_one_refit(t))
+        cut.cut_task(fit_id("a", 1, 0))
+        assert refit.id not in cut.cut
+        cut.cut_task(fit_id("a", 0, 0))
+        assert cut.cut[refit.id] == "input"
+
     def test_a_cut_fit_cuts_its_bag_and_the_unstarted_folds_of_its_trial_not_the_started_ones(self):
         cut = GraphCut(graph(folds=3), partial)
         cut.started.add(fit_id("a", 0, 0))
