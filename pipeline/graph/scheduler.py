@@ -246,9 +246,9 @@ class Scheduler:
             cached.cached = True
             self._complete(task, cached, request)
             return True
-        if self.budget is not None and task.fold_set == ():  # a refit fit: in the time kept for the refits
+        if self.budget is not None:  # a refit fit's deadline: past the fits', in the time kept for the refits
             request.deadline = self.budget.deadline_for(task)
-        elif self.budget is not None and task.id in self.first.pending:
+        if self.budget is not None and task.id in self.first.pending:
             seconds = self._own_seconds(task, admission)
             request.deadline = request.deadline if seconds is None else self.budget.clock() + seconds
             self.first.started(task, seconds)

@@ -89,11 +89,6 @@ class TimeBudget:
         """When the fits must end, as a time.time() (it moves as the tail's estimate does)."""
         return self.start + self.limit_s - self.reserved
 
-    @property
-    def stop_at(self) -> float:
-        """Running fits still running then are stopped."""
-        return self.deadline + self.grace
-
     def deadline_for(self, task) -> float:
         """When `task` must end: a refit fit (refit=true: a model's best trial on every row) in the time the
         tail keeps for the refits, after the fits' deadline; any other fit by the fits' deadline."""
