@@ -13,6 +13,8 @@ learn it), and predicts from the level-(l-1) refits' predictions.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from pipeline import metrics as metrics_module
@@ -22,6 +24,7 @@ from pipeline.graph.plan import Plan
 from pipeline.graph.stacking import level_name
 
 SUFFIX = "_refit"
+log = logging.getLogger(__name__)
 
 
 def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, schema) -> list[dict]:
@@ -52,7 +55,12 @@ def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, sche
                          result.fit_seconds, result.predict_seconds, rows_per_second(num_test, seconds), device,
                          best[name].trial, {**result.model.params}, level))
     bagged = predictors.get("ensemble")
-    if isinstance(bagged, EnsemblePredictor):
+    missing = [m.name for m in bagged.members if m.name + SUFFIX not in predictors] if isinstance(
+        bagged, EnsemblePredictor) else []
+    if missing:
+        log.warning("no ensemble%s: %s, in the ensemble, had no refit (the time limit cut it)", SUFFIX,
+                    ", ".join(missing))
+    elif isinstance(bagged, EnsemblePredictor):
         members = [predictors[m.name + SUFFIX] for m in bagged.members]
         predictors["ensemble" + SUFFIX] = EnsemblePredictor("ensemble" + SUFFIX, members, bagged.weights, problem,
                                                             data.classes)

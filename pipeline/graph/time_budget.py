@@ -80,9 +80,17 @@ class TimeBudget:
         return run_grace_s(self.limit_s) if self.whole_run else stop_grace_s(self.limit_s)
 
     @property
+    def refits_kept(self) -> bool:
+        """Whether the tail keeps time for refit fits (refit=true under a whole-run limit)."""
+        return self.whole_run and bool(getattr(self.tail, "refit", False))
+
+    @property
     def reserved(self) -> float:
-        """Seconds of a whole-run limit kept back from the fits: the tail's estimate and the stop grace."""
-        return self.tail() + self.grace if self.whole_run else 0.0
+        """Seconds of a whole-run limit kept back from the fits: the tail's estimate and the stop grace, and
+        with refits a second grace: theirs start once the fits have stopped, and may need one to stop too."""
+        if not self.whole_run:
+            return 0.0
+        return self.tail() + self.grace * (2 if self.refits_kept else 1)
 
     @property
     def deadline(self) -> float:
@@ -91,10 +99,10 @@ class TimeBudget:
 
     def deadline_for(self, task) -> float:
         """When `task` must end: a refit fit (refit=true: a model's best trial on every row) in the time the
-        tail keeps for the refits, after the fits' deadline; any other fit by the fits' deadline."""
-        refits = getattr(self.tail, "refit_seconds", None)
-        if self.whole_run and refits is not None and getattr(task, "fold_set", None) == ():
-            return self.deadline + refits()
+        tail keeps for the refits, which starts once the fits had their grace to stop (a refit depends on
+        every trial of its model, the last of which may stop at the deadline); any other fit by the fits'."""
+        if self.refits_kept and getattr(task, "fold_set", None) == ():
+            return self.deadline + self.grace + self.tail.refit_seconds()
         return self.deadline
 
     def record(self, task, seconds: float, stopped: bool = False, result=None) -> None:
@@ -227,6 +235,7 @@ class BudgetSummary:
     trials_pruned: int = 0  # losing after some folds (successive halving over folds): the rest not started
     fits_held_to_share: int = 0  # of fits_stopped, first-trial fits stopped at their share (graph.first_trials)
     first_trials_partial: list[str] = field(default_factory=list)  # "<model>: k of n folds", bags kept short
+    refits_not_run: list[str] = field(default_factory=list)  # refit=true: the models whose refit fit was cut
 
     @property
     def cut_anything(self) -> bool:
@@ -257,6 +266,9 @@ class BudgetSummary:
         if self.fits_abandoned:
             parts.append(f"{self.fits_abandoned} stopped when their trial could no longer finish")
         parts += [f"{n} {kind} node(s) not run" for kind, n in self.other_cut.items()]
+        if self.refits_not_run:
+            parts.append(f"no refit of {', '.join(self.refits_not_run)} (it could not end in the time kept "
+                         "for the refits)")
         if self.left_out:
             parts.append("left out (no complete trial): " + ", ".join(self.left_out))
         since = "start-up" if self.key == "time_limit_s" else "the first fit's start"
@@ -287,6 +299,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     partial = [f"{names(b)}: {sum(d in done for d in b.depends_on)} of {len(b.depends_on)} folds" for b in bags
                if b.id in done and any(d in cut.cut for d in b.depends_on)]
     ends = [e["end"] for e in timeline if not e.get("cached")]
+    refits = [names(f) for f in fits if f.fold_set == () and f.id in cut.cut]
     return BudgetSummary(
         limit_s=budget.limit_s,
         fits_ended_s=max(ends, default=budget.start) - budget.start,
@@ -296,6 +309,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
         fits_abandoned=abandoned, fits_held_to_share=held_to_share,
         other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
         key=budget.key, reserved_s=budget.reserved, trials_pruned=pruned, first_trials_partial=partial,
+        refits_not_run=refits,
     )
 
 

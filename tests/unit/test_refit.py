@@ -30,3 +30,29 @@ def test_an_xgboost_refit_boosts_exactly_that_many_rounds():
     refit = model.clone(model.refit_params(folds(best_iteration_=[11, 13])))
     refit.fit(X, y, X, y, FitContext("binary", 2))
     assert refit.booster_.num_boosted_rounds() == 13
+
+
+def test_the_refits_that_ended_are_kept_and_no_ensemble_refit_is_made_without_every_members(caplog):
+    """A time limit cut b's refit: a's refit gets its predictor and row; the ensemble's refit, which keeps
+    the bagged ensemble's weights for every member, is not made, and the run says why."""
+    from pipeline.ensemble import BaggedPredictor, EnsemblePredictor
+    from pipeline.graph.refit import refit_all
+
+    y = np.array([0, 1, 0, 1])
+    data = SimpleNamespace(problem_type="binary", y=y, test_idx=np.arange(4), classes=[0, 1])
+    plan = SimpleNamespace(allocations=[SimpleNamespace(model="a"), SimpleNamespace(model="b")])
+    bags = {m: BaggedPredictor(m, [], "binary", [0, 1], None) for m in ("a", "b")}
+    ensemble = EnsemblePredictor("ensemble", list(bags.values()), [0.5, 0.5], "binary", [0, 1])
+    predictors = {**bags, "ensemble": ensemble}
+    proba = np.column_stack([1.0 - y * 0.8, 0.1 + y * 0.8])
+    result = SimpleNamespace(model=SimpleNamespace(params={}), test_pred=proba, test_predict_seconds=0.01,
+                             device="cpu", gpu_ids=(), fit_seconds=0.5, predict_seconds=0.01)
+    best = {"a": SimpleNamespace(trial=3)}
+    with caplog.at_level("WARNING", logger="pipeline.graph.refit"):
+        rows = refit_all({("a", 1): result}, best, predictors, data, plan, None)
+    assert [r["model"] for r in rows] == ["a_refit"] and rows[0]["test_roc_auc"] == 1.0
+    assert "a_refit" in predictors and "ensemble_refit" not in predictors
+    assert "no ensemble_refit: b, in the ensemble, had no refit (the time limit cut it)" in caplog.text
+    best_both = {**best, "b": SimpleNamespace(trial=0)}
+    both = refit_all({("a", 1): result, ("b", 1): result}, best_both, predictors, data, plan, None)
+    assert [r["model"] for r in both] == ["a_refit", "b_refit", "ensemble_refit"]

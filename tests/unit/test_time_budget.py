@@ -83,8 +83,10 @@ class TestEstimates:
         assert not budget.can_finish(Task("z", "fit", DRIVER, model="new"))  # past the deadline: nothing starts
 
 
-def test_a_refit_fit_runs_in_the_time_the_tail_keeps_for_the_refits():
+def test_a_refit_fits_time_starts_after_the_fits_grace_to_stop_and_keeps_a_grace_of_its_own():
     class Tail:
+        refit = True
+
         def __call__(self):
             return 3.0 + self.refit_seconds()
 
@@ -93,12 +95,79 @@ def test_a_refit_fit_runs_in_the_time_the_tail_keeps_for_the_refits():
 
     budget = TimeBudget(30, start=0.0, clock=Clock(0.0), whole_run=True, tail=Tail())
     refit = Task("fit/a/l1/refit", "fit", DRIVER, model="a", level=1, fold_set=())
-    assert budget.deadline == 30 - 8 - budget.grace and budget.deadline_for(refit) == budget.deadline + 5
+    assert budget.deadline == 30 - 8 - 2 * budget.grace
+    assert budget.deadline_for(refit) == budget.deadline + budget.grace + 5 == 30 - 3 - budget.grace
     assert budget.deadline_for(Task(fit_id("a", 0, 0), "fit", DRIVER, model="a", trial=0, fold=0)) == budget.deadline
     assert TimeBudget(30, clock=Clock(0.0)).deadline_for(refit) == 30  # fit_time_limit_s: refits are fits
+    Tail.refit = False  # refit=false: one grace, and no time kept for refits
+    assert budget.deadline == 30 - 8 - budget.grace
+
+
+class RefitTail:
+    """A whole-run tail that keeps 1.5 s for the refits and 1 s for the rest."""
+
+    refit = True
+
+    def __call__(self):
+        return 1.0 + self.refit_seconds()
+
+    def refit_seconds(self):
+        return 1.5
+
+
+def test_each_models_refit_runs_after_its_search_and_the_refit_node_runs_on_them(tmp_path):
+    """Both models search up to the end of their trials' time (b's trials of 4 s stop first), then each
+    refit runs in the time kept for it. Before, the refit node needed every refit, so a refit counted the
+    other models' refits as fits to end by its own deadline: every refit and the node were cut."""
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"a": 1.0, "b": 4.0}, limit_s=30.0,
+                                                         trials=40, refit_tail=RefitTail())
+    ends = {tid: end for tid, _, end in backend.submitted}
+    assert {"fit/a/l1/refit", "fit/b/l1/refit", "refit"} <= set(outcome.results)
+    last_trial = max(end for tid, end in ends.items() if "/t" in tid)
+    assert last_trial >= budget.deadline - 1.0  # a searched up to the fits' deadline
+    assert ends["fit/a/l1/refit"] > budget.deadline  # and its refit ran in the time kept for it
+    assert backend.deadlines["fit/a/l1/refit"] == budget.deadline + budget.grace + 1.5
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline)
+    assert summary.refits_not_run == [] and "refit" not in summary.other_cut
+    assert "no refit" not in summary.line()
+
+
+def test_a_refit_cut_alone_is_said_and_leaves_the_refit_node_to_run():
+    from pipeline.graph.nodes import node_kind
+    from pipeline.graph.time_budget import level_one_refit
+
+    tasks = graph(models=("a", "b"), trials=1, folds=1)
+    refits = [Task(f"fit/{m}/l1/refit", "fit", DRIVER, (bag_id(m, 0),), model=m, level=1, fold_set=())
+              for m in ("a", "b")]
+    node = Task("refit", "refit", DRIVER, ("ensemble", *(r.id for r in refits)))
+    cut = GraphCut([*tasks, *refits, node], lambda t: node_kind(t.kind).partial_inputs or level_one_refit(t))
+    cut.started |= {t.id for t in tasks if t.kind == "fit"} | {refits[0].id}
+    cut.cut_task(refits[1].id)
+    done = {t.id: None for t in [*tasks, refits[0], node]}
+    summary = summarize(TimeBudget(30, clock=Clock()), cut, done, [])
+    assert summary.refits_not_run == ["b"] and summary.other_cut == {}
+    assert "no refit of b (it could not end in the time kept for the refits)" in summary.line()
 
 
 class TestGraphCut:
+    def test_the_refit_node_runs_on_the_refits_that_ended_and_is_cut_only_when_every_one_was(self):
+        from pipeline.graph.nodes import node_kind
+        from pipeline.graph.time_budget import level_one_refit
+
+        tasks = graph(models=("a", "b"), trials=1, folds=1)
+        refits = [Task(f"fit/{m}/l1/refit", "fit", DRIVER, (bag_id(m, 0),), model=m, level=1, fold_set=())
+                  for m in ("a", "b")]
+        node = Task("refit", "refit", DRIVER, ("ensemble", *(r.id for r in refits)))
+        cut = GraphCut([*tasks, *refits, node],
+                       lambda t: node_kind(t.kind).partial_inputs or level_one_refit(t))
+        assert cut.siblings_left(refits[0]) == 1  # it waits for no other model's refit
+        cut.cut_task(refits[1].id)
+        assert node.id not in cut.cut and refits[0].id not in cut.cut
+        cut.cut_task(refits[0].id)
+        assert node.id not in cut.cut  # the ensemble's board still comes: an empty refit board
+        cut.cut_task("ensemble")
+        assert cut.cut[node.id] == "input"
+
     def test_a_cut_trial_does_not_cut_its_models_refit_unless_every_trial_was(self):
         from pipeline.graph.time_budget import level_one_refit
 
@@ -186,7 +255,8 @@ class SimulatedBackend(Backend):
             return []
         del self.running[handle]
         self.clock.now = max(self.clock.now, end)
-        held_out = np.arange(request.fold, self.rows, request.num_folds)
+        held_out = (np.arange(self.rows) if request.fold is None  # a refit: every row
+                    else np.arange(request.fold, self.rows, request.num_folds))
         val_pred = np.full((len(held_out), 2), 0.5)
         if request.model_name in self.right:
             y = np.tile([0, 1], self.rows // 2)[held_out]
@@ -204,7 +274,9 @@ class SimulatedBackend(Backend):
 
 
 def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: dict | None = None, rows=8,
-             serial=False, source=None, stops=False):
+             serial=False, source=None, stops=False, refit_tail=None):
+    """`refit_tail`: refit=true under a whole-run limit with that tail: a refit fit per model after its bags,
+    and the refit node after them and the bags' collector (the ensemble's place)."""
     from pipeline.config import HpoConf
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
@@ -222,11 +294,21 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: 
     plan = build_plan(hw, allocations)
     bags = tuple(t.id for t in plan.tasks if t.kind == "bag")
     plan = plan.with_task(Task("collect", "collect", DRIVER, bags))
-    data = SimpleNamespace(y=np.tile([0, 1], rows // 2), fingerprint="simulated")
     clock = Clock()
+    budget = TimeBudget(limit_s, clock=clock)
+    if refit_tail is not None:
+        from pipeline.graph.shape import REFIT, stack_fit_id
+
+        refits = [Task(stack_fit_id(a.model, 1, ()), "fit", a.fit,
+                       tuple(t.id for t in plan.tasks if t.kind == "bag" and t.model == a.model),
+                       model=a.model, level=1, fold_set=()) for a in allocations]
+        for task in refits:
+            plan = plan.with_task(task)
+        plan = plan.with_task(Task(REFIT, REFIT, DRIVER, ("collect", *(t.id for t in refits))))
+        budget = TimeBudget(limit_s, start=clock.now, clock=clock, whole_run=True, tail=refit_tail)
+    data = SimpleNamespace(y=np.tile([0, 1], rows // 2), fingerprint="simulated")
     backend = SimulatedBackend(seconds, clock, rows, right, stops)
     backend.one_at_a_time = serial
-    budget = TimeBudget(limit_s, clock=clock)
     source = source or TrialSource(HpoConf(), {}, {}, "maximize")
     scheduler = Scheduler(plan, backend, ResultStore(tmp_path), source, {m: SleepModel({}, m) for m in seconds},
                           data, METRICS["roc_auc"], seed=0, budget=budget, pruning=source.spec.pruning)
