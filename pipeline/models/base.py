@@ -88,6 +88,30 @@ class FitContext:
         return row_weights(self.class_weight, y_train, y_val, self.num_classes)
 
 
+class RoundClock:
+    """A fit's rounds (boosting rounds, a forest's growth steps) against its deadline: after each, whether
+    the next one, and predicting the scored rows with what was trained so far (for a profile's
+    `predict_cost`; none: nothing kept for it), would end past the deadline (`FitContext.out_of_time`).
+    Training's time runs from `start()`, else from the first round's end (LightGBM bins its data inside
+    its first round: that time says nothing of a round's or a prediction's)."""
+
+    def __init__(self, ctx: FitContext, predict_cost: Optional[tuple[float, float]] = None):
+        self.ctx, self.predict_cost = ctx, predict_cost
+        self.last, self.trained_from = time.time(), None
+
+    def start(self) -> None:
+        self.last = self.trained_from = time.time()
+
+    def out_of_time(self, rows: int = 0, features: int = 0) -> bool:
+        """A round ended (on `rows` rows of `features` columns): stop now?"""
+        now = time.time()
+        step, self.last = now - self.last, now
+        self.trained_from = now if self.trained_from is None else self.trained_from
+        after = 0.0 if self.predict_cost is None else self.ctx.scoring_seconds(
+            now - self.trained_from, rows, features, self.predict_cost)
+        return self.ctx.out_of_time(step, after)
+
+
 class TabularModel(ABC):
     """Base of every model. Subclasses declare their kind's `profile` and implement `_fit` and `_predict`,
     never `fit`."""

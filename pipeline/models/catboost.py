@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
-from pipeline.models.base import FitContext, TabularModel, boosting_work
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
 from pipeline.models.profile import MiB, ModelProfile
 
 log = logging.getLogger("pipeline")
@@ -249,16 +249,10 @@ class _Callback:
     rounds; returning False stops boosting (use_best_model keeps the best round so far)."""
 
     def __init__(self, ctx: FitContext):
-        import time
-
-        self.ctx, self.last = ctx, time.time()
+        self.ctx, self.clock = ctx, RoundClock(ctx)
 
     def after_iteration(self, info) -> bool:
-        import time
-
-        now = time.time()
-        step, self.last = now - self.last, now
-        if self.ctx.deadline is not None and self.ctx.out_of_time(step):
+        if self.ctx.deadline is not None and self.clock.out_of_time():
             return False
         if self.ctx.report is not None and info.iteration % 10 == 0:
             metric, values = next(iter(info.metrics.get("validation", {}).items()), (None, None))

@@ -13,11 +13,10 @@ a missing or unseen category, as NaN, which scikit-learn's random splitter sends
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 from pipeline.errors import ConfigError, closest
-from pipeline.models.base import FitContext, TabularModel
+from pipeline.models.base import FitContext, RoundClock, TabularModel
 from pipeline.models.profile import MiB, ModelProfile
 
 OWN = {"trees_per_step": 20, "patience": 2, "tol": 0.001}  # the engine's growth schedule, not scikit-learn's
@@ -140,11 +139,10 @@ class ExtraTreesModel(TabularModel):
         forest = _estimator(ctx.problem_type, {**params, "n_jobs": ctx.placement.num_cpus, "warm_start": True,
                                                "n_estimators": 0})
         weight, _ = ctx.row_weights(y, y_val)
-        total, losses, best, waited, last = None, [], (np.inf, 0), 0, time.time()
+        total, losses, best, waited, clock = None, [], (np.inf, 0), 0, RoundClock(ctx)
         while forest.n_estimators < cap and waited < own["patience"]:
-            if forest.n_estimators and ctx.out_of_time(time.time() - last):  # the first step always grows
+            if forest.n_estimators and clock.out_of_time():  # the first step always grows
                 break
-            last = time.time()
             start = forest.n_estimators
             forest.set_params(n_estimators=min(cap, start + own["trees_per_step"]))
             forest.fit(X, y, sample_weight=weight)

@@ -11,7 +11,7 @@ from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
 from pipeline.models.lightgbm_gpu import device_log, log_from_this_thread, probe
 from pipeline.models.links import from_raw, to_raw
-from pipeline.models.base import FitContext, TabularModel, boosting_work
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
 from pipeline.models.profile import ModelProfile
 
 GPU_HELP = (
@@ -342,19 +342,13 @@ def _deadline_callback(ctx: FitContext):
     """Stop boosting when the next round, and predicting the test rows with the trees so far after it,
     would end past the run's deadline; the rounds so far are the model (LightGBM keeps them all as its
     best iteration)."""
-    import time
-
     import lightgbm as lgb
 
-    last, first = [time.time()], []  # first: the first round's end (lgb.train bins the data before the round)
+    clock = RoundClock(ctx, PROFILE.predict_cost)
 
     def callback(env):
-        now = time.time()
-        step, last[0] = now - last[0], now
-        first[:] = first or [now]
         data = env.model.train_set
-        after = ctx.scoring_seconds(now - first[0], data.num_data(), data.num_feature(), PROFILE.predict_cost)
-        if ctx.out_of_time(step, after):
+        if clock.out_of_time(data.num_data(), data.num_feature()):
             raise lgb.callback.EarlyStopException(env.iteration, env.evaluation_result_list)
 
     callback.order = 50  # after early stopping (30) and pruning (40)

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
-from pipeline.models.base import FitContext, TabularModel, boosting_work
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
 from pipeline.models.links import from_raw
 from pipeline.models.profile import ModelProfile
 
@@ -354,20 +354,17 @@ class _DeadlineCallback:
     them, when it runs). `shape`: the training matrix's (rows, columns)."""
 
     def __new__(cls, ctx: FitContext, shape: tuple[int, int]):
-        import time
-
         import xgboost as xgb
+
+        clock = RoundClock(ctx, PROFILE.predict_cost)
 
         class Callback(xgb.callback.TrainingCallback):
             def before_training(self, model):
-                self.first = self.last = time.time()
+                clock.start()
                 return model
 
             def after_iteration(self, model, epoch, evals_log):
-                now = time.time()
-                step, self.last = now - self.last, now
-                after = ctx.scoring_seconds(now - self.first, *shape, PROFILE.predict_cost)
-                return ctx.out_of_time(step, after)
+                return clock.out_of_time(*shape)
 
         return Callback()
 

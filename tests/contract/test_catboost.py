@@ -4,6 +4,7 @@ machine without one, and no catboost import where a run does not select it."""
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -26,6 +27,17 @@ class TestCatBoost(ModelKindConformance):
         names = model.model_.feature_names_
         assert sorted(names[i] for i in model.model_.get_cat_feature_indices()) == sorted(data.categorical)
         assert model.model_.get_params()["thread_count"] == 2
+
+    def test_a_deadline_stops_the_rounds_with_those_so_far(self, datasets):
+        data = datasets["binary"]
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0, deadline=time.time() + 3600)
+        model = CatBoostModel({"iterations": 300}, "catboost")
+        model.fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
+        assert not ctx.stopped_by_budget and model.model_.tree_count_ > 1  # its best round of 300
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0, deadline=time.time() - 1)
+        model.fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
+        assert ctx.stopped_by_budget and model.model_.tree_count_ == 1  # the round that told the time
+        assert model.predict_proba(data.X.iloc[data.test_idx]).shape == (len(data.test_idx), 2)
 
     def test_the_gpu_check_before_any_fit_follows_the_gpus_catboost_sees(self):
         """A machine without a GPU: a typed error naming the key; with one: the check passes."""
