@@ -30,7 +30,8 @@ class TestCatBoost(ModelKindConformance):
 
     def test_a_deadline_stops_the_rounds_with_those_so_far(self, datasets):
         data = datasets["binary"]
-        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0, deadline=time.time() + 3600)
+        in_an_hour = time.time() + 3600
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0, deadline=in_an_hour)
         model = CatBoostModel({"iterations": 300}, "catboost")
         model.fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
         assert not ctx.stopped_by_budget and model.model_.tree_count_ > 1  # its best round of 300
