@@ -4,6 +4,7 @@ deadline, on a simulated clock (fits take the seconds their model is given, inst
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
@@ -83,36 +84,31 @@ class TestEstimates:
         assert not budget.can_finish(Task("z", "fit", DRIVER, model="new"))  # past the deadline: nothing starts
 
 
+@dataclass
+class RefitTail:
+    """A whole-run tail that keeps `refits` seconds for the refit fits and `fixed` for the rest."""
+
+    fixed: float
+    refits: float
+    refit: bool = True
+
+    def __call__(self):
+        return self.fixed + self.refit_seconds()
+
+    def refit_seconds(self):
+        return self.refits if self.refit else 0.0
+
+
 def test_a_refit_fits_time_starts_after_the_fits_grace_to_stop_and_keeps_a_grace_of_its_own():
-    class Tail:
-        refit = True
-
-        def __call__(self):
-            return 3.0 + self.refit_seconds()
-
-        def refit_seconds(self):
-            return 5.0
-
-    budget = TimeBudget(30, start=0.0, clock=Clock(0.0), whole_run=True, tail=Tail())
+    tail = RefitTail(3.0, 5.0)
+    budget = TimeBudget(30, start=0.0, clock=Clock(0.0), whole_run=True, tail=tail)
     refit = Task("fit/a/l1/refit", "fit", DRIVER, model="a", level=1, fold_set=())
     assert budget.deadline == 30 - 8 - 2 * budget.grace
     assert budget.deadline_for(refit) == budget.deadline + budget.grace + 5 == 30 - 3 - budget.grace
     assert budget.deadline_for(Task(fit_id("a", 0, 0), "fit", DRIVER, model="a", trial=0, fold=0)) == budget.deadline
     assert TimeBudget(30, clock=Clock(0.0)).deadline_for(refit) == 30  # fit_time_limit_s: refits are fits
-    Tail.refit = False  # refit=false: one grace, and no time kept for refits
-    assert budget.deadline == 30 - 8 - budget.grace
-
-
-class RefitTail:
-    """A whole-run tail that keeps 1.5 s for the refits and 1 s for the rest."""
-
-    refit = True
-
-    def __call__(self):
-        return 1.0 + self.refit_seconds()
-
-    def refit_seconds(self):
-        return 1.5
+    tail.refit = False  # refit=false: one grace, and no time kept for refits
+    assert budget.deadline == 30 - 3 - budget.grace
 
 
 def test_each_models_refit_runs_after_its_search_and_the_refit_node_runs_on_them(tmp_path):
@@ -120,7 +116,7 @@ def test_each_models_refit_runs_after_its_search_and_the_refit_node_runs_on_them
     refit runs in the time kept for it. Before, the refit node needed every refit, so a refit counted the
     other models' refits as fits to end by its own deadline: every refit and the node were cut."""
     plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"a": 1.0, "b": 4.0}, limit_s=30.0,
-                                                         trials=40, refit_tail=RefitTail())
+                                                         trials=40, refit_tail=RefitTail(1.0, 1.5))
     ends = {tid: end for tid, _, end in backend.submitted}
     assert {"fit/a/l1/refit", "fit/b/l1/refit", "refit"} <= set(outcome.results)
     last_trial = max(end for tid, end in ends.items() if "/t" in tid)
