@@ -20,7 +20,7 @@ from pipeline.table_files import read_file
 from pipeline.errors import DataError
 from pipeline.features import FeatureMaker
 from pipeline.fingerprint import fingerprint
-from pipeline.problem import problem_type_of, small_whole_values
+from pipeline.problem import inferred_line, problem_type_of, small_whole_values
 from pipeline.roles import OVERRIDDEN, Roles
 from pipeline.schema import category_text, encode
 
@@ -91,6 +91,8 @@ def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None,
     X = frame.drop(columns=[label])
     problem_type = problem_type_of(y_raw, spec.problem_type, label)
     y, classes = _encode_label(y_raw, problem_type, label)
+    if spec.problem_type == "auto":
+        log.info(inferred_line(y_raw, problem_type, label, len(classes or ())))
     if spec.infer_roles and roles is None:
         roles = infer_roles(frame, spec, label, problem_type)
     order = _time_order(X, spec) if spec.split == "time" else None

@@ -40,6 +40,25 @@ def problem_type_of(y: "pd.Series", declared: str, label: str) -> str:
     return "regression"
 
 
+def inferred_line(y: "pd.Series", problem_type: str, label: str, num_classes: int) -> str:
+    """What data.problem_type=auto made of the label's values, and the setting that says otherwise."""
+    import numpy as np
+    import pandas as pd
+
+    numeric = pd.api.types.is_numeric_dtype(y) and not pd.api.types.is_bool_dtype(y)
+    said = f"data.problem_type=auto: label {label!r} holds"
+    if problem_type == "regression":
+        values = y.to_numpy(dtype=float, na_value=np.nan)
+        if np.all(np.mod(values[~np.isnan(values)], 1) == 0):
+            return (f"{said} whole numbers with more than {MAX_CLASSES} distinct values: a regression "
+                    "target; data.problem_type=multiclass fits them as classes")
+        return f"{said} numbers: a regression target"
+    if problem_type == "binary":
+        return f"{said} two classes: binary"
+    other = "; data.problem_type=regression fits them as numbers" if numeric else ""
+    return f"{said} {num_classes} classes: multiclass{other}"
+
+
 def small_whole_values(y: "pd.Series"):
     """The distinct values, ascending, of a label column of whole numbers from 0 to 63 in a numpy dtype
     (found in one counting pass over millions of rows); None for any other column."""

@@ -46,3 +46,20 @@ def test_many_small_whole_values_are_a_regression_target_as_before():
     assert problem.problem_type_of(y, "auto", "t") == "regression"
     with pytest.raises(problem.DataError, match="has 30 distinct values"):
         problem.problem_type_of(y, "binary", "t")
+
+
+@pytest.mark.parametrize("y, line", [
+    (pd.Series(np.arange(5000) % 30), "whole numbers with more than 20 distinct values: a regression target; "
+                                      "data.problem_type=multiclass fits them as classes"),
+    (pd.Series(np.linspace(0, 1, 50)), "numbers: a regression target"),
+    (pd.Series(["yes", "no"] * 5), "two classes: binary"),
+    (pd.Series(np.arange(30) % 4), "4 classes: multiclass; data.problem_type=regression fits them as "
+                                   "numbers"),
+    (pd.Series(["a", "b", "c"] * 4), "3 classes: multiclass"),
+], ids=["many whole numbers", "fractions", "two words", "few whole numbers", "words"])
+def test_a_problem_type_inferred_from_the_label_is_said_with_the_setting_that_changes_it(y, line):
+    problem_type = problem.problem_type_of(y, "auto", "t")
+    _, classes = td._encode_label(y, problem_type, "t")
+    said = problem.inferred_line(y, problem_type, "t", len(classes or ()))
+    assert said.startswith("data.problem_type=auto: label 't' holds ") and said.endswith(line)
+    assert "fits them as numbers" not in said or pd.api.types.is_numeric_dtype(y)
