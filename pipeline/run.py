@@ -322,13 +322,15 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
 
 def _budget(settings: Settings, plan: Plan, runtime: Runtime):
     """time_limit_s: the whole run's budget, from its start, less its tail; fit_time_limit_s: the fits'."""
+    from pipeline.graph.stack_reserve import StackReserve
     from pipeline.graph.tail import reserved_share
     from pipeline.graph.time_budget import TimeBudget
     from pipeline.run_clock import start_up_cpu_share
 
     conf = settings.conf
+    stacking = StackReserve.of(plan)
     if conf.fit_time_limit_s is not None:
-        return TimeBudget(conf.fit_time_limit_s)
+        return TimeBudget(conf.fit_time_limit_s, stacking=stacking)
     if conf.time_limit_s is None:
         return None
     tail = _tail(settings, plan)
@@ -339,7 +341,8 @@ def _budget(settings: Settings, plan: Plan, runtime: Runtime):
                 else "no tail of such a run measured on this machine yet")
     log.info("time_limit_s: %.1f s of the run's tail (its refits apart) reserved: %.0f%% of its fixed bound, "
              "for a start-up that had %.2f of a CPU (%s)", tail.fixed * share, 100 * share, cpu_share, measured)
-    budget = TimeBudget(conf.time_limit_s, start=runtime.started, whole_run=True, tail=tail)
+    budget = TimeBudget(conf.time_limit_s, start=runtime.started, whole_run=True, tail=tail,
+                        stacking=stacking)
     object.__setattr__(tail, "fit_seconds", budget.model_estimate)
     object.__setattr__(tail, "saved_bytes", budget.model_bytes)
     return budget

@@ -63,7 +63,7 @@ class FirstTrials:
         if task.id not in self.pending:
             return None
         now = budget.clock() if now is None else now
-        remaining = budget.deadline - now
+        remaining = budget.deadline_for(task) - now
         for tid in [tid for tid in self.pending if tid != task.id and gone(tid)]:
             del self.pending[tid]
         others = [t for t in self.pending.values() if t.id != task.id]

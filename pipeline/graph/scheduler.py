@@ -29,7 +29,7 @@ from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResu
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
 from pipeline.graph.first_trials import FirstTrials, busy_seconds, first_trial_bag, places_for
-from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, level_one_refit, summarize
+from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
 from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, time_shares
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
@@ -68,7 +68,7 @@ class Scheduler:
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
         self.budget = budget
         self.first = FirstTrials(self.template.tasks, partial=budget is not None and not plan.stack_levels)
-        self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs or level_one_refit(t)
+        self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs
                             or (self.first.partial and first_trial_bag(t)))
         self.cancelled = self.abandoned = 0  # fits stopped: past the deadline's grace; their trial can't end
         self._order = {t.id: i for i, t in enumerate(plan.tasks)}
@@ -272,7 +272,7 @@ class Scheduler:
         slots, after = self._slots(task, admission)
         # a first trial's fit stops at its share of the time: it starts while any is left, unless it is a
         # bag's later fold whose share is too short to be worth it
-        first = task.id in self.first.pending and self.budget.remaining() > 0
+        first = task.id in self.first.pending and self.budget.deadline_for(task) > self.budget.clock()
         short = first and self.first.too_short(task, self.budget, self._own_seconds(task, admission))
         if short or (not first and not self.budget.can_finish(task, fits, slots, after)):
             log.debug("cut %s: %d fit(s) of about %s s each on %d place(s) do not end in the %.1f s left", task.id,

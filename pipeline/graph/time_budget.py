@@ -14,8 +14,10 @@ process and Ray node reads the same instant.
   whether a trial's remaining fits, laid on the places (CPUs) that free when, end by the deadline.
 - `GraphCut` is the cut over any plan's tasks: a task is cut when a task it needs was cut, except
   for node kinds that run on whichever of their inputs finished (`partial_inputs`: the ensemble,
-  the evaluation), which are cut only when all were; a task not started yet is cut when every task
-  that would use its result was cut (the other folds of a trial that cannot finish).
+  the evaluation, the refits), which are cut only when all were, and fits that read the best of a
+  model's level-1 trials (stacked fits, refits), cut only when every trial of a model they read was;
+  a task not started yet is cut when every task that would use its result was cut (the other folds of
+  a trial that cannot finish).
 - `BudgetSummary` says what the budget cut, for the terminal, MLflow and the run directory.
 """
 
@@ -58,10 +60,12 @@ class TimeBudget:
 
     def __init__(self, limit_s: float, *, start: Optional[float] = None, prior: FitEstimate = no_estimate,
                  clock: Callable[[], float] = time.time, whole_run: bool = False,
-                 tail: Optional[Callable[[], float]] = None):
+                 tail: Optional[Callable[[], float]] = None, stacking=None):
         """`whole_run`: the limit runs from `start` (the process's start) and keeps `tail()` seconds
-        back for what follows the fits; else it runs from `begin` (the first fit) and covers the fits."""
+        back for what follows the fits; else it runs from `begin` (the first fit) and covers the fits.
+        `stacking` (a graph.stack_reserve.StackReserve): the level-1 search ends early enough for it."""
         self.limit_s, self.prior, self.clock = float(limit_s), prior, clock
+        self.stacking = stacking
         self.whole_run, self.tail = whole_run, tail or (lambda: 0.0)
         self.key = "time_limit_s" if whole_run else "fit_time_limit_s"
         self.start = self.clock() if start is None else start
@@ -100,10 +104,17 @@ class TimeBudget:
     def deadline_for(self, task) -> float:
         """When `task` must end: a refit fit (refit=true: a model's best trial on every row) in the time the
         tail keeps for the refits, which starts once the fits had their grace to stop (a refit depends on
-        every trial of its model, the last of which may stop at the deadline); any other fit by the fits'."""
+        every trial of its model, the last of which may stop at the deadline); with stacking, a level-1
+        trial after the first early enough for the stacked fits; any other fit by the fits' deadline."""
         if self.refits_kept and getattr(task, "fold_set", None) == ():
             return self.deadline + self.grace + self.tail.refit_seconds()
+        if self.stacking is not None and self.stacking.holds(task):
+            return self.deadline - self.stacked_seconds()
         return self.deadline
+
+    def stacked_seconds(self) -> float:
+        """With stacking, what the level-1 search leaves for the stacked fits (graph.stack_reserve)."""
+        return self.stacking.seconds(self.model_estimate) if self.stacking is not None else 0.0
 
     def record(self, task, seconds: float, stopped: bool = False, result=None) -> None:
         """A finished fit of `task`'s model took `seconds` (`stopped`: it was cut short); the first `result`
@@ -165,10 +176,15 @@ class _Probe:
     level: int
 
 
-def level_one_refit(task) -> bool:
-    """A model's refit fit at level 1 (refit=true): it fits the best of the model's trials that ended, so a
-    cut trial does not cut it."""
-    return task.kind == "fit" and task.fold_set == () and _level(task) == 1
+def reads_best_trial(task) -> bool:
+    """A fit that reads the best of its inputs' level-1 trials (a stacked fit, a refit: fitted with the best
+    trial's params, or fed its fold models' predictions): a cut trial does not cut it, only every trial of
+    a model it reads."""
+    return task.kind == "fit" and getattr(task, "fold_set", None) is not None
+
+
+def _trial_bag(task) -> bool:
+    return task.kind == "bag" and getattr(task, "trial", None) is not None and _level(task) in (None, 1)
 
 
 class GraphCut:
@@ -183,6 +199,7 @@ class GraphCut:
                 self.consumers[d].append(t.id)
         self.cut: dict[str, str] = {}  # task id -> why: "budget" (did not fit), "input" or "unused"
         self.started: set[str] = set()  # started, running or done: never cut as unused
+        self._trials: dict[str, dict[str, list[str]]] = {}  # a fit reading best trials: model -> trial bags
 
     def cut_task(self, task_id: str, why: str = "budget") -> list[str]:
         """Cut `task_id` and whatever the cut leaves without a use or without its inputs; the ids newly cut."""
@@ -196,19 +213,38 @@ class GraphCut:
             # a pruned trial's bag is a trial that lost: what reads the model's best (a stacked level, a
             # refit) goes on without it
             for c in self.consumers[tid]:
-                if c not in self.cut and (not (self.partial_inputs(self.tasks[c]) or reason == "pruned")
-                                          or all(d in self.cut for d in self.tasks[c].depends_on)):
+                if c not in self.cut and all(d in self.cut for d in self._enough(self.tasks[c], tid, reason)):
                     stack.append((c, "input"))
             for d in self.tasks[tid].depends_on:
                 if d not in self.started and d not in self.cut and all(c in self.cut for c in self.consumers[d]):
                     stack.append((d, "unused"))
         return new
 
+    def _enough(self, consumer, cut_id: str, reason: str) -> Sequence[str]:
+        """The inputs of `consumer` of which one still in place keeps it when `cut_id` is cut: all of them for
+        a node that runs on whichever finished (or where a trial lost, `pruned`: what reads the model's best
+        goes on without it), the model's level-1 trials for a fit that reads their best, else `cut_id`."""
+        if reason == "pruned" or self.partial_inputs(consumer):
+            return consumer.depends_on
+        if not (reads_best_trial(consumer) and _trial_bag(self.tasks[cut_id])):
+            return (cut_id,)
+        if consumer.id not in self._trials:
+            groups: dict[str, list[str]] = defaultdict(list)
+            for d in consumer.depends_on:
+                if _trial_bag(self.tasks[d]):
+                    groups[self.tasks[d].model].append(d)
+            self._trials[consumer.id] = dict(groups)
+        return self._trials[consumer.id][self.tasks[cut_id].model]
+
     def siblings_left(self, task) -> int:
         """How many fits, this one included, a consumer that needs all its inputs (a trial's bag)
-        still waits for before it can run: they must all end by the deadline for this one to count."""
+        still waits for before it can run: they must all end by the deadline for this one to count. One
+        where a consumer takes it alone (a refit, read by the refit node): it counts on its own."""
+        if any(self.partial_inputs(self.tasks[c]) for c in self.consumers[task.id]):
+            return 1
         left = [
-            sum(d not in self.started and d not in self.cut for d in self.tasks[c].depends_on)
+            sum(self.tasks[d].kind == "fit" and d not in self.started and d not in self.cut
+                for d in self.tasks[c].depends_on)
             for c in self.consumers[task.id] if not self.partial_inputs(self.tasks[c])
         ]
         return max(left, default=1)
@@ -236,6 +272,7 @@ class BudgetSummary:
     fits_held_to_share: int = 0  # of fits_stopped, first-trial fits stopped at their share (graph.first_trials)
     first_trials_partial: list[str] = field(default_factory=list)  # "<model>: k of n folds", bags kept short
     refits_not_run: list[str] = field(default_factory=list)  # refit=true: the models whose refit fit was cut
+    stacked_s: float = 0.0  # with stacking: how long before the fits' deadline the level-1 search ended
 
     @property
     def cut_anything(self) -> bool:
@@ -272,9 +309,13 @@ class BudgetSummary:
         if self.left_out:
             parts.append("left out (no complete trial): " + ", ".join(self.left_out))
         since = "start-up" if self.key == "time_limit_s" else "the first fit's start"
+        kept = [f"{self.reserved_s:.1f} s kept for the run's tail"] if self.key == "time_limit_s" else []
+        if self.stacked_s:
+            kept.append(f"the level-1 search ended {self.stacked_s:.1f} s before the fits' deadline, for the "
+                        "stacked levels")
         return (f"{self.key}={self.limit_s:g} s: " + ", ".join(parts)
                 + f"; the fits ended {self.fits_ended_s:.1f} s after {since}"
-                + (f" ({self.reserved_s:.1f} s kept for the run's tail)" if self.key == "time_limit_s" else ""))
+                + (f" ({'; '.join(kept)})" if kept else ""))
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"line": self.line()}
@@ -299,7 +340,8 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     partial = [f"{names(b)}: {sum(d in done for d in b.depends_on)} of {len(b.depends_on)} folds" for b in bags
                if b.id in done and any(d in cut.cut for d in b.depends_on)]
     ends = [e["end"] for e in timeline if not e.get("cached")]
-    refits = [names(f) for f in fits if f.fold_set == () and f.id in cut.cut]
+    # a refit the time could not hold (not one whose level was left out)
+    refits = [names(f) for f in fits if f.fold_set == () and cut.cut.get(f.id) == "budget"]
     return BudgetSummary(
         limit_s=budget.limit_s,
         fits_ended_s=max(ends, default=budget.start) - budget.start,
@@ -309,7 +351,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
         fits_abandoned=abandoned, fits_held_to_share=held_to_share,
         other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
         key=budget.key, reserved_s=budget.reserved, trials_pruned=pruned, first_trials_partial=partial,
-        refits_not_run=refits,
+        refits_not_run=refits, stacked_s=budget.stacked_seconds(),
     )
 
 

@@ -84,6 +84,26 @@ class TestEstimates:
         assert not budget.can_finish(Task("z", "fit", DRIVER, model="new"))  # past the deadline: nothing starts
 
 
+def test_with_stacking_the_level_1_search_ends_early_enough_for_the_stacked_fits():
+    from pipeline.graph.stack_reserve import LEVEL_COST, PER_FIT_S, StackReserve
+
+    reserve = StackReserve((("a", 9), ("b", 9)), places=1)
+    budget = TimeBudget(100, clock=Clock(0.0), stacking=reserve)
+    trial = Task(fit_id("a", 3, 0), "fit", DRIVER, model="a", trial=3, fold=0, level=1)
+    first = Task(fit_id("a", 0, 0), "fit", DRIVER, model="a", trial=0, fold=0, level=1)
+    stacked = Task("fit/a/l2/f0", "fit", DRIVER, model="a", level=2, fold_set=(0,))
+    assert budget.deadline_for(trial) == budget.deadline  # nothing measured: nothing kept
+    budget.record(first, 2.0)
+    budget.record(Task(fit_id("b", 0, 0), "fit", DRIVER, model="b", trial=0, fold=0, level=1), 1.0)
+    one_a, one_b = 2.0 * LEVEL_COST + PER_FIT_S, 1.0 * LEVEL_COST + PER_FIT_S
+    assert budget.stacked_seconds() == pytest.approx(9 * one_a + 9 * one_b)
+    assert budget.deadline_for(trial) == budget.deadline - budget.stacked_seconds()
+    assert budget.deadline_for(first) == budget.deadline_for(stacked) == budget.deadline  # every level needs it
+    assert StackReserve((("a", 9), ("b", 9)), places=2).seconds(budget.model_estimate) == pytest.approx(
+        (9 * one_a + 9 * one_b) / 2)
+    assert TimeBudget(100, clock=Clock(0.0)).stacked_seconds() == 0.0
+
+
 @dataclass
 class RefitTail:
     """A whole-run tail that keeps `refits` seconds for the refit fits and `fixed` for the rest."""
@@ -130,13 +150,12 @@ def test_each_models_refit_runs_after_its_search_and_the_refit_node_runs_on_them
 
 def test_a_refit_cut_alone_is_said_and_leaves_the_refit_node_to_run():
     from pipeline.graph.nodes import node_kind
-    from pipeline.graph.time_budget import level_one_refit
 
     tasks = graph(models=("a", "b"), trials=1, folds=1)
     refits = [Task(f"fit/{m}/l1/refit", "fit", DRIVER, (bag_id(m, 0),), model=m, level=1, fold_set=())
               for m in ("a", "b")]
     node = Task("refit", "refit", DRIVER, ("ensemble", *(r.id for r in refits)))
-    cut = GraphCut([*tasks, *refits, node], lambda t: node_kind(t.kind).partial_inputs or level_one_refit(t))
+    cut = GraphCut([*tasks, *refits, node], lambda t: node_kind(t.kind).partial_inputs)
     cut.started |= {t.id for t in tasks if t.kind == "fit"} | {refits[0].id}
     cut.cut_task(refits[1].id)
     done = {t.id: None for t in [*tasks, refits[0], node]}
@@ -148,14 +167,12 @@ def test_a_refit_cut_alone_is_said_and_leaves_the_refit_node_to_run():
 class TestGraphCut:
     def test_the_refit_node_runs_on_the_refits_that_ended_and_is_cut_only_when_every_one_was(self):
         from pipeline.graph.nodes import node_kind
-        from pipeline.graph.time_budget import level_one_refit
 
         tasks = graph(models=("a", "b"), trials=1, folds=1)
         refits = [Task(f"fit/{m}/l1/refit", "fit", DRIVER, (bag_id(m, 0),), model=m, level=1, fold_set=())
                   for m in ("a", "b")]
         node = Task("refit", "refit", DRIVER, ("ensemble", *(r.id for r in refits)))
-        cut = GraphCut([*tasks, *refits, node],
-                       lambda t: node_kind(t.kind).partial_inputs or level_one_refit(t))
+        cut = GraphCut([*tasks, *refits, node], lambda t: node_kind(t.kind).partial_inputs)
         assert cut.siblings_left(refits[0]) == 1  # it waits for no other model's refit
         cut.cut_task(refits[1].id)
         assert node.id not in cut.cut and refits[0].id not in cut.cut
@@ -164,13 +181,32 @@ class TestGraphCut:
         cut.cut_task("ensemble")
         assert cut.cut[node.id] == "input"
 
-    def test_a_cut_trial_does_not_cut_its_models_refit_unless_every_trial_was(self):
-        from pipeline.graph.time_budget import level_one_refit
+    def test_a_stacked_fit_is_cut_only_when_every_trial_of_a_model_it_reads_was_or_a_fit_it_needs(self):
+        """It reads the best trial of each model: before, any trial cut (a time limit cuts most under hpo=auto)
+        cut every stacked fit, and `stack_levels=1 time_limit_s=60` never fitted level 2."""
+        tasks = graph(models=("a", "b"), trials=3, folds=1)
+        inner = Task("fit/a/l1/f0+1", "fit", DRIVER, tuple(bag_id("a", t) for t in range(3)), model="a", level=1,
+                     fold_set=(0, 1))
+        level2 = Task("fit/a/l2/f0", "fit", DRIVER, (*(bag_id(m, t) for m in "ab" for t in range(3)), inner.id),
+                      model="a", level=2, fold_set=(0,))
+        cut = GraphCut([*tasks, inner, level2], partial)
+        assert cut.siblings_left(inner) == 1  # level 2 waits for no other fit; the bags are not fits
+        for t in (1, 2):
+            cut.cut_task(fit_id("a", t, 0))
+            cut.cut_task(fit_id("b", t, 0))
+        assert inner.id not in cut.cut and level2.id not in cut.cut  # trial 0 of each ended
+        cut.cut_task(fit_id("b", 0, 0))
+        assert cut.cut[level2.id] == "input"  # no b to read
+        assert cut.cut[inner.id] == "unused"  # and nothing reads a's inner model then
+        other = GraphCut([*tasks, inner, level2], partial)
+        other.cut_task(inner.id)
+        assert other.cut[level2.id] == "input"  # a fit it needs
 
+    def test_a_cut_trial_does_not_cut_its_models_refit_unless_every_trial_was(self):
         tasks = graph(models=("a",), trials=2, folds=1)
         refit = Task("fit/a/l1/refit", "fit", DRIVER, (bag_id("a", 0), bag_id("a", 1)), model="a", level=1,
                      fold_set=())
-        cut = GraphCut([*tasks, refit], lambda t: partial(t) or level_one_refit(t))
+        cut = GraphCut([*tasks, refit], partial)
         cut.cut_task(fit_id("a", 1, 0))
         assert refit.id not in cut.cut
         cut.cut_task(fit_id("a", 0, 0))
