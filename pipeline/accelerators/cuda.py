@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import sys
-from typing import Any, Callable, Iterable, Mapping, MutableMapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, MutableMapping, Optional, Sequence
 
 from pipeline.accelerators.base import Accelerator, Device, ProcessMemory
 from pipeline.accelerators import nvml

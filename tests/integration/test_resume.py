@@ -7,7 +7,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import FAULT_ENV, user_config
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from pipeline.config import HardwareConf
 from pipeline.graph.plan import Admission, build_plan
 from pipeline.hardware import Machine, resolve
 from pipeline.models import LightGBMModel, TorchMLPModel, XGBoostModel
-from pipeline.resources import ModelNeeds, Request
+from pipeline.resources import Request
 from pipeline.planning.allocation import allocate, cpus_beside_gpu_fits
 
 XGB_CUDA = XGBoostModel.needs("xgboost", {"device": "cuda"})
