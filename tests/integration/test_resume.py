@@ -7,7 +7,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-
 pytestmark = pytest.mark.slow
 
 LIGHTGBM = ["model=lightgbm", "parallelism.num_folds=2", "executor.in_process=never",
