@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -94,10 +95,10 @@ class RunHooks:
             if self.run_id is not None and self.on_run_id is not None:
                 self.on_run_id(self.run_id)
 
-    def on_task_cut(self, task: Task) -> None:
-        """The time limit cut a task before it finished: a fit leaves its model's progress bar."""
-        if task.kind == "fit":
-            self.progress.drop(task.model)
+    def on_tasks_cut(self, tasks: list[Task]) -> None:
+        """The time limit cut tasks before they finished: their fits leave their models' progress bars."""
+        for model, count in Counter(t.model for t in tasks if t.kind == "fit").items():
+            self.progress.drop(model, count)
 
     def on_trial_end(self, trial: TrialResult) -> None:
         if not self.log_trials:

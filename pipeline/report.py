@@ -279,10 +279,10 @@ class FitProgress:
         self.progress.advance(self.ids[model])
         self._stop_when_finished()
 
-    def drop(self, model: str) -> None:
-        """A fit of `model` that will not run (the time limit cut it): one fewer to wait for."""
+    def drop(self, model: str, count: int = 1) -> None:
+        """`count` fits of `model` that will not run (the time limit cut them): fewer to wait for."""
         task = next(t for t in self.progress.tasks if t.id == self.ids[model])
-        self.progress.update(self.ids[model], total=max(task.completed, (task.total or 0) - 1))
+        self.progress.update(self.ids[model], total=max(task.completed, (task.total or 0) - count))
         self._stop_when_finished()
 
     def _stop_when_finished(self) -> None:

@@ -262,21 +262,21 @@ class Scheduler:
         return True
 
     def _in_time(self, task: Task, admission: Admission) -> Optional[bool]:
-        """True: `task` may start (always, without a budget); None: only on a place nothing else takes,
-        while the model's first fit, which tells how long one takes, runs, or its trial's first score is
-        awaited (`before_first_score`); False: it and the rest of its trial cannot end by the deadline,
-        and it is cut."""
+        """True: `task` may start (always, without a budget); None: only on a place nothing else takes, while
+        the model's first fit, which tells how long one takes, runs, or its trial's first score is awaited
+        (`before_first_score`); False: it and the rest of its trial cannot end by the deadline: it is cut."""
         if self.budget is None:
             return True
-        fits = self.cut.siblings_left(task)
-        slots, after = self._slots(task, admission)
         # a first trial's fit stops at its share of the time: it starts while any is left, unless it is a
-        # bag's later fold whose share is too short to be worth it
+        # bag's later fold whose share is too short to be worth it; another past its deadline is cut
+        # unweighed (the search's end cuts every trial left)
         first = task.id in self.first.pending and self.budget.deadline_for(task) > self.budget.clock()
+        late = not first and self.budget.deadline_for(task) <= self.budget.clock()
+        fits = 1 if late else self.cut.siblings_left(task)
+        slots, after = ([], 0.0) if late else self._slots(task, admission)
         short = first and self.first.too_short(task, self.budget, self._own_seconds(task, admission))
-        if short or (not first and not self.budget.can_finish(task, fits, slots, after)):
-            log.debug("cut %s: %d fit(s) of about %s s each on %d place(s) do not end in the %.1f s left", task.id,
-                      fits, self.budget.estimate(task), len(slots), self.budget.remaining())
+        if late or short or (not first and not self.budget.can_finish(task, fits, slots, after)):
+            log.debug("cut %s: %d fit(s) on %d place(s) do not end in time", task.id, fits, len(slots))
             self._cut(task, "budget")
             return False
         if before_first_score(task, self.ctx) or self.budget.estimate(task) is None and any(
@@ -329,12 +329,12 @@ class Scheduler:
                 self.abandoned += 1
 
     def _cut(self, task: Task, why: str) -> None:
-        for tid in self.cut.cut_task(task.id, why):
-            self._settle(tid)
-            cut = self.cut.tasks[tid]
+        gone = [self.cut.tasks[tid] for tid in self.cut.cut_task(task.id, why)]
+        for cut in gone:
+            self._settle(cut.id)
             self.kinds[cut.kind].cut(cut, self.ctx)
-            if tid not in self.ctx.outcome.results and self.hooks and hasattr(self.hooks, "on_task_cut"):
-                self.hooks.on_task_cut(cut)
+        if self.hooks and hasattr(self.hooks, "on_tasks_cut"):  # those that had not finished, in one call
+            self.hooks.on_tasks_cut([t for t in gone if t.id not in self.ctx.outcome.results])
 
     def _complete(self, task: Task, result, request) -> None:
         if hasattr(result, "end") and not getattr(result, "cached", False):

@@ -234,12 +234,18 @@ def test_a_stacked_plan_run_again_on_its_store_fits_nothing_anew(adult, tmp_path
 
 
 def test_the_progress_counts_every_fit_of_a_model_at_every_level():
+    from types import SimpleNamespace
+
+    from pipeline.outputs import RunHooks
     from pipeline.report import FitProgress
 
     plan = stacked_plan(5, 1, refit=True, evaluate=True)
     progress = FitProgress(plan, enabled=False)
     totals = {model: progress.progress.tasks[i].total for model, i in progress.ids.items()}
     assert totals == {"prov_a": 5 + 4 + 5 + 2, "prov_b": 16}
+    cut = [t for t in plan.fit_tasks if t.model == "prov_a"][:3] + [t for t in plan.tasks if t.kind == "bag"]
+    RunHooks(progress, SimpleNamespace(), None, log_trials=False).on_tasks_cut(cut)
+    assert progress.progress.tasks[progress.ids["prov_a"]].total == 16 - 3  # its fits at once, not the bags
 
 
 def test_three_levels_with_refit_run_to_a_leaderboard_whose_predictors_chain_every_level(adult, tmp_path):

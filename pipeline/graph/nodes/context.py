@@ -69,8 +69,8 @@ class Hooks(Protocol):
 
     def on_trial_end(self, result: TrialResult) -> None: ...
 
-    # optional: on_task_cut(task), a task the time limit cut before it finished; on_node_end(task, result),
-    # a driver node's result (the root's pipeline.outputs writes and logs them)
+    # optional: on_tasks_cut(tasks), the tasks one cut of the time limit took before they finished;
+    # on_node_end(task, result), a driver node's result (the root's pipeline.outputs writes and logs them)
 
 
 @dataclass
