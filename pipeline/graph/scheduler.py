@@ -270,12 +270,12 @@ class Scheduler:
         # a first trial's fit stops at its share of the time: it starts while any is left, unless it is a
         # bag's later fold whose share is too short to be worth it; another past its deadline is cut
         # unweighed (the search's end cuts every trial left)
-        first = task.id in self.first.pending and self.budget.deadline_for(task) > self.budget.clock()
-        late = not first and self.budget.deadline_for(task) <= self.budget.clock()
-        fits = 1 if late else self.cut.siblings_left(task)
-        slots, after = ([], 0.0) if late else self._slots(task, admission)
+        in_time = self.budget.deadline_for(task) > self.budget.clock()
+        first = task.id in self.first.pending and in_time
+        fits = self.cut.siblings_left(task) if in_time else 1
+        slots, after = self._slots(task, admission) if in_time else ([], 0.0)
         short = first and self.first.too_short(task, self.budget, self._own_seconds(task, admission))
-        if late or short or (not first and not self.budget.can_finish(task, fits, slots, after)):
+        if not in_time or short or (not first and not self.budget.can_finish(task, fits, slots, after)):
             log.debug("cut %s: %d fit(s) on %d place(s) do not end in time", task.id, fits, len(slots))
             self._cut(task, "budget")
             return False

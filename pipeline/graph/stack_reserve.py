@@ -47,8 +47,8 @@ class StackReserve:
             seconds = fit_seconds(model)
             return 0.0 if seconds is None else seconds * LEVEL_COST + PER_FIT_S
 
-        per_model = [one(model) * n for model, n in self.fits]
-        return max(max((one(model) for model, _ in self.fits), default=0.0), sum(per_model) / self.places)
+        each = [(one(model), n) for model, n in self.fits]
+        return max(max((s for s, _ in each), default=0.0), sum(s * n for s, n in each) / self.places)
 
     def holds(self, task) -> bool:
         """Whether `task` ends this much before the deadline: a level-1 trial's fit after the first."""
