@@ -15,7 +15,6 @@ MAX_CLASSES = 20  # integral labels with more distinct values than this are a re
 
 def problem_type_of(y: "pd.Series", declared: str, label: str) -> str:
     """`declared` when the values allow it (a DataError says why not), else what the values suggest."""
-    import numpy as np
     import pandas as pd
 
     numeric = pd.api.types.is_numeric_dtype(y) and not pd.api.types.is_bool_dtype(y)
@@ -31,8 +30,7 @@ def problem_type_of(y: "pd.Series", declared: str, label: str) -> str:
         return declared
     if not numeric:
         return "binary" if n_unique == 2 else "multiclass"
-    values = y.to_numpy()
-    integral = distinct is not None or bool(np.all(np.equal(np.mod(values, 1), 0)))
+    integral = distinct is not None or _whole(y)
     if n_unique == 2:
         return "binary"
     if integral and n_unique <= MAX_CLASSES:
@@ -42,14 +40,12 @@ def problem_type_of(y: "pd.Series", declared: str, label: str) -> str:
 
 def inferred_line(y: "pd.Series", problem_type: str, label: str, num_classes: int) -> str:
     """What data.problem_type=auto made of the label's values, and the setting that says otherwise."""
-    import numpy as np
     import pandas as pd
 
     numeric = pd.api.types.is_numeric_dtype(y) and not pd.api.types.is_bool_dtype(y)
     said = f"data.problem_type=auto: label {label!r} holds"
     if problem_type == "regression":
-        values = y.to_numpy(dtype=float, na_value=np.nan)
-        if np.all(np.mod(values[~np.isnan(values)], 1) == 0):
+        if _whole(y):  # the rule of problem_type_of: these were too many to be classes
             return (f"{said} whole numbers with more than {MAX_CLASSES} distinct values: a regression "
                     "target; data.problem_type=multiclass fits them as classes")
         return f"{said} numbers: a regression target"
@@ -57,6 +53,13 @@ def inferred_line(y: "pd.Series", problem_type: str, label: str, num_classes: in
         return f"{said} two classes: binary"
     other = "; data.problem_type=regression fits them as numbers" if numeric else ""
     return f"{said} {num_classes} classes: multiclass{other}"
+
+
+def _whole(y: "pd.Series") -> bool:
+    """Whether every value of a numeric label is a whole number."""
+    import numpy as np
+
+    return bool(np.all(np.equal(np.mod(y.to_numpy(), 1), 0)))
 
 
 def small_whole_values(y: "pd.Series"):

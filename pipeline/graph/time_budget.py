@@ -245,7 +245,7 @@ class GraphCut:
         left = [
             sum(self.tasks[d].kind == "fit" and d not in self.started and d not in self.cut
                 for d in self.tasks[c].depends_on)
-            for c in self.consumers[task.id] if not self.partial_inputs(self.tasks[c])
+            for c in self.consumers[task.id]
         ]
         return max(left, default=1)
 
