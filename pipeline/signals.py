@@ -5,11 +5,16 @@ a stop signal at any moment unwinds through the same clean-up: workers stopped, 
 and the MLflow run marked KILLED. A second signal while that clean-up runs (a spot instance's
 SIGTERM repeated, Ctrl-C pressed twice) is reported and otherwise ignored, so it cannot leave
 the MLflow run RUNNING; SIGKILL still stops the process at once.
+
+The handler runs between any two bytecodes of the main thread, a write to the log among them: a
+repeat writes its one line to the raw stderr descriptor (no buffer, lock nor logging handler to
+re-enter), once, and the block's end logs how many came.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 
 from pipeline.errors import Interrupted
@@ -26,6 +31,7 @@ class StopSignals:
     def __init__(self):
         self.previous: dict[int, object] = {}
         self.received: list[int] = []
+        self.repeats = 0
 
     def __enter__(self) -> "StopSignals":
         for sig in STOP_SIGNALS:
@@ -42,6 +48,9 @@ class StopSignals:
         for sig, handler in self.previous.items():
             signal.signal(sig, signal.SIG_IGN if stopped else handler)
         self.previous.clear()
+        if self.repeats:
+            log.warning("%d stop signal(s) received during the run's clean-up: ignored until it ended",
+                        self.repeats)
 
     @property
     def stopping(self) -> bool:
@@ -55,8 +64,19 @@ class StopSignals:
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
         if self.received:
-            log.warning("%s received while the run stops: finishing the clean-up first (SIGKILL stops at once)", name)
+            self.repeats += 1
+            if self.repeats == 1:
+                _write_stderr(f"{name} received while the run stops: finishing the clean-up first "
+                              "(SIGKILL stops at once)\n")
             return
         self.received.append(signum)
         raise Interrupted(signum, f"stopped by {name}; finished tasks stay in the run directory: re-run with "
                                   "resume=true (or the same hydra.run.dir) to continue")
+
+
+def _write_stderr(line: str) -> None:
+    """One unbuffered write, safe inside a signal handler whatever the main thread was writing."""
+    try:
+        os.write(2, line.encode())
+    except OSError:  # a closed or full stderr: the block's end still logs the count
+        pass

@@ -113,8 +113,11 @@ class TimeBudget:
         return self.deadline
 
     def stacked_seconds(self) -> float:
-        """With stacking, what the level-1 search leaves for the stacked fits (graph.stack_reserve)."""
-        return self.stacking.seconds(self.model_estimate) if self.stacking is not None else 0.0
+        """With stacking, what the level-1 search leaves for the stacked fits (graph.stack_reserve), and a
+        short grace: the stacked fits start once the last level-1 fits have stopped at their deadline and
+        predicted (a search that left them the estimate alone lost level 2 on a loaded box)."""
+        seconds = self.stacking.seconds(self.model_estimate) if self.stacking is not None else 0.0
+        return seconds + run_grace_s(self.limit_s) if seconds else 0.0
 
     def record(self, task, seconds: float, stopped: bool = False, result=None) -> None:
         """A finished fit of `task`'s model took `seconds` (`stopped`: it was cut short); the first `result`

@@ -39,3 +39,53 @@ def test_a_block_that_ends_otherwise_puts_the_previous_handlers_back(own_handler
         with StopSignals():
             raise ValueError("a failure that is not a stop signal")
     assert {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} == own_handlers
+
+
+def test_a_repeat_arriving_while_the_run_writes_its_log_cannot_re_enter_the_write(own_handlers, caplog, capsys):
+    """Before, each repeat logged from the handler: a SIGTERM every 20 ms landed inside the previous
+    line's write to stderr, the nested writes failed ("--- Logging error ---"), and an exception out of
+    the handler replaced the stop, so the next SIGTERM killed the process (exit -15)."""
+    import io
+    import logging
+
+    signals = StopSignals()
+
+    class SignalledStream(io.StringIO):
+        """A log stream whose every write is interrupted by another SIGTERM, as a busy stderr is."""
+
+        def write(self, text):
+            signals._handle(signal.SIGTERM, None)
+            return super().write(text)
+
+    handler = logging.StreamHandler(SignalledStream())
+    logging.getLogger("pipeline").addHandler(handler)
+    caplog.set_level(logging.WARNING, logger="pipeline")
+    try:
+        with pytest.raises(Interrupted):
+            with signals:
+                _stopped_then_signalled(signals, [signal.SIGTERM] * 3)
+    finally:
+        logging.getLogger("pipeline").removeHandler(handler)
+    assert "Logging error" not in capsys.readouterr().err
+    assert "3 stop signal(s) received during the run's clean-up: ignored until it ended" in caplog.text
+    assert signals.repeats == 4  # the three, and one more inside the write of that line
+
+
+def _stopped_then_signalled(signals: StopSignals, repeats: list[int]) -> None:
+    """The first signal stops the block; the repeats land while it unwinds."""
+    try:
+        signals._handle(signal.SIGTERM, None)
+    except Interrupted:
+        for sig in repeats:
+            signals._handle(sig, None)
+        raise
+
+
+def test_the_first_repeat_is_said_at_once_and_the_rest_counted(own_handlers, capfd):
+    with pytest.raises(Interrupted):
+        with StopSignals() as signals:
+            _stopped_then_signalled(signals, [signal.SIGINT, signal.SIGTERM])
+    err = capfd.readouterr().err
+    assert err.count("received while the run stops") == 1
+    assert "SIGINT received while the run stops: finishing the clean-up first (SIGKILL stops at once)" in err
+    assert signals.repeats == 2

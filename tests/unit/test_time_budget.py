@@ -86,6 +86,7 @@ class TestEstimates:
 
 def test_with_stacking_the_level_1_search_ends_early_enough_for_the_stacked_fits():
     from pipeline.graph.stack_reserve import LEVEL_COST, PER_FIT_S, StackReserve
+    from pipeline.graph.time_budget import run_grace_s
 
     reserve = StackReserve((("a", 9), ("b", 9)), places=1)
     budget = TimeBudget(100, clock=Clock(0.0), stacking=reserve)
@@ -96,7 +97,8 @@ def test_with_stacking_the_level_1_search_ends_early_enough_for_the_stacked_fits
     budget.record(first, 2.0)
     budget.record(Task(fit_id("b", 0, 0), "fit", DRIVER, model="b", trial=0, fold=0, level=1), 1.0)
     one_a, one_b = 2.0 * LEVEL_COST + PER_FIT_S, 1.0 * LEVEL_COST + PER_FIT_S
-    assert budget.stacked_seconds() == pytest.approx(9 * one_a + 9 * one_b)
+    assert budget.stacked_seconds() == pytest.approx(9 * one_a + 9 * one_b + run_grace_s(100))  # and the last
+    # level-1 fits' time to stop at their deadline
     assert budget.deadline_for(trial) == budget.deadline - budget.stacked_seconds()
     assert budget.deadline_for(first) == budget.deadline_for(stacked) == budget.deadline  # every level needs it
     assert StackReserve((("a", 9), ("b", 9)), places=2).seconds(budget.model_estimate) == pytest.approx(
@@ -541,10 +543,13 @@ def test_a_run_measures_how_much_of_a_cpu_its_start_up_had(monkeypatch):
     while time.thread_time() < end:
         pass
     busy = run_clock.start_up_cpu_share()
-    assert busy > 0.5 and run_clock.start_up_cpu_share() == busy  # measured once, the same after
+    assert run_clock.start_up_cpu_share() == busy  # measured once, the same after
     run_clock.run_started()
     time.sleep(0.2)
-    assert run_clock.start_up_cpu_share() < 0.2  # waiting is not computing
+    waiting = run_clock.start_up_cpu_share()
+    # waiting is not computing; the bound on `busy` leaves room for a box with twice the runnable threads
+    # of its CPUs (the suite's workers and their runs' processes: 0.38 measured so)
+    assert waiting < 0.1 and busy > max(0.25, 3 * waiting)
 
 
 def test_under_a_budget_every_models_first_trial_comes_first_then_the_models_share_the_time_not_the_trials(
