@@ -111,7 +111,7 @@ class _SendAgain:
     def _run(self) -> None:
         while True:
             asked = os.read(self._read, 64)
-            if not asked:  # closed
+            if self._closed or not asked:
                 return
             time.sleep(RETRY_S)
             if self._closed:
@@ -120,7 +120,8 @@ class _SendAgain:
 
     def close(self) -> None:
         self._closed = True
-        os.close(self._write)  # the thread's read ends, or its sleep does and it finds the flag
+        self.send(0)  # wakes the thread's read at once, even where a forked child holds the pipe's other end
+        os.close(self._write)
         self._thread.join(timeout=1.0)
         if not self._thread.is_alive():
             os.close(self._read)
