@@ -46,6 +46,24 @@ def ensemble_selection(preds: list[np.ndarray], y: np.ndarray, metric: Metric, s
     return best_counts / best_counts.sum()
 
 
+def gain_noise(y: np.ndarray, ours: np.ndarray, other: np.ndarray, metric: Metric, rounds: int = 100,
+               max_rows: int = 10_000, seed: int = 0) -> float:
+    """One standard error of (other's loss - ours) over the rows, by a paired bootstrap: the gain the rows'
+    sampling alone would show. Past `max_rows` rows it resamples a seeded draw of that many and scales the
+    error by sqrt(draw / rows), as an error of a mean shrinks."""
+    rng = np.random.default_rng(seed)
+    n = len(y)
+    pick = np.sort(rng.choice(n, max_rows, replace=False)) if n > max_rows else np.arange(n)
+    m = len(pick)
+    gains = []
+    for _ in range(rounds):
+        rows = pick[rng.integers(0, m, m)]
+        gains.append(metric.loss(y[rows], other[rows]) - metric.loss(y[rows], ours[rows]))
+    gains = np.asarray(gains, dtype=np.float64)
+    gains = gains[np.isfinite(gains)]
+    return float(gains.std() * np.sqrt(m / n)) if len(gains) > 1 else 0.0
+
+
 def blend(preds: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
     return sum(w * p for w, p in zip(weights, preds) if w > 0)
 

@@ -62,16 +62,22 @@ class TrialSource:
             params = {}
         else:
             study = self._study(model)
+            space = self.spaces[model]
             fixed = self.prior.get(model, {}).get(str(trial))
             if fixed:  # recorded by an earlier run: its search space may have been another
-                fixed = in_space(fixed, self.spaces[model], f"model {model}, trial {trial}")
-            elif fixed is None and trial == 0 and self.spec.start_from_defaults:
-                fixed = {k: v for k, v in self.defaults.get(model, {}).items() if k in self.spaces[model]}
-            if fixed is None and self.searcher.portfolio:
-                fixed = self._portfolio(model, trial - (1 if self.spec.start_from_defaults else 0))
+                fixed = in_space(fixed, space, f"model {model}, trial {trial}")
+            else:
+                # A named configuration (the model's own params, a portfolio entry) sets what it names and
+                # leaves the rest at the model's params: the sampler draws nothing for it.
+                if fixed is None and trial == 0 and self.spec.start_from_defaults:
+                    fixed = {k: v for k, v in self.defaults.get(model, {}).items() if k in space} or None
+                if fixed is None and self.searcher.portfolio:
+                    fixed = self._portfolio(model, trial - (1 if self.spec.start_from_defaults else 0))
+                if fixed:
+                    space = {k: d for k, d in space.items() if k in fixed}
             if fixed:
                 study.enqueue_trial(fixed, skip_if_exists=False)
-            optuna_trial = study.ask({k: d.distribution() for k, d in self.spaces[model].items()})
+            optuna_trial = study.ask({k: d.distribution() for k, d in space.items()})
             self._trials[key] = optuna_trial
             params = dict(optuna_trial.params)
         self.asked[key] = params

@@ -190,3 +190,20 @@ def test_a_kind_whose_library_is_not_installed_is_said_and_left_out(compose, mon
     said = " ".join(capsys.readouterr().out.split())
     assert ("hpo=auto: left out: catboost (catboost is not installed: "
             "pip install 'tabular-pipeline[catboost]', or pip install catboost)" in said)
+
+
+def test_a_named_configuration_leaves_what_it_does_not_name_to_the_models_params(compose):
+    """The model's own params and a portfolio entry set the dimensions they name; the sampler draws none of
+    the others (a penalty searched but absent from the params stays the library's default), so trial 0 is
+    the default run's fit and a portfolio entry the configuration it was proven as."""
+    from pipeline.config import SearchDimConf
+
+    settings = read_settings(compose(["model=lightgbm", "hpo=auto", "time_limit_s=60"]))
+    space = {"learning_rate": SearchDimConf(type="float", low=0.01, high=0.2, log=True),
+             "lambda_l1": SearchDimConf(type="float", low=0.001, high=10.0, log=True)}
+    source = TrialSource(settings.conf.hpo, {"m": space}, {"m": {"learning_rate": 0.05, "num_leaves": 31}},
+                         "maximize", portfolios={"m": ({"lambda_l1": 1.0, "num_leaves": 15},)})
+    assert source.params("m", 0) == {"learning_rate": 0.05}
+    assert source.params("m", 1) == {"lambda_l1": 1.0}
+    searched = source.params("m", 2)
+    assert set(searched) == set(space) and all(space[k].contains(v) for k, v in searched.items())

@@ -197,7 +197,9 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
               floor: Sequence[str] = (), extra: Optional[dict] = None) -> tuple:
     """The weighted ensemble's leaderboard row, and (held-out rows, their predictions, test predictions).
     `floor`: the members of the default run's ensemble (each model's own params); the selection over
-    them alone is kept where it scores better on the held-out rows than the selection over all. `extra`:
+    them alone is kept unless the selection over all scores better on the held-out rows by more than one
+    standard error of that gain (`pipeline.ensemble.gain_noise`): a search's choice among hundreds of
+    trials fits some of the held-out rows' noise, and a gain within it is not one to trust. `extra`:
     the predictors of members without a row (`_other_trials`), in the ensemble only where picked."""
     import numpy as np
 
@@ -215,12 +217,8 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     weights = ensemble_selection(members, y, metric, names=list(best))
     if floor and set(floor) != set(best):
         own = ensemble_selection([preds[n] for n in floor], y, metric, names=list(floor))
-        mine = [own[list(floor).index(n)] if n in floor else 0.0 for n in best]
-        def score(w):
-            return metric(y, blend(members, np.asarray(w)))
-
-        if metric.better(score(mine), score(weights)):
-            weights = np.asarray(mine)
+        mine = np.asarray([own[list(floor).index(n)] if n in floor else 0.0 for n in best])
+        weights = _searched_or_floor(y, members, weights, mine, metric)
     selection_seconds = time.perf_counter() - t0
     val_pred = blend([t.val_pred for t in trials], weights)
     test_pred = blend([t.test_pred for t in trials], weights)
@@ -240,3 +238,25 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
         params=dict(zip(names, map(float, weights))), level=level,
     )
     return row, (held, val_pred, test_pred)
+
+
+def _searched_or_floor(y, members: list, searched, floor, metric):
+    """The searched selection's weights where they beat the floor's on the held-out rows by more than the
+    rows' noise (one standard error of the gain), else the floor's; said either way where they differ."""
+    from pipeline.ensemble import blend, gain_noise
+
+    ours, theirs = blend(members, searched), blend(members, floor)
+    gain = metric.loss(y, theirs) - metric.loss(y, ours)
+    if not gain > 0:
+        return floor
+    noise = gain_noise(y, ours, theirs, metric)
+    if gain > noise:
+        log.info("ensemble: the searched trials' selection kept: %s %.4g on the held-out rows against %.4g for "
+                 "the models' own params, a gain over one standard error (%.2g)", metric.name,
+                 metric(y, ours), metric(y, theirs), noise)
+        return searched
+    log.info("ensemble: the models' own params' selection kept: the searched trials' scored %s %.4g against "
+             "%.4g on the held-out rows, a gain within one standard error of the rows' noise (%.2g)",
+             metric.name, metric(y, ours), metric(y, theirs), noise)
+    return floor
+
