@@ -75,6 +75,7 @@ class ProcessBackend(Backend):
         self.pool = WorkerPool("forkserver", safe_run_fit, detach=True,
                                preload=("pipeline.graph.tasks", *preload), max_idle=max_idle, name="fit-worker")
         self.handles: dict[int, Worker] = {}
+        self.answers_pickled: dict[int, bytes] = {}  # handle -> its result as the worker pickled it
         self.counter = itertools.count()
         self._starting: Optional[threading.Thread] = None
         self._start_error: Optional[BaseException] = None
@@ -133,12 +134,18 @@ class ProcessBackend(Backend):
         for worker, answer in self.pool.wait([self.handles[h] for h in handles], timeout):
             handle = by_worker[worker.id]
             del self.handles[handle]
+            if worker.answer_bytes is not None and not isinstance(answer, (Died, Unreadable)):
+                self.answers_pickled[handle] = worker.answer_bytes
+            worker.answer_bytes = None
             if isinstance(answer, Died):
                 answer = TaskFailure("", f"the worker process died ({answer.reason}) during the fit")
             elif isinstance(answer, Unreadable):
                 answer = TaskFailure("", f"the fit's result could not be read: {answer.error!r}")
             out.append((handle, answer))
         return out
+
+    def pickled(self, handle) -> Optional[bytes]:
+        return self.answers_pickled.pop(handle, None)
 
     def cancel(self, handle) -> None:
         """Kill the worker running `handle` with everything it started (DDP ranks share its process group)."""
@@ -148,6 +155,7 @@ class ProcessBackend(Backend):
         self._join_start()
         self.pool.shutdown(grace=2.0)  # a run that stops early: its fits are killed after a short grace
         self.handles.clear()
+        self.answers_pickled.clear()
 
 
 def import_in_background(modules: tuple[str, ...]) -> threading.Thread:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import pickle
 import signal
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ class Worker:
     detached: bool
     busy_since: Optional[float] = None
     id: int = field(default_factory=lambda: next(_ids))
+    answer_bytes: Optional[bytes] = None  # its last answer as it came, pickled: a store writes them as they are
 
     def signal(self, signum: int) -> None:
         """Send `signum` to the worker, and to its process group when it has its own (a fit's DDP ranks)."""
@@ -146,7 +148,10 @@ class WorkerPool:
         w.busy_since = None
         try:
             if w.conn.poll():  # True on data and on end-of-file
-                answer = w.conn.recv()
+                w.answer_bytes = None
+                data = w.conn.recv_bytes()
+                answer = pickle.loads(data)  # what Connection.recv does, the bytes kept
+                w.answer_bytes = data
                 self._release(w)
                 return answer
         except (EOFError, OSError):

@@ -40,6 +40,11 @@ class Backend:
     def wait(self, handles: list, timeout: Optional[float] = None) -> list[tuple[object, FoldResult | TaskFailure]]:
         raise NotImplementedError
 
+    def pickled(self, handle: object) -> Optional[bytes]:
+        """The finished fit's result as its worker pickled it (taken: a second call gives None), for the
+        result store to write as it came rather than pickle again; None where the backend has no bytes."""
+        return None
+
     def cancel(self, handle: object) -> None:
         """Stop a running fit at once (its worker is killed); it is reported by no later wait()."""
 

@@ -117,6 +117,7 @@ class Scheduler:
                                                self.task_timeout_s)
             self.cancelled += cancelled
             for handle, result in finished:
+                pickled = self.backend.pickled(handle)  # as the worker sent it, with attempt 0
                 task, shares, request = self.running.pop(handle)
                 self.started.pop(handle, None)
                 self.submitted_at.pop(handle, None)
@@ -131,8 +132,7 @@ class Scheduler:
                         raise TaskFailedError(
                             f"task {task.id} failed after {attempts[task.id]} attempt(s): {result.message}. "
                             f"Finished tasks are kept in {self.store.dir}; fix the cause and re-run with "
-                            "resume=true to reuse them"
-                        )
+                            "resume=true to reuse them")
                     log.warning("task %s failed (attempt %d of %d): %s; retrying", task.id, attempts[task.id],
                                 self.max_retries + 1, result.message)
                     self.queued.insert(0, task)
@@ -140,7 +140,7 @@ class Scheduler:
                     continue
                 result.attempt = attempts[task.id]
                 if not getattr(result, "stopped_by_budget", False):  # a shortened fit is not its key's result
-                    self.store.put(request.key, result, later=True)
+                    self.store.put(request.key, result, later=True, pickled=None if result.attempt else pickled)
                 self._complete(task, result, request)
         self.store.flush()
         if self.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan

@@ -145,3 +145,12 @@ def test_workers_preload_what_a_network_fit_imports_on_first_use(compose):
     assert settings.library_modules == ("lightgbm", "xgboost", "torch")
     assert settings.worker_modules == ("pipeline.executors.lean_preload", "lightgbm", "xgboost", "torch",
                                        "torch._dynamo")
+
+
+def test_an_answer_keeps_the_bytes_it_came_in(pool):
+    """The result store writes a fit's answer as the worker pickled it: the pool keeps the bytes beside the
+    answer it unpickled."""
+    import pickle
+
+    worker, answer = ask(pool, {"X": "value"}, "X")
+    assert answer == "value" and pickle.loads(worker.answer_bytes) == "value"
