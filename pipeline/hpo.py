@@ -66,14 +66,9 @@ class TrialSource:
             fixed = self.prior.get(model, {}).get(str(trial))
             if fixed:  # recorded by an earlier run: its search space may have been another
                 fixed = in_space(fixed, space, f"model {model}, trial {trial}")
-            else:
-                # A named configuration (the model's own params, a portfolio entry) sets what it names and
-                # leaves the rest at the model's params: the sampler draws nothing for it.
-                if fixed is None and trial == 0 and self.spec.start_from_defaults:
-                    fixed = {k: v for k, v in self.defaults.get(model, {}).items() if k in space} or None
-                if fixed is None and self.searcher.portfolio:
-                    fixed = self._portfolio(model, trial - (1 if self.spec.start_from_defaults else 0))
-                if fixed:
+            elif fixed is None:
+                fixed = self._named(model, trial)
+                if fixed:  # a dimension it cannot set (the params leave it unset) stays unset, not drawn
                     space = {k: d for k, d in space.items() if k in fixed}
             if fixed:
                 study.enqueue_trial(fixed, skip_if_exists=False)
@@ -84,13 +79,23 @@ class TrialSource:
         self._save(model, trial)
         return params
 
-    def _portfolio(self, model: str, index: int) -> Optional[dict]:
-        """The portfolio's configuration `index` for `model`, its values inside the search space."""
-        configs = self.portfolios.get(model, ())
-        if not 0 <= index < len(configs):
+    def _named(self, model: str, trial: int) -> Optional[dict]:
+        """The searched values of a named configuration, or None where the sampler chooses: trial 0 is the
+        model's own params (hpo.start_from_defaults), the next trials under hpo=auto its kind's portfolio
+        entries, each laid over those params (an entry changes what it names, as a user's override does).
+        Only the values the search space holds are kept."""
+        entry = None
+        if trial == 0 and self.spec.start_from_defaults:
+            entry = {}
+        elif self.searcher.portfolio:
+            configs = self.portfolios.get(model, ())
+            index = trial - (1 if self.spec.start_from_defaults else 0)
+            entry = configs[index] if 0 <= index < len(configs) else None
+        if entry is None:
             return None
         space = self.spaces[model]
-        return {k: v for k, v in configs[index].items() if k in space and space[k].contains(v)} or None
+        merged = {**self.defaults.get(model, {}), **entry}
+        return {k: v for k, v in merged.items() if k in space and space[k].contains(v)} or None
 
     def tell(self, model: str, trial: int, score: float, pruned: bool = False) -> None:
         self.scores[(model, trial)] = score

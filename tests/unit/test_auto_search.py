@@ -45,9 +45,11 @@ def test_the_first_trials_are_the_models_own_params_then_its_portfolio_then_the_
     portfolio = list(LightGBMModel.profile.portfolio)
     end = 1 + len(portfolio)
     asked = [source.params(spec.name, t) for t in range(end + 2)]
-    assert asked[0] == {k: v for k, v in spec.params.items() if k in space}
-    assert asked[0]["extra_trees"] is False  # the model's own params: no dimension left to the sampler
-    assert asked[1:end] == portfolio and any(c["extra_trees"] for c in portfolio)  # AutoGluon's LightGBMXT
+    own = {k: v for k, v in spec.params.items() if k in space}
+    assert asked[0] == own and set(own) == set(space)  # the model's own params: no dimension left to the sampler
+    assert asked[0]["extra_trees"] is False and asked[0]["lambda_l1"] == 0.0
+    assert asked[1:end] == [{**own, **entry} for entry in portfolio]  # each entry laid over the params
+    assert any(c["extra_trees"] for c in portfolio)  # AutoGluon's LightGBMXT
     assert asked[end] not in asked[:end] and all(space[k].contains(v) for k, v in asked[end].items())
 
 
@@ -193,9 +195,9 @@ def test_a_kind_whose_library_is_not_installed_is_said_and_left_out(compose, mon
 
 
 def test_a_named_configuration_leaves_what_it_does_not_name_to_the_models_params(compose):
-    """The model's own params and a portfolio entry set the dimensions they name; the sampler draws none of
-    the others (a penalty searched but absent from the params stays the library's default), so trial 0 is
-    the default run's fit and a portfolio entry the configuration it was proven as."""
+    """Trial 0 is the model's own params and a portfolio entry is laid over them; the sampler draws none of
+    their dimensions, and one the params leave unset (or set outside the space) stays as the params have it:
+    trial 0 is the default run's fit and a portfolio entry the configuration it was proven as."""
     from pipeline.config import SearchDimConf
 
     settings = read_settings(compose(["model=lightgbm", "hpo=auto", "time_limit_s=60"]))
@@ -203,7 +205,7 @@ def test_a_named_configuration_leaves_what_it_does_not_name_to_the_models_params
              "lambda_l1": SearchDimConf(type="float", low=0.001, high=10.0, log=True)}
     source = TrialSource(settings.conf.hpo, {"m": space}, {"m": {"learning_rate": 0.05, "num_leaves": 31}},
                          "maximize", portfolios={"m": ({"lambda_l1": 1.0, "num_leaves": 15},)})
-    assert source.params("m", 0) == {"learning_rate": 0.05}
-    assert source.params("m", 1) == {"lambda_l1": 1.0}
+    assert source.params("m", 0) == {"learning_rate": 0.05}  # lambda_l1: unset in the params, not drawn
+    assert source.params("m", 1) == {"learning_rate": 0.05, "lambda_l1": 1.0}
     searched = source.params("m", 2)
     assert set(searched) == set(space) and all(space[k].contains(v) for k, v in searched.items())
