@@ -209,3 +209,23 @@ def test_the_noise_of_a_gain_is_its_bootstrap_standard_error_scaled_to_every_row
     drawn = gain_noise(y, ours, other, rmse, max_rows=4_000)
     assert 0.5 * whole < drawn < 2 * whole  # a draw of a tenth, scaled, reads the same noise
     assert gain_noise(y[:4_000], ours[:4_000], other[:4_000], rmse) > 2 * whole  # fewer rows: noisier
+
+
+def test_a_models_best_trial_within_the_rows_noise_of_its_own_params_gives_way_to_them(caplog):
+    """The same rule for each model's row: its best of many trials is kept over its trial 0 (the default
+    run's fit) only for a gain on the held-out rows beyond one standard error; the run says which it kept."""
+    import logging
+
+    from pipeline.graph.nodes import ensemble as node
+
+    for right, expected in ((22, 0), (40, 7)):
+        trials, data = _label_trials(right)
+        def result(trial, t):
+            return SimpleNamespace(trial=trial, pruned=False, held_out=t.held_out, val_pred=t.val_pred,
+                                   score=METRICS["accuracy"](data.y[t.held_out], t.val_pred))
+        outcome = SimpleNamespace(trials={("m", 0): result(0, trials["m trial 0"]), ("m", 7): result(7, trials["m"])})
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            chosen = node._best_or_own(outcome, "m", outcome.trials[("m", 7)], METRICS["accuracy"], data)
+        assert chosen.trial == expected
+        assert ("own params (trial 0) kept" in caplog.text) is (expected == 0)

@@ -40,6 +40,9 @@ class EnsembleNode(NodeKind):
         problem = data.problem_type
         names = list(dict.fromkeys(inputs[i].model for i in task.depends_on if i in inputs))
         best = {name: ctx.outcome.best(name, metric) for name in names}
+        searched = all(t.level == 1 for t in best.values()) and not any(t.kind == "refit" for t in ctx.plan.tasks)
+        if searched:  # a refit or a stacked level has read each model's best trial already
+            best = {name: _best_or_own(ctx.outcome, name, trial, metric, data) for name, trial in best.items()}
         kinds = [a.model for a in ctx.plan.allocations]
         schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories, data.features)
         rows, predictors, seconds = [], {}, {}
@@ -56,8 +59,7 @@ class EnsembleNode(NodeKind):
         members = {n: t for n, t in best.items() if t.level == top}
         preds = {n: (t.held_out, t.val_pred, t.test_pred) for n, t in best.items()}
         if len(members) >= 2:
-            extra = ({} if top > 1 or any(t.kind == "refit" for t in ctx.plan.tasks)
-                     else _other_trials(ctx.outcome, best, metric, data, schema, seconds))
+            extra = _other_trials(ctx.outcome, best, metric, data, schema, seconds) if searched else {}
             floor = [f"{n} trial 0" if f"{n} trial 0" in extra else n for n in members]
             candidates = {**members, **{n: t for n, (t, _) in extra.items()}}
             row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds,
@@ -128,6 +130,28 @@ def _set_threshold(row: dict, predictor, held_out, val_pred, test_pred, data, ev
 
 
 TRIALS_PER_MODEL = 3  # a searched model's best trials the ensemble may pick from, its own params besides
+
+
+def _best_or_own(outcome, name: str, best, metric, data):
+    """`name`'s best trial, or its trial 0 (the model's own params) where the best beats it on the held-out
+    rows by no more than one standard error of the gain: the best of hundreds of trials is partly the
+    one that fitted those rows' noise best (`_searched_or_floor` decides the same for the ensemble)."""
+    import numpy as np
+
+    from pipeline.ensemble import gain_noise
+
+    own = outcome.trials.get((name, 0))
+    if own is None or own is best or own.pruned or not np.array_equal(own.held_out, best.held_out):
+        return best
+    y = data.y[best.held_out]
+    gain = metric.loss(y, own.val_pred) - metric.loss(y, best.val_pred)
+    noise = gain_noise(y, best.val_pred, own.val_pred, metric)
+    if gain > noise:
+        return best
+    log.info("%s: its own params (trial 0) kept: its best trial (%d) scored %s %.4g on the held-out rows against "
+             "%.4g, a gain within one standard error of the rows' noise (%.2g)", name, best.trial, metric.name,
+             best.score, own.score, noise)
+    return own
 
 
 def _other_trials(outcome, best: dict, metric, data, schema, seconds: dict) -> dict:
