@@ -41,7 +41,8 @@ class EnsembleNode(NodeKind):
         names = list(dict.fromkeys(inputs[i].model for i in task.depends_on if i in inputs))
         best = {name: ctx.outcome.best(name, metric) for name in names}
         searched = all(t.level == 1 for t in best.values()) and not any(t.kind == "refit" for t in ctx.plan.tasks)
-        if searched:  # a refit or a stacked level has read each model's best trial already
+        guard = getattr(getattr(ctx.trials, "searcher", None), "noise_guard", False)
+        if searched and guard:  # a refit or a stacked level has read each model's best trial already
             best = {name: _best_or_own(ctx.outcome, name, trial, metric, data) for name, trial in best.items()}
         kinds = [a.model for a in ctx.plan.allocations]
         schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories, data.features)
@@ -62,8 +63,9 @@ class EnsembleNode(NodeKind):
             extra = _other_trials(ctx.outcome, best, metric, data, schema, seconds) if searched else {}
             floor = [f"{n} trial 0" if f"{n} trial 0" in extra else n for n in members]
             candidates = {**members, **{n: t for n, (t, _) in extra.items()}}
-            row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds,
-                                               top + 1, floor=floor, extra={n: p for n, (_, p) in extra.items()})
+            row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds, top + 1,
+                                               floor=floor, extra={n: p for n, (_, p) in extra.items()},
+                                               noise_guard=guard)
             rows.append(row)
         if problem == "binary":
             for row in rows:
@@ -218,12 +220,13 @@ def selection_rows(num_held: int):
 
 
 def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int,
-              floor: Sequence[str] = (), extra: Optional[dict] = None) -> tuple:
+              floor: Sequence[str] = (), extra: Optional[dict] = None, noise_guard: bool = False) -> tuple:
     """The weighted ensemble's leaderboard row, and (held-out rows, their predictions, test predictions).
     `floor`: the members of the default run's ensemble (each model's own params); the selection over
-    them alone is kept unless the selection over all scores better on the held-out rows by more than one
-    standard error of that gain (`pipeline.ensemble.gain_noise`): a search's choice among hundreds of
-    trials fits some of the held-out rows' noise, and a gain within it is not one to trust. `extra`:
+    them alone is kept where it scores better on the held-out rows, and with `noise_guard` (hpo=auto) unless
+    the selection over all scores better by more than one standard error of that gain
+    (`pipeline.ensemble.gain_noise`): a search's choice among hundreds of trials fits some of the held-out
+    rows' noise, and a gain within it is not one to trust. `extra`:
     the predictors of members without a row (`_other_trials`), in the ensemble only where picked."""
     import numpy as np
 
@@ -242,7 +245,7 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     if floor and set(floor) != set(best):
         own = ensemble_selection([preds[n] for n in floor], y, metric, names=list(floor))
         mine = np.asarray([own[list(floor).index(n)] if n in floor else 0.0 for n in best])
-        weights = _searched_or_floor(y, members, weights, mine, metric)
+        weights = _searched_or_floor(y, members, weights, mine, metric, noise_guard)
     selection_seconds = time.perf_counter() - t0
     val_pred = blend([t.val_pred for t in trials], weights)
     test_pred = blend([t.test_pred for t in trials], weights)
@@ -264,13 +267,16 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     return row, (held, val_pred, test_pred)
 
 
-def _searched_or_floor(y, members: list, searched, floor, metric):
-    """The searched selection's weights where they beat the floor's on the held-out rows by more than the
-    rows' noise (one standard error of the gain), else the floor's; said either way where they differ."""
+def _searched_or_floor(y, members: list, searched, floor, metric, noise_guard: bool):
+    """The searched selection's weights where they beat the floor's on the held-out rows (with `noise_guard`,
+    by more than the rows' noise: one standard error of the gain, and the run says which it kept), else the
+    floor's."""
     from pipeline.ensemble import blend, gain_noise
 
     ours, theirs = blend(members, searched), blend(members, floor)
     gain = metric.loss(y, theirs) - metric.loss(y, ours)
+    if not noise_guard:
+        return floor if gain < 0 else searched
     if not gain > 0:
         return floor
     noise = gain_noise(y, ours, theirs, metric)
