@@ -206,9 +206,11 @@ class ModelKindConformance:
         source = TrialSource(settings.conf.hpo, {spec.name: space}, {spec.name: spec.params}, "maximize",
                              portfolios={spec.name: portfolio})
         asked = [source.params(spec.name, t) for t in range(len(portfolio) + 2)]
-        assert asked[0] == {k: v for k, v in spec.params.items() if k in space}
-        assert asked[0] not in portfolio, "a portfolio entry repeating the configured params wastes a trial"
-        assert asked[1:len(portfolio) + 1] == list(portfolio)
+        own = {k: v for k, v in spec.params.items() if k in space and space[k].contains(v)}
+        laid = [{**own, **config} for config in portfolio]  # an entry changes what it names of the params
+        assert asked[0] == own
+        assert own not in laid, "a portfolio entry repeating the configured params wastes a trial"
+        assert asked[1:len(portfolio) + 1] == laid
         assert all(space[k].contains(v) for k, v in asked[-1].items())
 
     # ---- planning: memory and devices
