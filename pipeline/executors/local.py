@@ -134,7 +134,7 @@ class ProcessBackend(Backend):
         for worker, answer in self.pool.wait([self.handles[h] for h in handles], timeout):
             handle = by_worker[worker.id]
             del self.handles[handle]
-            if worker.answer_bytes is not None and not isinstance(answer, (Died, Unreadable)):
+            if worker.answer_bytes is not None:  # (set only where the answer unpickled)
                 self.answers_pickled[handle] = worker.answer_bytes
             worker.answer_bytes = None
             if isinstance(answer, Died):

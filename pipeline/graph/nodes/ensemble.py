@@ -289,4 +289,3 @@ def _searched_or_floor(y, members: list, searched, floor, metric, noise_guard: b
              "%.4g on the held-out rows, a gain within one standard error of the rows' noise (%.2g)",
              metric.name, metric(y, ours), metric(y, theirs), noise)
     return floor
-
