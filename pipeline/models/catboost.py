@@ -78,6 +78,7 @@ def memory(params: dict, fit, on_gpu: bool):
 
 PROFILE = ModelProfile(
     library="CatBoost",
+    learning_rate=("learning_rate", "eta"),
     accelerators=frozenset({"cpu", "cuda"}),
     modules=("catboost",),
     distributions=(("catboost",),),

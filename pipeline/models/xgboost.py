@@ -51,6 +51,8 @@ def gpu_params(local: Sequence[int]) -> dict:
 
 PROFILE = ModelProfile(
     library="XGBoost",
+    learning_rate=("eta", "learning_rate"),
+    default_learning_rate=0.3,
     accelerators=frozenset({"cpu", "cuda", "rocm"}),
     modules=("xgboost",),
     # the CUDA builds and the CPU-only one install the same package under other names

@@ -3,6 +3,8 @@ of typical fits stopped (no ratchet), clearly losing fits stopped early, constan
 
 import random
 
+import pytest
+
 from pipeline.graph.round_pruning import FoldPruner, RungTable, percentile, rungs
 
 
@@ -71,3 +73,74 @@ def test_a_fit_receives_a_few_thresholds_whatever_the_number_of_earlier_fits():
     for _ in range(2000):
         table.add(_curve(rng, 0.4 + rng.random() * 0.1))
     assert len(table.thresholds()) == len(rungs(_curve(rng, 0.4))) == 4  # rounds 10, 30, 90, 270 of 300
+
+
+def _path(rng, level: float, pace: float, rounds: int) -> dict[int, float]:
+    """A booster's curve as a function of its paced steps (rounds x its learning rate over the own one):
+    boosting with a smaller rate walks the same path in smaller steps, reported every 10 rounds."""
+    return {s: level + 0.3 / (1 + s * pace / 20) + rng.gauss(0, 0.002) for s in range(0, rounds + 1, 10)}
+
+
+def _paced_fit(curve: dict[int, float], table: RungTable, pace: float) -> FoldPruner:
+    pruner = FoldPruner(table.thresholds(), pace)
+    for step in sorted(curve):
+        if pruner(step, curve[step]):
+            break
+    table.add(pruner.values, pace)
+    return pruner
+
+
+def test_a_rung_is_read_at_the_rounds_a_fits_learning_rate_makes_up_for():
+    curve = {s: 1.0 - s / 1000 for s in range(0, 301, 10)}
+    assert rungs(curve, pace=0.2) == {10: curve[50], 30: curve[150]}  # rung 90 is 450 rounds away
+    assert rungs(curve, pace=4.0) == {90: curve[20], 270: curve[60], 810: curve[200]}  # 10, 30: before round 10
+    assert rungs(curve, pace=1 / 3) == {10: curve[30], 30: curve[90], 90: curve[270]}
+
+
+def test_a_slow_learner_on_the_same_path_is_not_stopped_for_its_rate():
+    """Fits at the own learning rate, then one at a fifth of it that ends lower: judged round for round
+    (pace 1) it is losing at every early rung and stops; judged at its paced steps it runs to its end."""
+    for pace, stopped in ((1.0, True), (0.2, False)):
+        rng, table = random.Random(5), RungTable()
+        for _ in range(20):
+            _paced_fit(_path(rng, 0.40, 1.0, 300), table, 1.0)
+        slow = _paced_fit(_path(rng, 0.38, 0.2, 1500), table, pace)
+        assert slow.pruned is stopped, (pace, max(slow.values))
+
+
+def test_a_fit_judges_each_rung_as_its_finished_curve_reads_it():
+    """The pruner inside the fit stops exactly when the rungs of its curve so far cross a threshold."""
+    rng = random.Random(7)
+    for _ in range(300):
+        pace = rng.choice([0.1, 0.25, 1 / 3, 0.5, 1.0, 1.7, 2.0, 4.0])
+        thresholds = tuple((r, 0.40 + rng.random() * 0.3) for r in (10, 30, 90, 270))
+        curve = _path(rng, 0.40 + rng.random() * 0.2, pace, 600)
+        pruner = FoldPruner(thresholds, pace)
+        for step in sorted(curve):
+            if pruner(step, curve[step]):
+                break
+        read = rungs(pruner.values, pace)
+        limits = dict(thresholds)
+        losing = [r for r, best in read.items() if r in limits and not best <= limits[r]]
+        assert pruner.pruned == bool(losing)
+        if losing:  # it stopped at the first report that reached the first losing rung
+            assert max(pruner.values) * pace >= min(losing) and (max(pruner.values) - 10) * pace < min(losing)
+
+
+def test_the_pace_is_the_ratio_of_learning_rates_under_any_of_their_names():
+    from pipeline.graph.round_pruning import pace
+
+    names = ("learning_rate", "eta")
+    assert pace(names, {"learning_rate": 0.01}, {"learning_rate": 0.05}) == pytest.approx(0.2)
+    assert pace(names, {"eta": 0.3}, {"learning_rate": 0.1}) == pytest.approx(3.0)
+    assert pace(names, {}, {"eta": 0.05}, default=0.1) == 2.0  # the library's default where none is set
+    assert pace(names, {"eta": 0.1}, {}) == 1.0 and pace((), {"eta": 0.1}, {"eta": 0.2}) == 1.0
+
+
+def test_a_trials_fit_request_carries_its_pace_against_the_models_own_params():
+    from pipeline.graph.nodes.fit import _pace
+    from pipeline.models import LightGBMModel, XGBoostModel
+
+    assert _pace(LightGBMModel({"learning_rate": 0.05}), {"learning_rate": 0.01}) == pytest.approx(0.2)
+    assert _pace(XGBoostModel({"eta": 0.05}), {"eta": 0.15}) == pytest.approx(3.0)
+    assert _pace(XGBoostModel({}), {"eta": 0.15}) == 0.5  # against XGBoost's default rate, 0.3

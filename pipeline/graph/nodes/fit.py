@@ -36,12 +36,13 @@ class FitNode(NodeKind):
             gpu_ids=tuple(d for d, _ in shares), gpu_shares=tuple(s for _, s in shares), data=ctx.data_ref,
             checkpoint_dir=str(ctx.store.checkpoint_dir(key)), pruning=ctx.pruning,
             prune_thresholds=ctx.rung_thresholds(task.model, task.fold) if ctx.pruning else (),
+            prune_pace=_pace(prototype, params),
             deadline=ctx.deadline, class_weight=ctx.class_weight,
         )
 
     def done(self, task, result, request, ctx):
         if result.curve:  # stopped fits too: judged only against the survivors, each rung would stop half
-            ctx.rung_table(task.model, task.fold).add(result.curve)
+            ctx.rung_table(task.model, task.fold).add(result.curve, request.prune_pace)
         ctx.outcome.timeline.append(
             {
                 "task": task.id, "model": task.model, "trial": task.trial, "fold": task.fold, "level": task.level,
@@ -126,6 +127,14 @@ def _memory(memory, result, level: int) -> dict:
         estimate = memory.at(level)
         out.update(estimate_ram_mb=round(estimate.ram / 2**20, 1), estimate_gpu_mb=round(estimate.gpu / 2**20, 1))
     return out
+
+
+def _pace(prototype, params: dict) -> float:
+    """The trial's learning rate over its model's own params' (round pruning's paced steps)."""
+    from pipeline.graph.round_pruning import pace
+
+    profile = type(prototype).profile
+    return pace(profile.learning_rate, params, prototype.params, profile.default_learning_rate)
 
 
 def _device_kind(prototype, params: dict, shares) -> str:
