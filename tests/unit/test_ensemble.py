@@ -229,3 +229,36 @@ def test_a_models_best_trial_within_the_rows_noise_of_its_own_params_gives_way_t
             chosen = node._best_or_own(outcome, "m", outcome.trials[("m", 7)], METRICS["accuracy"], data)
         assert chosen.trial == expected
         assert ("own params (trial 0) kept" in caplog.text) is (expected == 0)
+
+
+def test_under_hpo_auto_the_ensembles_floor_is_each_models_kept_row_so_it_stays_first():
+    """Model m's searched trial beat its trial 0 beyond the noise (40 rows of 2,000) and is its row; model n
+    is right on 60% of the rows. The default run's ensemble (m's trial 0 and n) scores below m's row, and
+    the searched selection's gain over it is within the noise: with that floor the ensemble would rank below
+    m. Under hpo=auto the floor is each model's kept row, so the ensemble is never below its best member
+    on the held-out rows. A searcher the user chose keeps the default run's members as its floor."""
+    from pipeline.graph.nodes import ensemble as node
+
+    trials, data = _label_trials(40)
+    n, rng = 2000, np.random.default_rng(4)
+    labels = np.where(rng.random(n + 300) < 0.6, data.y, (data.y + 1) % 3)
+    proba = np.full((n + 300, 3), 0.1)
+    proba[np.arange(n + 300), labels] = 0.8
+    members = {"m": trials["m"], "n": SimpleNamespace(held_out=np.arange(n), val_pred=proba[:n],
+                                                      test_pred=proba[n:], folds=[None])}
+    extra = {"m trial 0": (trials["m trial 0"], None)}
+    assert node.floor_members(members, extra, noise_guard=False) == ["m trial 0", "n"]
+    floor = node.floor_members(members, extra, noise_guard=True)
+    assert floor == ["m", "n"]
+    candidates = {**members, "m trial 0": trials["m trial 0"]}
+    predictors = {name: SimpleNamespace(name=name) for name in candidates}
+    seconds = {name: {name: 1.0} for name in candidates}
+    accuracy = METRICS["accuracy"]
+    rows = {}
+    for name, names in (("kept", floor), ("default run's", ["m trial 0", "n"])):
+        _, (held, val_pred, _) = node._ensemble(candidates, data, accuracy, "multiclass", predictors, seconds, 2,
+                                                floor=names, extra={"m trial 0": predictors["m trial 0"]},
+                                                noise_guard=True)
+        rows[name] = accuracy(data.y[held], val_pred)
+    best_row = accuracy(data.y[:n], trials["m"].val_pred)
+    assert rows["default run's"] < best_row <= rows["kept"], rows

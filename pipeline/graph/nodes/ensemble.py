@@ -61,7 +61,7 @@ class EnsembleNode(NodeKind):
         preds = {n: (t.held_out, t.val_pred, t.test_pred) for n, t in best.items()}
         if len(members) >= 2:
             extra = _other_trials(ctx.outcome, best, metric, data, schema, seconds) if searched else {}
-            floor = [f"{n} trial 0" if f"{n} trial 0" in extra else n for n in members]
+            floor = floor_members(members, extra, guard)
             candidates = {**members, **{n: t for n, (t, _) in extra.items()}}
             row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds, top + 1,
                                                floor=floor, extra={n: p for n, (_, p) in extra.items()},
@@ -81,6 +81,16 @@ class EnsembleNode(NodeKind):
         if len(names) >= 2:
             return f"ensemble: {bags}, and the weighted ensemble of the {len(names)} models at level {top}"
         return f"ensemble: {bags}" if names else "ensemble: no model"
+
+
+def floor_members(members: dict, extra: dict, noise_guard: bool) -> list[str]:
+    """The members whose ensemble a searched one must beat. Under hpo=auto (`noise_guard`): each model's
+    kept row (its trial 0, or a best trial that beat it beyond the rows' noise, `_best_or_own`), so that the
+    ensemble scores at least its best member on the held-out rows and stays first on the board. Else each
+    model's trial 0 (`extra` names those not kept as its row): the default run's ensemble."""
+    if noise_guard:
+        return list(members)
+    return [f"{n} trial 0" if f"{n} trial 0" in extra else n for n in members]
 
 
 def bagged_predictor(name: str, trial, best: dict, kinds: list[str], data, schema):
