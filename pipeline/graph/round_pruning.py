@@ -70,6 +70,17 @@ def pace(names: tuple[str, ...], params: dict, own: dict, default: Optional[floa
     return rate / base if rate and base and rate > 0 and base > 0 else 1.0
 
 
+def paced_rounds(names: tuple[str, ...], params: dict, own: dict, pace: float) -> dict:
+    """`params` with as many rounds at most as go as far as the own params' most rounds: a fit at a fifth of
+    the own learning rate may run five times the rounds (early stopping still ends it); never fewer than
+    the own params' cap. `names`: the params naming the most rounds, the first set wins."""
+    name = next((n for n in names if n in params or n in own), None)
+    cap = params.get(name, own.get(name)) if name else None
+    if not cap or pace >= 1:
+        return params
+    return {**params, name: max(int(cap), math.ceil(int(cap) / pace))}
+
+
 class RungTable:
     """The best losses earlier fits of one model and fold had reached at each rung, kept sorted."""
 

@@ -50,6 +50,7 @@ PROFILE = ModelProfile(
     library="LightGBM",
     learning_rate=("learning_rate", "shrinkage_rate", "eta"),
     default_learning_rate=0.1,
+    rounds=ROUNDS,
     accelerators=frozenset({"cpu", "cuda", "rocm"}),
     modules=("lightgbm",),
     distributions=(("lightgbm",),),

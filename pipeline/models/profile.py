@@ -75,6 +75,7 @@ class ModelProfile:
     # fit at as many rounds as its rate makes up for (pipeline.graph.round_pruning.pace); () : none
     learning_rate: tuple[str, ...] = ()
     default_learning_rate: Optional[float] = None
+    rounds: tuple[str, ...] = ()  # the params naming its most rounds (the first set wins): hpo=auto paces them
     # params that make a fit short (fewer rounds or epochs): smoke runs and the conformance suite
     quick: tuple[tuple[str, object], ...] = ()
 

@@ -144,3 +144,32 @@ def test_a_trials_fit_request_carries_its_pace_against_the_models_own_params():
     assert _pace(LightGBMModel({"learning_rate": 0.05}), {"learning_rate": 0.01}) == pytest.approx(0.2)
     assert _pace(XGBoostModel({"eta": 0.05}), {"eta": 0.15}) == pytest.approx(3.0)
     assert _pace(XGBoostModel({}), {"eta": 0.15}) == 0.5  # against XGBoost's default rate, 0.3
+
+
+def test_a_slower_learner_may_run_the_rounds_that_take_it_as_far_as_the_own_params_cap():
+    from pipeline.graph.round_pruning import paced_rounds
+
+    names = ("num_iterations", "num_boost_round")
+    assert paced_rounds(names, {"learning_rate": 0.01}, {"num_iterations": 1000}, 0.2) == {
+        "learning_rate": 0.01, "num_iterations": 5000}
+    assert paced_rounds(names, {"eta": 0.2}, {"num_boost_round": 1000}, 4.0) == {"eta": 0.2}  # never fewer
+    assert paced_rounds(names, {"num_iterations": 300}, {"num_iterations": 1000}, 0.5)["num_iterations"] == 600
+    assert paced_rounds((), {"eta": 0.01}, {"num_boost_round": 1000}, 0.1) == {"eta": 0.01}
+
+
+def test_under_hpo_auto_a_trials_fits_and_its_record_take_its_paced_rounds():
+    """The fit request and the trial's record (leaderboard, MLflow) read the same params: under hpo=auto a
+    LightGBM trial at a fifth of the own rate may run five times the rounds; a searcher the user chose
+    keeps the params' cap."""
+    from types import SimpleNamespace
+
+    from pipeline.graph.nodes.fit import trial_params
+    from pipeline.models import LightGBMModel
+    from pipeline.searchers import AutoSearch, TpeSearch
+
+    own = LightGBMModel({"learning_rate": 0.05, "num_iterations": 1000})
+    for searcher, rounds in ((AutoSearch(), 5000), (TpeSearch(), None)):
+        trials = SimpleNamespace(searcher=searcher, params=lambda model, trial: {"learning_rate": 0.01})
+        ctx = SimpleNamespace(trials=trials, prototypes={"lightgbm": own})
+        params, pace = trial_params(ctx, "lightgbm", 3)
+        assert pace == pytest.approx(0.2) and params.get("num_iterations") == rounds
