@@ -232,7 +232,7 @@ def selection_rows(num_held: int):
 def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds: dict, level: int,
               floor: Sequence[str] = (), extra: Optional[dict] = None, noise_guard: bool = False) -> tuple:
     """The weighted ensemble's leaderboard row, and (held-out rows, their predictions, test predictions).
-    `floor`: the members of the default run's ensemble (each model's own params); the selection over
+    `floor`: the members whose selection a searched one must beat (`floor_members`); the selection over
     them alone is kept where it scores better on the held-out rows, and with `noise_guard` (hpo=auto) unless
     the selection over all scores better by more than one standard error of that gain
     (`pipeline.ensemble.gain_noise`): a search's choice among hundreds of trials fits some of the held-out
@@ -292,10 +292,10 @@ def _searched_or_floor(y, members: list, searched, floor, metric, noise_guard: b
     noise = gain_noise(y, ours, theirs, metric)
     if gain > noise:
         log.info("ensemble: the searched trials' selection kept: %s %.4g on the held-out rows against %.4g for "
-                 "the models' own params, a gain over one standard error (%.2g)", metric.name,
+                 "the models' kept rows, a gain over one standard error (%.2g)", metric.name,
                  metric(y, ours), metric(y, theirs), noise)
         return searched
-    log.info("ensemble: the models' own params' selection kept: the searched trials' scored %s %.4g against "
+    log.info("ensemble: the models' kept rows' selection kept: the searched trials' scored %s %.4g against "
              "%.4g on the held-out rows, a gain within one standard error of the rows' noise (%.2g)",
              metric.name, metric(y, ours), metric(y, theirs), noise)
     return floor
