@@ -19,7 +19,6 @@ class Searcher:
     # whether a searched trial (or ensemble) stands over the model's own params only for a held-out gain beyond
     # the rows' noise (pipeline.graph.nodes.ensemble); else the best held-out score wins, as Optuna's best_trial
     noise_guard = False
-    paced_rounds = False  # a trial's most rounds scaled by its learning rate (round_pruning.paced_rounds)
     kind: str = ""  # the engine's: none | random | tpe | grid (the run's records show a user's by its class)
 
     def sampler(self, hpo, model: str, space: dict) -> Any:
@@ -74,7 +73,6 @@ class AutoSearch(TpeSearch):
     kind = "auto"
     portfolio = True
     noise_guard = True
-    paced_rounds = True
 
     def __init__(self, n_startup_trials: Optional[int] = 4):
         super().__init__(n_startup_trials)

@@ -83,7 +83,6 @@ class FitRequest:
     local_gpus: Optional[tuple[int, ...]] = None  # None: the worker sees exactly gpu_ids (CUDA_VISIBLE_DEVICES)
     pruning: bool = False
     prune_thresholds: tuple[tuple[int, float], ...] = ()  # (rung step, loss past which it stops): round_pruning
-    prune_pace: float = 1.0  # its learning rate over its model's own params' (round_pruning.pace)
     deadline: Optional[float] = None  # time.time() the fit stops by (time_limit_s): absolute, as every host reads it
     fold_set: Optional[tuple[int, ...]] = None  # a stacked fit: learn outside these folds (() : every row)
     stack: Optional[StackFeatures] = None  # a stacked level's features from the level below
@@ -227,7 +226,7 @@ def run_fit(request: FitRequest) -> FoldResult:
     """Fit one fold of one trial of one model (or a stacked model, on its fold set with its level's
     features), and predict its held-out rows and the test rows."""
     start = time.time()
-    report = FoldPruner(request.prune_thresholds, request.prune_pace) if request.pruning else None
+    report = FoldPruner(request.prune_thresholds) if request.pruning else None
     data = resolve_data(request.data)
     train_rows, held_out = split_rows(data, request.num_folds, request.fold, request.fold_seed, request.fold_set)
     local = request.local_gpus

@@ -78,8 +78,6 @@ def memory(params: dict, fit, on_gpu: bool):
 
 PROFILE = ModelProfile(
     library="CatBoost",
-    learning_rate=("learning_rate", "eta"),
-    rounds=ROUNDS,
     accelerators=frozenset({"cpu", "cuda"}),
     modules=("catboost",),
     distributions=(("catboost",),),

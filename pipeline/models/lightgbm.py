@@ -48,9 +48,6 @@ def gpu_params(local: Sequence[int]) -> dict:
 
 PROFILE = ModelProfile(
     library="LightGBM",
-    learning_rate=("learning_rate", "shrinkage_rate", "eta"),
-    default_learning_rate=0.1,
-    rounds=ROUNDS,
     accelerators=frozenset({"cpu", "cuda", "rocm"}),
     modules=("lightgbm",),
     distributions=(("lightgbm",),),

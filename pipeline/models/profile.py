@@ -71,11 +71,6 @@ class ModelProfile:
     # hpo=auto's first trials after the model's own params: proven configurations of this kind (values of
     # its search space; a key outside the space, or a value outside its range, is left to the sampler)
     portfolio: tuple[dict, ...] = ()
-    # the params naming its step size (the first set wins) and the library's default: round pruning judges a
-    # fit at as many rounds as its rate makes up for (pipeline.graph.round_pruning.pace); () : none
-    learning_rate: tuple[str, ...] = ()
-    default_learning_rate: Optional[float] = None
-    rounds: tuple[str, ...] = ()  # the params naming its most rounds (the first set wins): hpo=auto paces them
     # params that make a fit short (fewer rounds or epochs): smoke runs and the conformance suite
     quick: tuple[tuple[str, object], ...] = ()
 

@@ -51,9 +51,6 @@ def gpu_params(local: Sequence[int]) -> dict:
 
 PROFILE = ModelProfile(
     library="XGBoost",
-    learning_rate=("eta", "learning_rate"),
-    default_learning_rate=0.3,
-    rounds=("num_boost_round",),
     accelerators=frozenset({"cpu", "cuda", "rocm"}),
     modules=("xgboost",),
     # the CUDA builds and the CPU-only one install the same package under other names

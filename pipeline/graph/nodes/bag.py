@@ -16,7 +16,6 @@ class BagNode(NodeKind):
         import numpy as np
 
         from pipeline.graph.nodes.context import TrialResult
-        from pipeline.graph.nodes.fit import trial_params
         from pipeline.graph.stacking import level_name
 
         folds = [inputs[i] for i in task.depends_on if i in inputs]  # fewer: a first trial the budget cut
@@ -32,9 +31,8 @@ class BagNode(NodeKind):
                                 val_pred, test_pred, score, level=task.level)
             ctx.outcome.trials[(trial.model, trial.trial)] = trial
             return trial
-        params, _ = trial_params(ctx, task.model, task.trial)
-        trial = TrialResult(task.model, task.trial, params, folds, held_out, val_pred, test_pred, score,
-                            pruned=any(f.pruned for f in folds))
+        trial = TrialResult(task.model, task.trial, ctx.trials.params(task.model, task.trial), folds, held_out,
+                            val_pred, test_pred, score, pruned=any(f.pruned for f in folds))
         ctx.outcome.trials[(task.model, task.trial)] = trial
         ctx.trials.tell(task.model, task.trial, trial.score, pruned=trial.pruned)
         if ctx.hooks:

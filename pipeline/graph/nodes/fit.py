@@ -22,7 +22,7 @@ class FitNode(NodeKind):
             return _stacked_request(task, shares, ctx)
         from pipeline.graph.tasks import FitRequest, task_key, task_seed
 
-        params, pace = trial_params(ctx, task.model, task.trial)
+        params = ctx.trials.params(task.model, task.trial)
         prototype = ctx.prototypes[task.model]
         num_folds = ctx.plan.allocation(task.model).num_folds
         seed = task_seed(ctx.seed, task.model, task.trial, task.fold)
@@ -36,13 +36,12 @@ class FitNode(NodeKind):
             gpu_ids=tuple(d for d, _ in shares), gpu_shares=tuple(s for _, s in shares), data=ctx.data_ref,
             checkpoint_dir=str(ctx.store.checkpoint_dir(key)), pruning=ctx.pruning,
             prune_thresholds=ctx.rung_thresholds(task.model, task.fold) if ctx.pruning else (),
-            prune_pace=pace,
             deadline=ctx.deadline, class_weight=ctx.class_weight,
         )
 
     def done(self, task, result, request, ctx):
         if result.curve:  # stopped fits too: judged only against the survivors, each rung would stop half
-            ctx.rung_table(task.model, task.fold).add(result.curve, request.prune_pace)
+            ctx.rung_table(task.model, task.fold).add(result.curve)
         ctx.outcome.timeline.append(
             {
                 "task": task.id, "model": task.model, "trial": task.trial, "fold": task.fold, "level": task.level,
@@ -127,26 +126,6 @@ def _memory(memory, result, level: int) -> dict:
         estimate = memory.at(level)
         out.update(estimate_ram_mb=round(estimate.ram / 2**20, 1), estimate_gpu_mb=round(estimate.gpu / 2**20, 1))
     return out
-
-
-def trial_params(ctx, model: str, trial: int) -> tuple[dict, float]:
-    """A trial's params as its fits take them, and its pace (its learning rate over its model's own
-    params'); under hpo=auto with the most rounds that pace makes up for (round_pruning.paced_rounds)."""
-    from pipeline.graph.round_pruning import paced_rounds
-
-    params, prototype = ctx.trials.params(model, trial), ctx.prototypes[model]
-    pace = _pace(prototype, params)
-    if getattr(getattr(ctx.trials, "searcher", None), "paced_rounds", False):
-        params = paced_rounds(type(prototype).profile.rounds, params, prototype.params, pace)
-    return params, pace
-
-
-def _pace(prototype, params: dict) -> float:
-    """The trial's learning rate over its model's own params' (round pruning's paced steps)."""
-    from pipeline.graph.round_pruning import pace
-
-    profile = type(prototype).profile
-    return pace(profile.learning_rate, params, prototype.params, profile.default_learning_rate)
 
 
 def _device_kind(prototype, params: dict, shares) -> str:
