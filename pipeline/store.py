@@ -250,6 +250,15 @@ class ResultStore:
             atomic_write_bytes(self.dir / f"{key}.pkl", data, durable=False)
             del self._unwritten[key]
 
+    def lighten(self, key: str, result: Any) -> None:
+        """Replace the result stored under `key` by `result` (the same fit without its model:
+        graph.retention), where this run holds one; an earlier run's folder is left as it is."""
+        if key in self._unwritten:
+            self._unwritten[key] = (result, None)
+        elif os.path.lexists(self.dir / f"{key}.pkl"):
+            data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            atomic_write_bytes(self.dir / f"{key}.pkl", data, durable=False)
+
     def checkpoint_dir(self, key: str) -> Path:
         """The per-task checkpoint folder, seeded from an earlier run's checkpoint when resuming."""
         target = self.dir.parent / "checkpoints" / key

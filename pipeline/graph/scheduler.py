@@ -23,7 +23,6 @@ from typing import Any, Optional
 from pipeline.errors import TaskFailedError
 from pipeline.graph.backend import Backend, wait_or_stop
 from pipeline.graph.tasks import TaskFailure
-from pipeline.metrics import Metric
 from pipeline.graph.nodes import node_kind
 from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResult
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
@@ -46,7 +45,7 @@ class Scheduler:
         trials,  # hpo.TrialSource
         prototypes: dict,  # model name -> unfitted TabularModel
         data,  # TabularData
-        metric: Metric,
+        metric,  # metrics.Metric
         *,
         seed: int,
         max_retries: int = 1,
@@ -76,8 +75,7 @@ class Scheduler:
         for t in self.template.tasks:
             for d in t.depends_on:
                 self._consumers[d].append(t)
-        # model -> [seconds, count] of its finished fits
-        self._fit_seconds: dict[str, list] = defaultdict(lambda: [0.0, 0])
+        self._fit_seconds: dict[str, list] = defaultdict(lambda: [0.0, 0])  # model -> [seconds, fits]
         self._ranked: dict[str, float] = {}  # model -> the mean seconds the ranks were computed with
         self._ranks: Optional[dict[str, float]] = None  # None: to compute (again) before the next admission
         self.gate = TrialGate(plan)
@@ -243,7 +241,7 @@ class Scheduler:
         cached = self.store.get(request.key)
         if cached is not None:
             admission.release(task, shares)
-            cached.cached = True
+            cached.cached, cached.task_id = True, task.id  # an earlier run's may be another trial's
             self._complete(task, cached, request)
             return True
         if self.budget is not None:  # a refit fit's deadline: past the fits', in the time kept for the refits
@@ -347,8 +345,10 @@ class Scheduler:
                 self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._settle(task.id)
-        bags = [c for c in self.cut.consumers.get(task.id, ())
-                if self._waiting.get(c, 0) > 0 and c not in self.cut.cut]
+        consumers = self.cut.consumers.get(task.id, ())
+        if consumers and all(c in self.cut.cut for c in consumers):  # its trial was judged while it ran
+            self.ctx.retention.ended_unused(task, self.ctx)
+        bags = [c for c in consumers if self._waiting.get(c, 0) > 0 and c not in self.cut.cut]
         if bags and losing_trial(task, result, self.ctx):  # its later folds are not started
             for bag in bags:
                 self._cut(self.cut.tasks[bag], "pruned")

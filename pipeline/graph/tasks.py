@@ -117,6 +117,7 @@ class FoldResult:
     peak_gpu: int = 0  # bytes: its peak memory on its most used GPU
     nvml_devices: tuple = ()  # NVML's indices of the devices it saw the fit's process on
     stopped_by_budget: bool = False  # stopped at a round or epoch for the deadline: a usable, shorter model
+    released: bool = False  # its model (and test predictions) let go: its trial cannot be chosen (graph.retention)
 
 
 @dataclass

@@ -23,7 +23,8 @@ class BagNode(NodeKind):
         val_pred = np.concatenate([f.val_pred for f in folds])
         order = np.argsort(held_out, kind="stable")
         held_out, val_pred = held_out[order], val_pred[order]
-        test_pred = np.mean([f.test_pred for f in folds], axis=0)
+        released = any(f.released for f in folds)  # a resumed run read it released (graph.retention)
+        test_pred = None if released else np.mean([f.test_pred for f in folds], axis=0)
         score = ctx.metric(ctx.data.y[held_out], val_pred)
         if task.level > 1:  # a stacked level: its kind's best level-1 parameters; no trial to tell
             best = ctx.outcome.best(task.model, ctx.metric)
@@ -32,16 +33,20 @@ class BagNode(NodeKind):
             ctx.outcome.trials[(trial.model, trial.trial)] = trial
             return trial
         trial = TrialResult(task.model, task.trial, ctx.trials.params(task.model, task.trial), folds, held_out,
-                            val_pred, test_pred, score, pruned=any(f.pruned for f in folds))
+                            val_pred, test_pred, score, pruned=any(f.pruned for f in folds),
+                            released=released)
         ctx.outcome.trials[(task.model, task.trial)] = trial
         ctx.trials.tell(task.model, task.trial, trial.score, pruned=trial.pruned)
         if ctx.hooks:
             ctx.hooks.on_trial_end(trial)
-        return trial
+        ctx.retention.scored(trial, ctx)
+        return ctx.outcome.trials[(task.model, task.trial)]
 
     def cut(self, task, ctx) -> None:
-        """Not all of the trial's folds will run: the trial is dropped, not scored on part of the rows."""
+        """Not all of the trial's folds will run: the trial is dropped, not scored on part of the rows; the
+        folds that ended let their models go."""
         ctx.trials.drop(task.model, task.trial)
+        ctx.retention.dropped(task, ctx)
 
     def describe(self, tasks, plan) -> str:
         trials = sum(t.level == 1 for t in tasks) + sum(plan.unlisted(a.model) for a in plan.allocations)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from pipeline.graph.plan import Plan, Task
+from pipeline.graph.retention import Retention
 
 if TYPE_CHECKING:
     from pipeline.metrics import Metric
@@ -26,6 +27,7 @@ class TrialResult:
     score: float
     pruned: bool = False
     level: int = 1  # its stacking level; `model` is the level's name (lightgbm_l2)
+    released: bool = False  # its fold models let go (graph.retention): no choice takes it
 
     @property
     def fit_seconds(self) -> float:
@@ -52,9 +54,8 @@ class Outcome:
     results: dict[str, Any] = field(default_factory=dict)
 
     def best(self, model: str, metric: Metric) -> TrialResult:
-        candidates = [t for (m, _), t in self.trials.items() if m == model and not t.pruned]
-        if not candidates:
-            candidates = [t for (m, _), t in self.trials.items() if m == model]
+        mine = [t for (m, _), t in self.trials.items() if m == model and not t.released]
+        candidates = [t for t in mine if not t.pruned] or mine
         best = candidates[0]
         for t in candidates[1:]:
             if metric.better(t.score, best.score):
@@ -92,6 +93,7 @@ class GraphContext:
     deadline: Optional[float] = None  # time.time() the fits must end by (time_limit_s); None: no limit
     outcome: Outcome = field(default_factory=Outcome)
     rungs: dict[tuple[str, int], Any] = field(default_factory=dict)  # (model, fold) -> round_pruning.RungTable
+    retention: Retention = field(default_factory=Retention)  # which trials keep their fold models
 
     def rung_table(self, model: str, fold: int):
         from pipeline.graph.round_pruning import RungTable

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 from pipeline.graph.nodes import NodeKind, register
 from pipeline.graph.nodes.context import ensemble_seconds, leaderboard_row, rows_per_second, seconds_of
+from pipeline.graph.retention import TRIALS_PER_MODEL  # the trials graph.retention keeps for it
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,6 @@ def _set_threshold(row: dict, predictor, held_out, val_pred, test_pred, data, ev
     th.warn_one_class(row["model"], test_pred[:, 1], predictor.threshold, data.classes)
 
 
-TRIALS_PER_MODEL = 3  # a searched model's best trials the ensemble may pick from, its own params besides
 
 
 def _best_or_own(outcome, name: str, best, metric, data):
@@ -175,7 +175,8 @@ def _other_trials(outcome, best: dict, metric, data, schema, seconds: dict) -> d
 
     extra = {}
     for name, chosen in best.items():
-        mine = (t for (m, _), t in outcome.trials.items() if m == name and not t.pruned and t.level == 1)
+        mine = (t for (m, _), t in outcome.trials.items()
+                if m == name and not t.pruned and not t.released and t.level == 1)
         trials = sorted(mine, key=lambda t: metric.loss_of(t.score))
         for trial in [*trials[:TRIALS_PER_MODEL], *(t for t in trials if t.trial == 0)]:
             label = f"{name} trial {trial.trial}"
