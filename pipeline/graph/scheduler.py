@@ -266,8 +266,8 @@ class Scheduler:
         if self.budget is None:
             return True
         # a first trial's fit stops at its share of the time: it starts while any is left, unless it is a
-        # bag's later fold whose share is too short to be worth it; another past its deadline is cut
-        # unweighed (the search's end cuts every trial left)
+        # bag's later fold whose share is too short to be worth it; another past its deadline is cut unweighed;
+        # a later trial's fit cut ends its model's search: its trials not begun go with it (search_end)
         in_time = self.budget.deadline_for(task) > self.budget.clock()
         first = task.id in self.first.pending and in_time
         fits = self.cut.siblings_left(task) if in_time else 1
@@ -275,7 +275,7 @@ class Scheduler:
         short = first and self.first.too_short(task, self.budget, self._own_seconds(task, admission))
         if not in_time or short or (not first and not self.budget.can_finish(task, fits, slots, after)):
             log.debug("cut %s: %d fit(s) on %d place(s) do not end in time", task.id, fits, len(slots))
-            self._cut(task, "budget")
+            self._cut(task, "budget", ended=not short)
             return False
         if before_first_score(task, self.ctx) or self.budget.estimate(task) is None and any(
                 (t.model, getattr(t, "level", None)) == (task.model, getattr(task, "level", None))
@@ -326,8 +326,8 @@ class Scheduler:
                 self._settle(task.id)
                 self.abandoned += 1
 
-    def _cut(self, task: Task, why: str) -> None:
-        gone = [self.cut.tasks[tid] for tid in self.cut.cut_task(task.id, why)]
+    def _cut(self, task: Task, why: str, ended: bool = False) -> None:  # ended: GraphCut.search_end
+        gone = [self.cut.tasks[tid] for tid in self.cut.cut_task(task.id, why) + self.cut.search_end(task, ended)]
         for cut in gone:
             self._settle(cut.id)
             self.kinds[cut.kind].cut(cut, self.ctx)

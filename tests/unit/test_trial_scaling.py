@@ -105,3 +105,28 @@ def test_asked_trials_are_appended_once_each_and_read_back_whole_a_torn_line_ski
     assert sorted(read_trials(tmp_path)["m"]) == ["0", "1", "2", "3", "4"]
     source.flush()
     assert len(__import__("json").loads((tmp_path / "m.json").read_text())) == 5
+
+
+def test_the_searchs_end_cuts_the_trials_left_without_an_admission_pass_each(tmp_path, monkeypatch):
+    """A 30-s budget fits the same 42 fits whether 20 or 2,000 trials a model were asked for; the trials
+    left are cut in one go once a later trial can no longer end in time (before: one admission pass per
+    trial cut, 2,071 passes against 91; 1.1-1.4 s of a 20-s run at 10,000 trials)."""
+    from pipeline.graph.scheduler import Scheduler
+
+    passes, real = [0], Scheduler._admit
+
+    def counted(self, *args):
+        passes[0] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(Scheduler, "_admit", counted)
+    seen = {}
+    for trials in (20, 2000):
+        passes[0] = 0
+        plan, backend, budget, scheduler, outcome = simulate(tmp_path / str(trials), {"fast": 1.0, "slow": 2.0},
+                                                             limit_s=30, trials=trials)
+        summary = scheduler.budget_summary()
+        seen[trials] = passes[0], len(backend.submitted), summary.trials_not_run + summary.trials_dropped
+    (few, fits, _), (many, same_fits, not_run) = seen[20], seen[2000]
+    assert same_fits == fits and not_run >= 2 * 2000 - fits
+    assert many <= few + 5, f"{many} admission passes at 2,000 trials, {few} at 20"
