@@ -68,8 +68,11 @@ class Retention:
         if getattr(result, "released", True):  # not a fit's result, or released already
             return
         ctx.outcome.results[fit_id] = light(result)
-        if not result.stopped_by_budget:  # never stored: its key's file may hold a whole fit of a run before
-            ctx.store.lighten(result.key, dataclasses.replace(result, model=None, test_pred=None, released=True))
+        # a fit stopped by the deadline was never stored, and one read from the store (cached) may share its
+        # key's file with a fit that stays (another trial of the same params, a run before): left as it is
+        if not result.stopped_by_budget and not result.cached:
+            stored = dataclasses.replace(result, model=None, test_pred=None, released=True)
+            ctx.store.lighten(result.key, stored)
         self.released_fits += 1
 
 

@@ -4,6 +4,7 @@ pruned one and its trial 0 keep their fold models; every other trial lets them g
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import re
@@ -92,7 +93,8 @@ def test_a_fit_of_a_cut_trial_and_its_folds_that_ended_let_their_models_go(tmp_p
     retention.dropped(bag, ctx)  # its second fold has not ended yet
     assert ctx.outcome.results[first.task_id].model is None
     ctx.outcome.results[later.task_id] = later
-    retention.ended_unused(SimpleNamespace(kind="fit", level=1, trial=3, fold_set=None, id=later.task_id), ctx)
+    ended = SimpleNamespace(kind="fit", level=1, trial=3, fold_set=None, id=later.task_id)
+    retention.ended_unused(ended, ctx)
     assert ctx.outcome.results[later.task_id].model is None
     assert pickle.loads((tmp_path / "tasks" / f"{first.key}.pkl").read_bytes()).model is None
     own = SimpleNamespace(level=1, trial=0, depends_on=["m/t0/f0"])
@@ -101,25 +103,38 @@ def test_a_fit_of_a_cut_trial_and_its_folds_that_ended_let_their_models_go(tmp_p
     assert ctx.outcome.results["m/t0/f0"].model is not None
 
 
+def test_a_released_fit_read_from_the_store_leaves_its_file_which_a_kept_fit_may_share(tmp_path):
+    """Two trials of the same parameters share a key: the later one's fits are read from the store; letting
+    them go must not empty the file the earlier, kept trial (or a resumed run) reads."""
+    ctx, retention = _ctx(tmp_path), Retention()
+    kept = _fold("m", 1, 0)
+    ctx.store.put(kept.key, kept)
+    duplicate = dataclasses.replace(kept, task_id="m/t2/f0", cached=True)
+    ctx.outcome.results[duplicate.task_id] = duplicate
+    retention.release_fit(duplicate.task_id, ctx)
+    assert ctx.outcome.results[duplicate.task_id].released
+    assert not pickle.loads((tmp_path / "tasks" / f"{kept.key}.pkl").read_bytes()).released
+
+
 @pytest.mark.slow
 def test_a_search_keeps_a_few_trials_models_and_a_resumed_run_reads_the_released_ones_back(cli, tmp_path):
-    """Sixteen trials of 3-fold bags: tasks/ holds the models of at most five trials (before: every fit's);
+    """Ten trials of 2-fold bags: tasks/ holds the models of at most four trials (before: every fit's);
     the run re-run in its folder reuses every stored fit, the released ones too, and serves the same board."""
-    args = ["model=lightgbm", "hpo=random", "hpo.num_trials=16", "hpo.pruning=false", "parallelism=bag5",
-            "parallelism.num_folds=3", "executor.in_process=always", "tracking=none", "hydra.run.dir=run",
+    args = ["model=lightgbm", "hpo=random", "hpo.num_trials=10", "hpo.pruning=false", "parallelism=bag5",
+            "parallelism.num_folds=2", "executor.in_process=always", "tracking=none", "hydra.run.dir=run",
             *small(("lightgbm",))]
     cli(*args, check=True)
     run = tmp_path / "run"
     stored = [pickle.loads(p.read_bytes()) for p in (run / "tasks").glob("*.pkl")]
     with_model = [r for r in stored if not r.released and r.model is not None]
-    assert len(stored) == 16 * 3 and len(with_model) <= (TRIALS_PER_MODEL + 1) * 3, len(with_model)
+    assert len(stored) == 10 * 2 and len(with_model) <= (TRIALS_PER_MODEL + 1) * 2, len(with_model)
     board = pd.read_csv(run / "leaderboard.csv").set_index("model")
     best = int(board.loc["lightgbm", "best_trial"])
     assert best in {int(re.search(r"/t(\d+)/", r.task_id).group(1)) for r in with_model}
     cli(*args, check=True)
     again = pd.read_csv(run / "leaderboard.csv").set_index("model")
     timeline = json.loads((run / "timeline.json").read_text())
-    assert all(e["cached"] for e in timeline) and len(timeline) == 16 * 3
+    assert all(e["cached"] for e in timeline) and len(timeline) == 10 * 2
     assert again.loc["lightgbm", "best_trial"] == best
     scores = [c for c in board.columns if c.startswith(("val_", "test_"))]
     assert again.loc["lightgbm", scores].tolist() == pytest.approx(board.loc["lightgbm", scores].tolist())

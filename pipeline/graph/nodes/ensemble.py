@@ -153,7 +153,8 @@ def _best_or_own(outcome, name: str, best, metric, data):
     from pipeline.ensemble import gain_noise
 
     own = outcome.trials.get((name, 0))
-    if own is None or own is best or own.pruned or not np.array_equal(own.held_out, best.held_out):
+    if (own is None or own is best or own.pruned or own.released
+            or not np.array_equal(own.held_out, best.held_out)):
         return best
     y = data.y[best.held_out]
     gain = metric.loss(y, own.val_pred) - metric.loss(y, best.val_pred)
