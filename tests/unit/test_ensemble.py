@@ -221,8 +221,8 @@ def test_a_models_best_trial_within_the_rows_noise_of_its_own_params_gives_way_t
     for right, expected in ((22, 0), (40, 7)):
         trials, data = _label_trials(right)
         def result(trial, t):
-            return SimpleNamespace(trial=trial, pruned=False, held_out=t.held_out, val_pred=t.val_pred,
-                                   score=METRICS["accuracy"](data.y[t.held_out], t.val_pred))
+            return SimpleNamespace(trial=trial, pruned=False, released=False, held_out=t.held_out,
+                                   val_pred=t.val_pred, score=METRICS["accuracy"](data.y[t.held_out], t.val_pred))
         outcome = SimpleNamespace(trials={("m", 0): result(0, trials["m trial 0"]), ("m", 7): result(7, trials["m"])})
         caplog.clear()
         with caplog.at_level(logging.INFO):
