@@ -142,8 +142,6 @@ def _set_threshold(row: dict, predictor, held_out, val_pred, test_pred, data, ev
     th.warn_one_class(row["model"], test_pred[:, 1], predictor.threshold, data.classes)
 
 
-
-
 def _best_or_own(outcome, name: str, best, metric, data):
     """`name`'s best trial, or its trial 0 (the model's own params) where the best beats it on the held-out
     rows by no more than one standard error of the gain: the best of hundreds of trials is partly the
