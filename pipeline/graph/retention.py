@@ -29,11 +29,11 @@ class Retention:
     # (model, pruned) -> [(loss, the order told, trial)], best first
     _ranked: dict = dataclasses.field(default_factory=lambda: defaultdict(list))
     _seq: int = 0
-    released_fits: int = 0
 
     def scored(self, trial, ctx) -> None:
-        """`trial` (a level-1 TrialResult just told) joins its model's ranks; a trial it pushes out goes."""
-        if trial.level != 1 or trial.trial == 0:
+        """`trial` (a level-1 TrialResult just told) joins its model's ranks; a trial it pushes out goes. One
+        a resumed run read back released holds no place: it cannot be chosen."""
+        if trial.level != 1 or trial.trial == 0 or trial.released:
             return
         self._seq += 1
         ranked = self._ranked[(trial.model, trial.pruned)]
@@ -73,7 +73,6 @@ class Retention:
         if not result.stopped_by_budget and not result.cached:
             stored = dataclasses.replace(result, model=None, test_pred=None, released=True)
             ctx.store.lighten(result.key, stored)
-        self.released_fits += 1
 
 
 def light(result: Any):

@@ -241,6 +241,8 @@ class GraphCut:
         for bag in self._searched.get(task.model, ()):
             if bag.id not in self.cut and not any(d in self.started for d in bag.depends_on):
                 new += self.cut_task(bag.id, "budget")
+        if task.model in self._searched:  # the trials still in play: a later call scans those alone
+            self._searched[task.model] = [b for b in self._searched[task.model] if b.id not in self.cut]
         return new
 
     def _enough(self, consumer, cut_id: str, reason: str) -> Sequence[str]:

@@ -73,7 +73,7 @@ def test_only_the_best_trials_trial_0_and_the_best_pruned_keep_their_models_in_m
             assert result.val_pred is None and result.score == (scores.get(trial) or result.score)
         else:
             assert all(f.model is not None for f in on_disk + in_memory + result.folds)
-    assert retention.released_fits == 2 * 5
+    assert sum(r.released for r in ctx.outcome.results.values()) == 2 * 5
 
 
 def test_outcome_best_never_takes_a_released_trial():
