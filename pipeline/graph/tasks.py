@@ -118,6 +118,10 @@ class FoldResult:
     nvml_devices: tuple = ()  # NVML's indices of the devices it saw the fit's process on
     stopped_by_budget: bool = False  # stopped at a round or epoch for the deadline: a usable, shorter model
     released: bool = False  # its model (and test predictions) let go: its trial cannot be chosen (graph.retention)
+    # Stored for a released fit in place of its held-out predictions (graph.retention): its fold's score on
+    # those rows (its trial stopped as losing) or its trial's score (scored, then pushed out of the ranks)
+    fold_score: Optional[float] = None
+    trial_score: Optional[float] = None
 
 
 @dataclass

@@ -92,9 +92,14 @@ def losing_trial(task: Task, result, ctx) -> bool:
     successive halving over folds, and a fit its round-by-round pruner stopped). Only with hpo.pruning;
     a fit shortened by the deadline says nothing of its trial."""
     if (not ctx.pruning or task.kind != "fit" or task.fold_set is not None or task.trial is None
-            or getattr(result, "stopped_by_budget", False) or getattr(result, "held_out", None) is None):
+            or getattr(result, "stopped_by_budget", False)):
         return False
-    score = ctx.metric(ctx.data.y[result.held_out], result.val_pred)
+    if getattr(result, "held_out", None) is not None:
+        score = ctx.metric(ctx.data.y[result.held_out], result.val_pred)
+    elif getattr(result, "fold_score", None) is not None:  # a released fit read back (graph.retention)
+        score = result.fold_score
+    else:
+        return False
     return ctx.trials.fold_scored(task.model, task.trial, score, pruned=bool(result.pruned))
 
 

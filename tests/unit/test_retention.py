@@ -28,6 +28,9 @@ class _Metric:
     def loss_of(score):
         return float("inf") if score != score else -score
 
+    def __call__(self, y, pred):
+        return float(np.mean(pred))
+
 
 def _fold(model, trial, fold):
     return FoldResult(task_id=f"{model}/t{trial}/f{fold}", key=f"k{model}{trial}{fold}", model=object(),
@@ -35,8 +38,9 @@ def _fold(model, trial, fold):
                       predict_seconds=0.1, device="cpu", start=0.0, end=1.0, pid=1, host="h")
 
 
-def _ctx(tmp_path):
-    return SimpleNamespace(outcome=Outcome(), store=ResultStore(tmp_path), metric=_Metric())
+def _ctx(tmp_path, pruned=()):
+    return SimpleNamespace(outcome=Outcome(), store=ResultStore(tmp_path), metric=_Metric(), pruning=True,
+                           trials=SimpleNamespace(pruned=set(pruned)), data=SimpleNamespace(y=np.zeros(3)))
 
 
 def _score(ctx, retention, model, trial, score, pruned=False, folds=2):
@@ -66,8 +70,9 @@ def test_only_the_best_trials_trial_0_and_the_best_pruned_keep_their_models_in_m
         files = [tmp_path / "tasks" / f"k{model}{trial}{k}.pkl" for k in range(2)]
         on_disk = [pickle.loads(f.read_bytes()) for f in files]
         in_memory = [ctx.outcome.results[f"{model}/t{trial}/f{k}"] for k in range(2)]
-        if result.released:
-            assert all(f.released and f.model is None and f.test_pred is None and f.val_pred is not None
+        if result.released:  # on disk its scores, not its model or predictions: flat in the table's rows
+            assert all(f.released and f.model is None and f.test_pred is None and f.val_pred is None
+                       and f.held_out is None and f.trial_score == result.score and f.fold_score == 1.0
                        for f in on_disk)
             assert all(f.model is None and f.val_pred is None for f in in_memory + result.folds)
             assert result.val_pred is None and result.score == (scores.get(trial) or result.score)
@@ -84,20 +89,28 @@ def test_outcome_best_never_takes_a_released_trial():
     assert outcome.best("m", metric).trial == 0
 
 
-def test_a_fit_of_a_cut_trial_and_its_folds_that_ended_let_their_models_go(tmp_path):
-    ctx, retention = _ctx(tmp_path), Retention()
+@pytest.mark.parametrize("losing", [True, False])
+def test_a_fit_of_a_cut_trial_and_its_folds_that_ended_let_their_models_go(tmp_path, losing):
+    """A trial stopped as losing keeps its folds' scores on disk (what successive halving reads on resume);
+    one the deadline cut keeps their held-out predictions (a resumed run with more time scores it whole)."""
+    ctx, retention = _ctx(tmp_path, pruned=[("m", 3)] if losing else ()), Retention()
     first, later = _fold("m", 3, 0), _fold("m", 3, 1)
     ctx.outcome.results[first.task_id] = first
     ctx.store.put(first.key, first)
-    bag = SimpleNamespace(level=1, trial=3, depends_on=[first.task_id, later.task_id])
+    bag = SimpleNamespace(level=1, model="m", trial=3, depends_on=[first.task_id, later.task_id])
     retention.dropped(bag, ctx)  # its second fold has not ended yet
     assert ctx.outcome.results[first.task_id].model is None
     ctx.outcome.results[later.task_id] = later
-    ended = SimpleNamespace(kind="fit", level=1, trial=3, fold_set=None, id=later.task_id)
+    ended = SimpleNamespace(kind="fit", level=1, model="m", trial=3, fold_set=None, id=later.task_id)
     retention.ended_unused(ended, ctx)
     assert ctx.outcome.results[later.task_id].model is None
-    assert pickle.loads((tmp_path / "tasks" / f"{first.key}.pkl").read_bytes()).model is None
-    own = SimpleNamespace(level=1, trial=0, depends_on=["m/t0/f0"])
+    stored = pickle.loads((tmp_path / "tasks" / f"{first.key}.pkl").read_bytes())
+    assert stored.model is None and stored.released and stored.trial_score is None
+    if losing:
+        assert stored.held_out is None and stored.val_pred is None and stored.fold_score == 1.0
+    else:
+        assert np.array_equal(stored.held_out, first.held_out) and stored.fold_score is None
+    own = SimpleNamespace(level=1, model="m", trial=0, depends_on=["m/t0/f0"])
     ctx.outcome.results["m/t0/f0"] = _fold("m", 0, 0)
     retention.dropped(own, ctx)  # trial 0 is the floor: never released
     assert ctx.outcome.results["m/t0/f0"].model is not None
@@ -137,4 +150,33 @@ def test_a_search_keeps_a_few_trials_models_and_a_resumed_run_reads_the_released
     assert all(e["cached"] for e in timeline) and len(timeline) == 10 * 2
     assert again.loc["lightgbm", "best_trial"] == best
     scores = [c for c in board.columns if c.startswith(("val_", "test_"))]
+    assert again.loc["lightgbm", scores].tolist() == pytest.approx(board.loc["lightgbm", scores].tolist())
+
+
+@pytest.mark.slow
+def test_a_pruned_search_keeps_its_released_fits_scores_and_a_resumed_run_prunes_the_same(cli, tmp_path):
+    """With successive halving: every released fit keeps its fold's score on disk, not its predictions; the
+    run re-run in its folder judges the same trials losing from those scores (no fold fitted again) and
+    serves the same board."""
+    args = ["model=lightgbm", "hpo=random", "hpo.num_trials=12", "hpo.pruning=true", "parallelism=bag5",
+            "parallelism.num_folds=3", "executor.in_process=always", "tracking=none", "hydra.run.dir=run",
+            *small(("lightgbm",))]
+    cli(*args, check=True)
+    run = tmp_path / "run"
+    stored = [pickle.loads(p.read_bytes()) for p in (run / "tasks").glob("*.pkl")]
+    released = [r for r in stored if r.released]
+    assert len(released) >= 6, len(released)
+    assert all(r.held_out is None and r.val_pred is None and r.fold_score is not None for r in released)
+    folds = {}
+    for r in stored:
+        folds.setdefault(re.search(r"/t(\d+)/", r.task_id).group(1), []).append(r)
+    assert any(len(f) < 3 for f in folds.values()), "no trial was stopped as losing"
+    assert any(r.trial_score is not None for r in released), "no scored trial was released"
+    board = pd.read_csv(run / "leaderboard.csv").set_index("model")
+    cli(*args, check=True)
+    again = pd.read_csv(run / "leaderboard.csv").set_index("model")
+    timeline = json.loads((run / "timeline.json").read_text())
+    assert all(e["cached"] for e in timeline) and len(timeline) == len(stored)
+    scores = [c for c in board.columns if c.startswith(("val_", "test_"))]
+    assert again.loc["lightgbm", "best_trial"] == board.loc["lightgbm", "best_trial"]
     assert again.loc["lightgbm", scores].tolist() == pytest.approx(board.loc["lightgbm", scores].tolist())

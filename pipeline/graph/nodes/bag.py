@@ -19,13 +19,17 @@ class BagNode(NodeKind):
         from pipeline.graph.stacking import level_name
 
         folds = [inputs[i] for i in task.depends_on if i in inputs]  # fewer: a first trial the budget cut
-        held_out = np.concatenate([f.held_out for f in folds])
-        val_pred = np.concatenate([f.val_pred for f in folds])
-        order = np.argsort(held_out, kind="stable")
-        held_out, val_pred = held_out[order], val_pred[order]
         released = any(f.released for f in folds)  # a resumed run read it released (graph.retention)
-        test_pred = None if released else np.mean([f.test_pred for f in folds], axis=0)
-        score = ctx.metric(ctx.data.y[held_out], val_pred)
+        if any(f.held_out is None for f in folds):  # read back released: its scores, not its predictions
+            held_out = val_pred = test_pred = None
+            score = _stored_score(folds, ctx)
+        else:
+            held_out = np.concatenate([f.held_out for f in folds])
+            val_pred = np.concatenate([f.val_pred for f in folds])
+            order = np.argsort(held_out, kind="stable")
+            held_out, val_pred = held_out[order], val_pred[order]
+            test_pred = None if released else np.mean([f.test_pred for f in folds], axis=0)
+            score = ctx.metric(ctx.data.y[held_out], val_pred)
         if task.level > 1:  # a stacked level: its kind's best level-1 parameters; no trial to tell
             best = ctx.outcome.best(task.model, ctx.metric)
             trial = TrialResult(level_name(task.model, task.level), best.trial, best.params, folds, held_out,
@@ -53,3 +57,14 @@ class BagNode(NodeKind):
         above = sum(t.level > 1 for t in tasks)
         return (f"bag: {trials + above} node(s), each trial's fold models averaged and scored out of fold"
                 + (f" ({above} of them a stacked level's)" if above else ""))
+
+
+def _stored_score(folds, ctx) -> float:
+    """A released trial's score as its stored fits keep it: its own, where it was scored; else (a trial
+    stopped as losing that a resumed run's successive halving let go on) the mean of its folds' scores."""
+    scores = [f.trial_score for f in folds if f.trial_score is not None]
+    if scores:
+        return scores[0]
+    fold_scores = [f.fold_score if f.held_out is None else ctx.metric(ctx.data.y[f.held_out], f.val_pred)
+                   for f in folds]
+    return sum(fold_scores) / len(fold_scores)
