@@ -6,10 +6,10 @@ when enough better ones have been scored. Held in memory and written to `tasks/`
 a 120-s search on a 2,798-row table hold 1.2 GB in the driver and write 633 MB.
 
 A released fit keeps its scores and timings in memory. In `tasks/` it keeps what a resumed run reads of it:
-its trial's score where the trial was scored (the bag reads it, and the searcher is told it again), its
-fold's score on its held-out rows where the trial was stopped as losing (successive halving judges it
-again), and its held-out predictions only where the deadline cut its trial (a resumed run with more time
-fits the rest of the bag and scores it whole). Its model and test predictions are gone, so a stored fit
+its trial's score where the trial was scored (the bag reads it, and the searcher is told it again), under
+pruning its fold's score on its held-out rows (successive halving judges the trial again from those), and
+its held-out predictions only where the deadline cut its trial (a resumed run with more time fits the rest
+of the bag and scores it whole). Its model and test predictions are gone, so a stored fit
 weighs the same on a table of a million rows as on one of a thousand. Ranks never change once scored, so
 a trial released stays out of every later choice; a resumed run that reads a released result back marks its
 trial released (`TrialResult.released`), and no choice takes it."""
