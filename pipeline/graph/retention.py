@@ -68,7 +68,8 @@ class Retention:
         for fold in trial.folds:
             self.release_fit(fold.task_id, ctx, trial_score=trial.score)
 
-    def release_fit(self, fit_id: str, ctx, trial_score: Optional[float] = None, losing=False) -> None:
+    def release_fit(self, fit_id: str, ctx, trial_score: Optional[float] = None,
+                    losing: bool = False) -> None:
         """Let a fit's model go; `trial_score`: its trial's (scored), `losing`: its trial was stopped as
         losing. Then its fold's score (and its trial's) replace its held-out predictions on disk: what
         successive halving and the bag of a resumed run read."""
