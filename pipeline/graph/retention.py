@@ -84,10 +84,18 @@ class Retention:
         stored = dataclasses.replace(result, model=None, test_pred=None, released=True)
         if trial_score is not None or losing:
             # what successive halving reads (hpo.pruning: else nothing reads it)
-            fold_score = ctx.metric(ctx.data.y[result.held_out], result.val_pred) if ctx.pruning else None
+            fold_score = held_out_score(result, ctx) if ctx.pruning else None
             stored = dataclasses.replace(stored, held_out=None, val_pred=None, fold_score=fold_score,
                                          trial_score=trial_score)
         ctx.store.lighten(result.key, stored)
+
+
+def held_out_score(result: Any, ctx) -> Optional[float]:
+    """A fit's score on its held-out rows: from its predictions, or as its released file keeps it (None where
+    neither is there)."""
+    if getattr(result, "held_out", None) is not None:
+        return ctx.metric(ctx.data.y[result.held_out], result.val_pred)
+    return getattr(result, "fold_score", None)
 
 
 def light(result: Any):

@@ -7,6 +7,7 @@ from collections import defaultdict, deque
 from typing import Optional
 
 from pipeline.graph.plan import Plan, Task
+from pipeline.graph.retention import held_out_score
 
 
 class TrialGate:
@@ -94,11 +95,8 @@ def losing_trial(task: Task, result, ctx) -> bool:
     if (not ctx.pruning or task.kind != "fit" or task.fold_set is not None or task.trial is None
             or getattr(result, "stopped_by_budget", False)):
         return False
-    if getattr(result, "held_out", None) is not None:
-        score = ctx.metric(ctx.data.y[result.held_out], result.val_pred)
-    elif getattr(result, "fold_score", None) is not None:  # a released fit read back (graph.retention)
-        score = result.fold_score
-    else:
+    score = held_out_score(result, ctx)  # a released fit read back: the score its file keeps
+    if score is None:
         return False
     return ctx.trials.fold_scored(task.model, task.trial, score, pruned=bool(result.pruned))
 

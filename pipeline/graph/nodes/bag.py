@@ -65,6 +65,7 @@ def _stored_score(folds, ctx) -> float:
     scores = [f.trial_score for f in folds if f.trial_score is not None]
     if scores:
         return scores[0]
-    fold_scores = [f.fold_score if f.held_out is None else ctx.metric(ctx.data.y[f.held_out], f.val_pred)
-                   for f in folds]
+    from pipeline.graph.retention import held_out_score
+
+    fold_scores = [held_out_score(f, ctx) for f in folds]
     return sum(fold_scores) / len(fold_scores)
