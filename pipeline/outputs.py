@@ -100,6 +100,10 @@ class RunHooks:
         for model, count in Counter(t.model for t in tasks if t.kind == "fit").items():
             self.progress.drop(model, count)
 
+    def on_fits_dropped(self, model: str, count: int) -> None:
+        """Fits of trials never made (the time limit ended the search first): they leave the progress bar."""
+        self.progress.drop(model, count)
+
     def on_trial_end(self, trial: TrialResult) -> None:
         if not self.log_trials:
             return

@@ -265,7 +265,8 @@ class FitProgress:
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=False, disable=not self.enabled,
         )
-        fits = Counter(t.model for t in plan.fit_tasks)
+        fits = Counter(t.model for t in plan.fit_tasks)  # and those of the trials the plan counts, not lists
+        fits.update({a.model: plan.unlisted(a.model) * a.num_folds for a in plan.allocations})
         self.ids = {a.model: self.progress.add_task(f"{a.model:>12}", total=fits[a.model]) for a in plan.allocations}
 
     def __enter__(self):

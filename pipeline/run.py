@@ -288,14 +288,13 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
     ex = settings.conf.executor
     store = ResultStore(runtime.run_dir, sources)
     budget = _budget(settings, plan, runtime)
-    full = plan.expanded()  # every trial (the plan lists the first of each model); the scheduler runs these
-    with FitProgress(full) as progress:
+    with FitProgress(plan) as progress:
         scheduler = Scheduler(
             plan, backend, store, trials,
             {s.name: s.prototype() for s in models}, data, metric,
             seed=settings.conf.seed, max_retries=ex.max_retries, task_timeout_s=ex.task_timeout_s,
             hooks=HookList(RunHooks(progress, tracker, metric, settings.conf.hpo.searches, on_run_id=record.run_id),
-                           OutputHooks(outputs, full, data, metric, lambda: scheduler.ctx.outcome)),
+                           OutputHooks(outputs, plan, data, metric, lambda: scheduler.ctx.outcome)),
             pruning=settings.conf.hpo.pruning, unseen_categories=settings.conf.data.unseen_categories, budget=budget,
             class_weight=settings.conf.data.class_weight,
         )
@@ -306,7 +305,7 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
     trials.flush()
     from pipeline.store import reuse_summary
 
-    said = reuse_summary(store.reused, len(full.fit_tasks), runtime.run_dir)
+    said = reuse_summary(store.reused, plan.num_fits, runtime.run_dir)
     if said is not None:
         from pipeline import report
 
@@ -317,7 +316,7 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
         summary = scheduler.budget_summary()
         events.on_time_budget(summary)
         check_finished(summary)
-    return outcome.results[EVALUATE].rows, inner_fit_seconds(full.fit_tasks, outcome.results)
+    return outcome.results[EVALUATE].rows, inner_fit_seconds(plan.fit_tasks, outcome.results)
 
 
 def _budget(settings: Settings, plan: Plan, runtime: Runtime):

@@ -6,8 +6,9 @@ here and writes plan.json.
 
 Trials of one model share one resource shape, so a plan lists only the first rounds of each model's
 trials (`listed_trials`: two rounds of its trials in parallel, whatever hpo.num_trials is) and
-states the count; `Plan.expanded` instantiates the others, each a copy of a listed trial a whole
-number of rounds later, when the plan runs. Planning costs the same for 10 trials as for 10,000.
+states the count; each other trial is a copy of a listed trial a whole number of rounds later
+(`trial_tasks`), made by the scheduler as the run reaches it (pipeline.graph.trial_supply).
+Planning costs the same for 10 trials as for 10,000, and so does a run that ends its search early.
 
 The graph's shape (the tasks and their ids, one builder per node kind) is pipeline.graph.shape's; this
 module places the fits on the hardware and admits them while the plan runs.
@@ -74,10 +75,10 @@ class Plan:
         return len(self.fit_tasks) + self.unlisted_fits
 
     def expanded(self) -> "Plan":
-        """This plan with every trial listed: what the scheduler runs (pipeline.graph.plan's docstring)."""
+        """This plan with every trial listed: the whole graph a run walks, trial by trial as it makes them."""
         if not any(self.unlisted(a.model) for a in self.allocations):
             return self
-        if "_expanded" not in self.__dict__:  # made once: the scheduler and the run's outputs share it
+        if "_expanded" not in self.__dict__:  # made once
             self.__dict__["_expanded"] = dataclasses.replace(self, tasks=tuple(_expand(self)))
         return self.__dict__["_expanded"]
 
@@ -110,8 +111,8 @@ class Plan:
 
     @property
     def num_waves(self) -> int:
-        """Waves of the whole plan, the unlisted trials' included (`_rounds` extrapolates them)."""
-        return 1 + max((t.wave for t in self.fit_tasks), default=-1) + _rounds(self)[1]
+        """Waves of the whole plan, the unlisted trials' included (`trial_rounds` extrapolates them)."""
+        return 1 + max((t.wave for t in self.fit_tasks), default=-1) + trial_rounds(self)[1]
 
     @property
     def max_concurrency(self) -> int:
@@ -231,7 +232,7 @@ def listed_trials(a: Allocation) -> int:
     return min(a.num_trials, max(4, 2 * a.trials_parallel))
 
 
-def _rounds(plan: Plan) -> tuple[dict[str, tuple[int, int, dict]], int]:
+def trial_rounds(plan: Plan) -> tuple[dict[str, tuple[int, int, dict]], int]:
     """Per model with unlisted trials: its trials in parallel P, the waves D from one round to the next
     (trial i to trial i + P, in the last listed round), and the first wave of each listed trial; and the waves the
     unlisted trials add to the plan's end."""
@@ -255,33 +256,32 @@ def _rounds(plan: Plan) -> tuple[dict[str, tuple[int, int, dict]], int]:
     return out, added
 
 
+def trial_tasks(plan: Plan, rounds: dict, model: str, trial: int) -> list[Task]:
+    """Trial `trial` of `model`, one the plan does not list: its fits and its bag, copies of listed trial
+    L - P + (t - L) mod P, (t - L) // P + 1 rounds of D waves later (`trial_rounds`)."""
+    p, step, _ = rounds[model]
+    listed, by_id = plan.listed[model], plan._by_id
+    template, later = listed - p + (trial - listed) % p, ((trial - listed) // p + 1) * step
+    fits = [dataclasses.replace(fit, id=fit_id(model, trial, fold), trial=trial, wave=fit.wave + later)
+            for fold in range(plan.allocation(model).num_folds) for fit in (by_id[fit_id(model, template, fold)],)]
+    bag = by_id[bag_id(model, template)]
+    return [*fits, dataclasses.replace(bag, id=bag_id(model, trial), trial=trial, wave=bag.wave + later,
+                                       depends_on=tuple(f.id for f in fits))]
+
+
 def _expand(plan: Plan) -> list[Task]:
-    """The plan's tasks with every trial: trial t past the listed L is a copy of listed trial
-    L - P + (t - L) mod P, (t - L) // P + 1 rounds of D waves later (`_rounds`); each task that reads
-    every trial of a model (the ensemble, stacking, refits) reads the new bags too; what follows the
-    trials moves by the waves they add."""
-    rounds, added = _rounds(plan)
-    by_id = plan._by_id
+    """The plan's tasks with every trial (`trial_tasks`); each task that reads every trial of a model (the
+    ensemble, stacking, refits) reads the new bags too; what follows the trials moves by the waves they add."""
+    rounds, added = trial_rounds(plan)
     new_fits: list[Task] = []
     new_bags: dict[str, list[str]] = {}
     for a in plan.allocations:
         if a.model not in rounds:
             continue
-        p, step, _ = rounds[a.model]
         listed = plan.listed[a.model]
-        bags = []
-        for trial in range(listed, a.num_trials):
-            template, later = listed - p + (trial - listed) % p, ((trial - listed) // p + 1) * step
-            fits = []
-            for fold in range(a.num_folds):
-                fit = by_id[fit_id(a.model, template, fold)]
-                fits.append(dataclasses.replace(fit, id=fit_id(a.model, trial, fold), trial=trial, wave=fit.wave + later))
-            bag = by_id[bag_id(a.model, template)]
-            new_fits += fits
-            new_fits.append(dataclasses.replace(bag, id=bag_id(a.model, trial), trial=trial, wave=bag.wave + later,
-                                                depends_on=tuple(f.id for f in fits)))
-            bags.append(bag_id(a.model, trial))
-        new_bags[bag_id(a.model, listed - 1)] = bags
+        made = [t for trial in range(listed, a.num_trials) for t in trial_tasks(plan, rounds, a.model, trial)]
+        new_fits += made
+        new_bags[bag_id(a.model, listed - 1)] = [t.id for t in made if t.kind == "bag"]
     out: list[Task] = []
     trial_task = lambda t: t.level == 1 and t.trial is not None and t.kind in ("fit", "bag")  # noqa: E731
     last_trial = max(i for i, t in enumerate(plan.tasks) if trial_task(t))

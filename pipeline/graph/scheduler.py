@@ -6,6 +6,9 @@ limits and the device pool, through plan.Admission), reused from the store when 
 key is there, sent to the backend, and retried when it fails (its result written once the next fits
 have started); a driver kind (bag, ensemble, refit, evaluate, any kind registered later) runs here.
 
+The plan lists each model's first trials; the others are made as the run reaches them, a few ahead of
+the search (pipeline.graph.trial_supply), so the scheduler holds the trials in play, not every one asked for.
+
 With a time budget (pipeline.graph.time_budget) the queue runs trial by trial across the models (every
 model's first trial before any model's second), a fit starts only when it and the rest of its
 trial can end by the deadline, the cut spreads through the graph (`GraphCut`), fits carry the
@@ -14,7 +17,6 @@ deadline to stop at, and a fit still running past the deadline's grace is stoppe
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
 from collections import defaultdict
@@ -30,6 +32,9 @@ from pipeline.store import ResultStore
 from pipeline.graph.first_trials import FirstTrials, busy_seconds, first_trial_bag, places_for
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
 from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, time_shares
+from pipeline.graph.trial_supply import TrialSupply
+from pipeline.graph.ranks import FitRanks
+from pipeline.graph.ready import ReadyTasks
 
 __all__ = ["Hooks", "Outcome", "Scheduler", "TrialResult"]
 
@@ -56,8 +61,9 @@ class Scheduler:
         class_weight: str = "none",
         budget: Optional[TimeBudget] = None,
     ):
-        self.template, plan = plan, plan.expanded()  # the trials the plan counts but does not list, instantiated
-        self.plan, self.backend, self.store = plan, backend, store
+        self.template = self.plan = plan  # its first trials; the others are made as the run reaches them
+        self.backend, self.store = backend, store
+        self.supply = TrialSupply(plan)
         self.serial = getattr(backend, "one_at_a_time", False)  # one fit at a time
         self.max_retries, self.hooks, self.task_timeout_s = max_retries, hooks, task_timeout_s
         self.ctx = GraphContext(plan, data, metric, seed, trials, store, prototypes, pruning=pruning, hooks=hooks,
@@ -68,16 +74,10 @@ class Scheduler:
         self.budget = budget
         self.first = FirstTrials(self.template.tasks, partial=budget is not None and not plan.stack_levels)
         self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs
-                            or (self.first.partial and first_trial_bag(t)))
+                            or (self.first.partial and first_trial_bag(t)), self.supply)
         self.cancelled = self.abandoned = 0  # fits stopped: past the deadline's grace; their trial can't end
-        self._order = {t.id: i for i, t in enumerate(plan.tasks)}
-        self._consumers: dict[str, list[Task]] = defaultdict(list)  # of the listed tasks: what ranks read
-        for t in self.template.tasks:
-            for d in t.depends_on:
-                self._consumers[d].append(t)
-        self._fit_seconds: dict[str, list] = defaultdict(lambda: [0.0, 0])  # model -> [seconds, fits]
-        self._ranked: dict[str, float] = {}  # model -> the mean seconds the ranks were computed with
-        self._ranks: Optional[dict[str, float]] = None  # None: to compute (again) before the next admission
+        self.ranks = FitRanks(plan.tasks, lambda t: self.kinds[t.kind].on_worker)
+        self.ready = ReadyTasks(plan.tasks, self.supply.waits)  # one reading every trial waits for those not made
         self.gate = TrialGate(plan)
         self._shares: dict[str, float] = {}  # model -> its share of the time (`_standing`); absent: 1
 
@@ -86,10 +86,8 @@ class Scheduler:
         task's result under its id."""
         ctx = self.ctx
         admission = Admission(self.plan.hardware, self.plan.allocations, self.plan.ram_for_fits)
-        self.blocked: dict[str, Task] = {t.id: t for t in self.plan.tasks}  # waiting for their dependencies
-        self._waiting = {t.id: len(t.depends_on) for t in self.plan.tasks}  # dependencies not settled
-        self._ready = [self._order[t.id] for t in self.plan.tasks if not t.depends_on]  # heap, in plan order
-        self._settled: set[str] = set()  # done or cut, their consumers told
+        for model in self.supply.rounds:
+            self._make(self.supply.top_up(model))
         self.queued: list[Task] = []  # worker tasks waiting for admission, in priority order
         self.running: dict[object, tuple[Task, tuple, Any]] = {}
         attempts: dict[str, int] = defaultdict(int)
@@ -107,6 +105,7 @@ class Scheduler:
             self._release()
             self.store.flush()  # the results read since the last pass, once the next fits have started
             self._stop_unused(admission)
+            self._release()  # the trials made to replace those it settled
             if not self.running:
                 if self.queued and not progressed:  # cannot happen for a valid plan
                     raise RuntimeError(f"scheduler stalled with {len(self.queued)} tasks pending")
@@ -141,8 +140,9 @@ class Scheduler:
                     self.store.put(request.key, result, later=True, pickled=None if result.attempt else pickled)
                 self._complete(task, result, request)
         self.store.flush()
-        if self.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan
-            raise RuntimeError(f"scheduler stalled with {len(self.blocked)} tasks waiting: {next(iter(self.blocked))}")
+        if self.ready.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan
+            raise RuntimeError(f"scheduler stalled with {len(self.ready.blocked)} tasks waiting: "
+                               f"{next(iter(self.ready.blocked))}")
         return ctx.outcome
 
     def budget_summary(self) -> BudgetSummary:
@@ -161,18 +161,13 @@ class Scheduler:
         models first (a deadline that cannot hold them all cuts the slowest, not a quick model), fold by fold
         where their bags may end short (first_trials); then the longest path of work to the end first."""
         trial = (task.trial or 0) if self.budget is not None else 0
-        spent = self._fit_seconds[task.model][0] if trial and task.model in self._fit_seconds else 0.0
-        spent /= self._shares.get(task.model, 1.0)
-        if self._ranks is None:
-            self._ranks = self._upward_ranks()
-        rank = self._ranks.get(task.id)
-        if rank is None:  # a trial the plan does not list: its fold's rank in the first trial (the same shape)
-            rank = self._ranks[fit_id(task.model, 0, task.fold)]
+        spent = self.ranks.spent(task.model) / self._shares.get(task.model, 1.0) if trial else 0.0
+        rank = self.ranks.rank(task)
         under_way = self.serial and trial and task.fold and fit_id(task.model, trial, 0) in self.ctx.outcome.results
-        quick = self._ranked.get(task.model, 0.0) if self.serial and self.budget and not trial else 0.0
+        quick = self.ranks.ranked.get(task.model, 0.0) if self.serial and self.budget and not trial else 0.0
         fold = (task.fold or 0) if self.first.partial and not trial else 0  # every model's lead fold first
-        return (trial > 0, not under_way, spent, trial, fold, task.model in self._ranked, quick, -rank,
-                self._order[task.id])
+        return (trial > 0, not under_way, spent, trial, fold, task.model in self.ranks.ranked, quick, -rank,
+                self.ready.order[task.id])
 
     def _standing(self) -> dict[str, float]:
         """Each model's share of the time under a budget, by its best whole trial's error against the
@@ -183,34 +178,12 @@ class Scheduler:
             return {}
         return time_shares({m: best[m] for m in models}, getattr(self.ctx.trials, "told", None))
 
-    def _upward_ranks(self) -> dict[str, float]:
-        """Each task's seconds plus the longest such sum over the tasks that consume it: a fit takes its
-        model's mean so far (a model not yet measured, the longest mean measured), a driver task none."""
-        self._ranked = {m: total / fits for m, (total, fits) in self._fit_seconds.items()}
-        unknown = max(self._ranked.values(), default=1.0)
-        ranks: dict[str, float] = {}
-        for t in reversed(self.template.tasks):  # listed after their dependencies: consumers come first here
-            own = self._ranked.get(t.model or "", unknown) if self.kinds[t.kind].on_worker else 0.0
-            ranks[t.id] = own + max((ranks[c.id] for c in self._consumers[t.id]), default=0.0)
-        return ranks
-
-    def _record_seconds(self, model: str, seconds: float) -> None:
-        """A finished fit's seconds. The ranks are computed again (and the queue sorted by them) when its
-        model is measured for the first time or its mean moved by more than a tenth: a run of thousands
-        of HPO fits does not walk its graph after each."""
-        finished = self._fit_seconds[model]
-        finished[0] += seconds
-        finished[1] += 1
-        mean, before = finished[0] / finished[1], self._ranked.get(model)
-        if before is None or abs(mean - before) > 0.1 * before:
-            self._ranks = None
-
     def _admit(self, admission: Admission, attempts: dict) -> bool:
         """Start (or take from the store) every queued task that admission and the budget allow, in
         priority order; then, on what is left, the fits held back while their model's first fit runs.
         Whether any task left the queue."""
         progressed, held_back = False, []
-        if self._ranks is None or self.budget is not None:  # the durations changed: so may the queue's order
+        if self.ranks.stale or self.budget is not None:  # the durations changed: so may the queue's order
             self._shares = self._standing()
             self.queued.sort(key=self._priority)
         for task in list(self.queued):
@@ -331,6 +304,8 @@ class Scheduler:
         for cut in gone:
             self._settle(cut.id)
             self.kinds[cut.kind].cut(cut, self.ctx)
+        for model, n in self.supply.take_dropped().items():  # trials never made: the search ended
+            self._dropped(model, n)
         if self.hooks and hasattr(self.hooks, "on_tasks_cut"):  # those that had not finished, in one call
             self.hooks.on_tasks_cut([t for t in gone if t.id not in self.ctx.outcome.results])
 
@@ -338,7 +313,7 @@ class Scheduler:
         if hasattr(result, "end") and not getattr(result, "cached", False):
             seconds = result.end - result.start
             if task.model:
-                self._record_seconds(task.model, seconds)
+                self.ranks.record(task.model, seconds)
             if self.budget is not None:
                 self.budget.record(task, seconds, getattr(result, "stopped_by_budget", False), result)
                 self.first.ended(task, result)
@@ -348,7 +323,7 @@ class Scheduler:
         consumers = self.cut.consumers.get(task.id, ())
         if consumers and all(c in self.cut.cut for c in consumers):  # its trial was judged while it ran
             self.ctx.retention.ended_unused(task, self.ctx)
-        bags = [c for c in consumers if self._waiting.get(c, 0) > 0 and c not in self.cut.cut]
+        bags = [c for c in consumers if self.ready.waits(c) and c not in self.cut.cut]
         if bags and losing_trial(task, result, self.ctx):  # its later folds are not started
             for bag in bags:
                 self._cut(self.cut.tasks[bag], "pruned")
@@ -356,18 +331,25 @@ class Scheduler:
 
     def _settle(self, task_id: str) -> None:
         """`task_id` is done or cut: each consumer waits for one input less (a cut one is ready at once)."""
-        if task_id in self._settled:
+        if not self.ready.settle(task_id, self.cut.consumers.get(task_id, ()), task_id in self.cut.cut):
             return
-        self._settled.add(task_id)
-        if task_id in self.blocked and task_id in self.cut.cut:
-            heapq.heappush(self._ready, self._order[task_id])
-        for c in self.cut.consumers.get(task_id, ()):
-            if c in self.blocked:
-                self._waiting[c] -= 1
-                if self._waiting[c] == 0:
-                    heapq.heappush(self._ready, self._order[c])
-        if task_id in self.gate.gated and task_id not in self.blocked:  # cut while it waited for its trial
-            self.gate.gone(self.plan.tasks[self._order[task_id]])
+        task = self.ready.task(task_id)
+        if task_id in self.gate.gated and task_id not in self.ready.blocked:  # cut while it waited for its trial
+            self.gate.gone(task)
+        self._make(self.supply.settled(task))
+
+    def _make(self, tasks: list[Task]) -> None:
+        """Trials made now (`TrialSupply`): they join the graph, their fits ready at once."""
+        if tasks:
+            self.ready.add(tasks)
+            self.cut.add(tasks)
+
+    def _dropped(self, model: str, trials: int) -> None:
+        """`trials` of `model` will never be made: what reads every trial of it waits for them no more."""
+        for join in self.supply.joins.get(model, ()):
+            self.ready.less(join, trials)
+        if self.hooks and hasattr(self.hooks, "on_fits_dropped"):
+            self.hooks.on_fits_dropped(model, trials * self.plan.allocation(model).num_folds)
 
     def _dequeue(self, task: Task) -> None:
         """`task` leaves the admission queue (started, or cut); its trial's next may enter (`TrialGate`)."""
@@ -383,10 +365,8 @@ class Scheduler:
         """Tasks whose dependencies are settled leave `blocked`, in plan order: a cut one is dropped, a
         driver task runs now (it may release others), a worker task queues once `TrialGate` opens its trial."""
         done, cut = self.ctx.outcome.results, self.cut.cut
-        while self._ready:
-            ready = self.plan.tasks[heapq.heappop(self._ready)]
-            if self.blocked.pop(ready.id, None) is None:
-                continue
+        while (ready := self.ready.pop()) is not None:
+            ready = self.supply.whole(ready)  # a task reading every trial of a model: the trials made too
             kind = self.kinds[ready.kind]
             if ready.id in cut:
                 pass

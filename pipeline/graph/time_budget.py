@@ -12,12 +12,7 @@ process and Ray node reads the same instant.
   (mean per fold; a fit stopped early gives a floor); a model with none finished starts. A better
   estimate (the device choice's cost model) plugs in as `prior`, one function of the task. It says
   whether a trial's remaining fits, laid on the places (CPUs) that free when, end by the deadline.
-- `GraphCut` is the cut over any plan's tasks: a task is cut when a task it needs was cut, except
-  for node kinds that run on whichever of their inputs finished (`partial_inputs`: the ensemble,
-  the evaluation, the refits), which are cut only when all were, and fits that read the best of a
-  model's level-1 trials (stacked fits, refits), cut only when every trial of a model they read was;
-  a task not started yet is cut when every task that would use its result was cut (the other folds of
-  a trial that cannot finish).
+- `GraphCut` (pipeline.graph.graph_cut) is the cut over any plan's tasks and its spread.
 - `BudgetSummary` says what the budget cut, for the terminal, MLflow and the run directory.
 """
 
@@ -28,9 +23,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import fmean
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from pipeline.errors import TimeLimitError
+from pipeline.graph.graph_cut import GraphCut, reads_best_trial  # noqa: F401  (importable from here)
 
 FitEstimate = Callable[[Any], Optional[float]]  # a task -> the seconds one fit of it takes; None: unknown
 
@@ -179,102 +175,6 @@ class _Probe:
     level: int
 
 
-def reads_best_trial(task) -> bool:
-    """A fit that reads the best of its inputs' level-1 trials (a stacked fit, a refit: fitted with the best
-    trial's params, or fed its fold models' predictions): a cut trial does not cut it, only every trial of
-    a model it reads."""
-    return task.kind == "fit" and getattr(task, "fold_set", None) is not None
-
-
-def _trial_bag(task) -> bool:
-    return task.kind == "bag" and getattr(task, "trial", None) is not None and _level(task) in (None, 1)
-
-
-class GraphCut:
-    """The tasks of a plan the budget cut, and the cut's spread through the graph (module docstring)."""
-
-    def __init__(self, tasks: Iterable, partial_inputs: Callable[[Any], bool]):
-        self.tasks = {t.id: t for t in tasks}
-        self.partial_inputs = partial_inputs
-        self.consumers: dict[str, list[str]] = defaultdict(list)
-        for t in self.tasks.values():
-            for d in t.depends_on:
-                self.consumers[d].append(t.id)
-        self.cut: dict[str, str] = {}  # task id -> why: "budget" (did not fit), "input" or "unused"
-        self.started: set[str] = set()  # started, running or done: never cut as unused
-        self._trials: dict[str, dict[str, list[str]]] = {}  # a fit reading best trials: model -> trial bags
-        self._searched: Optional[dict[str, list]] = None  # model -> the bags of its trials after the first
-
-    def cut_task(self, task_id: str, why: str = "budget") -> list[str]:
-        """Cut `task_id` and whatever the cut leaves without a use or without its inputs; the ids newly cut."""
-        new, stack = [], [(task_id, why)]
-        while stack:
-            tid, reason = stack.pop()
-            if tid in self.cut:
-                continue
-            self.cut[tid] = reason
-            new.append(tid)
-            # a pruned trial's bag is a trial that lost: what reads the model's best (a stacked level, a
-            # refit) goes on without it
-            for c in self.consumers[tid]:
-                if c not in self.cut and all(d in self.cut for d in self._enough(self.tasks[c], tid, reason)):
-                    stack.append((c, "input"))
-            for d in self.tasks[tid].depends_on:
-                if d not in self.started and d not in self.cut and all(c in self.cut for c in self.consumers[d]):
-                    stack.append((d, "unused"))
-        return new
-
-    def search_end(self, task, ended: bool = True) -> list[str]:
-        """`task`, a fit of a trial after its model's first, was cut for want of time (`ended`): its model's
-        search ends there. A later trial has as many fits left or more, the same estimate per fit and no
-        more time, so every one none of whose fits started is cut at once (before, each went through an
-        admission pass of its own, in the same instant: 1.1-1.4 s for 10,000 trials); the ids newly cut."""
-        if (not ended or task.kind != "fit" or not getattr(task, "trial", None)
-                or getattr(task, "fold_set", None) is not None):
-            return []
-        if self._searched is None:
-            self._searched = defaultdict(list)
-            for t in self.tasks.values():
-                if _trial_bag(t) and t.trial:
-                    self._searched[t.model].append(t)
-        new = []
-        for bag in self._searched.get(task.model, ()):
-            if bag.id not in self.cut and not any(d in self.started for d in bag.depends_on):
-                new += self.cut_task(bag.id, "budget")
-        if task.model in self._searched:  # the trials still in play: a later call scans those alone
-            self._searched[task.model] = [b for b in self._searched[task.model] if b.id not in self.cut]
-        return new
-
-    def _enough(self, consumer, cut_id: str, reason: str) -> Sequence[str]:
-        """The inputs of `consumer` of which one still in place keeps it when `cut_id` is cut: all of them for
-        a node that runs on whichever finished (or where a trial lost, `pruned`: what reads the model's best
-        goes on without it), the model's level-1 trials for a fit that reads their best, else `cut_id`."""
-        if reason == "pruned" or self.partial_inputs(consumer):
-            return consumer.depends_on
-        if not (reads_best_trial(consumer) and _trial_bag(self.tasks[cut_id])):
-            return (cut_id,)
-        if consumer.id not in self._trials:
-            groups: dict[str, list[str]] = defaultdict(list)
-            for d in consumer.depends_on:
-                if _trial_bag(self.tasks[d]):
-                    groups[self.tasks[d].model].append(d)
-            self._trials[consumer.id] = dict(groups)
-        return self._trials[consumer.id][self.tasks[cut_id].model]
-
-    def siblings_left(self, task) -> int:
-        """How many fits, this one included, a consumer that needs all its inputs (a trial's bag)
-        still waits for before it can run: they must all end by the deadline for this one to count. One
-        where a consumer takes it alone (a refit, read by the refit node): it counts on its own."""
-        if any(self.partial_inputs(self.tasks[c]) for c in self.consumers[task.id]):
-            return 1
-        left = [
-            sum(self.tasks[d].kind == "fit" and d not in self.started and d not in self.cut
-                for d in self.tasks[c].depends_on)
-            for c in self.consumers[task.id]
-        ]
-        return max(left, default=1)
-
-
 @dataclass
 class BudgetSummary:
     """What the budget cut in one run."""
@@ -348,7 +248,10 @@ class BudgetSummary:
 
 def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict], cancelled: int = 0,
               abandoned: int = 0, held_to_share: int = 0) -> BudgetSummary:
-    """The summary of a finished graph: `done` holds each task's result by id, `timeline` the fits'."""
+    """The summary of a finished graph: `done` holds each task's result by id, `timeline` the fits'; the
+    trials never made (the search ended first: `TrialSupply.dropped`) count as trials and fits not run."""
+    unmade = sum(cut.supply.dropped.values()) if cut.supply is not None else 0
+    unmade_fits = cut.supply.dropped_fits if cut.supply is not None else 0
     tasks = list(cut.tasks.values())
     fits = [t for t in tasks if t.kind == "fit"]
     bags = [t for t in tasks if t.kind == "bag"]
@@ -370,8 +273,9 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     return BudgetSummary(
         limit_s=budget.limit_s,
         fits_ended_s=max(ends, default=budget.start) - budget.start,
-        trials=len(bags), trials_not_run=len(cut_bags) - dropped, trials_dropped=dropped,
-        fits=len(fits), fits_not_run=sum(f.id in cut.cut and f.id not in cut.started for f in fits),
+        trials=len(bags) + unmade, trials_not_run=len(cut_bags) - dropped + unmade, trials_dropped=dropped,
+        fits=len(fits) + unmade_fits,
+        fits_not_run=sum(f.id in cut.cut and f.id not in cut.started for f in fits) + unmade_fits,
         fits_stopped=sum(bool(e.get("stopped_by_budget")) for e in timeline), fits_cancelled=cancelled,
         fits_abandoned=abandoned, fits_held_to_share=held_to_share,
         other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],

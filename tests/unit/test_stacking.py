@@ -297,17 +297,17 @@ def test_the_queue_starts_the_longest_chain_of_work_first_and_unmeasured_models_
                 for t in ranked]
 
     assert order()[:5] == [("prov_a", "l1")] * 5  # nothing measured: the plan's order
-    scheduler._record_seconds("prov_b", 1.0)
+    scheduler.ranks.record("prov_b", 1.0)
     assert list(dict.fromkeys(order()))[:2] == [("prov_a", "l1"), ("prov_a", "inner")]  # prov_a: not measured
-    scheduler._record_seconds("prov_a", 4.0)
+    scheduler.ranks.record("prov_a", 4.0)
     groups = list(dict.fromkeys(order()))
     assert groups == [("prov_a", "l1"), ("prov_a", "inner"), ("prov_b", "l1"), ("prov_b", "inner"),
                       ("prov_a", "l2"), ("prov_b", "l2")]
-    ranks = scheduler._ranks
-    scheduler._record_seconds("prov_a", 4.2)  # the mean moves by less than a tenth: the ranks stay
-    assert scheduler._ranks is ranks
-    scheduler._record_seconds("prov_a", 12.0)
-    assert scheduler._ranks is None
+    assert not scheduler.ranks.stale
+    scheduler.ranks.record("prov_a", 4.2)  # the mean moves by less than a tenth: the ranks stay
+    assert not scheduler.ranks.stale
+    scheduler.ranks.record("prov_a", 12.0)
+    assert scheduler.ranks.stale
 
 
 @pytest.mark.parametrize("levels, folds, derived", [(1, 1, 5), (2, 1, 5), (1, 2, 5), (1, 3, None), (0, 1, None),

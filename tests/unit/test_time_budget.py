@@ -308,9 +308,10 @@ class SimulatedBackend(Backend):
 
 
 def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: dict | None = None, rows=8,
-             serial=False, source=None, stops=False, refit_tail=None):
+             serial=False, source=None, stops=False, refit_tail=None, every_trial=False):
     """`refit_tail`: refit=true under a whole-run limit with that tail: a refit fit per model after its bags,
-    and the refit node after them and the bags' collector (the ensemble's place)."""
+    and the refit node after them and the bags' collector (the ensemble's place). `every_trial`: the
+    scheduler is given every trial's tasks (`Plan.expanded`) rather than making them as it goes."""
     from pipeline.config import HpoConf
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
@@ -340,6 +341,7 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: 
             plan = plan.with_task(task)
         plan = plan.with_task(Task(REFIT, REFIT, DRIVER, ("collect", *(t.id for t in refits))))
         budget = TimeBudget(limit_s, start=clock.now, clock=clock, whole_run=True, tail=refit_tail)
+    plan = plan.expanded() if every_trial else plan
     data = SimpleNamespace(y=np.tile([0, 1], rows // 2), fingerprint="simulated")
     backend = SimulatedBackend(seconds, clock, rows, right, stops)
     backend.one_at_a_time = serial

@@ -6,6 +6,8 @@ from __future__ import annotations
 import cProfile
 import pstats
 
+import pytest
+
 from pipeline.graph.plan import Admission, bag_id, build_plan, fit_id
 from pipeline.hardware import Machine, resolve
 from pipeline.resources import ModelNeeds, Request
@@ -130,3 +132,50 @@ def test_the_searchs_end_cuts_the_trials_left_without_an_admission_pass_each(tmp
     (few, fits, _), (many, same_fits, not_run) = seen[20], seen[2000]
     assert same_fits == fits and not_run >= 2 * 2000 - fits
     assert many <= few + 5, f"{many} admission passes at 2,000 trials, {few} at 20"
+
+
+def _run(tmp_path, **kw):
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, **kw)
+    summary = scheduler.budget_summary().line() if budget.limit_s < 1e9 else None
+    return backend.submitted, outcome.results["collect"], summary, scheduler
+
+
+@pytest.mark.parametrize("case", [
+    dict(seconds={"fast": 1.0, "slow": 2.0}, limit_s=1e9, trials=30),  # no budget: every trial runs
+    dict(seconds={"fast": 1.0, "slow": 2.0}, limit_s=30, trials=200),  # the budget ends the search
+    dict(seconds={"fast": [1.0] * 5 + [9.0] * 400, "slow": 2.0}, limit_s=40, trials=100),  # slower later
+    dict(seconds={"fast": 1.0, "slow": 3.0}, limit_s=25, trials=60, serial=True),
+    dict(seconds={"fast": 1.0, "slow": 2.0}, limit_s=30, trials=50, refit_tail=lambda: 2.0),
+])
+def test_trials_made_as_the_run_reaches_them_run_as_if_all_were_made_at_the_start(tmp_path, case):
+    """The scheduler makes a model's later trials while it runs (graph.trial_supply): the same fits start at
+    the same times, the same bags reach what reads every trial, and the budget says the same."""
+    import copy
+
+    lazy = _run(tmp_path / "lazy", **copy.deepcopy(case))
+    whole = _run(tmp_path / "whole", every_trial=True, **copy.deepcopy(case))
+    assert lazy[:3] == whole[:3]
+    if case["limit_s"] < 1e9:  # the trials the search never reached are never made
+        assert len(lazy[3].ready.tasks) < len(whole[3].ready.tasks)
+
+
+def test_a_run_of_10000_trials_holds_and_walks_only_the_trials_in_play(tmp_path):
+    """A 30-s budget runs the same fits at 20 and at 10,000 trials a model; the scheduler holds the tasks
+    of the trials it reached and a few more, and makes as many Python calls (counted, not timed), where
+    making every trial at the start held 60,000 tasks."""
+    counts = {}
+    for trials in (20, 10_000):
+        profile = cProfile.Profile()
+        profile.enable()
+        submitted, collected, line, scheduler = _run(tmp_path / str(trials), limit_s=30, trials=trials,
+                                                     seconds={"fast": 1.0, "slow": 2.0})
+        profile.disable()
+        counts[trials] = (pstats.Stats(profile).total_calls, len(scheduler.ready.tasks), submitted, line)
+    (few_calls, few_tasks, few_fits, _), (calls, tasks, fits, line) = counts[20], counts[10_000]
+    assert [f[0] for f in fits] == [f[0] for f in few_fits]
+    assert tasks <= few_tasks + 20, f"{tasks} tasks held at 10,000 trials, {few_tasks} at 20"
+    assert calls <= 1.5 * few_calls, f"{calls} calls at 10,000 trials, {few_calls} at 20"
+    summary = scheduler.budget_summary()
+    assert summary.trials == 20_000 and summary.fits == 40_000
+    assert summary.trials_not_run + summary.trials_dropped == 20_000 - len(collected)
+    assert summary.fits_not_run == 40_000 - len(fits) and "of 20000 trials not run" in line
