@@ -144,11 +144,12 @@ def check_fits_on_nodes(plan: Plan, nodes: tuple[tuple[float, float], ...], wher
     """A HardwareError naming the first fit of the plan that no single node of `nodes` can hold."""
     too_big = Counter()
     first = {}
+    unlisted = {a.model: plan.unlisted(a.model) * a.num_folds for a in plan.allocations}  # a trial's shape
     for task in plan.fit_tasks:
         cpus, gpus = task.resources.num_cpus, float(task.resources.num_gpus)
         if not any(c >= cpus and g >= gpus - 1e-9 for c, g in nodes):
             key = (cpus, task.resources.num_gpus)
-            too_big[key] += 1
+            too_big[key] += 1 + (unlisted.pop(task.model, 0) if task.fold_set is None else 0)
             first.setdefault(key, task.id)
     if not too_big:
         return

@@ -104,3 +104,13 @@ def test_every_fit_must_fit_on_one_node():
     with pytest.raises(HardwareError, match=r"task fit/m/t0/f0 asks for 3 CPU / 0 GPU, but executor.address='auto' "
                                             r"has 4 CPU / 4 GPU over 2 node\(s\), the largest node 2 CPU / 2 GPU"):
         check_fits_on_nodes(_plan_with_fit(3, 0), nodes, "executor.address='auto'")
+
+
+def test_the_fits_too_large_counted_include_the_trials_the_plan_does_not_list():
+    from pipeline.executors.ray import check_fits_on_nodes
+    from tests.unit.test_trial_scaling import _plan
+
+    plan = _plan(10, folds=2, models=("a",))  # lists 4 of the 10 trials
+    assert plan.listed["a"] < 10 and plan.num_fits == 20
+    with pytest.raises(HardwareError, match=r"task fit/a/t0/f0 asks for 1 CPU / 0 GPU \(and 19 more fit\(s\) too large"):
+        check_fits_on_nodes(plan, ((0.5, 0.0),), "executor.address='auto'")
