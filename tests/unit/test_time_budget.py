@@ -308,10 +308,11 @@ class SimulatedBackend(Backend):
 
 
 def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: dict | None = None, rows=8,
-             serial=False, source=None, stops=False, refit_tail=None, every_trial=False):
+             serial=False, source=None, stops=False, refit_tail=None, every_trial=False, hooks=None):
     """`refit_tail`: refit=true under a whole-run limit with that tail: a refit fit per model after its bags,
     and the refit node after them and the bags' collector (the ensemble's place). `every_trial`: the
-    scheduler is given every trial's tasks (`Plan.expanded`) rather than making them as it goes."""
+    scheduler is given every trial's tasks (`Plan.expanded`) rather than making them as it goes. `hooks`:
+    the plan -> the scheduler's hooks."""
     from pipeline.config import HpoConf
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hardware import Machine, resolve
@@ -347,7 +348,8 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: 
     backend.one_at_a_time = serial
     source = source or TrialSource(HpoConf(), {}, {}, "maximize")
     scheduler = Scheduler(plan, backend, ResultStore(tmp_path), source, {m: SleepModel({}, m) for m in seconds},
-                          data, METRICS["roc_auc"], seed=0, budget=budget, pruning=source.spec.pruning)
+                          data, METRICS["roc_auc"], seed=0, budget=budget, pruning=source.spec.pruning,
+                          hooks=hooks(plan) if hooks else None)
     outcome = scheduler.run()
     return plan, backend, budget, scheduler, outcome
 

@@ -179,3 +179,26 @@ def test_a_run_of_10000_trials_holds_and_walks_only_the_trials_in_play(tmp_path)
     assert summary.trials == 20_000 and summary.fits == 40_000
     assert summary.trials_not_run + summary.trials_dropped == 20_000 - len(collected)
     assert summary.fits_not_run == 40_000 - len(fits) and "of 20000 trials not run" in line
+
+
+def test_the_progress_bars_count_every_trial_asked_for_and_drop_those_never_made(tmp_path):
+    """A model's bar counts the fits of all its trials, listed or not; when the budget ends its search, the
+    fits of the trials never made leave it, so each bar ends full at the fits that ran."""
+    from types import SimpleNamespace
+
+    from pipeline.outputs import RunHooks
+    from pipeline.report import FitProgress
+
+    bars = {}
+
+    def hooks(plan):
+        bars["progress"] = FitProgress(plan, enabled=False)
+        bars["totals"] = {m: bars["progress"].progress.tasks[i].total for m, i in bars["progress"].ids.items()}
+        return RunHooks(bars["progress"], SimpleNamespace(enabled=False), None, log_trials=False)
+
+    submitted, _, _, _ = _run(tmp_path, seconds={"fast": 1.0, "slow": 2.0}, limit_s=30, trials=1000, hooks=hooks)
+    assert bars["totals"] == {"fast": 2000, "slow": 2000}
+    progress = bars["progress"].progress
+    for model, i in bars["progress"].ids.items():
+        ran = sum(f[0].split("/")[1] == model for f in submitted)
+        assert progress.tasks[i].completed == ran and progress.tasks[i].total == ran, model
