@@ -140,9 +140,10 @@ class Scheduler:
                     self.store.put(request.key, result, later=True, pickled=None if result.attempt else pickled)
                 self._complete(task, result, request)
         self.store.flush()
-        if self.ready.blocked:  # build_plan orders tasks after their dependencies: cannot happen for a valid plan
-            raise RuntimeError(f"scheduler stalled with {len(self.ready.blocked)} tasks waiting: "
-                               f"{next(iter(self.ready.blocked))}")
+        unmade = {m: n for m in self.supply.rounds if (n := self.supply.left(m))}
+        if self.ready.blocked or unmade:  # build_plan orders tasks after their dependencies: cannot happen
+            raise RuntimeError(f"scheduler stalled with {len(self.ready.blocked)} tasks waiting "
+                               f"{list(self.ready.blocked)[:1]} and trials not made {unmade}")
         return ctx.outcome
 
     def budget_summary(self) -> BudgetSummary:

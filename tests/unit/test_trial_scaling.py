@@ -202,3 +202,28 @@ def test_the_progress_bars_count_every_trial_asked_for_and_drop_those_never_made
     for model, i in bars["progress"].ids.items():
         ran = sum(f[0].split("/")[1] == model for f in submitted)
         assert progress.tasks[i].completed == ran and progress.tasks[i].total == ran, model
+
+
+def test_every_trial_runs_where_no_task_reads_them_all(tmp_path):
+    """A plan with no ensemble (nothing waits for every trial): the trials it does not list are still made
+    and run, each once, as the listed ones settle."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from pipeline.config import HpoConf
+    from pipeline.graph.scheduler import Scheduler
+    from pipeline.hpo import TrialSource
+    from pipeline.metrics import METRICS
+    from pipeline.store import ResultStore
+    from tests.fault_models import SleepModel
+    from tests.unit.test_time_budget import Clock, SimulatedBackend
+
+    plan = _plan(25, folds=2, models=("a", "b"))
+    assert plan.listed["a"] < 25 and not any(t.kind == "ensemble" for t in plan.tasks)
+    backend = SimulatedBackend({"a": 1.0, "b": 2.0}, Clock(), 8)
+    Scheduler(plan, backend, ResultStore(tmp_path), TrialSource(HpoConf(), {}, {}, "maximize"),
+              {m: SleepModel({}, m) for m in "ab"}, SimpleNamespace(y=np.tile([0, 1], 4), fingerprint="s"),
+              METRICS["roc_auc"], seed=0).run()
+    ran = [f[0] for f in backend.submitted]
+    assert sorted(ran) == sorted(fit_id(m, t, f) for m in "ab" for t in range(25) for f in range(2))
