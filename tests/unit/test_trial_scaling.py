@@ -192,11 +192,12 @@ def test_the_progress_bars_count_every_trial_asked_for_and_drop_those_never_made
     bars = {}
 
     def hooks(plan):
-        bars["progress"] = FitProgress(plan, enabled=False)
-        bars["totals"] = {m: bars["progress"].progress.tasks[i].total for m, i in bars["progress"].ids.items()}
-        return RunHooks(bars["progress"], SimpleNamespace(enabled=False), None, log_trials=False)
+        progress = bars["progress"] = FitProgress(plan, enabled=False)
+        bars["totals"] = {m: progress.progress.tasks[i].total for m, i in progress.ids.items()}
+        return RunHooks(progress, SimpleNamespace(enabled=False), None, log_trials=False)
 
-    submitted, _, _, _ = _run(tmp_path, seconds={"fast": 1.0, "slow": 2.0}, limit_s=30, trials=1000, hooks=hooks)
+    submitted, _, _, _ = _run(tmp_path, seconds={"fast": 1.0, "slow": 2.0}, limit_s=30, trials=1000,
+                              hooks=hooks)
     assert bars["totals"] == {"fast": 2000, "slow": 2000}
     progress = bars["progress"].progress
     for model, i in bars["progress"].ids.items():
