@@ -61,7 +61,7 @@ class Scheduler:
         class_weight: str = "none",
         budget: Optional[TimeBudget] = None,
     ):
-        self.template = self.plan = plan  # its first trials; the others are made as the run reaches them
+        self.plan = plan  # its first trials; the others are made as the run reaches them (`supply`)
         self.backend, self.store = backend, store
         self.supply = TrialSupply(plan)
         self.serial = getattr(backend, "one_at_a_time", False)  # one fit at a time
@@ -72,7 +72,7 @@ class Scheduler:
         self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
         self.budget = budget
-        self.first = FirstTrials(self.template.tasks, partial=budget is not None and not plan.stack_levels)
+        self.first = FirstTrials(plan.tasks, partial=budget is not None and not plan.stack_levels)
         self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs
                             or (self.first.partial and first_trial_bag(t)), self.supply)
         self.cancelled = self.abandoned = 0  # fits stopped: past the deadline's grace; their trial can't end
@@ -174,7 +174,7 @@ class Scheduler:
         """Each model's share of the time under a budget, by its best whole trial's error against the
         leader's once every model has one (`time_shares`; before, and without a budget, equal shares)."""
         best = getattr(self.ctx.trials, "best_error", {})
-        models = {a.model for a in self.template.allocations}
+        models = {a.model for a in self.plan.allocations}
         if self.budget is None or len(models) < 2 or not models <= best.keys():
             return {}
         return time_shares({m: best[m] for m in models}, getattr(self.ctx.trials, "told", None))
