@@ -71,6 +71,7 @@ class Hooks(Protocol):
     def on_trial_end(self, result: TrialResult) -> None: ...
 
     # optional: on_tasks_cut(tasks), the tasks one cut of the time limit took before they finished;
+    # on_fits_dropped(model, count), the fits of trials never made (the search ended before them);
     # on_node_end(task, result), a driver node's result (the root's pipeline.outputs writes and logs them)
 
 
