@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from pipeline.graph.shape import trial_bag
 from pipeline.graph.trial_supply import TrialSupply, pending
 
 
@@ -21,12 +22,6 @@ def reads_best_trial(task) -> bool:
     trial's params, or fed its fold models' predictions): a cut trial does not cut it, only every trial of
     a model it reads."""
     return task.kind == "fit" and getattr(task, "fold_set", None) is not None
-
-
-def trial_bag(task) -> bool:
-    """A level-1 trial's bag."""
-    return (task.kind == "bag" and getattr(task, "trial", None) is not None
-            and getattr(task, "level", None) in (None, 1))
 
 
 class GraphCut:

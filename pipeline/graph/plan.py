@@ -28,6 +28,7 @@ from pipeline.hardware import Hardware
 from pipeline.resources import Allocation, DevicePool
 from pipeline.graph.shape import (  # noqa: F401  (the graph's records and ids, importable from here)
     BUILDERS, DRIVER, ENSEMBLE, EVALUATE, REFIT, Shape, Task, bag_id, fit_id, stack_bag_id, stack_fit_id,
+    trial_bag,
 )
 
 
@@ -57,7 +58,7 @@ class Plan:
         """Model -> how many of its trials the plan lists (the first ones); the others repeat their shape."""
         out: dict[str, int] = defaultdict(int)
         for t in self.tasks:
-            if t.kind == "bag" and t.level == 1 and t.trial is not None:
+            if trial_bag(t):
                 out[t.model] += 1
         return dict(out)
 

@@ -73,6 +73,12 @@ def bag_id(model: str, trial: int) -> str:
     return f"bag/{model}/t{trial}"
 
 
+def trial_bag(task) -> bool:
+    """Whether `task` is a level-1 trial's bag (a search's trial, not a stacked level's)."""
+    return (task.kind == "bag" and getattr(task, "trial", None) is not None
+            and getattr(task, "level", None) in (None, 1))
+
+
 def stack_fit_id(model: str, level: int, fold_set: tuple[int, ...]) -> str:
     """M(level, fold_set) of `model`: fit/lightgbm/l2/f3, fit/lightgbm/l1/f0+3, fit/lightgbm/l2/refit."""
     return f"fit/{model}/l{level}/" + ("f" + "+".join(map(str, fold_set)) if fold_set else "refit")

@@ -18,7 +18,7 @@ import dataclasses
 from collections import defaultdict
 from typing import Iterator
 
-from pipeline.graph.plan import Plan, Task, bag_id, trial_rounds, trial_tasks
+from pipeline.graph.plan import Plan, Task, bag_id, trial_bag, trial_rounds, trial_tasks
 
 # trials made and unsettled: per trial a model may run at once, one running and one the gate has opened;
 # and the gate's one more opened and one waiting for it
@@ -43,7 +43,7 @@ class TrialSupply:
         self.joins: dict[str, list[str]] = defaultdict(list)  # model -> the tasks reading all its trials
         self._reads: dict[str, list[str]] = defaultdict(list)  # task id -> the models whose trials it reads
         for t in plan.tasks:
-            if t.kind == "bag" and t.trial is not None and t.level == 1:
+            if trial_bag(t):
                 continue
             for d in t.depends_on:
                 if d in last:
@@ -60,7 +60,7 @@ class TrialSupply:
 
     def settled(self, task: Task) -> list[Task]:
         """A task settled (done or cut): when it is a trial's bag, the trials made to take its place."""
-        if task.kind != "bag" or task.level != 1 or task.trial is None or task.model not in self.live:
+        if not trial_bag(task) or task.model not in self.live:
             return []
         self.live[task.model] -= 1
         return self.top_up(task.model)
