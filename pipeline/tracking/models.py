@@ -16,6 +16,7 @@ import pickle
 import shutil
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -87,8 +88,15 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None) ->
     Source: MLflow would name the process that logs it); returns its model URI."""
     import mlflow
     import mlflow.pyfunc
+    from mlflow.entities import LoggedModelOutput
     from mlflow.models import infer_signature
 
+    active = mlflow.active_run()
+    run_id = active.info.run_id if active else None
+    client = mlflow.MlflowClient()
+    # what MLflow's log_model gives a model of the active run: the run's params, the context's tags
+    model = mlflow.initialize_logged_model(name=name, source_run_id=run_id, tags=tags or None,
+                                           params=client.get_run(run_id).data.params if run_id else None)
     code = Path(pipeline.__file__).parent / "tracking" / "mlflow_model.py"
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Integer columns in Python cannot represent missing values.*")
@@ -96,16 +104,23 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None) ->
         artifact = Path(tmp) / "predictor.pkl"
         artifact.write_bytes(payload.pickled)
         signature = infer_signature(payload.example, payload.prediction, params={"predict_method": "predict"})
-        info = mlflow.pyfunc.log_model(
-            name=name,
-            python_model=str(code),
-            artifacts={"predictor": str(artifact)},
-            code_paths=[str(engine_code(Path(tmp) / "code"))],
-            signature=signature,
-            pip_requirements=requirements(payload.libraries),
-            step=MODEL_STEP,
-            tags=tags or None,
-        )
+        # Under an active run MLflow's log_model reads the whole history of every metric the run holds, one
+        # query each, to link those at the model's step (none is at MODEL_STEP): models x metrics queries,
+        # 3,668 for the 14 models of a stacked run, 5.7 s of its 12.5 s of tracking. Logged from a thread
+        # with no active run (MLflow keeps the active run per thread), the model is linked to the run below.
+        with ThreadPoolExecutor(1) as pool:
+            info = pool.submit(
+                mlflow.pyfunc.log_model,
+                name=name,
+                model_id=model.model_id,
+                python_model=str(code),
+                artifacts={"predictor": str(artifact)},
+                code_paths=[str(engine_code(Path(tmp) / "code"))],
+                signature=signature,
+                pip_requirements=requirements(payload.libraries),
+            ).result()
+    if run_id:
+        client.log_outputs(run_id, models=[LoggedModelOutput(model.model_id, step=MODEL_STEP)])
     return info.model_uri
 
 

@@ -157,3 +157,42 @@ def test_a_call_is_not_waited_for_while_the_process_is_busy(tmp_path):
     tracker.end("FINISHED")
     assert tracker.failure is None and tracker.run_id == "gated-run"
     assert (tmp_path / "logged.txt").read_text() == "8000000\n"
+
+
+def test_a_model_logged_under_a_run_with_many_metrics_reads_none_of_their_histories(tmp_path, monkeypatch):
+    """MLflow's log_model, under an active run, reads every metric's history to link those at the model's
+    step (one query per metric per model: quadratic in the models of a run); the tracker logs the model
+    outside the run and links it to the run's outputs itself: no history read, the same model as before
+    (the run's source, params and tags, READY, at MODEL_STEP in the run's outputs, its own scores)."""
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    from mlflow.entities import LoggedModelStatus, Metric
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from pipeline.tracking.models import MODEL_STEP, ModelPayload
+
+    tracker = MlflowTracker(Store(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "art"), "exp")
+    tracker.connect()
+    tracker.start("a run", {"model": "lightgbm", "seed": 0}, {"mlflow.source.name": "pipeline"})
+    client = mlflow.MlflowClient(tracker.uri)
+    client.log_batch(tracker.run_id, metrics=[Metric(f"m{k}/curve", 0.5, 0, step) for k in range(120)
+                                              for step in range(3)])
+    reads = []
+    original = SqlAlchemyStore.get_metric_history
+    monkeypatch.setattr(SqlAlchemyStore, "get_metric_history",
+                        lambda self, *a, **kw: reads.append(a) or original(self, *a, **kw))
+    example = pd.DataFrame({"x": [1.0, 2.0, 3.0]})
+    payload = ModelPayload(b"not loaded here", (), example, np.array([0, 1, 0]))
+    uri = tracker.log_predictor("lightgbm", payload, example, {"lightgbm/val_roc_auc": 0.9})
+    run_id = tracker.run_id
+    tracker.end("FINISHED")
+
+    assert tracker.failure is None and reads == []
+    model = client.get_logged_model(uri.removeprefix("models:/"))
+    assert (model.name, model.source_run_id, model.status) == ("lightgbm", run_id, LoggedModelStatus.READY)
+    assert model.params == {"model": "lightgbm", "seed": "0"}
+    assert model.tags["mlflow.source.name"] == "pipeline"
+    assert [m.key for m in model.metrics] == ["lightgbm/val_roc_auc"]
+    outputs = client.get_run(run_id).outputs.model_outputs
+    assert [(o.model_id, o.step) for o in outputs] == [(model.model_id, MODEL_STEP)]
