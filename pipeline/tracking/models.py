@@ -12,6 +12,7 @@ and predict once more to check that example, which is the work the payload saves
 
 from __future__ import annotations
 
+import atexit
 import pickle
 import shutil
 import tempfile
@@ -75,12 +76,22 @@ class ModelPayload:
                    example, predictor.predict(example))
 
 
-def engine_code(folder: Path) -> Path:
-    """A copy of the `pipeline` package to ship with a model: code only, no bundled data."""
-    source = Path(pipeline.__file__).parent
-    target = folder / "pipeline"
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.parquet", "conf"))
-    return target
+_ENGINE_CODE: Optional[Path] = None
+
+
+def engine_code() -> Path:
+    """A copy of the `pipeline` package to ship with a model: code only, no bundled data. Made once per
+    process (a private temporary folder, removed at exit), as each model's log copies it into its own
+    folder again (a copy of its own per model besides: 1.5 s of a 14-model run's tracking)."""
+    global _ENGINE_CODE
+    if _ENGINE_CODE is None or not _ENGINE_CODE.is_dir():
+        folder = Path(tempfile.mkdtemp(prefix="pipeline-code-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        target = folder / "pipeline"
+        shutil.copytree(Path(pipeline.__file__).parent, target,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.parquet", "conf"))
+        _ENGINE_CODE = target
+    return _ENGINE_CODE
 
 
 def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None) -> str:
@@ -115,7 +126,7 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None) ->
                 model_id=model.model_id,
                 python_model=str(code),
                 artifacts={"predictor": str(artifact)},
-                code_paths=[str(engine_code(Path(tmp) / "code"))],
+                code_paths=[str(engine_code())],
                 signature=signature,
                 pip_requirements=requirements(payload.libraries),
             ).result()

@@ -2,6 +2,7 @@
 once where the path says so, else when the process answers), a dead driver's run closed, models
 logged without their library, the process below the fits in priority."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -196,3 +197,17 @@ def test_a_model_logged_under_a_run_with_many_metrics_reads_none_of_their_histor
     assert [m.key for m in model.metrics] == ["lightgbm/val_roc_auc"]
     outputs = client.get_run(run_id).outputs.model_outputs
     assert [(o.model_id, o.step) for o in outputs] == [(model.model_id, MODEL_STEP)]
+
+
+def test_the_engine_code_a_model_ships_is_copied_once_per_process_privately_without_bundled_data():
+    import shutil
+    import stat
+
+    from pipeline.tracking.models import engine_code
+
+    code = engine_code()
+    assert engine_code() == code  # each model's log copies it into its own folder: one copy here
+    assert stat.S_IMODE(code.parent.stat().st_mode) == 0o700 and code.parent.stat().st_uid == os.getuid()
+    assert (code / "ensemble.py").is_file() and not list(code.rglob("*.parquet")) and not (code / "conf").exists()
+    shutil.rmtree(code.parent)  # a temporary folder cleaned up under a long-lived process: made again
+    assert engine_code().is_dir()
