@@ -42,6 +42,7 @@ class MlflowTracker(NullTracker):
         self.best_model_uri: Optional[str] = None
         self.datasets: dict[str, tuple[str, str]] = {}  # context -> (name, digest) of its dataset inputs
         self.source: dict[str, str] = {}  # the run's mlflow.source.* tags, its models' too
+        self.params: dict[str, str] = {}  # the run's params as logged, its models' too
 
     def prepare(self) -> None:
         """What connecting needs before MLflow is imported: its environment, and the checks that
@@ -116,6 +117,7 @@ class MlflowTracker(NullTracker):
                 text = text[: MAX_PARAM_LENGTH - 3] + "..."
             clean[key] = text
         self._safely("log_params", mlflow.log_params, clean)
+        self.params.update(clean)
 
     def log_metrics(self, metrics: dict, step: Optional[int] = None) -> None:
         """The run's metrics, linked to none of its logged models (MLflow's `log_metrics` would link
@@ -159,7 +161,7 @@ class MlflowTracker(NullTracker):
         from pipeline.tracking.models import ModelPayload, log_model_metrics, log_pyfunc
 
         payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example)
-        uri = self._safely("log_model", log_pyfunc, name, payload, self.source)
+        uri = self._safely("log_model", log_pyfunc, name, payload, self.source, self.params)
         if uri is not None and metrics:
             self._safely("log_model_metrics", log_model_metrics, self.uri, self.run_id, uri, metrics,
                          self.datasets)

@@ -94,9 +94,12 @@ def engine_code() -> Path:
     return _ENGINE_CODE
 
 
-def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None) -> str:
+def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None,
+               params: Optional[dict] = None) -> str:
     """Log the predictor of `payload` as the pyfunc model `name` of the active run, with `tags` (its run's
-    Source: MLflow would name the process that logs it); returns its model URI."""
+    Source: MLflow would name the process that logs it) and the run's `params` (as MLflow's log_model
+    copies them; passed, not read back: reading the run reads its latest value of every metric too);
+    returns its model URI."""
     import mlflow
     import mlflow.pyfunc
     from mlflow.entities import LoggedModelOutput
@@ -105,9 +108,8 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None) ->
     active = mlflow.active_run()
     run_id = active.info.run_id if active else None
     client = mlflow.MlflowClient()
-    # what MLflow's log_model gives a model of the active run: the run's params, the context's tags
     model = mlflow.initialize_logged_model(name=name, source_run_id=run_id, tags=tags or None,
-                                           params=client.get_run(run_id).data.params if run_id else None)
+                                           params={k: str(v) for k, v in (params or {}).items()} or None)
     code = Path(pipeline.__file__).parent / "tracking" / "mlflow_model.py"
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Integer columns in Python cannot represent missing values.*")

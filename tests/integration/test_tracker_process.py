@@ -180,16 +180,18 @@ def test_a_model_logged_under_a_run_with_many_metrics_reads_none_of_their_histor
     client.log_batch(tracker.run_id, metrics=[Metric(f"m{k}/curve", 0.5, 0, step) for k in range(120)
                                               for step in range(3)])
     reads = []
-    original = SqlAlchemyStore.get_metric_history
-    monkeypatch.setattr(SqlAlchemyStore, "get_metric_history",
-                        lambda self, *a, **kw: reads.append(a) or original(self, *a, **kw))
+    for method in ("get_metric_history", "get_run"):  # reading the run reads every metric's latest value
+        original = getattr(SqlAlchemyStore, method)
+        monkeypatch.setattr(SqlAlchemyStore, method,
+                            lambda self, *a, _name=method, _original=original, **kw:
+                            reads.append(_name) or _original(self, *a, **kw))
     example = pd.DataFrame({"x": [1.0, 2.0, 3.0]})
     payload = ModelPayload(b"not loaded here", (), example, np.array([0, 1, 0]))
     uri = tracker.log_predictor("lightgbm", payload, example, {"lightgbm/val_roc_auc": 0.9})
     run_id = tracker.run_id
+    assert tracker.failure is None and reads == []
     tracker.end("FINISHED")
 
-    assert tracker.failure is None and reads == []
     model = client.get_logged_model(uri.removeprefix("models:/"))
     assert (model.name, model.source_run_id, model.status) == ("lightgbm", run_id, LoggedModelStatus.READY)
     assert model.params == {"model": "lightgbm", "seed": "0"}
