@@ -30,6 +30,7 @@ PARENT_FILE = "mlflow_parent_run"  # in a sweep's directory: the parent run's id
 PARENT_PENDING = "pending"
 PARENT_FAILED = "failed:"
 PARENT_WAIT_S = 120.0  # how long a job waits for the sweep's parent run to be created
+SEARCH_PAGE = 1000  # runs per MLflow search call (its most)
 
 
 def write_parent_file(sweep_dir: Path, text: str) -> None:
@@ -146,12 +147,19 @@ def closing_lines(store: Store, parent_run_id: str, ui_port: int) -> list[str]:
 
 
 def _close_children(uri: str, client, parent_run_id: str) -> list:
-    """The sweep's job runs, with any a dead job left RUNNING marked FAILED."""
-    children = client.search_runs(
-        [client.get_run(parent_run_id).info.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
-    )
-    mark_orphans(uri, [c.info.run_id for c in children])
+    """The sweep's job runs, every page of them (MLflow's search returns 1,000 at most per call, the newest
+    first: a sweep of more jobs lost its first ones from the summary, and a dead one among them stayed
+    RUNNING), with any a dead job left RUNNING marked FAILED."""
+    experiment_id = client.get_run(parent_run_id).info.experiment_id
+    children, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], max_results=SEARCH_PAGE, page_token=token,
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'")
+        children += page
+        token = page.token
+        if not token:
+            break
+    mark_orphans(uri, [c.info.run_id for c in children if c.info.status == "RUNNING"])  # each read again
     return children
 
 
