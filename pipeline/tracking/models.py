@@ -107,9 +107,6 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None,
 
     active = mlflow.active_run()
     run_id = active.info.run_id if active else None
-    client = mlflow.MlflowClient()
-    model = mlflow.initialize_logged_model(name=name, source_run_id=run_id, tags=tags or None,
-                                           params={k: str(v) for k, v in (params or {}).items()} or None)
     code = Path(pipeline.__file__).parent / "tracking" / "mlflow_model.py"
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Integer columns in Python cannot represent missing values.*")
@@ -117,6 +114,10 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None,
         artifact = Path(tmp) / "predictor.pkl"
         artifact.write_bytes(payload.pickled)
         signature = infer_signature(payload.example, payload.prediction, params={"predict_method": "predict"})
+        pinned_requirements, code_paths = requirements(payload.libraries), [str(engine_code())]
+        # the logged model is made after what can fail without it: from there MLflow marks it READY or FAILED
+        model = mlflow.initialize_logged_model(name=name, source_run_id=run_id, tags=tags or None,
+                                               params={k: str(v) for k, v in (params or {}).items()} or None)
         # Under an active run MLflow's log_model reads the whole history of every metric the run holds, one
         # query each, to link those at the model's step (none is at MODEL_STEP): models x metrics queries,
         # 3,668 for the 14 models of a stacked run, 5.7 s of its 12.5 s of tracking. Logged from a thread
@@ -128,12 +129,12 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None,
                 model_id=model.model_id,
                 python_model=str(code),
                 artifacts={"predictor": str(artifact)},
-                code_paths=[str(engine_code())],
+                code_paths=code_paths,
                 signature=signature,
-                pip_requirements=requirements(payload.libraries),
+                pip_requirements=pinned_requirements,
             ).result()
     if run_id:
-        client.log_outputs(run_id, models=[LoggedModelOutput(model.model_id, step=MODEL_STEP)])
+        mlflow.MlflowClient().log_outputs(run_id, models=[LoggedModelOutput(model.model_id, step=MODEL_STEP)])
     return info.model_uri
 
 

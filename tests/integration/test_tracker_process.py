@@ -201,6 +201,27 @@ def test_a_model_logged_under_a_run_with_many_metrics_reads_none_of_their_histor
     assert [(o.model_id, o.step) for o in outputs] == [(model.model_id, MODEL_STEP)]
 
 
+def test_a_model_whose_logging_fails_before_mlflow_takes_it_leaves_no_logged_model(tmp_path):
+    """A requirement that cannot be pinned (its distribution is not installed) fails the model's log, as
+    before; no logged model is left PENDING in the store for it."""
+    import mlflow
+    import numpy as np
+    import pandas as pd
+
+    from pipeline.tracking.models import ModelPayload
+
+    tracker = MlflowTracker(Store(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "art"), "exp")
+    tracker.connect()
+    tracker.start("a run", {}, {})
+    example = pd.DataFrame({"x": [1.0, 2.0]})
+    payload = ModelPayload(b"not loaded here", (("no-such-distribution",),), example, np.array([0, 1]))
+    assert tracker.log_predictor("lightgbm", payload, example) is None
+    tracker.end("FINISHED")
+    assert "PackageNotFoundError" in tracker.failure
+    client = mlflow.MlflowClient(tracker.uri)
+    assert list(client.search_logged_models([tracker.experiment_id])) == []
+
+
 def test_the_engine_code_a_model_ships_is_copied_once_per_process_privately_without_bundled_data():
     import shutil
     import stat
