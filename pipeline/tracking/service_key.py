@@ -11,13 +11,15 @@ from typing import Optional
 
 # The environment a tracker's work depends on: MLflow's settings, the artifact stores' credentials
 # and endpoints, git (MLflow tags the commit), proxies and certificates, Kerberos and netrc (MLflow's
-# HTTP auth), where Python imports from. The rest (terminals, shells, what libraries set for
-# themselves on import) is not part of the key.
+# HTTP auth), where Python imports from, MLflow's usage-data opt-out (DO_NOT_TRACK, beside
+# MLFLOW_DISABLE_TELEMETRY) and where it and matplotlib keep their settings. The rest (terminals,
+# shells, what libraries set for themselves on import) is not part of the key.
 KEY_ENV_PREFIXES = ("MLFLOW_", "AWS_", "AZURE_", "GOOGLE_", "GCS_", "CLOUDSDK_", "DATABRICKS_", "HADOOP_",
                     "ARROW_", "GIT_", "OTEL_", "KRB5", "SSL_", "REQUESTS_", "CURL_")
 KEY_ENV_NAMES = frozenset({"HOME", "USER", "PATH", "TMPDIR", "TZ", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH",
                            "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "HTTP_PROXY", "HTTPS_PROXY",
-                           "NO_PROXY", "ALL_PROXY", "NETRC"})
+                           "NO_PROXY", "ALL_PROXY", "NETRC", "DO_NOT_TRACK", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
+                           "MPLBACKEND"})
 # Files whose contents the tracker's credentials come from, by default place (an environment
 # variable that names another place is in the key, and so is the file it names: see _credential_files).
 CREDENTIAL_FILES = ("~/.netrc", "~/.databrickscfg", "~/.aws/credentials", "~/.aws/config",
