@@ -18,8 +18,8 @@ KEY_ENV_PREFIXES = ("MLFLOW_", "AWS_", "AZURE_", "GOOGLE_", "GCS_", "CLOUDSDK_",
                     "ARROW_", "GIT_", "OTEL_", "KRB5", "SSL_", "REQUESTS_", "CURL_")
 KEY_ENV_NAMES = frozenset({"HOME", "USER", "PATH", "TMPDIR", "TZ", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH",
                            "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "HTTP_PROXY", "HTTPS_PROXY",
-                           "NO_PROXY", "ALL_PROXY", "NETRC", "DO_NOT_TRACK", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
-                           "MPLBACKEND"})
+                           "NO_PROXY", "ALL_PROXY", "NETRC", "DO_NOT_TRACK", "XDG_CONFIG_HOME",
+                           "MPLCONFIGDIR", "MPLBACKEND"})
 # Files whose contents the tracker's credentials come from, by default place (an environment
 # variable that names another place is in the key, and so is the file it names: see _credential_files).
 CREDENTIAL_FILES = ("~/.netrc", "~/.databrickscfg", "~/.aws/credentials", "~/.aws/config",

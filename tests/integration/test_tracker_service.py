@@ -137,7 +137,8 @@ def test_other_directories_and_environments_get_services_of_their_own_and_at_mos
     assert len(retired) == 1 and wait_gone(retired[0])
 
 
-def test_a_runs_opt_out_of_mlflows_usage_data_reaches_the_process_that_logs_it(tmp_path, runtime, monkeypatch):
+def test_a_runs_opt_out_of_mlflows_usage_data_reaches_the_process_that_logs_it(tmp_path, runtime,
+                                                                                 monkeypatch):
     """MLflow sends usage data unless DO_NOT_TRACK or MLFLOW_DISABLE_TELEMETRY says not to, read in the
     process that logs: a service started by a run without the opt-out must not serve a run that has it."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -158,8 +159,8 @@ def test_the_key_holds_what_a_tracker_depends_on_and_not_the_rest_of_the_environ
     assert service_key("sqlite:///a.db", tmp_path, same) == key
     for changed in ({"MLFLOW_TRACKING_TOKEN": "b"}, {"AWS_ACCESS_KEY_ID": "k"}, {"https_proxy": "http://p:3128"},
                     {"PYTHONPATH": "/elsewhere"}, {"KRB5CCNAME": "FILE:/tmp/krb5cc_1"}, {"NETRC": "/etc/netrc"},
-                    {"REQUESTS_CA_BUNDLE": "/etc/ca.pem"}, {"DO_NOT_TRACK": "true"}, {"XDG_CONFIG_HOME": "/c"},
-                    {"MPLCONFIGDIR": "/m"}):
+                    {"REQUESTS_CA_BUNDLE": "/etc/ca.pem"}, {"DO_NOT_TRACK": "true"},
+                    {"XDG_CONFIG_HOME": "/c"}, {"MPLCONFIGDIR": "/m"}):
         assert service_key("sqlite:///a.db", tmp_path, {**env, **changed}) != key, changed
     assert service_key("sqlite:///a.db", tmp_path / "sub", env) != key
     assert service_key("sqlite:///b.db", tmp_path, env) != key  # MLflow has one URI per process
