@@ -39,12 +39,13 @@ BAG_CELLS_PER_HOUR = 40_000_000
 # beside one busy process, 0.47 beside three)
 OTHERS_BUSY_FROM = 0.5
 BUSY_BELOW = 0.75
-# what hpo=auto adds on a regression table small for the budget (`with_regression_kinds`): (the kind, what it
-# is); the packages it needs are its profile's `modules`. Each was chosen by its gain as one more ensemble
-# candidate on the bench's regression tables at 30 s (docs/time_budget.md)
-REGRESSION_KINDS = (
-    ("extra_trees", "scikit-learn's extremely randomised trees"),
-    ("catboost", "CatBoost's ordered boosting"),
+# what hpo=auto adds on a table small for the budget (`with_added_kinds`): (the kind, what it is, the problem
+# types it joins on); the packages it needs are its profile's `modules`. Each was chosen by its gain as one
+# more ensemble candidate on the bench's tables at 30 s (docs/time_budget.md)
+ADDED_KINDS = (
+    ("extra_trees", "scikit-learn's extremely randomised trees", ("regression",)),
+    ("catboost", "CatBoost's ordered boosting", ("regression",)),
+    ("linear", "a linear model choosing its own penalty", ("binary", "multiclass", "regression")),
 )
 
 
@@ -120,7 +121,7 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     settings = dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor,
                                                                       parallelism=parallelism),
                                    levels=check_parallelism(parallelism), params=params)
-    return with_regression_kinds(settings, overrides, base_dir, shape)
+    return with_added_kinds(settings, overrides, base_dir, shape)
 
 
 def busy_machine() -> Optional[str]:
@@ -157,24 +158,25 @@ def small_for_budget(settings: Settings, shape, cells_per_hour: float = CELLS_PE
     return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < cells_per_hour * conf.time_limit_s / 3600
 
 
-def with_regression_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape) -> Settings:
-    """hpo=auto's models, with the kinds of `REGRESSION_KINDS` beside the default ones where no model was
-    chosen, the label is a number to predict (regression) and the table is small for the budget: AutoGluon
-    fits such forests and CatBoost among its defaults, and an ensemble of LightGBM and XGBoost gains from the
-    forests' smooth averages and CatBoost's ordered boosting. On classification tables they added nothing the
-    ensemble kept, and their time was the others' (docs/time_budget.md); the forests' memory and CatBoost's
-    time grow with the rows, hence the table's size. A kind whose library is not installed is said and left
-    out."""
+def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape) -> Settings:
+    """hpo=auto's models, with the kinds of `ADDED_KINDS` for the table's problem type beside the default ones
+    where no model was chosen and the table is small for the budget: AutoGluon fits forests, CatBoost and a
+    linear model among its defaults, FLAML a logistic regression, and an ensemble of LightGBM and XGBoost
+    gains from the forests' smooth averages, CatBoost's ordered boosting and a linear trend trees can only
+    approximate in steps. The forests and CatBoost added nothing the ensemble kept on classification tables,
+    and their time was the others' (docs/time_budget.md); the forests' memory and CatBoost's time grow with
+    the rows, hence the table's size. A kind whose library is not installed is said and left out."""
     conf = settings.conf
     if overridden("model", overrides) or conf.stack_levels or not small_for_budget(settings, shape):
         return settings
-    if settings.source.problem_type(base_dir) != "regression":  # None: unknown before loading
+    problem = settings.source.problem_type(base_dir)  # None: unknown before loading
+    if problem is None:
         return settings
     from pipeline import report
 
     added, missing = [], []
-    for name, what in REGRESSION_KINDS:
-        if name in conf.model:
+    for name, what, problems in ADDED_KINDS:
+        if name in conf.model or problem not in problems:
             continue
         tree, spec = _kind(settings, name)
         absent = [m for m in spec.cls.profile.modules if importlib.util.find_spec(m.split(".")[0]) is None]
@@ -187,12 +189,17 @@ def with_regression_kinds(settings: Settings, overrides: tuple[str, ...], base_d
         added.append(f"{name} ({what})")
     if added:
         report.console.print(
-            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: {' and '.join(added)} join the models, "
-            "since the table is small for the budget and its label a number; their fits are candidates for "
-            "the ensemble (model=... chooses your own models)", highlight=False)
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: {_listed(added)} join"
+            f"{'s' if len(added) == 1 else ''} the models, since the table is small for the budget; "
+            f"{'its' if len(added) == 1 else 'their'} fits are candidates for the ensemble "
+            "(model=... chooses your own models)", highlight=False)
     if missing:
         report.console.print(f"hpo=auto: left out: {'; '.join(missing)}", highlight=False, markup=False)
     return settings
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _kind(settings: Settings, name: str):

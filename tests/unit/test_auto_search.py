@@ -151,33 +151,47 @@ def test_hpo_auto_bags_its_trials_where_the_table_is_small_for_the_budget(compos
 REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
 
 
+REGRESSION_KINDS = ["extra_trees", "catboost", "linear"]
+WHAT = {"extra_trees": "scikit-learn's extremely randomised trees", "catboost": "CatBoost's ordered boosting",
+        "linear": "a linear model choosing its own penalty"}
+
+
 @pytest.mark.parametrize("overrides, added", [
-    # a number to predict on a table small for the budget: extremely randomised trees and CatBoost join
-    (["time_limit_s=3600", *REGRESSION], True),
-    (["time_limit_s=60", *REGRESSION], True),
-    (["time_limit_s=3600"], False),  # adult: a class to predict
-    (["time_limit_s=3600", "data=synthetic", "data.rows=3000"], False),  # binary
-    (["time_limit_s=10", *REGRESSION[:-1], "data.rows=90000"], False),  # too many cells for 10 s
+    # a number to predict on a table small for the budget: extremely randomised trees, CatBoost and the
+    # linear model join
+    (["time_limit_s=3600", *REGRESSION], REGRESSION_KINDS),
+    (["time_limit_s=60", *REGRESSION], REGRESSION_KINDS),
+    # a class to predict on a table small for the budget: the linear model alone
+    (["time_limit_s=3600"], ["linear"]),  # adult, binary
+    (["time_limit_s=3600", "data=synthetic", "data.rows=3000"], ["linear"]),  # binary
+    (["time_limit_s=3600", "data=synthetic", "data.rows=3000", "data.classes=4"], ["linear"]),  # multiclass
+    (["time_limit_s=30"], []),  # adult's ~39,000 training rows x 14 features: too many cells for 30 s
+    (["time_limit_s=10", *REGRESSION[:-1], "data.rows=90000"], []),  # too many cells for 10 s
     # bagged (under 40 million cells per hour) but over FLAML's rule (10 million): the rows are too many
-    (["time_limit_s=30", *REGRESSION[:-1], "data.rows=10000"], False),
-    (["time_limit_s=3600", *REGRESSION, "model=gbm"], False),  # models chosen: kept
-    (["time_limit_s=3600", *REGRESSION, "hpo=tpe"], False),  # not hpo=auto
+    (["time_limit_s=30", *REGRESSION[:-1], "data.rows=10000"], []),
+    (["time_limit_s=3600", *REGRESSION, "model=gbm"], []),  # models chosen: kept
+    (["time_limit_s=3600", *REGRESSION, "hpo=tpe"], []),  # not hpo=auto
     # stacking: its levels are of the chosen models
-    (["time_limit_s=3600", *REGRESSION, "stack_levels=1", "parallelism=bag5"], False),
+    (["time_limit_s=3600", *REGRESSION, "stack_levels=1", "parallelism=bag5"], []),
 ])
-def test_hpo_auto_adds_forests_and_catboost_on_a_regression_table_small_for_the_budget(compose, overrides,
-                                                                                      added, capsys):
+def test_hpo_auto_adds_kinds_for_the_problem_type_on_a_table_small_for_the_budget(compose, overrides, added,
+                                                                                   capsys):
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     names = [m.name for m in settings.models]
-    for kind in ("extra_trees", "catboost"):
-        assert (kind in names) is added and (kind in settings.conf.model) is added
-        assert any(k.startswith(f"model.{kind}.params.") for k in settings.params) is added  # logged as run
+    for kind in REGRESSION_KINDS:
+        assert (kind in names) is (kind in added) and (kind in settings.conf.model) is (kind in added)
+        # logged as the run's params
+        assert any(k.startswith(f"model.{kind}.params.") for k in settings.params) is (kind in added)
     said = " ".join(capsys.readouterr().out.split())
-    assert ("extra_trees (scikit-learn's extremely randomised trees) and catboost (CatBoost's ordered "
-            "boosting) join the models" in said) is added
     if added:
-        assert names == ["lightgbm", "xgboost", "nn", "extra_trees", "catboost"]
-        assert [m.spec.name for m in settings.plan_input(None).models][-2:] == ["extra_trees", "catboost"]
+        listed = [f"{k} ({WHAT[k]})" for k in added]
+        joined = listed[0] if len(listed) == 1 else f"{', '.join(listed[:-1])} and {listed[-1]}"
+        assert f"{joined} join{'s' if len(listed) == 1 else ''} the models" in said
+        base = [n for n in names if n not in added]
+        assert names == base + added and base in (["lightgbm", "xgboost", "nn"], ["lightgbm"])
+        assert [m.spec.name for m in settings.plan_input(None).models][-len(added):] == added
+    else:
+        assert "the models, since the table is small for the budget" not in said
 
 
 def test_a_kind_whose_library_is_not_installed_is_said_and_left_out(compose, monkeypatch, capsys):
@@ -188,7 +202,7 @@ def test_a_kind_whose_library_is_not_installed_is_said_and_left_out(compose, mon
                         lambda name, *a: None if name == "catboost" else find_spec(name, *a))
     overrides = ("time_limit_s=60", *REGRESSION)
     settings = search_for_budget(read_settings(compose(list(overrides))), overrides)
-    assert [m.name for m in settings.models] == ["lightgbm", "xgboost", "nn", "extra_trees"]
+    assert [m.name for m in settings.models] == ["lightgbm", "xgboost", "nn", "extra_trees", "linear"]
     said = " ".join(capsys.readouterr().out.split())
     assert ("hpo=auto: left out: catboost (catboost is not installed: "
             "pip install 'tabular-pipeline[catboost]', or pip install catboost)" in said)

@@ -1,0 +1,253 @@
+"""A regularised linear model through scikit-learn: logistic regression (binary, multinomial) or ridge
+regression, on the CPU.
+
+Trees approximate a linear trend with steps; a linear model adds to an ensemble of them what they lack
+(FLAML searches an L1 logistic regression by default, AutoGluon fits a linear model in its presets). Its
+one hyperparameter that matters, the penalty, is chosen by each fit itself, as glmnet does: the fit walks
+a path of `path_length` inverse penalties C from `c_min` to `c_max` (log-spaced, the weights of each step
+warm-starting the next), scores each on the validation rows (log loss, or squared error), and stops after
+`patience` steps that did not lower it by a share `tol`, keeping the best step; a refit on every row
+fits once, at the geometric mean of the C its fold models kept. Ridge's penalty is alpha = 1 / C.
+Numbers are imputed with their training median (a missing-value indicator beside each column that has
+missing values) and standardised (`numeric: standard`) or mapped through their quantiles onto a normal
+(`numeric: quantile`, for skewed columns); categories are one-hot encoded, a category seen in fewer than
+`min_frequency` training rows sharing one column with the other rare ones, and an unseen or missing one
+encoded as none of them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pipeline.errors import ConfigError, closest
+from pipeline.models.base import FitContext, RoundClock, TabularModel
+from pipeline.models.profile import MiB, ModelProfile
+
+OWN = {"path_length": 25, "c_min": 1e-4, "c_max": 1e4, "patience": 3, "tol": 0.001, "numeric": "standard",
+       "min_frequency": 1, "max_iter": 500}
+NUMERIC = ("standard", "quantile")
+
+
+def memory(params: dict, fit, on_gpu: bool):
+    """The numbers as float64 three times over (imputed, scaled, the solver's copy), the one-hot columns
+    as a sparse matrix (a value and an index a category column and row), the solver's gradients."""
+    from pipeline.memory.estimates import Estimate, feature_bytes
+
+    rows = fit.train + fit.held_out
+    parts = {
+        "fold_copies": rows * feature_bytes(fit),
+        "matrix": 3 * rows * fit.features * 8,
+        "one_hot": rows * fit.features * 12,
+        "runtime": 20 * MiB,
+    }
+    return Estimate(0, 0, parts)
+
+
+PROFILE = ModelProfile(
+    library="scikit-learn",
+    accelerators=frozenset({"cpu"}),
+    modules=("sklearn.linear_model", "sklearn.preprocessing", "sklearn.compose"),
+    distributions=(("scikit-learn",),),
+    memory=memory,
+    import_bytes=40 * MiB,  # sklearn.linear_model with scipy beside numpy and pandas
+    memory_hint="a larger model.{name}.params.min_frequency (fewer one-hot columns), or fewer rows",
+    thread_serial_share=0.9,  # L-BFGS and a ridge solve: one thread's work, but for BLAS
+    portfolio=({"numeric": "quantile"}, {"min_frequency": 10}),  # skewed numbers; rare categories pooled
+    quick=(("path_length", 8),),
+)
+
+
+def _path(params: dict):
+    import numpy as np
+
+    return np.logspace(np.log10(params["c_min"]), np.log10(params["c_max"]), int(params["path_length"]))
+
+
+class LinearModel(TabularModel):
+    profile = PROFILE
+
+    @classmethod
+    def gpu_request(cls, params):
+        return False, False, ""
+
+    @classmethod
+    def check_params(cls, name, params, problem_type=None):
+        for key in params:
+            if key not in OWN:
+                raise ConfigError(f"model.{name}.params.{key} is not a parameter of the linear model"
+                                  f"{closest(key, set(OWN))}")
+        own = {**OWN, **params}
+        for key in ("path_length", "patience", "max_iter", "min_frequency"):
+            if not isinstance(own[key], int) or isinstance(own[key], bool) or own[key] < 1:
+                raise ConfigError(f"model.{name}.params.{key}={own[key]!r} must be a whole number >= 1")
+        for key in ("c_min", "c_max"):
+            if not isinstance(own[key], (int, float)) or own[key] <= 0:
+                raise ConfigError(f"model.{name}.params.{key}={own[key]!r} must be a number > 0 (an inverse "
+                                  "penalty: C of scikit-learn's LogisticRegression, 1 / alpha of its Ridge)")
+        if own["c_min"] > own["c_max"]:
+            raise ConfigError(f"model.{name}.params.c_min={own['c_min']!r} is above c_max={own['c_max']!r}: "
+                              "the path runs from c_min up to c_max")
+        if not isinstance(own["tol"], (int, float)) or own["tol"] < 0:
+            raise ConfigError(f"model.{name}.params.tol={own['tol']!r} must be a number >= 0 "
+                              "(a share of the loss)")
+        if own["numeric"] not in NUMERIC:
+            raise ConfigError(f"model.{name}.params.numeric={own['numeric']!r} must be one of "
+                              f"{', '.join(NUMERIC)}")
+
+    # ---- fitting
+    def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        import numpy as np
+
+        params = {**OWN, **self.params}
+        self.encoder_ = self._encoder(X, params)
+        train = self.encoder_.fit_transform(X)
+        held = self.encoder_.transform(X_val) if len(X_val) else None
+        weight, _ = ctx.row_weights(y, y_val)
+        path = _path(params)
+        if held is None:  # a refit on every row: the path's last step, which refit_params names
+            self.model_ = self._estimator(ctx, path[-1], params)
+            self.model_.fit(train, y, sample_weight=weight)
+            self.step_, self.history_ = len(path), {}
+            return
+        clock, losses, best, waited, kept = RoundClock(ctx), [], (np.inf, 0), 0, None
+        estimator = self._estimator(ctx, path[0], params)
+        for step, c in enumerate(path, start=1):
+            if step > 1 and clock.out_of_time():  # the first step always fits
+                break
+            self._set_c(estimator, c, ctx)
+            estimator.fit(train, y, sample_weight=weight)
+            pred = self._output(estimator, held)
+            loss = self._loss(y_val, pred, ctx)
+            losses.append(loss)
+            if loss < best[0] - abs(best[0]) * params["tol"] if np.isfinite(best[0]) else np.isfinite(loss):
+                best, waited = (loss, step), 0
+                kept = self._snapshot(estimator)
+                self.validation_raw_ = pred
+            else:
+                waited += 1
+            if ctx.report is not None and ctx.report(step, loss):
+                break
+            if waited >= params["patience"]:
+                break
+        self.model_ = kept if kept is not None else estimator
+        self.step_ = best[1] or len(losses)
+        self.history_ = {"valid_loss": losses}
+
+    def _encoder(self, X, params: dict):
+        from sklearn.compose import ColumnTransformer
+        from sklearn.impute import SimpleImputer
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import OneHotEncoder, QuantileTransformer, StandardScaler
+
+        self.categories_ = [str(c) for c in X.columns if X[c].dtype.name == "category"]
+        self.numbers_ = [str(c) for c in X.columns if X[c].dtype.name != "category"]
+        scale = StandardScaler() if params["numeric"] == "standard" else \
+            QuantileTransformer(n_quantiles=max(10, min(1000, len(X))), output_distribution="normal",
+                                subsample=100_000, random_state=0)
+        parts = []
+        if self.numbers_:
+            imputer = SimpleImputer(strategy="median", add_indicator=True, keep_empty_features=True)
+            numbers = make_pipeline(imputer, scale)
+            parts.append(("numbers", numbers, self.numbers_))
+        for name in self.categories_:
+            parts.append((f"category {name}", OneHotEncoder(handle_unknown="infrequent_if_exist",
+                                                            min_frequency=params["min_frequency"]), [name]))
+        return _NumericFrame(ColumnTransformer(parts, sparse_threshold=0.3))
+
+    def _estimator(self, ctx: FitContext, c: float, params: dict):
+        from sklearn.linear_model import LogisticRegression, Ridge
+
+        if ctx.problem_type == "regression":
+            return Ridge(alpha=1.0 / c, random_state=ctx.seed)
+        return LogisticRegression(C=c, max_iter=params["max_iter"], warm_start=True, random_state=ctx.seed)
+
+    @staticmethod
+    def _set_c(estimator, c: float, ctx: FitContext) -> None:
+        if ctx.problem_type == "regression":
+            estimator.set_params(alpha=1.0 / c)
+        else:
+            estimator.set_params(C=c)
+
+    @staticmethod
+    def _snapshot(estimator):
+        import copy
+
+        return copy.deepcopy(estimator)
+
+    def _output(self, estimator, matrix):
+        if self.problem_type_ == "regression":
+            return estimator.predict(matrix)
+        import numpy as np
+
+        proba = estimator.predict_proba(matrix)
+        out = np.zeros((len(proba), self.num_classes_))  # a fold may lack a class
+        out[:, estimator.classes_.astype(int)] = proba
+        return out
+
+    @staticmethod
+    def _loss(y, pred, ctx: FitContext) -> float:
+        import numpy as np
+
+        if ctx.problem_type == "regression":
+            return float(np.mean((pred - y) ** 2))
+        picked = np.clip(pred[np.arange(len(y)), y.astype(int)], 1e-15, 1.0)
+        return float(-np.mean(np.log(picked)))
+
+    def _predict(self, X):
+        return self._output(self.model_, self.encoder_.transform(X))
+
+    def feature_importance(self) -> Optional[dict[str, float]]:
+        """Each column's summed absolute weight over its encoded columns (standardised numbers and their
+        missing-value indicator, one-hot categories) and the classes."""
+        import numpy as np
+
+        weights = np.abs(np.atleast_2d(self.model_.coef_)).sum(axis=0)
+        transformer = self.encoder_.columns
+        out = {}
+        for name, part in transformer.output_indices_.items():
+            if name == "numbers":
+                imputer = transformer.named_transformers_["numbers"].steps[0][1]
+                block = weights[part]
+                n = len(self.numbers_)
+                for i, column in enumerate(self.numbers_):
+                    out[column] = float(block[i])
+                if imputer.indicator_ is not None:
+                    for k, i in enumerate(imputer.indicator_.features_):
+                        out[self.numbers_[i]] += float(block[n + k])
+            elif name.startswith("category "):
+                out[name[len("category "):]] = float(weights[part].sum())
+        return out
+
+    def refit_params(self, fitted):
+        """A path of one step, at the geometric mean of the C the fold models kept."""
+        import numpy as np
+
+        c = float(np.exp(np.mean([np.log(_path({**OWN, **m.params})[m.step_ - 1]) for m in fitted])))
+        return {"path_length": 1, "c_min": c, "c_max": c}
+
+
+class _NumericFrame:
+    """The column transformer, fed numbers as floats (an infinite value as missing) and categories as
+    they are; picklable, as the predictor saves it."""
+
+    def __init__(self, columns):
+        self.columns = columns
+
+    def fit_transform(self, X):
+        return self.columns.fit_transform(self._clean(X))
+
+    def transform(self, X):
+        return self.columns.transform(self._clean(X))
+
+    @staticmethod
+    def _clean(X):
+        import numpy as np
+
+        X = X.copy(deep=False)
+        X.columns = [str(c) for c in X.columns]
+        for c in X.columns:
+            if X[c].dtype.name != "category":
+                values = X[c].to_numpy(dtype=np.float64, na_value=np.nan)
+                values[~np.isfinite(values)] = np.nan
+                X[c] = values
+        return X

@@ -1,0 +1,78 @@
+"""The regularised linear model (scikit-learn's LogisticRegression and Ridge), a CPU-only kind: the
+conformance suite, and what it does of its own: a penalty path that stops where the validation loss
+flattens or the deadline comes, a refit at the penalty its folds kept, encoded numbers and categories."""
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.models.base import FitContext, Placement
+from pipeline.models.linear import LinearModel, _path
+from pipeline.testing.model_conformance import ModelKindConformance
+
+
+class TestLinear(ModelKindConformance):
+    model_class = LinearModel
+    config = "linear"
+    typo = ("path_lenght", "path_length")
+
+    def test_the_path_stops_after_steps_that_gain_nothing_and_keeps_its_best(self, datasets):
+        data = datasets["binary"]
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0)
+        model = LinearModel({"path_length": 25, "patience": 2}, "lin").fit_rows(
+            data.X, data.y, data.train_idx, data.val_idx, ctx)
+        losses = model.history_["valid_loss"]
+        assert len(losses) == model.step_ + 2 < 25  # the best step, then two that did not gain enough
+        assert losses[model.step_ - 1] == min(losses)
+        path = _path({"c_min": 1e-4, "c_max": 1e4, "path_length": 25})
+        assert model.model_.C == pytest.approx(path[model.step_ - 1])
+        # the validation scores the fit handed over are the kept step's, not the last one's
+        held = model.predict_proba(data.X.iloc[data.val_idx])
+        np.testing.assert_allclose(model.take_validation_proba(), held)
+
+    def test_a_deadline_stops_the_path_after_its_first_step(self, datasets):
+        data = datasets["regression"]
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0, deadline=time.time() - 1)
+        model = LinearModel({}, "lin").fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
+        assert ctx.stopped_by_budget and len(model.history_["valid_loss"]) == 1
+        assert np.isfinite(model.predict_proba(data.X.iloc[data.test_idx])).all()
+
+    def test_a_refit_fits_once_at_the_penalty_its_folds_kept(self, datasets):
+        data = datasets["regression"]
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0)
+        folds = [LinearModel({}, "lin").fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)]
+        params = folds[0].refit_params(folds)
+        kept = 1.0 / folds[0].model_.alpha
+        assert params == {"path_length": 1, "c_min": pytest.approx(kept), "c_max": pytest.approx(kept)}
+        rows = np.concatenate([data.train_idx, data.val_idx])
+        refit = LinearModel(params, "lin").fit(data.X.iloc[rows], data.y[rows], data.X.iloc[[]], data.y[[]],
+                                               ctx)
+        assert refit.model_.alpha == pytest.approx(1.0 / kept)
+
+    def test_missing_infinite_and_unseen_values_and_rare_categories(self, datasets):
+        data = datasets["multiclass"]
+        X = data.X.copy()
+        number = next(c for c in X.columns if X[c].dtype.kind == "f")
+        category = next(c for c in X.columns if X[c].dtype.name == "category")
+        X.loc[X.index[::5], number] = np.nan
+        X.loc[X.index[1], number] = np.inf
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0)
+        model = LinearModel({"numeric": "quantile", "min_frequency": 30}, "lin").fit_rows(
+            X, data.y, data.train_idx, data.val_idx, ctx)
+        test = X.iloc[data.test_idx].copy()
+        test[category] = pd.Categorical([None] * len(test), categories=X[category].cat.categories)
+        proba = model.predict_proba(test)
+        assert np.isfinite(proba).all() and proba.shape == (len(test), data.num_classes)
+        importance = model.feature_importance()
+        assert set(importance) == {str(c) for c in X.columns} and importance[number] > 0
+
+    def test_parameters_out_of_range_are_refused_naming_what_is_valid(self):
+        with pytest.raises(ConfigError, match=r"params.numeric='log' must be one of standard, quantile"):
+            LinearModel.check_params("lin", {"numeric": "log"}, "binary")
+        with pytest.raises(ConfigError, match=r"model.lin.params.c_min=100.0 is above c_max=1.0"):
+            LinearModel.check_params("lin", {"c_min": 100.0, "c_max": 1.0}, "binary")
+        with pytest.raises(ConfigError, match=r"model.lin.params.patience=0 must be a whole number >= 1"):
+            LinearModel.check_params("lin", {"patience": 0}, "binary")
