@@ -45,7 +45,7 @@ BUSY_BELOW = 0.75
 ADDED_KINDS = (
     ("extra_trees", "scikit-learn's extremely randomised trees", ("regression",)),
     ("catboost", "CatBoost's ordered boosting", ("regression",)),
-    ("linear", "a linear model choosing its own penalty", ("binary", "multiclass", "regression")),
+    ("linear", "a linear model choosing its own penalty", ("regression",)),
 )
 
 
@@ -161,9 +161,9 @@ def small_for_budget(settings: Settings, shape, cells_per_hour: float = CELLS_PE
 def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape) -> Settings:
     """hpo=auto's models, with the kinds of `ADDED_KINDS` for the table's problem type beside the default ones
     where no model was chosen and the table is small for the budget: AutoGluon fits forests, CatBoost and a
-    linear model among its defaults, FLAML a logistic regression, and an ensemble of LightGBM and XGBoost
-    gains from the forests' smooth averages, CatBoost's ordered boosting and a linear trend trees can only
-    approximate in steps. The forests and CatBoost added nothing the ensemble kept on classification tables,
+    linear model among its defaults, and on a number to predict an ensemble of LightGBM and XGBoost gains
+    from the forests' smooth averages, CatBoost's ordered boosting and a linear trend trees can only
+    approximate in steps. On classification tables they added nothing the ensemble kept beside the network,
     and their time was the others' (docs/time_budget.md); the forests' memory and CatBoost's time grow with
     the rows, hence the table's size. A kind whose library is not installed is said and left out."""
     conf = settings.conf
