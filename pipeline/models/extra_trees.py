@@ -17,6 +17,7 @@ from typing import Optional
 
 from pipeline.errors import ConfigError, closest
 from pipeline.models.base import FitContext, RoundClock, TabularModel
+from pipeline.models.fold_loss import every_class, validation_loss
 from pipeline.models.profile import MiB, ModelProfile
 
 OWN = {"trees_per_step": 20, "patience": 2, "tol": 0.001}  # the engine's growth schedule, not scikit-learn's
@@ -150,7 +151,7 @@ class ExtraTreesModel(TabularModel):
                 continue
             added = sum(self._tree_output(tree, forest, X_val) for tree in forest.estimators_[start:])
             total = added if total is None else total + added
-            loss = self._loss(y_val, total / forest.n_estimators, ctx)
+            loss = validation_loss(y_val, total / forest.n_estimators, ctx.problem_type)
             losses.append(loss)
             if loss < best[0] - abs(best[0]) * own["tol"] if np.isfinite(best[0]) else True:
                 best, waited = (loss, forest.n_estimators), 0
@@ -172,21 +173,7 @@ class ExtraTreesModel(TabularModel):
         return self._every_class(tree.predict_proba(X, check_input=False), forest.classes_)
 
     def _every_class(self, proba, classes):
-        """Probabilities over the fold's `classes` as columns for every class of the problem."""
-        import numpy as np
-
-        out = np.zeros((len(proba), self.num_classes_))
-        out[:, classes.astype(int)] = proba
-        return out
-
-    @staticmethod
-    def _loss(y, pred, ctx: FitContext) -> float:
-        import numpy as np
-
-        if ctx.problem_type == "regression":
-            return float(np.mean((pred - y) ** 2))
-        picked = np.clip(pred[np.arange(len(y)), y.astype(int)], 1e-15, 1.0)
-        return float(-np.mean(np.log(picked)))
+        return every_class(proba, classes, self.num_classes_)
 
     def _predict(self, X):
         self.model_.set_params(n_jobs=getattr(self, "predict_threads_", None) or 1)

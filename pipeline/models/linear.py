@@ -21,6 +21,7 @@ from typing import Optional
 
 from pipeline.errors import ConfigError, closest
 from pipeline.models.base import FitContext, RoundClock, TabularModel
+from pipeline.models.fold_loss import every_class, validation_loss
 from pipeline.models.profile import MiB, ModelProfile
 
 OWN = {"path_length": 25, "c_min": 1e-4, "c_max": 1e4, "patience": 3, "tol": 0.001, "numeric": "standard",
@@ -117,7 +118,7 @@ class LinearModel(TabularModel):
             self._set_c(estimator, c, ctx)
             estimator.fit(train, y, sample_weight=weight)
             pred = self._output(estimator, held)
-            loss = self._loss(y_val, pred, ctx)
+            loss = validation_loss(y_val, pred, ctx.problem_type)
             losses.append(loss)
             if loss < best[0] - abs(best[0]) * params["tol"] if np.isfinite(best[0]) else np.isfinite(loss):
                 best, waited = (loss, step), 0
@@ -177,21 +178,7 @@ class LinearModel(TabularModel):
     def _output(self, estimator, matrix):
         if self.problem_type_ == "regression":
             return estimator.predict(matrix)
-        import numpy as np
-
-        proba = estimator.predict_proba(matrix)
-        out = np.zeros((len(proba), self.num_classes_))  # a fold may lack a class
-        out[:, estimator.classes_.astype(int)] = proba
-        return out
-
-    @staticmethod
-    def _loss(y, pred, ctx: FitContext) -> float:
-        import numpy as np
-
-        if ctx.problem_type == "regression":
-            return float(np.mean((pred - y) ** 2))
-        picked = np.clip(pred[np.arange(len(y)), y.astype(int)], 1e-15, 1.0)
-        return float(-np.mean(np.log(picked)))
+        return every_class(estimator.predict_proba(matrix), estimator.classes_, self.num_classes_)
 
     def _predict(self, X):
         return self._output(self.model_, self.encoder_.transform(X))
