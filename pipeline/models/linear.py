@@ -97,6 +97,8 @@ class LinearModel(TabularModel):
 
     # ---- fitting
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        import copy
+
         import numpy as np
 
         params = {**OWN, **self.params}
@@ -106,12 +108,13 @@ class LinearModel(TabularModel):
         weight, _ = ctx.row_weights(y, y_val)
         path = _path(params)
         if held is None:  # a refit on every row: the path's last step, which refit_params names
-            self.model_ = self._estimator(ctx, path[-1], params)
+            self.model_ = self._estimator(ctx, params)
+            self._set_c(self.model_, path[-1], ctx)
             self.model_.fit(train, y, sample_weight=weight)
             self.step_, self.history_ = len(path), {}
             return
         clock, losses, best, waited, kept = RoundClock(ctx), [], (np.inf, 0), 0, None
-        estimator = self._estimator(ctx, path[0], params)
+        estimator = self._estimator(ctx, params)
         for step, c in enumerate(path, start=1):
             if step > 1 and clock.out_of_time():  # the first step always fits
                 break
@@ -122,7 +125,7 @@ class LinearModel(TabularModel):
             losses.append(loss)
             if loss < best[0] - abs(best[0]) * params["tol"] if np.isfinite(best[0]) else np.isfinite(loss):
                 best, waited = (loss, step), 0
-                kept = self._snapshot(estimator)
+                kept = copy.deepcopy(estimator)
                 self.validation_raw_ = pred
             else:
                 waited += 1
@@ -155,25 +158,22 @@ class LinearModel(TabularModel):
                                                             min_frequency=params["min_frequency"]), [name]))
         return _NumericFrame(ColumnTransformer(parts, sparse_threshold=0.3))
 
-    def _estimator(self, ctx: FitContext, c: float, params: dict):
+    @staticmethod
+    def _estimator(ctx: FitContext, params: dict):
+        """The library's estimator for the problem; its penalty is set by `_set_c`."""
         from sklearn.linear_model import LogisticRegression, Ridge
 
         if ctx.problem_type == "regression":
-            return Ridge(alpha=1.0 / c, random_state=ctx.seed)
-        return LogisticRegression(C=c, max_iter=params["max_iter"], warm_start=True, random_state=ctx.seed)
+            return Ridge(random_state=ctx.seed)
+        return LogisticRegression(max_iter=params["max_iter"], warm_start=True, random_state=ctx.seed)
 
     @staticmethod
     def _set_c(estimator, c: float, ctx: FitContext) -> None:
+        """The inverse penalty C as the library takes it: LogisticRegression's C, Ridge's alpha = 1 / C."""
         if ctx.problem_type == "regression":
             estimator.set_params(alpha=1.0 / c)
         else:
             estimator.set_params(C=c)
-
-    @staticmethod
-    def _snapshot(estimator):
-        import copy
-
-        return copy.deepcopy(estimator)
 
     def _output(self, estimator, matrix):
         if self.problem_type_ == "regression":
