@@ -65,7 +65,9 @@ def engine_loop(arrays, spec, device, precision: str, batch: int, epochs: int, c
     from pipeline import metrics
     from pipeline.nn.loop import Loop, LoopConfig
 
-    config = LoopConfig(batch_size=batch, max_epochs=epochs, patience=0, precision=precision, compile=compile)
+    # the batch the plain loop has, whatever the rows
+    config = LoopConfig(batch_size=batch, batch_size_by_rows=False, max_epochs=epochs, patience=0,
+                        precision=precision, compile=compile)
     loop = Loop(spec, config, "binary", metrics.resolve("auto", "binary"), torch.device(device), seed=0)
     return list(loop.run(arrays).history["rows_per_second"])
 

@@ -74,9 +74,9 @@ def model_overrides(model: str, spec: dict, device: str = "cpu") -> list[str]:
     if model == "xgboost" and spec["rounds"] is not None:
         out.append(f"model.xgboost.params.num_boost_round={spec['rounds']}")
     if model == "nn":
-        # Every epoch runs on both sides (no early stopping), so both do the same work.
+        # Every epoch on both sides (no early stopping) at the configured batch, so both do the same work.
         out += [f"model.nn.params.max_epochs={spec['epochs']}", "model.nn.params.patience=0",
-                f"++model.nn.params.device={device}"]
+                "model.nn.params.batch_size_by_rows=false", f"++model.nn.params.device={device}"]
     return out
 
 

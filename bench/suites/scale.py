@@ -31,7 +31,8 @@ MODELS = {
     "lightgbm": ([f"model.lightgbm.params.num_iterations={ROUNDS}"], ["--rounds", str(ROUNDS)]),
     "xgboost": ([f"model.xgboost.params.num_boost_round={ROUNDS}"], ["--rounds", str(ROUNDS)]),
     "nn": ([f"model.nn.params.max_epochs={EPOCHS}", "model.nn.params.patience=0",
-            f"model.nn.params.batch_size={BATCH}"], ["--epochs", str(EPOCHS), "--batch-size", str(BATCH)]),
+            f"model.nn.params.batch_size={BATCH}", "model.nn.params.batch_size_by_rows=false"],
+           ["--epochs", str(EPOCHS), "--batch-size", str(BATCH)]),
 }
 TARGETS = {"wall": ("<=", 1.02), "rss": ("<=", 1.05), "estimate": ("between", (0.85, 1.15))}
 FIGURES = ("engine / plain wall", "engine / plain peak RSS", "memory estimate / peak")

@@ -296,7 +296,7 @@ class Loop:
         if state is not None:
             return int(state["batch_size"])
         if self.cfg.batch_size != "auto":
-            return self.cfg.batch_size
+            return self.cfg.batch_for(len(y))
         cap = max(1, min(self.cfg.max_batch_size, len(y)))
         found = find_batch_size(
             module, lambda b: self._probe(module, b, x_num, x_cat, y), len(y), self.cfg.max_batch_size, self.device,

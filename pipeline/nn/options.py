@@ -6,12 +6,15 @@ network's parameters without it; the model (`pipeline.models.nn`) and the loop b
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, fields
 from typing import Union
 
 from pipeline.accelerators import PLAN_DEVICES
 from pipeline.errors import ConfigError, closest
+
+log = logging.getLogger(__name__)
 
 DEFAULTS = {
     "device": "auto",
@@ -26,6 +29,7 @@ DEFAULTS = {
     "learning_rate": 1e-3,
     "weight_decay": 1e-5,
     "batch_size": 512,
+    "batch_size_by_rows": True,
     "max_batch_size": 16_384,
     "max_epochs": 30,
     "patience": 5,
@@ -71,6 +75,8 @@ def check(params: dict, key: str = "params") -> dict:
     batch = p["batch_size"]
     if batch != "auto" and not _is_int(batch, 1):
         raise ConfigError(f"{key}.batch_size={batch!r} must be a positive integer or 'auto'")
+    if not isinstance(p["batch_size_by_rows"], bool):
+        raise ConfigError(f"{key}.batch_size_by_rows={p['batch_size_by_rows']!r} must be true or false")
     for name in _POSITIVE_INTS:
         if not _is_int(p[name], 1):
             raise ConfigError(f"{key}.{name}={p[name]!r} must be an integer >= 1")
@@ -124,6 +130,18 @@ def scaled_lr(lr: float, world_size: int, rule: str) -> float:
     return lr * LR_SCALING[rule](world_size)
 
 
+SMALL_TABLE_ROWS = 100_000  # training rows under which batch_size_by_rows sizes the batch from them
+
+
+def rows_batch(rows: int, ceiling: int) -> int:
+    """The batch for `rows` training rows: under SMALL_TABLE_ROWS, as AutoGluon's network sizes it
+    (2 ** (2 + the rows' digits): 16 under 100 rows, 32 under 1,000, 64 under 10,000, 128 under 100,000),
+    never above `ceiling`; from there `ceiling`. At 512 rows a batch, a fold of 400 rows takes one optimizer
+    step an epoch, and max_epochs=30 ends the fit while its validation loss still falls."""
+    rows = max(int(rows), 1)
+    return ceiling if rows >= SMALL_TABLE_ROWS else min(ceiling, 2 ** (2 + len(str(rows))))
+
+
 def embedding_dim(cardinality: int, cap: int) -> int:
     """fast.ai's rule of thumb, capped: 1.6 * cardinality ** 0.56."""
     return max(1, min(cap, round(1.6 * cardinality**0.56)))
@@ -134,6 +152,7 @@ class LoopConfig:
     """How the loop trains: the training half of the network's parameters, checked when built."""
 
     batch_size: Union[int, str] = DEFAULTS["batch_size"]  # per device, or "auto"
+    batch_size_by_rows: bool = DEFAULTS["batch_size_by_rows"]  # a smaller batch on fewer rows (rows_batch)
     max_batch_size: int = DEFAULTS["max_batch_size"]
     max_epochs: int = DEFAULTS["max_epochs"]
     patience: int = DEFAULTS["patience"]
@@ -148,11 +167,21 @@ class LoopConfig:
     def __post_init__(self):
         check({f.name: getattr(self, f.name) for f in fields(self)})
 
+    def batch_for(self, rows: int) -> int:
+        """An integer batch_size, or with batch_size_by_rows the smaller batch `rows` training rows get
+        (`rows_batch`), said in the log."""
+        batch = rows_batch(rows, self.batch_size) if self.batch_size_by_rows else self.batch_size
+        if batch < self.batch_size:
+            log.info("batch_size=%d for %d training rows (batch_size_by_rows: batch_size=%d is the ceiling; "
+                     "batch_size_by_rows=false keeps it)", batch, rows, self.batch_size)
+        return batch
+
     @classmethod
     def from_params(cls, params: dict, key: str = "params") -> "LoopConfig":
         p = check(params, key)
         return cls(
-            batch_size=p["batch_size"], max_batch_size=p["max_batch_size"], max_epochs=p["max_epochs"],
+            batch_size=p["batch_size"], batch_size_by_rows=p["batch_size_by_rows"],
+            max_batch_size=p["max_batch_size"], max_epochs=p["max_epochs"],
             patience=p["patience"], monitor=p["monitor"], learning_rate=float(p["learning_rate"]),
             weight_decay=float(p["weight_decay"]),
             precision=str(p["precision"]), accumulate_grad_batches=p["accumulate_grad_batches"],

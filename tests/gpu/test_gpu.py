@@ -274,7 +274,7 @@ def test_ddp_on_two_gpus_matches_one_gpu():
     y = (x[:, 0] > 0).long()
     arrays = Arrays(x, c, y, x[:512], c[:512], y[:512])
     spec = NetSpec(8, (4,), 2, (64,), 0.0, 4)
-    base = dict(max_epochs=2, patience=0, lr_scaling="none", learning_rate=0.01)
+    base = dict(max_epochs=2, patience=0, lr_scaling="none", learning_rate=0.01, batch_size_by_rows=False)
     one = Loop(spec, LoopConfig(batch_size=512, **base), "binary", METRICS["accuracy"], torch.device("cuda:0"),
                seed=1).run(arrays)
     two = fit_distributed((0, 1), spec, LoopConfig(batch_size=256, **base), "binary", METRICS["accuracy"], arrays,

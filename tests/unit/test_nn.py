@@ -63,7 +63,7 @@ def test_ddp_on_gloo_matches_one_process_on_the_same_global_batch():
 
     import psutil
 
-    base = dict(max_epochs=2, patience=0, learning_rate=0.01, lr_scaling="none")
+    base = dict(max_epochs=2, patience=0, learning_rate=0.01, lr_scaling="none", batch_size_by_rows=False)
     single = run(LoopConfig(batch_size=128, **base))
     stop, found = threading.Event(), set()
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -105,7 +105,7 @@ def test_ddp_scales_the_learning_rate():
 
 
 def test_gradient_accumulation_equals_the_larger_batch():
-    base = dict(max_epochs=2, patience=0, learning_rate=0.01)
+    base = dict(max_epochs=2, patience=0, learning_rate=0.01, batch_size_by_rows=False)
     big = run(LoopConfig(batch_size=128, **base))
     accumulated = run(LoopConfig(batch_size=64, accumulate_grad_batches=2, **base))
     assert_same_weights(big.state_dict, accumulated.state_dict)
@@ -116,6 +116,31 @@ def test_bf16_autocast_on_cpu_trains():
     losses = result.history["train_loss"]
     assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
     assert result.best_score > 0.6
+
+
+def test_the_batch_is_sized_from_a_small_tables_rows_and_batch_size_is_its_ceiling():
+    """AutoGluon's rule under 100,000 training rows: 2 ** (2 + the rows' digits); from there batch_size."""
+    from pipeline.nn.options import SMALL_TABLE_ROWS, rows_batch
+
+    assert [rows_batch(n, 512) for n in (1, 99, 100, 364, 999, 1_000, 9_999, 10_000, 99_999)] == \
+        [8, 16, 32, 32, 32, 64, 64, 128, 128]
+    assert rows_batch(SMALL_TABLE_ROWS, 512) == 512 and rows_batch(2_000_000, 4096) == 4096
+    assert rows_batch(364, 16) == 16  # never above the configured batch
+    with pytest.raises(ConfigError, match="batch_size_by_rows='yes' must be true or false"):
+        LoopConfig(batch_size_by_rows="yes")
+
+
+def test_a_fit_on_few_rows_takes_many_steps_an_epoch_and_says_its_batch(caplog):
+    """512 rows at the default 512 a batch were one optimizer step an epoch; by rows they are 32 a batch,
+    16 steps. batch_size_by_rows=false keeps the configured batch; `auto` searches memory as before."""
+    import logging
+
+    base = dict(max_epochs=1, patience=0)
+    with caplog.at_level(logging.INFO, logger="pipeline.nn.options"):
+        assert run(LoopConfig(**base)).batch_size == 32
+    said = "batch_size=32 for 512 training rows (batch_size_by_rows: batch_size=512 is the ceiling"
+    assert said in caplog.text
+    assert run(LoopConfig(batch_size_by_rows=False, **base)).batch_size == 512
 
 
 def test_fp16_on_cpu_is_a_clear_error():
@@ -162,7 +187,7 @@ def oom_network(monkeypatch):
 
 
 def test_out_of_memory_halves_the_batch_and_continues(oom_network, caplog):
-    result = run(LoopConfig(batch_size=128, max_epochs=2, patience=0))
+    result = run(LoopConfig(batch_size=128, batch_size_by_rows=False, max_epochs=2, patience=0))
     assert result.batch_size == 32
     assert result.oom_backoffs == 2
     assert result.history["batch_size"] == [32.0, 32.0]
