@@ -49,7 +49,7 @@ def autogluon(train, test, label: str, task: str, limit: float, path: str):
     predictor.fit(train, time_limit=limit)
     X = test.drop(columns=[label])
     predictions = predictor.predict_proba(X).iloc[:, 1] if task == "binary" else predictor.predict(X)
-    return predictions, {"model_best": predictor.model_best}
+    return predictions, {"model_best": predictor.model_best, "models": predictor.model_names()}
 
 
 def main() -> None:
