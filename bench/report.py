@@ -613,7 +613,7 @@ def _reproduce() -> list[str]:
         "",
         "```bash",
         "make install                  # the project's environment in .venv",
-        "bash bench/autogluon_env.sh   # AutoGluon 1.6.3 in bench/.venv-autogluon (for the autogluon suite)",
+        "bash bench/autogluon_env.sh   # AutoGluon 1.6.3: the autogluon and equal_budget suites",
         "make bench                    # = .venv/bin/python -m bench: every suite, full mode -> bench/results/",
         "make docs                     # = .venv/bin/python -m bench.report: this page and docs/img/",
         "```",
