@@ -46,7 +46,7 @@ PY
     "$VENV/bin/python" -m pip install --quiet "torch==$TORCH"
     EXTRAS="$EXTRAS,fastai"
   else
-    echo "installing AutoGluon without torch: NN_TORCH will be skipped" >&2
+    echo "installing AutoGluon without torch: NN_TORCH and NeuralNetFastAI will be skipped" >&2
   fi
   rm -rf "$meta"
 fi

@@ -132,7 +132,7 @@ def test_the_batch_is_sized_from_a_small_tables_rows_and_batch_size_is_its_ceili
 
 def test_a_fit_on_few_rows_takes_many_steps_an_epoch_and_says_its_batch(caplog):
     """512 rows at the default 512 a batch were one optimizer step an epoch; by rows they are 32 a batch,
-    16 steps. batch_size_by_rows=false keeps the configured batch; `auto` searches memory as before."""
+    16 steps. batch_size_by_rows=false keeps the configured batch."""
     import logging
 
     base = dict(max_epochs=1, patience=0)
