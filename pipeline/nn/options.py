@@ -31,8 +31,8 @@ DEFAULTS = {
     "batch_size": 512,
     "batch_size_by_rows": True,
     "max_batch_size": 16_384,
-    "max_epochs": 30,
-    "patience": 5,
+    "max_epochs": 100,
+    "patience": 10,
     "monitor": "val_loss",
     "precision": "32",
     "lr_scaling": "linear",
@@ -137,7 +137,7 @@ def rows_batch(rows: int, ceiling: int) -> int:
     """The batch for `rows` training rows: under SMALL_TABLE_ROWS, as AutoGluon's network sizes it
     (2 ** (2 + the rows' digits): 16 under 100 rows, 32 under 1,000, 64 under 10,000, 128 under 100,000),
     never above `ceiling`; from there `ceiling`. At 512 rows a batch, a fold of 400 rows takes one optimizer
-    step an epoch, and max_epochs=30 ends the fit while its validation loss still falls."""
+    step an epoch, and 30 epochs ended the fit while its validation loss still fell."""
     rows = max(int(rows), 1)
     return ceiling if rows >= SMALL_TABLE_ROWS else min(ceiling, 2 ** (2 + len(str(rows))))
 

@@ -161,6 +161,19 @@ def test_early_stopping_keeps_the_best_epoch(monitor):
     assert result.best_score == accuracy[result.best_epoch]
 
 
+def test_by_default_a_fit_waits_ten_epochs_past_its_best_and_the_model_group_says_the_same():
+    """Five epochs without a lower validation loss are common on small tables before it falls again
+    (README's Models): the default patience is ten, in the loop and in conf/model/nn.yaml."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import ROOT
+
+    result = run(LoopConfig(batch_size=32, max_epochs=80, learning_rate=0.05))
+    assert result.epochs_run < 80
+    assert result.epochs_run - 1 - result.best_epoch == 10
+    assert OmegaConf.load(ROOT / "conf" / "model" / "nn.yaml").nn.params.patience == LoopConfig().patience
+
+
 def test_auto_batch_size_on_cpu_is_capped():
     result = run(LoopConfig(batch_size="auto", max_batch_size=256, max_epochs=1))
     assert result.batch_size == 256
