@@ -36,8 +36,11 @@ class TrialSource:
 
     def __init__(self, spec: HpoConf, spaces: dict[str, dict[str, SearchDimConf]], defaults: dict[str, dict],
                  directions: str, store_dir: Optional[Path] = None, prior: Optional[dict] = None,
-                 portfolios: Optional[dict[str, tuple]] = None):
+                 portfolios: Optional[dict[str, tuple]] = None,
+                 default_models: Optional[tuple[str, ...]] = None):
         self.spec, self.spaces, self.defaults = spec, spaces, defaults
+        # the models whose trial 0 the run without a search fits: the config's own, not those hpo=auto added
+        self.default_models = tuple(defaults) if default_models is None else tuple(default_models)
         self.portfolios = portfolios or {}  # model -> its kind's proven configurations (hpo=auto)
         self.searcher = spec.make_searcher()
         self.direction = directions  # "maximize" | "minimize"

@@ -282,6 +282,7 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
         store_dir=runtime.run_dir / "trials",
         prior=prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
         portfolios={s.name: s.cls.profile.portfolio for s in settings.models},
+        default_models=tuple(s.name for s in settings.models if not s.added),
     )
     outputs = RunOutputs(runtime.run_dir, tracker, settings.conf.tracking.register_model,
                          settings.conf.tracking.register_alias)

@@ -48,6 +48,7 @@ class ModelSpec:
     resources: Request  # its own resources, checked (conf.resources parsed)
     memory: MemoryRequest  # its own memory_gb / gpu_memory_gb, checked
     device: Optional[str] = None  # cpu | cuda, once planned (pipeline.planning.device_choice)
+    added: bool = False  # joined by hpo=auto (planning.budget.with_added_kinds), not of the user's config
 
     @property
     def params(self) -> dict:

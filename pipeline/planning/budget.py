@@ -222,8 +222,9 @@ def _with_kind(settings: Settings, name: str, tree, spec) -> Settings:
                                     flatten(OmegaConf.to_container(tree, resolve=True)).items()}}
     conf = settings.conf
     models = {**conf.model, name: spec.conf}
+    added = dataclasses.replace(spec, added=True)
     return dataclasses.replace(settings, conf=dataclasses.replace(conf, model=models),
-                               models=(*settings.models, spec), params=params)
+                               models=(*settings.models, added), params=params)
 
 
 def _in_driver(settings: Settings, overrides: tuple[str, ...]) -> bool:

@@ -178,6 +178,8 @@ def test_hpo_auto_adds_kinds_for_the_problem_type_on_a_table_small_for_the_budge
                                                                                    capsys):
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     names = [m.name for m in settings.models]
+    # the kinds it added are marked: the default run the searched ensemble must beat is of the others
+    assert [m.name for m in settings.models if m.added] == added
     for kind in REGRESSION_KINDS:
         assert (kind in names) is (kind in added) and (kind in settings.conf.model) is (kind in added)
         # logged as the run's params

@@ -1,5 +1,6 @@
 """Greedy ensemble selection when members predict NaN."""
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -193,7 +194,8 @@ def test_a_searched_ensemble_within_the_rows_noise_of_the_default_runs_gives_way
                                     floor=["m trial 0"], noise_guard=guard)
         weights = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
         assert weights[expected] == 1.0, (right, weights)
-        said = "kept rows' selection kept" if expected == "m trial 0" else "searched trials' selection kept"
+        kept = "m trial 0"
+        said = "default run's selection kept" if expected == kept else "searched trials' selection kept"
         assert (said in caplog.text) is guard  # hpo=auto's rule; a chosen searcher's best held-out score wins
 
 
@@ -231,12 +233,14 @@ def test_a_models_best_trial_within_the_rows_noise_of_its_own_params_gives_way_t
         assert ("own params (trial 0) kept" in caplog.text) is (expected == 0)
 
 
-def test_under_hpo_auto_the_ensembles_floor_is_each_models_kept_row_so_it_stays_first():
+def test_the_floor_is_the_default_runs_members_and_under_hpo_auto_the_ensemble_leads_the_board(caplog):
     """Model m's searched trial beat its trial 0 beyond the noise (40 rows of 2,000) and is its row; model n
-    is right on 60% of the rows. The default run's ensemble (m's trial 0 and n) scores below m's row, and
-    the searched selection's gain over it is within the noise: with that floor the ensemble would rank below
-    m. Under hpo=auto the floor is each model's kept row, so the ensemble is never below its best member
-    on the held-out rows. A searcher the user chose keeps the default run's members as its floor."""
+    is right on 60% of the rows; model c is a kind hpo=auto added (not in the default run). The floor is the
+    default run's members: m's trial 0 and n, never c. The searched selection's gain over theirs is within
+    the noise, so the default run's selection is kept although it scores below m's row on the held-out
+    rows: under hpo=auto the ensemble still leads the board (the run's answer); else the rows go by score."""
+    import logging
+
     from pipeline.graph.nodes import ensemble as node
 
     trials, data = _label_trials(40)
@@ -244,21 +248,31 @@ def test_under_hpo_auto_the_ensembles_floor_is_each_models_kept_row_so_it_stays_
     labels = np.where(rng.random(n + 300) < 0.6, data.y, (data.y + 1) % 3)
     proba = np.full((n + 300, 3), 0.1)
     proba[np.arange(n + 300), labels] = 0.8
-    members = {"m": trials["m"], "n": SimpleNamespace(held_out=np.arange(n), val_pred=proba[:n],
-                                                      test_pred=proba[n:], folds=[None])}
+    def member(t, trial):
+        return SimpleNamespace(trial=trial, held_out=t.held_out, val_pred=t.val_pred, test_pred=t.test_pred,
+                               folds=[None])
+    weak = SimpleNamespace(held_out=np.arange(n), val_pred=proba[:n], test_pred=proba[n:])
+    members = {"m": member(trials["m"], 7), "n": member(weak, 0), "c": member(weak, 0)}
     extra = {"m trial 0": (trials["m trial 0"], None)}
-    assert node.floor_members(members, extra, noise_guard=False) == ["m trial 0", "n"]
-    floor = node.floor_members(members, extra, noise_guard=True)
-    assert floor == ["m", "n"]
+    assert node.floor_members(members, extra, ("m", "n")) == ["m trial 0", "n"]
+    assert node.floor_members(members, extra, ("m", "n", "c")) == ["m trial 0", "n", "c"]
+    assert node.floor_members({"m": members["m"]}, {}, ("m",)) == []  # m's trial 0 is not a candidate
     candidates = {**members, "m trial 0": trials["m trial 0"]}
     predictors = {name: SimpleNamespace(name=name) for name in candidates}
     seconds = {name: {name: 1.0} for name in candidates}
     accuracy = METRICS["accuracy"]
-    rows = {}
-    for name, names in (("kept", floor), ("default run's", ["m trial 0", "n"])):
-        _, (held, val_pred, _) = node._ensemble(candidates, data, accuracy, "multiclass", predictors, seconds, 2,
-                                                floor=names, extra={"m trial 0": predictors["m trial 0"]},
-                                                noise_guard=True)
-        rows[name] = accuracy(data.y[held], val_pred)
-    best_row = accuracy(data.y[:n], trials["m"].val_pred)
-    assert rows["default run's"] < best_row <= rows["kept"], rows
+    with caplog.at_level(logging.INFO):
+        row, (held, val_pred, _) = node._ensemble(candidates, data, accuracy, "multiclass", predictors,
+                                                  seconds, 2, floor=["m trial 0", "n"],
+                                                  extra={"m trial 0": None}, noise_guard=True)
+    assert "the default run's selection kept" in caplog.text
+    weights = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
+    assert weights["m"] == weights["c"] == 0.0 and weights["m trial 0"] > 0
+    m_row = accuracy(data.y[:n], trials["m"].val_pred)
+    assert accuracy(data.y[held], val_pred) < m_row
+    rows = [{"model": "m", "val_accuracy": m_row}, {"model": "ensemble", "val_accuracy": row["val_accuracy"]},
+            {"model": "n", "val_accuracy": accuracy(data.y[:n], weak.val_pred)}]
+    node.board_order(rows, accuracy, lead="ensemble")
+    assert [r["model"] for r in rows] == ["ensemble", "m", "n"]
+    node.board_order(rows, accuracy)
+    assert [r["model"] for r in rows] == ["m", "ensemble", "n"]

@@ -62,7 +62,8 @@ class EnsembleNode(NodeKind):
         preds = {n: (t.held_out, t.val_pred, t.test_pred) for n, t in best.items()}
         if len(members) >= 2:
             extra = _other_trials(ctx.outcome, best, metric, data, schema, seconds) if searched else {}
-            floor = floor_members(members, extra, guard)
+            own = getattr(ctx.trials, "default_models", members)
+            floor = floor_members(members, extra, own)
             candidates = {**members, **{n: t for n, (t, _) in extra.items()}}
             row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds, top + 1,
                                                floor=floor, extra={n: p for n, (_, p) in extra.items()},
@@ -71,7 +72,7 @@ class EnsembleNode(NodeKind):
         if problem == "binary":
             for row in rows:
                 _set_threshold(row, predictors[row["model"]], *preds[row["model"]], data, metric.name)
-        rows.sort(key=lambda r: metric.loss_of(r[f"val_{metric.name}"]))  # NaN last
+        board_order(rows, metric, lead="ensemble" if searched and guard else None)
         return Board(rows, predictors, best, schema)
 
     def describe(self, tasks, plan) -> str:
@@ -84,14 +85,27 @@ class EnsembleNode(NodeKind):
         return f"ensemble: {bags}" if names else "ensemble: no model"
 
 
-def floor_members(members: dict, extra: dict, noise_guard: bool) -> list[str]:
-    """The members whose ensemble a searched one must beat. Under hpo=auto (`noise_guard`): each model's
-    kept row (its trial 0, or a best trial that beat it beyond the rows' noise, `_best_or_own`), so that the
-    ensemble scores at least its best member on the held-out rows and stays first on the board. Else each
-    model's trial 0 (`extra` names those not kept as its row): the default run's ensemble."""
-    if noise_guard:
-        return list(members)
-    return [f"{n} trial 0" if f"{n} trial 0" in extra else n for n in members]
+def board_order(rows: list[dict], metric, lead: Optional[str] = None) -> None:
+    """Sort `rows` best first by their held-out score (NaN last), `lead`'s row first whatever its score: under
+    hpo=auto the ensemble is the run's answer whichever selection it kept, even where a member it left out
+    scores higher on the held-out rows by less than their noise."""
+    rows.sort(key=lambda r: (r["model"] != lead, metric.loss_of(r[f"val_{metric.name}"])))
+
+
+def floor_members(members: dict, extra: dict, default_models) -> list[str]:
+    """The members whose ensemble a searched one must beat: the default run's, each of `default_models`'
+    trial 0 (its row, or `extra`'s `<model> trial 0`); the kinds hpo=auto added are not among them. Under
+    hpo=auto the searched selection is kept only for a held-out gain over it beyond the rows' noise, and
+    the ensemble leads the board either way (`EnsembleNode.run`)."""
+    floor = []
+    for name, trial in members.items():
+        if name not in default_models:
+            continue
+        if f"{name} trial 0" in extra:
+            floor.append(f"{name} trial 0")
+        elif getattr(trial, "trial", 0) == 0:
+            floor.append(name)
+    return floor
 
 
 def bagged_predictor(name: str, trial, best: dict, kinds: list[str], data, schema):
@@ -292,10 +306,11 @@ def _searched_or_floor(y, members: list, searched, floor, metric, noise_guard: b
     noise = gain_noise(y, ours, theirs, metric)
     if gain > noise:
         log.info("ensemble: the searched trials' selection kept: %s %.4g on the held-out rows against %.4g for "
-                 "the models' kept rows, a gain over one standard error (%.2g)", metric.name,
+                 "the default run's, a gain over one standard error (%.2g)", metric.name,
                  metric(y, ours), metric(y, theirs), noise)
         return searched
-    log.info("ensemble: the models' kept rows' selection kept: the searched trials' scored %s %.4g against "
-             "%.4g on the held-out rows, a gain within one standard error of the rows' noise (%.2g)",
+    log.info("ensemble: the default run's selection kept (each model's own params): the searched trials' "
+             "scored %s %.4g against %.4g on the held-out rows, a gain within one standard error of the "
+             "rows' noise (%.2g)",
              metric.name, metric(y, ours), metric(y, theirs), noise)
     return floor
