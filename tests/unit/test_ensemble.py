@@ -194,8 +194,8 @@ def test_a_searched_ensemble_within_the_rows_noise_of_the_default_runs_gives_way
                                     floor=["m trial 0"], noise_guard=guard)
         weights = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
         assert weights[expected] == 1.0, (right, weights)
-        kept = "m trial 0"
-        said = "default run's selection kept" if expected == kept else "searched trials' selection kept"
+        said = ("default run's selection kept" if expected == "m trial 0"
+                else "searched trials' selection kept")
         assert (said in caplog.text) is guard  # hpo=auto's rule; a chosen searcher's best held-out score wins
 
 
