@@ -68,6 +68,8 @@ class TimeBudget:
         self._complete: dict[tuple, list[float]] = defaultdict(list)  # (model, level) -> seconds of whole fits
         self._stopped: dict[tuple, list[float]] = defaultdict(list)  # ... of fits stopped early: floors
         self._bytes: dict[str, int] = {}  # model -> its first fitted fold model's pickled size
+        self._trial_fits: dict[tuple, list[float]] = defaultdict(list)  # (model, trial) -> its level-1 fits'
+        self._best: dict[str, tuple] = {}  # model -> (score, trial) of its best level-1 trial so far
 
     def begin(self, start: Optional[float] = None) -> float:
         """The fits start: for a fits-only budget the clock starts now (or at `start`); the deadline."""
@@ -112,13 +114,16 @@ class TimeBudget:
         """With stacking, what the level-1 search leaves for the stacked fits (graph.stack_reserve), and a
         short grace: the stacked fits start once the last level-1 fits have stopped at their deadline and
         predicted (a search that left them the estimate alone lost level 2 on a loaded box)."""
-        seconds = self.stacking.seconds(self.model_estimate) if self.stacking is not None else 0.0
+        seconds = self.stacking.seconds(self.best_estimate) if self.stacking is not None else 0.0
         return seconds + run_grace_s(self.limit_s) if seconds else 0.0
 
     def record(self, task, seconds: float, stopped: bool = False, result=None) -> None:
         """A finished fit of `task`'s model took `seconds` (`stopped`: it was cut short); the first `result`
         of each model with a fitted model is weighed as a save will pickle it (what the tail writes)."""
         (self._stopped if stopped else self._complete)[(task.model, _level(task))].append(seconds)
+        if (not stopped and _level(task) in (None, 1) and getattr(task, "fold_set", None) is None
+                and getattr(task, "trial", None) is not None):  # a trial's fold, not a stacked fit or refit
+            self._trial_fits[(task.model, task.trial)].append(seconds)
         fitted = getattr(result, "model", None)
         if fitted is not None and task.model not in self._bytes:
             import pickle
@@ -127,6 +132,24 @@ class TimeBudget:
                 self._bytes[task.model] = len(pickle.dumps(fitted, protocol=pickle.HIGHEST_PROTOCOL))
             except Exception:  # noqa: BLE001 - a model that does not pickle fails its save, not the budget
                 self._bytes[task.model] = 0
+
+    def scored(self, result, metric) -> None:
+        """A driver node's `result`; a level-1 trial's (graph.nodes.context.TrialResult) that scores better
+        than its model's best so far becomes the one its stacked fits and refit will read."""
+        if getattr(result, "level", None) != 1 or getattr(result, "pruned", True):
+            return
+        best = self._best.get(result.model)
+        if best is None or best[0] != best[0] or metric.better(result.score, best[0]):  # any beats a NaN
+            self._best[result.model] = (result.score, result.trial)
+
+    def best_estimate(self, model: str) -> Optional[float]:
+        """Seconds one fit of `model`'s best level-1 trial so far takes, or its mean fit where that is longer
+        (a trial's few fits are a noisy reading): the stacked levels and the refit fit those params, and
+        the best of a search is often one of its slower trials (more leaves, more rounds)."""
+        mean = self.model_estimate(model)
+        best = self._best.get(model)
+        own = self._trial_fits.get((model, best[1])) if best is not None else None
+        return max(mean or 0.0, fmean(own)) if own else mean
 
     def model_bytes(self, model: str) -> Optional[int]:
         """The pickled size of one fitted fold model of `model`, once one has ended; None before."""

@@ -106,6 +106,25 @@ def test_with_stacking_the_level_1_search_ends_early_enough_for_the_stacked_fits
     assert TimeBudget(100, clock=Clock(0.0)).stacked_seconds() == 0.0
 
 
+def test_the_stacked_fits_and_the_refit_are_priced_at_the_best_trials_own_fits_when_it_is_slower(tmp_path):
+    """The stacked levels and the refit fit each model's best level-1 trial: a search's best is often one of
+    its slower trials, so the reserve reads that trial's fits, not only the mean of all (which a level-2
+    fit outran on a loaded box, and its level was left out)."""
+    from pipeline.graph.stack_reserve import LEVEL_COST, PER_FIT_S, StackReserve
+
+    seconds = {"a": [1.0, 1.0, 1.0, 1.0, 5.0, 5.0, 1.0, 1.0]}  # trial 2's two folds take 5 s, the others 1 s
+    right = {"a": lambda trial: 0.9 if trial == 2 else 0.6}  # and it scores best
+    _, _, budget, _, outcome = simulate(tmp_path, seconds, limit_s=1000.0, right=right)
+    assert {t for (_, t) in outcome.trials} == {0, 1, 2, 3}
+    assert budget.model_estimate("a") == pytest.approx(2.0)  # the mean of the eight fits
+    assert budget.best_estimate("a") == pytest.approx(5.0)  # the best trial's own
+    budget.stacking = StackReserve((("a", 4),), places=1)
+    from pipeline.graph.time_budget import run_grace_s
+
+    assert budget.stacked_seconds() == pytest.approx(4 * (5.0 * LEVEL_COST + PER_FIT_S) + run_grace_s(1000.0))
+    assert budget.best_estimate("new") is None  # nothing measured: nothing kept
+
+
 @dataclass
 class RefitTail:
     """A whole-run tail that keeps `refits` seconds for the refit fits and `fixed` for the rest."""
