@@ -133,11 +133,15 @@ def test_others_busy_cpus_sees_another_process_busy():
 
 
 @pytest.mark.parametrize("overrides, folds", [
-    (["time_limit_s=30"], 1),  # adult's ~39,000 training rows x 14 features: too many cells for 30 s
-    (["time_limit_s=3600"], 5),  # under 40 million cells per hour of budget: 5-fold bags
-    # ~8,000 training rows x 20 features: over FLAML's 10 million per hour for 30 s, under 40 million
+    # adult's ~39,000 training rows x 14 features: under 80 million cells per hour of budget for 30 s, over
+    # it for 20 s
+    (["time_limit_s=30"], 5),
+    (["time_limit_s=20"], 1),
+    (["time_limit_s=3600"], 5),
+    # ~8,000 training rows x 20 features: over FLAML's 10 million per hour for 30 s, under 80 million; over
+    # it for 5 s
     (["time_limit_s=30", "data=synthetic"], 5),
-    (["time_limit_s=10", "data=synthetic"], 1),
+    (["time_limit_s=5", "data=synthetic"], 1),
     (["time_limit_s=3600", "data.max_rows=2000"], 5),
     (["time_limit_s=3600", "parallelism=default"], 1),  # chosen: kept
     (["time_limit_s=3600", "hpo=tpe"], 1),  # not hpo=auto
@@ -167,7 +171,7 @@ WHAT = {"extra_trees": "scikit-learn's extremely randomised trees", "catboost": 
     (["time_limit_s=3600", "data=synthetic", "data.rows=3000", "data.classes=4"], []),  # multiclass
     (["time_limit_s=30"], []),  # adult's ~39,000 training rows x 14 features: too many cells for 30 s
     (["time_limit_s=10", *REGRESSION[:-1], "data.rows=90000"], []),  # too many cells for 10 s
-    # bagged (under 40 million cells per hour) but over FLAML's rule (10 million): the rows are too many
+    # bagged (under 80 million cells per hour) but over FLAML's rule (10 million): the rows are too many
     (["time_limit_s=30", *REGRESSION[:-1], "data.rows=10000"], []),
     (["time_limit_s=3600", *REGRESSION, "model=gbm"], []),  # models chosen: kept
     (["time_limit_s=3600", *REGRESSION, "hpo=tpe"], []),  # not hpo=auto
