@@ -5,8 +5,9 @@ the best of each model's level-1 trials, so they can start only once the search 
 runs to the fits' deadline leaves them none: `stack_levels=1 time_limit_s=60` on a 2,798-row table fitted
 no level-2 model ("left out (no complete trial): lightgbm (level 2), ..."). So a level-1 trial after the
 first (each model's own params, which every level needs) must end that much before the deadline: each
-model's stacked fits at `LEVEL_COST` times its measured level-1 fit time, on the places the CPUs give. A
-model not measured yet keeps nothing until it is.
+model's stacked fits at `LEVEL_COST` times its measured level-1 fit time (its best trial's so far where
+longer than its mean: `TimeBudget.best_estimate`), on the places the CPUs give. A model not measured yet
+keeps nothing until it is.
 """
 
 from __future__ import annotations
