@@ -64,6 +64,16 @@ def gain_noise(y: np.ndarray, ours: np.ndarray, other: np.ndarray, metric: Metri
     return float(gains.std() * np.sqrt(m / n)) if len(gains) > 1 else 0.0
 
 
+def clear_gain(y: np.ndarray, ours: np.ndarray, other: np.ndarray,
+               metric: Metric) -> tuple[bool, float, float]:
+    """(whether `ours` beats `other` on the rows by more than one standard error of the gain, the gain in
+    loss, that standard error): Breiman's one-standard-error rule. A choice among many candidates made on
+    these rows fits some of their noise, and a gain within it does not carry to new rows."""
+    gain = metric.loss(y, other) - metric.loss(y, ours)
+    noise = gain_noise(y, ours, other, metric)
+    return bool(gain > noise), float(gain), noise
+
+
 def blend(preds: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
     return sum(w * p for w, p in zip(weights, preds) if w > 0)
 

@@ -162,16 +162,14 @@ def _best_or_own(outcome, name: str, best, metric, data):
     one that fitted those rows' noise best (`_searched_or_floor` decides the same for the ensemble)."""
     import numpy as np
 
-    from pipeline.ensemble import gain_noise
+    from pipeline.ensemble import clear_gain
 
     own = outcome.trials.get((name, 0))
     if (own is None or own is best or own.pruned or own.released
             or not np.array_equal(own.held_out, best.held_out)):
         return best
-    y = data.y[best.held_out]
-    gain = metric.loss(y, own.val_pred) - metric.loss(y, best.val_pred)
-    noise = gain_noise(y, best.val_pred, own.val_pred, metric)
-    if gain > noise:
+    beats, _, noise = clear_gain(data.y[best.held_out], best.val_pred, own.val_pred, metric)
+    if beats:
         return best
     log.info("%s: its own params (trial 0) kept: its best trial (%d) scored %s %.4g on the held-out rows against "
              "%.4g, a gain within one standard error of the rows' noise (%.2g)", name, best.trial, metric.name,
@@ -295,20 +293,19 @@ def _searched_or_floor(y, members: list, searched, floor, metric, noise_guard: b
     """The searched selection's weights where they beat the floor's on the held-out rows (with `noise_guard`,
     by more than the rows' noise: one standard error of the gain, and the run says which it kept), else the
     floor's."""
-    from pipeline.ensemble import blend, gain_noise
+    from pipeline.ensemble import blend, clear_gain
 
     ours, theirs = blend(members, searched), blend(members, floor)
-    gain = metric.loss(y, theirs) - metric.loss(y, ours)
     if not noise_guard:
-        return floor if gain < 0 else searched
-    if not gain > 0:
-        return floor
-    noise = gain_noise(y, ours, theirs, metric)
-    if gain > noise:
+        return floor if metric.loss(y, ours) > metric.loss(y, theirs) else searched
+    beats, gain, noise = clear_gain(y, ours, theirs, metric)
+    if beats:
         log.info("ensemble: the searched trials' selection kept: %s %.4g on the held-out rows against %.4g for "
                  "the default run's, a gain over one standard error (%.2g)", metric.name,
                  metric(y, ours), metric(y, theirs), noise)
         return searched
+    if not gain > 0:
+        return floor
     log.info("ensemble: the default run's selection kept (each model's own params): the searched trials' "
              "scored %s %.4g against %.4g on the held-out rows, a gain within one standard error of the "
              "rows' noise (%.2g)",
