@@ -181,7 +181,7 @@ class Loop:
                 ):
                     if value is not None:  # a GPU figure only where the fit had a GPU
                         h.setdefault(key, []).append(float(value))
-                if self.cfg.patience > 0 and bad_epochs >= self.cfg.patience:
+                if bad_epochs >= self.cfg.patience_at(result.best_epoch):
                     stop[0] = 1
                 if self.report is not None and self.report(epoch, -score if self.metric.greater_is_better else score):
                     stop[0] = 2

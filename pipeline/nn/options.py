@@ -33,6 +33,7 @@ DEFAULTS = {
     "max_batch_size": 16_384,
     "max_epochs": 100,
     "patience": 10,
+    "patience_growth": 0.5,
     "monitor": "val_loss",
     "precision": "32",
     "lr_scaling": "linear",
@@ -82,6 +83,9 @@ def check(params: dict, key: str = "params") -> dict:
             raise ConfigError(f"{key}.{name}={p[name]!r} must be an integer >= 1")
     if not _is_int(p["patience"], 0):
         raise ConfigError(f"{key}.patience={p['patience']!r} must be an integer >= 0 (0: no early stopping)")
+    if not _number(key, "patience_growth", p["patience_growth"]) >= 0:
+        raise ConfigError(f"{key}.patience_growth={p['patience_growth']!r} must be >= 0 (epochs of patience "
+                          "added per epoch before the best one; 0: patience stays fixed)")
     if not 0 <= _number(key, "dropout", p["dropout"]) < 1:
         raise ConfigError(f"{key}.dropout={p['dropout']!r} must be in [0, 1)")
     if not _number(key, "learning_rate", p["learning_rate"]) > 0:
@@ -156,6 +160,8 @@ class LoopConfig:
     max_batch_size: int = DEFAULTS["max_batch_size"]
     max_epochs: int = DEFAULTS["max_epochs"]
     patience: int = DEFAULTS["patience"]
+    # AutoGluon's adaptive early stopping: a fit whose best epoch came late waits longer for the next one
+    patience_growth: float = DEFAULTS["patience_growth"]
     monitor: str = DEFAULTS["monitor"]
     learning_rate: float = DEFAULTS["learning_rate"]
     weight_decay: float = DEFAULTS["weight_decay"]
@@ -166,6 +172,13 @@ class LoopConfig:
 
     def __post_init__(self):
         check({f.name: getattr(self, f.name) for f in fields(self)})
+
+    def patience_at(self, best_epoch: int) -> float:
+        """Epochs without a better monitored figure that end the fit, its best epoch (0-based) so far being
+        `best_epoch`: `patience` + `patience_growth` x best_epoch (no early stopping where patience is 0)."""
+        if self.patience <= 0:
+            return float("inf")
+        return self.patience + self.patience_growth * max(best_epoch, 0)
 
     def batch_for(self, rows: int) -> int:
         """An integer batch_size, or with batch_size_by_rows the smaller batch `rows` training rows get
@@ -182,7 +195,8 @@ class LoopConfig:
         return cls(
             batch_size=p["batch_size"], batch_size_by_rows=p["batch_size_by_rows"],
             max_batch_size=p["max_batch_size"], max_epochs=p["max_epochs"],
-            patience=p["patience"], monitor=p["monitor"], learning_rate=float(p["learning_rate"]),
+            patience=p["patience"], patience_growth=float(p["patience_growth"]), monitor=p["monitor"],
+            learning_rate=float(p["learning_rate"]),
             weight_decay=float(p["weight_decay"]),
             precision=str(p["precision"]), accumulate_grad_batches=p["accumulate_grad_batches"],
             compile=p["compile"], lr_scaling=p["lr_scaling"],

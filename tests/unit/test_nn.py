@@ -150,7 +150,8 @@ def test_fp16_on_cpu_is_a_clear_error():
 
 @pytest.mark.parametrize("monitor", ["val_loss", "eval_metric"])
 def test_early_stopping_keeps_the_best_epoch(monitor):
-    result = run(LoopConfig(batch_size=32, max_epochs=40, patience=2, learning_rate=0.05, monitor=monitor))
+    result = run(LoopConfig(batch_size=32, max_epochs=40, patience=2, patience_growth=0.0, learning_rate=0.05,
+                            monitor=monitor))
     assert result.epochs_run < 40
     assert result.epochs_run - 1 - result.best_epoch == 2
     losses, accuracy = result.history["val_loss"], result.history["val_accuracy"]
@@ -161,17 +162,21 @@ def test_early_stopping_keeps_the_best_epoch(monitor):
     assert result.best_score == accuracy[result.best_epoch]
 
 
-def test_by_default_a_fit_waits_ten_epochs_past_its_best_and_the_model_group_says_the_same():
+def test_by_default_a_fit_waits_ten_epochs_and_half_its_best_epoch_and_the_model_group_says_the_same():
     """Five epochs without a lower validation loss are common on small tables before it falls again
-    (README's Models): the default patience is ten, in the loop and in conf/model/nn.yaml."""
+    (README's Models): the default patience is ten epochs plus half the best epoch's (AutoGluon's adaptive
+    early stopping), in the loop and in conf/model/nn.yaml."""
+    import math
+
     from omegaconf import OmegaConf
 
     from tests.conftest import ROOT
 
     result = run(LoopConfig(batch_size=32, max_epochs=80, learning_rate=0.05))
     assert result.epochs_run < 80
-    assert result.epochs_run - 1 - result.best_epoch == 10
-    assert OmegaConf.load(ROOT / "conf" / "model" / "nn.yaml").nn.params.patience == LoopConfig().patience
+    assert result.epochs_run - 1 - result.best_epoch == math.ceil(10 + 0.5 * result.best_epoch)
+    params = OmegaConf.load(ROOT / "conf" / "model" / "nn.yaml").nn.params
+    assert (params.patience, params.patience_growth) == (LoopConfig().patience, LoopConfig().patience_growth)
 
 
 def test_auto_batch_size_on_cpu_is_capped():
