@@ -33,7 +33,7 @@ DEFAULTS = {
     "max_batch_size": 16_384,
     "max_epochs": 100,
     "patience": 10,
-    "patience_growth": 0.5,
+    "patience_growth": 0.0,
     "monitor": "val_loss",
     "precision": "32",
     "lr_scaling": "linear",
@@ -160,7 +160,7 @@ class LoopConfig:
     max_batch_size: int = DEFAULTS["max_batch_size"]
     max_epochs: int = DEFAULTS["max_epochs"]
     patience: int = DEFAULTS["patience"]
-    # AutoGluon's adaptive early stopping: a fit whose best epoch came late waits longer for the next one
+    # AutoGluon's adaptive early stopping (0.5 there): a fit whose best epoch came late waits longer
     patience_growth: float = DEFAULTS["patience_growth"]
     monitor: str = DEFAULTS["monitor"]
     learning_rate: float = DEFAULTS["learning_rate"]

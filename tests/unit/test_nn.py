@@ -162,19 +162,17 @@ def test_early_stopping_keeps_the_best_epoch(monitor):
     assert result.best_score == accuracy[result.best_epoch]
 
 
-def test_by_default_a_fit_waits_ten_epochs_and_half_its_best_epoch_and_the_model_group_says_the_same():
+def test_by_default_a_fit_waits_ten_epochs_past_its_best_and_the_model_group_says_the_same():
     """Five epochs without a lower validation loss are common on small tables before it falls again
-    (README's Models): the default patience is ten epochs plus half the best epoch's (AutoGluon's adaptive
-    early stopping), in the loop and in conf/model/nn.yaml."""
-    import math
-
+    (README's Models): the default patience is ten, fixed (patience_growth 0), in the loop and in
+    conf/model/nn.yaml."""
     from omegaconf import OmegaConf
 
     from tests.conftest import ROOT
 
     result = run(LoopConfig(batch_size=32, max_epochs=80, learning_rate=0.05))
     assert result.epochs_run < 80
-    assert result.epochs_run - 1 - result.best_epoch == math.ceil(10 + 0.5 * result.best_epoch)
+    assert result.epochs_run - 1 - result.best_epoch == 10
     params = OmegaConf.load(ROOT / "conf" / "model" / "nn.yaml").nn.params
     assert (params.patience, params.patience_growth) == (LoopConfig().patience, LoopConfig().patience_growth)
 
