@@ -68,17 +68,15 @@ def test_a_tree_holds_at_most_15000_leaves_whatever_the_rows():
     from omegaconf import OmegaConf
 
     from pipeline.config import CONFIG_DIR
-    from pipeline.models.extra_trees import memory
+    from pipeline.models.extra_trees import OWN, _estimator, memory
 
-    params = dict(OmegaConf.to_container(OmegaConf.load(f"{CONFIG_DIR}/model/extra_trees.yaml"))["extra_trees"]
-                  ["params"])
+    tree = OmegaConf.to_container(OmegaConf.load(f"{CONFIG_DIR}/model/extra_trees.yaml"))
+    params = dict(tree["extra_trees"]["params"])
     assert params["max_leaf_nodes"] == 15000
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40_000, 3)).astype(np.float32)
     y = X.sum(axis=1) + rng.normal(size=40_000)
-    library = {k: v for k, v in params.items() if k not in ("trees_per_step", "patience", "tol")}
-    from pipeline.models.extra_trees import _estimator
-
+    library = {k: v for k, v in params.items() if k not in OWN}
     forest = _estimator("regression", {**library, "n_estimators": 2, "random_state": 0}).fit(X, y)
     assert all(t.get_n_leaves() == 15000 for t in forest.estimators_)  # whole, each would hold ~40,000
     fit = SimpleNamespace(train=1_000_000, held_out=0, features=3, classes=0,
