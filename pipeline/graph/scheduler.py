@@ -223,7 +223,7 @@ class Scheduler:
         if self.budget is not None and task.id in self.first.pending:
             seconds = self._own_seconds(task, admission)
             request.deadline = request.deadline if seconds is None else self.budget.clock() + seconds
-            self.first.started(task, seconds)
+            self.first.started(task, seconds, self.budget.clock())
         if self.hooks:
             self.hooks.on_task_start(task)
         handle = self.backend.submit(request)
@@ -317,7 +317,7 @@ class Scheduler:
                 self.ranks.record(task.model, seconds)
             if self.budget is not None:
                 self.budget.record(task, seconds, getattr(result, "stopped_by_budget", False), result)
-                self.first.ended(task, result)
+                self.first.ended(task, result, self.budget.clock())
                 self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._settle(task.id)

@@ -811,13 +811,14 @@ def test_where_a_bag_may_end_short_the_leads_share_the_time_among_themselves_the
     first = FirstTrials(tasks, partial=True)
     gone = set()
     assert first.leads(tasks[0]) and first.share(tasks[0], budget, 1, 0.0, gone.__contains__) == pytest.approx(10.0)
-    first.started(tasks[0], 10.0)
+    first.started(tasks[0], 10.0, now=0.0)
     gone.add(tasks[0].id)
     assert not first.leads(tasks[1]) and first.leads(tasks[5])
     budget.record(tasks[0], 8.0)  # a's fold took 8 s
     clock.now = 8.0
-    # b's lead: 22 s over b and c, 11 s each
-    assert first.share(tasks[5], budget, 1, 0.0, gone.__contains__) == pytest.approx(11.0)
+    first.ended(tasks[0], None, now=8.0)
+    # b's lead: the 30 s of the first trials over a (which ran 8 s and asks 32 more), b and c: 10 s each
+    assert first.share(tasks[5], budget, 1, 0.0, gone.__contains__) == pytest.approx(10.0)
     for lead in (tasks[5], tasks[10]):
         first.started(lead, None)
         gone.add(lead.id)
@@ -832,6 +833,43 @@ def test_where_a_bag_may_end_short_the_leads_share_the_time_among_themselves_the
     # without `partial` the same fold would be started at its share (a stacked level needs whole bags)
     whole = FirstTrials(tasks)
     assert not whole.too_short(tasks[1], budget, 0.5)
+
+
+def test_a_slow_models_lead_leaves_the_quick_models_the_time_for_their_bags():
+    """A slow model's lead shares the first trials' time with the models begun, each counting what its
+    trial ran and its folds to come: once the quick models' leads have ended, it does not run to the
+    deadline, which left each of their bags one fold of five."""
+    from pipeline.graph.first_trials import FirstTrials
+
+    clock = Clock(0.0)
+    budget = TimeBudget(30, clock=clock)
+    bag = lambda m: [Task(fit_id(m, 0, f), "fit", DRIVER, model=m, trial=0, fold=f) for f in range(5)]  # noqa: E731
+    tasks = bag("a") + bag("b") + bag("slow")
+    first, gone = FirstTrials(tasks, partial=True), set()
+    for lead, took in ((tasks[0], 1.0), (tasks[5], 2.0)):
+        first.started(lead, first.share(lead, budget, 1, 0.0, gone.__contains__), now=clock.now)
+        gone.add(lead.id)
+        clock.now += took
+        budget.record(lead, took)
+        first.ended(lead, None, now=clock.now)
+    # 27 s left; a asks 1 + 4 s, b 2 + 8 s: the slow lead is given the 30 s less those 15
+    share = first.share(tasks[10], budget, 1, 0.0, gone.__contains__)
+    assert share == pytest.approx(27.0 + 3.0 - 15.0)
+
+
+@pytest.mark.parametrize("serial", [True, False])
+def test_a_slow_lead_ends_by_its_share_and_the_quick_models_bags_end_whole(tmp_path, serial):
+    """Two models of 1-s folds and one whose folds take 60 s, 5 folds each, 30 s: the slow model's lead stops
+    at its share and the quick models' first trials end with every fold (before: one fold each, the slow
+    lead running to the deadline)."""
+    seconds = {"a": 1.0, "b": 1.0, "slow": 60.0}
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, seconds, limit_s=30.0, trials=3, folds=5,
+                                                         serial=serial, stops=True)
+    assert bag_id("slow", 0) in outcome.results["collect"]
+    for m in ("a", "b"):
+        assert len(outcome.results[bag_id(m, 0)].folds) == 5, m
+    assert backend.deadlines[fit_id("slow", 0, 0)] < budget.deadline
+    assert max(end for _, _, end in backend.submitted) <= budget.deadline
 
 
 def test_one_fit_per_model_gets_no_more_than_an_equal_share_of_the_time_left():
