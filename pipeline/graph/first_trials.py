@@ -127,8 +127,8 @@ class FirstTrials:
                 self.capped.add(task.id)
 
     def ended(self, task, result, now: Optional[float] = None) -> None:
-        """A fit ended at `now`: its seconds counted to its model's first trial, and where it stopped at its
-        own deadline."""
+        """A fit ended at `now` (`result` None: stopped, failed or cancelled): its seconds counted to its
+        model's first trial, and where it stopped at its own deadline."""
         model, start = self.running.pop(task.id, (None, None))
         if model is not None and now is not None:
             self.spent[model] = self.spent.get(model, 0.0) + max(0.0, now - start)

@@ -119,6 +119,8 @@ class Scheduler:
                 self.started.pop(handle, None)
                 self.submitted_at.pop(handle, None)
                 admission.release(task, shares)
+                if self.budget is not None:
+                    self.first.ended(task, result, self.budget.clock())
                 if result is None:  # stopped past the deadline's grace
                     self._cut(task, "overran")
                     self._release()
@@ -292,6 +294,8 @@ class Scheduler:
             if (consumers and all(c in self.cut.cut for c in consumers)
                     and not any(self.cut.cut[c] == "pruned" for c in consumers)):  # a pruned trial's: ends
                 self.backend.cancel(handle)
+                if self.budget is not None:
+                    self.first.ended(task, None, self.budget.clock())
                 del self.running[handle]
                 self.started.pop(handle, None)
                 self.submitted_at.pop(handle, None)
@@ -317,7 +321,6 @@ class Scheduler:
                 self.ranks.record(task.model, seconds)
             if self.budget is not None:
                 self.budget.record(task, seconds, getattr(result, "stopped_by_budget", False), result)
-                self.first.ended(task, result, self.budget.clock())
                 self.ctx.deadline = self.budget.deadline  # the tail's estimate moves with the fits measured
         self.ctx.outcome.results[task.id] = self.kinds[task.kind].done(task, result, request, self.ctx)
         self._settle(task.id)
