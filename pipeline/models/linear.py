@@ -22,10 +22,11 @@ from typing import Optional
 from pipeline.errors import ConfigError, closest
 from pipeline.models.base import FitContext, RoundClock, TabularModel
 from pipeline.models.fold_loss import every_class, validation_loss
+from pipeline.label_range import check_extend, label_range, within
 from pipeline.models.profile import MiB, ModelProfile
 
 OWN = {"path_length": 25, "c_min": 1e-4, "c_max": 1e4, "patience": 3, "tol": 0.001, "numeric": "standard",
-       "min_frequency": 1, "max_iter": 500}
+       "min_frequency": 1, "max_iter": 500, "y_range_extend": 0.05}
 NUMERIC = ("standard", "quantile")
 
 
@@ -91,6 +92,7 @@ class LinearModel(TabularModel):
         if not isinstance(own["tol"], (int, float)) or own["tol"] < 0:
             raise ConfigError(f"model.{name}.params.tol={own['tol']!r} must be a number >= 0 "
                               "(a share of the loss)")
+        check_extend(own["y_range_extend"], f"model.{name}.params.y_range_extend")
         if own["numeric"] not in NUMERIC:
             raise ConfigError(f"model.{name}.params.numeric={own['numeric']!r} must be one of "
                               f"{', '.join(NUMERIC)}")
@@ -102,6 +104,7 @@ class LinearModel(TabularModel):
         import numpy as np
 
         params = {**OWN, **self.params}
+        self.y_range_ = label_range(y, params["y_range_extend"]) if ctx.problem_type == "regression" else None
         self.encoder_ = self._encoder(X, params)
         train = self.encoder_.fit_transform(X)
         held = self.encoder_.transform(X_val) if len(X_val) else None
@@ -177,7 +180,7 @@ class LinearModel(TabularModel):
 
     def _output(self, estimator, matrix):
         if self.problem_type_ == "regression":
-            return estimator.predict(matrix)
+            return within(estimator.predict(matrix), getattr(self, "y_range_", None))
         return every_class(estimator.predict_proba(matrix), estimator.classes_, self.num_classes_)
 
     def _predict(self, X):
@@ -234,7 +237,8 @@ class _NumericFrame:
         X.columns = [str(c) for c in X.columns]
         for c in X.columns:
             if X[c].dtype.name != "category":
-                values = X[c].to_numpy(dtype=np.float64, na_value=np.nan)
+                values = X[c].to_numpy(dtype=np.float64, na_value=np.nan, copy=True)  # a float64 column's
+                # own values otherwise, read-only under copy-on-write
                 values[~np.isfinite(values)] = np.nan
                 X[c] = values
         return X

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pipeline.models import memory
 from pipeline.models.base import FitContext, TabularModel
+from pipeline.label_range import label_range, within
 from pipeline.models.profile import ModelProfile
 from pipeline.nn.options import DEFAULTS, LoopConfig, check, check_precision
 from pipeline.resources import Resources
@@ -99,6 +100,7 @@ class TorchMLPModel(TabularModel):
         self.encoder_ = TabularEncoder(scaling=p["numeric_scaling"])
         regression = ctx.problem_type == "regression"
         self.y_scale_ = (float(np.mean(y)), float(np.std(y)) or 1.0) if regression else (0.0, 1.0)
+        self.y_range_ = label_range(y, p["y_range_extend"]) if regression else None
         weights = [None if w is None else torch.as_tensor(w, dtype=torch.float32)
                    for w in ctx.row_weights(y, y_val)]
         arrays = Arrays(*self._tensors(self.encoder_.fit_transform(X, rows), y),
@@ -142,7 +144,8 @@ class TorchMLPModel(TabularModel):
         self.module_ = None
         if world == 1 and config.precision == "32" and result.validation_output is not None:
             # the outputs that chose the best epoch are those of the kept weights, computed as _predict does
-            self.validation_raw_ = to_prediction(result.validation_output, ctx.problem_type, self.y_scale_)
+            raw = to_prediction(result.validation_output, ctx.problem_type, self.y_scale_)
+            self.validation_raw_ = within(raw, self.y_range_)
 
     def _tensors(self, encoded, y):
         import numpy as np
@@ -181,7 +184,7 @@ class TorchMLPModel(TabularModel):
                 cb = torch.from_numpy(cat[start : start + EVAL_BATCH]).to(device)
                 outs.append(module(xb, cb).float())
         out = torch.cat(outs) if outs else torch.empty(0, self.spec_.out_dim)
-        return to_prediction(out, self.problem_type_, self.y_scale_)
+        return within(to_prediction(out, self.problem_type_, self.y_scale_), getattr(self, "y_range_", None))
 
     def place(self, device: str, num_cpus: int) -> None:
         import torch

@@ -35,6 +35,7 @@ DEFAULTS = {
     "patience": 10,
     "patience_growth": 0.0,
     "monitor": "val_loss",
+    "y_range_extend": 0.05,
     "precision": "32",
     "lr_scaling": "linear",
     "accumulate_grad_batches": 1,
@@ -86,6 +87,9 @@ def check(params: dict, key: str = "params") -> dict:
     if not _number(key, "patience_growth", p["patience_growth"]) >= 0:
         raise ConfigError(f"{key}.patience_growth={p['patience_growth']!r} must be >= 0 (epochs of patience "
                           "added per epoch before the best one; 0: patience stays fixed)")
+    from pipeline.label_range import check_extend
+
+    check_extend(p["y_range_extend"], f"{key}.y_range_extend")
     if not 0 <= _number(key, "dropout", p["dropout"]) < 1:
         raise ConfigError(f"{key}.dropout={p['dropout']!r} must be in [0, 1)")
     if not _number(key, "learning_rate", p["learning_rate"]) > 0:
