@@ -69,6 +69,17 @@ class TestLinear(ModelKindConformance):
         importance = model.feature_importance()
         assert set(importance) == {str(c) for c in X.columns} and importance[number] > 0
 
+    def test_a_slice_of_float64_columns_is_fitted_without_writing_into_it(self):
+        """pandas' copy-on-write hands a float64 column's own values out read-only: cleaning them in place
+        raised 'assignment destination is read-only' on a slice of a frame."""
+        rng = np.random.default_rng(0)
+        X = pd.DataFrame({"a": rng.normal(size=200), "b": rng.normal(size=200)})
+        X.loc[3, "a"] = np.inf
+        y = 2.0 * X["b"].to_numpy()
+        ctx = FitContext("regression", None, Placement(1), seed=0)
+        model = LinearModel({}, "lin").fit(X.iloc[:150], y[:150], X.iloc[150:], y[150:], ctx)
+        assert np.isfinite(model.predict(X.iloc[150:])).all() and X.loc[3, "a"] == np.inf
+
     def test_parameters_out_of_range_are_refused_naming_what_is_valid(self):
         with pytest.raises(ConfigError, match=r"params.numeric='log' must be one of standard, quantile"):
             LinearModel.check_params("lin", {"numeric": "log"}, "binary")
