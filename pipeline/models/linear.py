@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Optional
 
 from pipeline.errors import ConfigError, closest
+from pipeline.label_range import check_extend, label_range, within
 from pipeline.models.base import FitContext, RoundClock, TabularModel
 from pipeline.models.fold_loss import every_class, validation_loss
-from pipeline.label_range import check_extend, label_range, within
 from pipeline.models.profile import MiB, ModelProfile
 
 OWN = {"path_length": 25, "c_min": 1e-4, "c_max": 1e4, "patience": 3, "tol": 0.001, "numeric": "standard",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.label_range import label_range, within
 from pipeline.models import memory
 from pipeline.models.base import FitContext, TabularModel
-from pipeline.label_range import label_range, within
 from pipeline.models.profile import ModelProfile
 from pipeline.nn.options import DEFAULTS, LoopConfig, check, check_precision
 from pipeline.resources import Resources
