@@ -118,7 +118,7 @@ class FirstTrials:
         return (self.partial and not self.leads(task) and seconds is not None and estimate is not None
                 and seconds < MIN_PART * estimate)
 
-    def started(self, task, seconds: Optional[float], now: float = 0.0) -> None:
+    def started(self, task, seconds: Optional[float], now: float) -> None:
         """`task` started at `now`, to stop after its share of `seconds` (None: at the run's deadline)."""
         if self.pending.pop(task.id, None) is not None:
             self.begun.add(task.model)
@@ -126,11 +126,11 @@ class FirstTrials:
             if seconds is not None:
                 self.capped.add(task.id)
 
-    def ended(self, task, result, now: Optional[float] = None) -> None:
+    def ended(self, task, result, now: float) -> None:
         """A fit ended at `now` (`result` None: stopped, failed or cancelled): its seconds counted to its
         model's first trial, and where it stopped at its own deadline."""
         model, start = self.running.pop(task.id, (None, None))
-        if model is not None and now is not None:
+        if model is not None:
             self.spent[model] = self.spent.get(model, 0.0) + max(0.0, now - start)
         if task.id in self.capped and getattr(result, "stopped_by_budget", False):
             self.held_to_share += 1

@@ -777,16 +777,16 @@ def test_a_first_trials_fit_gets_its_max_min_fair_share_of_the_time_left():
     # nothing measured: 100 s over 10 fits, the first of a bag twice an equal share
     share = 100 * UNMEASURED_FIRST / (9 + UNMEASURED_FIRST)
     assert first.share(tasks[0], budget, 1, 0.0, gone.__contains__) == pytest.approx(share)
-    first.started(tasks[0], share)
+    first.started(tasks[0], share, clock.now)
     budget.record(tasks[0], 2.0)
     budget.record(tasks[5], 30.0, stopped=True)  # b took at least 30 s
-    first.started(tasks[5], None)
+    first.started(tasks[5], None, clock.now)
     clock.now = 32.0
     # 68 s left on two places (136 s), 20 s of them held by a running fit: a's 4 fits of 2 s take 8 s, b's
     # 4 of 30 s or more share the 108 s left: the level is 27 s, a fit under it is stopped there too
     assert water_level([(2.0, 1.0)] * 4 + [(30.0, 1.0)] * 4, 116.0) == pytest.approx(27.0)
     assert first.share(tasks[1], budget, 2, 20.0, gone.__contains__) == pytest.approx(27.0)
-    first.started(tasks[1], 27.0)
+    first.started(tasks[1], 27.0, clock.now)
     assert first.held_to_share == 0 and tasks[1].id in first.capped and tasks[5].id not in first.capped
     # where every fit left is measured and all fit, none gets a deadline of its own
     roomy = FirstTrials(bag("c"))
@@ -820,7 +820,7 @@ def test_where_a_bag_may_end_short_the_leads_share_the_time_among_themselves_the
     # b's lead: the 30 s of the first trials over a (which ran 8 s and asks 32 more), b and c: 10 s each
     assert first.share(tasks[5], budget, 1, 0.0, gone.__contains__) == pytest.approx(10.0)
     for lead in (tasks[5], tasks[10]):
-        first.started(lead, None)
+        first.started(lead, None, clock.now)
         gone.add(lead.id)
         budget.record(lead, 8.0)
     clock.now = 24.0
