@@ -166,6 +166,10 @@ def _encode_label(y: pd.Series, problem_type: str, label: str) -> tuple[np.ndarr
     return codes, classes
 
 
+# at most this many distinct numbers beside a few text values: a column of category codes, not dirty numbers
+CODE_LEVELS = 20
+
+
 def _column_types(X: pd.DataFrame, declared: tuple[str, ...]) -> tuple[list[str], list[str]]:
     categorical, numeric = [], []
     for column in X.columns:
@@ -181,18 +185,28 @@ def _column_types(X: pd.DataFrame, declared: tuple[str, ...]) -> tuple[list[str]
 
 
 def _reject_text_in_numbers(column: str, s: pd.Series) -> None:
-    """A text column whose values are nearly all numbers is a numeric column with dirt in it."""
+    """A text column whose values are nearly all numbers is a numeric column with dirt in it, unless its
+    numbers are few distinct codes: then the text is one more level of a categorical column (a car's
+    cylinders 3, 4, 5, 6, 8 and 'rotary'; school grades 1 to 12 and 'K'), read as categories and said."""
     counts = s.value_counts(dropna=True)  # parse each distinct value once
     if counts.empty:
         return
     parsed = pd.to_numeric(pd.Series(counts.index, dtype=object), errors="coerce").to_numpy()
-    bad = counts[np.isnan(parsed.astype(float))]
+    is_text = np.isnan(parsed.astype(float))
+    bad = counts[is_text]
     n_bad, n_all = int(bad.sum()), int(counts.sum())
     if n_bad and n_bad <= 0.05 * n_all and n_all - n_bad >= 10:
         examples = ", ".join(repr(v) for v in list(bad.index)[:3])
+        numbers = len(np.unique(parsed[~is_text]))
+        if numbers <= CODE_LEVELS:
+            log.info("column %r: %d distinct numbers and %d row(s) of text (%s): read as categories, each "
+                     "value a level; if the text is dirt in a numeric column, clean those values", column,
+                     numbers, n_bad, examples)
+            return
         raise DataError(
-            f"column {column!r} is numeric but {n_bad} row(s) hold text ({examples}); clean those values, "
-            f"or list the column in data.categorical_columns to treat it as categories"
+            f"column {column!r} is numeric but {n_bad} row(s) hold text ({examples}) among {numbers} "
+            f"distinct numbers; clean those values, or list the column in data.categorical_columns to treat "
+            f"it as categories"
         )
 
 

@@ -79,6 +79,25 @@ def test_leaks_alone_and_as_a_sum_are_flagged_and_fair_features_are_not():
     assert roles.infer(f, "total", "regression", {}, leak_check="off").of("leak") == []
 
 
+def test_a_label_cut_from_a_number_is_flagged_on_a_small_table_and_a_noisy_relative_is_not():
+    """A class cut from a column at thresholds (a low birth weight from the weight; a grade from a score)
+    errs only at the cuts when each row takes the class of its nearest neighbour in the other fold; the
+    quantile bins alone straddled the cuts and missed it under a few hundred rows."""
+    rng = np.random.default_rng(5)
+    n = 189
+    weight = rng.normal(3000, 700, n).round()
+    score = rng.uniform(0, 100, n)
+    grade = np.select([score < 40, score < 70, score < 90], ["D", "C", "B"], "A")
+    f = pd.DataFrame({"bwt": weight, "age": rng.integers(15, 45, n), "low": (weight < 2500).astype(int),
+                      "score": score, "grade": grade,
+                      "noisy": weight + rng.normal(0, 400, n), "ht": (weight < 2200).astype(int)})
+    r = roles.infer(f.drop(columns=["score", "grade"]), "low", "binary", {})
+    assert r.of("leak") == ["bwt"]  # not the noisy copy, nor ht (a lower cut: its zeros hold both classes)
+    assert r.get("noisy").role == "numeric" and r.get("age").role == "numeric"
+    graded = roles.infer(f[["score", "age", "grade"]], "grade", "multiclass", {})
+    assert graded.of("leak") == ["score"] and graded.get("age").role == "numeric"
+
+
 @pytest.mark.parametrize("table, label, problem, expected", [
     ("Auto.csv", "mpg", "regression", {"name": "text"}),
     ("penguins-raw.csv", "Body Mass (g)", "regression",
