@@ -62,8 +62,8 @@ class TabularData:
 
         rows = self.fit_idx(True)
         y = self.y[rows]
-        stratify = self.problem_type != "regression" and np.bincount(y.astype(int)).min(initial=num_folds) >= num_folds
-        return split.folds(len(rows), num_folds, seed, y if stratify else None)
+        # rows are dealt to folds class by class: a class with fewer rows than folds spreads one a fold
+        return split.folds(len(rows), num_folds, seed, None if self.problem_type == "regression" else y)
 
 
 def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None,
