@@ -202,6 +202,9 @@ def _execute(settings: Settings, plan: Plan, models: tuple, runtime: Runtime, co
     tracker's host opens the store and starts the MLflow run."""
     tracker = components.build_tracker(settings, runtime)
     data, metric = load_data(settings, runtime, checked)  # its checks fail before anything starts in the background
+    from pipeline.rare_classes import say_rare_classes
+
+    say_rare_classes(data, max((a.num_folds for a in plan.allocations), default=1))
     tracker.connect() if tracker.enabled else None  # a tracking server's health is checked here, at once
     with contextlib.ExitStack() as stack:
         try:
