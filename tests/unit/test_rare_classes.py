@@ -36,5 +36,5 @@ def test_a_table_with_a_rare_class_says_it_once_loaded(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="pipeline.rare_classes"):
         say_rare_classes(data, 5)
         say_rare_classes(data, 1)  # the holdout: 'rare' has a training row
-    said = [r.getMessage() for r in caplog.records]
+    said = [r.getMessage() for r in caplog.records if r.name == "pipeline.rare_classes"]
     assert len(said) == 1 and said[0].startswith("class(es) 'rare' (")
