@@ -179,12 +179,12 @@ def _column_types(X: pd.DataFrame, declared: tuple[str, ...]) -> tuple[list[str]
         elif pd.api.types.is_numeric_dtype(s):
             numeric.append(column)
         else:
-            _reject_text_in_numbers(column, s)
+            _check_text_in_numbers(column, s)
             categorical.append(column)
     return categorical, numeric
 
 
-def _reject_text_in_numbers(column: str, s: pd.Series) -> None:
+def _check_text_in_numbers(column: str, s: pd.Series) -> None:
     """A text column whose values are nearly all numbers is a numeric column with dirt in it, unless its
     numbers are few distinct codes: then the text is one more level of a categorical column (a car's
     cylinders 3, 4, 5, 6, 8 and 'rotary'; school grades 1 to 12 and 'K'), read as categories and said."""
