@@ -15,10 +15,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Optional
 
+from pipeline import number_text
 from pipeline.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    import numpy as np
     import pandas as pd
 
 log = logging.getLogger(__name__)
@@ -27,9 +27,6 @@ ROLES = ("numeric", "categorical", "datetime", "text", "id", "constant", "leak",
 LEFT_OUT = ("id", "constant", "dropped")  # roles whose columns are no features
 LEAK_CHECKS = ("warn", "error", "off")
 SAMPLE_ROWS = 10_000  # rows the inference looks at, whatever the table's length
-LEAK_ROWS = 5_000  # rows the leak check scores (out of fold)
-LEAK_SCORE = 0.98  # one column's out-of-fold R² or squared rank correlation (regression), balanced accuracy
-PAIR_R2 = 0.999  # two numeric columns whose linear combination is the label
 ID_NAME = re.compile(r"(^|[^a-z])(id|ids|identifier|uuid|guid|key)($|[^a-z])|[a-z](Id|ID)$", re.IGNORECASE)
 UNNAMED = re.compile(r"^(Unnamed: \d+|)$")
 OVERRIDDEN = "set by data.column_roles"
@@ -130,7 +127,11 @@ def infer(sample: pd.DataFrame, label: str, problem_type: Optional[str], overrid
             role, reason = _rule(column, s)
             roles.append(ColumnRole(column, role, reason, str(s.dtype)))
     if leak_check != "off" and label in sample.columns and problem_type is not None:
-        roles = _flag_leaks(roles, sample, label, problem_type, overrides)
+        from pipeline.leaks import LEAK_ROWS, suspects
+
+        found = suspects(roles, sample, sample_of(sample, LEAK_ROWS, seed=1), label, problem_type, overrides)
+        roles = [ColumnRole(r.column, "leak", found[r.column], r.dtype) if r.column in found else r
+                 for r in roles]
     return Roles(tuple(roles), label, len(sample))
 
 
@@ -159,6 +160,9 @@ def _rule(column: str, s: pd.Series) -> tuple[str, str]:
     text = values.astype(str)
     if _dates(text):
         return "datetime", "text that parses as dates"
+    written = number_text.detect(text)
+    if written is not None:
+        return "numeric", f"{number_text.REASON} ({written.describe()}; e.g. {_short(values.iloc[0])})"
     if ID_NAME.search(column) and unique_share >= 0.3:
         return "id", f"named like an identifier, {distinct} distinct values ({unique_share:.0%})"
     many = distinct > 50 and unique_share >= 0.3
@@ -208,162 +212,6 @@ def _short(value) -> str:
     return text if len(text) <= 30 else text[:27] + "…"
 
 
-def _flag_leaks(roles: list, sample: pd.DataFrame, label: str, problem_type: str, overrides: dict) -> list:
-    """Columns that alone (or two numeric ones together, as a sum) predict the label almost perfectly."""
-    import numpy as np
-    import pandas as pd
-
-    rows = sample_of(sample, LEAK_ROWS, seed=1)
-    y_raw = rows[label]
-    keep = y_raw.notna().to_numpy()
-    rows = rows[keep]
-    if len(rows) < 30:
-        return roles
-    if problem_type == "regression":
-        y = pd.to_numeric(rows[label], errors="coerce").to_numpy(dtype=np.float64)
-        if np.isnan(y).any():
-            return roles  # not numbers: the label's own check says so at loading
-    else:
-        y = rows[label].astype(str).factorize()[0]
-    folds = np.random.default_rng(2).permutation(len(rows)) % 2
-    found = {}
-    scores = {}
-    for r in roles:
-        if r.role not in ("numeric", "categorical") or r.column in overrides:
-            continue
-        score = _single_score(rows[r.column], y, folds, problem_type)
-        scores[r.column] = score
-        if score >= LEAK_SCORE:
-            what = ("out-of-fold R² (or squared rank correlation)" if problem_type == "regression"
-                    else "out-of-fold balanced accuracy")
-            found[r.column] = f"alone predicts {label!r}: {what} {score:.3f} on {len(rows)} sampled rows"
-    if problem_type == "regression":
-        for column, why in _pairs(rows, y, roles, scores, label, overrides, found).items():
-            found.setdefault(column, why)
-    return [ColumnRole(r.column, "leak", found[r.column], r.dtype) if r.column in found else r for r in roles]
-
-
-def _codes(x: pd.Series, bins: int = 32) -> np.ndarray:
-    """A column as small integer codes: quantile bins of numbers, categories (the rarest sharing one code)."""
-    import numpy as np
-    import pandas as pd
-
-    if pd.api.types.is_numeric_dtype(x) and not pd.api.types.is_bool_dtype(x):
-        v = x.to_numpy(dtype=np.float64, na_value=np.nan)
-        inner = np.linspace(0, 1, bins + 1)[1:-1]
-        edges = np.unique(np.nanquantile(v, inner)) if np.isfinite(v).any() else np.empty(0)
-        codes = np.searchsorted(edges, v, side="right")
-        codes[np.isnan(v)] = bins + 1
-        return codes
-    codes, _ = pd.factorize(x.astype(str), use_na_sentinel=False)
-    return np.minimum(codes, 4 * bins)
-
-
-def _single_score(x: pd.Series, y: np.ndarray, folds: np.ndarray, problem_type: str) -> float:
-    """Out-of-fold score of y predicted from one column's codes (each code's mean or majority on the other
-    fold)."""
-    import numpy as np
-
-    codes = _codes(x)
-    k = int(codes.max()) + 1
-    if problem_type == "regression":
-        pred = np.empty(len(y))
-        for f in (0, 1):
-            fit, out = folds != f, folds == f
-            sums = np.bincount(codes[fit], weights=y[fit], minlength=k)
-            counts = np.bincount(codes[fit], minlength=k)
-            means = np.where(counts > 0, sums / np.maximum(counts, 1), y[fit].mean())
-            pred[out] = means[codes[out]]
-        total = ((y - y.mean()) ** 2).sum()
-        r2 = float(1 - ((y - pred) ** 2).sum() / total) if total > 0 else 0.0
-        return max(r2, _rank_r2(x, y))
-    classes = int(y.max()) + 1
-    pred = np.empty(len(y), dtype=np.int64)
-    for f in (0, 1):
-        fit, out = folds != f, folds == f
-        table = np.zeros((k, classes))
-        np.add.at(table, (codes[fit], y[fit]), 1)
-        table[table.sum(axis=1) == 0] = np.bincount(y[fit], minlength=classes)
-        pred[out] = table.argmax(axis=1)[codes[out]]
-    return max(_balanced_accuracy(pred, y, classes), _neighbour_score(x, y, folds, classes))
-
-
-def _balanced_accuracy(pred: np.ndarray, y: np.ndarray, classes: int) -> float:
-    import numpy as np
-
-    return float(np.mean([float((pred[y == c] == c).mean()) for c in range(classes) if (y == c).any()]))
-
-
-def _neighbour_score(x: pd.Series, y: np.ndarray, folds: np.ndarray, classes: int) -> float:
-    """Out-of-fold balanced accuracy of each row's class taken from the other fold's row nearest in value
-    (numbers only): a label cut from the column at thresholds (a low birth weight from the weight) errs at
-    the cuts alone, where quantile bins straddling a cut err on a few hundred rows by a bin's share."""
-    import numpy as np
-    import pandas as pd
-
-    if not pd.api.types.is_numeric_dtype(x) or pd.api.types.is_bool_dtype(x):
-        return 0.0
-    v = x.to_numpy(dtype=np.float64, na_value=np.nan)
-    known = np.isfinite(v)
-    pred = np.empty(len(y), dtype=np.int64)
-    for f in (0, 1):
-        fit, out = folds != f, folds == f
-        pred[out] = np.bincount(y[fit], minlength=classes).argmax()  # rows without a number: the majority
-        fit, out = fit & known, out & known
-        if not fit.any():
-            continue
-        order = np.argsort(v[fit], kind="stable")
-        xs, ys, q = v[fit][order], y[fit][order], v[out]
-        right = np.minimum(np.searchsorted(xs, q), len(xs) - 1)
-        left = np.maximum(right - 1, 0)
-        nearer_left = np.abs(q - xs[left]) < np.abs(xs[right] - q)
-        pred[out] = np.where(nearer_left, ys[left], ys[right])
-    return _balanced_accuracy(pred, y, classes)
-
-
-def _rank_r2(x: pd.Series, y: np.ndarray) -> float:
-    """The squared rank correlation of a numeric column with the label: 1 for any monotone function of it."""
-    import numpy as np
-    import pandas as pd
-
-    if not pd.api.types.is_numeric_dtype(x) or pd.api.types.is_bool_dtype(x):
-        return 0.0
-    ok = x.notna().to_numpy()
-    if ok.sum() < 30:
-        return 0.0
-    a = pd.Series(x.to_numpy()[ok]).rank().to_numpy()
-    b = pd.Series(y[ok]).rank().to_numpy()
-    if a.std() == 0 or b.std() == 0:
-        return 0.0
-    return float(np.corrcoef(a, b)[0, 1] ** 2)
-
-
-def _pairs(rows, y, roles, scores, label, overrides, found) -> dict:
-    """Two numeric columns (among the six that score best alone) whose linear combination is the label."""
-    import numpy as np
-
-    numeric = [r.column for r in roles if r.role == "numeric" and r.column not in overrides]
-    top = sorted(numeric, key=lambda c: -scores.get(c, 0))[:6]
-    flagged = {}
-    total = ((y - y.mean()) ** 2).sum()
-    for i, a in enumerate(top):
-        for b in top[i + 1:]:
-            X = rows[[a, b]].to_numpy(dtype=np.float64, na_value=np.nan)
-            ok = np.isfinite(X).all(axis=1)
-            if ok.sum() < 30 or total <= 0:
-                continue
-            A = np.column_stack([X[ok], np.ones(ok.sum())])
-            coef, *_ = np.linalg.lstsq(A, y[ok], rcond=None)
-            yy = y[ok]
-            r2 = 1 - ((yy - A @ coef) ** 2).sum() / max(((yy - yy.mean()) ** 2).sum(), 1e-300)
-            if r2 >= PAIR_R2:
-                why = (f"with {{other}} predicts {label!r} as a linear combination: R² {r2:.4f} "
-                       f"on {int(ok.sum())} sampled rows")
-                flagged.setdefault(a, why.format(other=repr(b)))
-                flagged.setdefault(b, why.format(other=repr(a)))
-    return flagged
-
-
 def report(roles: Roles, leak_check: str) -> None:
     """Warnings for the columns left out and for leak suspects (or the error data.leak_check=error asks)."""
     auto_out = [c for c in roles.columns if c.role in ("id", "constant") and c.reason != OVERRIDDEN]
@@ -373,6 +221,9 @@ def report(roles: Roles, leak_check: str) -> None:
                         for c in auto_out[:2])
         log.warning("left out of the features: %s; to keep one, set its role, e.g. +data.column_roles={%s}",
                     named, keep)
+    written = [c for c in roles.columns if c.role == "numeric" and c.reason.startswith(number_text.REASON)]
+    if written:
+        log.info("read as numbers: %s", "; ".join(f"{c.column!r} ({c.reason})" for c in written))
     leaks = [c for c in roles.columns if c.role == "leak" and c.reason != OVERRIDDEN]
     if not leaks:
         return

@@ -85,12 +85,12 @@ class FeatureSchema:
 
     @property
     def input_text(self) -> set[str]:
-        """Raw columns read as text: the categories, dates and free text."""
+        """Raw columns read as text: the categories, dates, free text and numbers written as text."""
         return set(self.categories) | (self.maker.raw_text if self.maker is not None else set())
 
     @property
     def input_numeric(self) -> set[str]:
-        return set(self.input_columns) & set(self.numeric)
+        return set(self.input_columns) & set(self.numeric) - self.input_text
 
     def check_columns(self, columns, source: str = "the input") -> None:
         """A DataError naming the first training column the input lacks (and the input's closest name)."""

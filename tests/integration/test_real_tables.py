@@ -192,3 +192,25 @@ def test_class_weights_are_said_and_a_regression_label_refuses_them_before_any_f
     said = " ".join((proc.stdout + proc.stderr).split())
     assert "data.class_weight=balanced weighs the classes of a classification label" in said
     assert "valid for regression: data.class_weight=none" in said and "Leaderboard" not in said
+
+
+def test_numbers_written_as_text_train_and_predict_as_the_plain_numbers(tables):
+    """Credit's money and score columns written as a spreadsheet would ('$3,606', '283 pts'): read as the
+    numbers, said, the same test score as the plain table's, and predictions from the written rows."""
+    plain = pd.read_csv(tables / "Credit.csv")
+    written = plain.assign(Limit=plain["Limit"].map(lambda v: f"${v:,}"),
+                           Rating=plain["Rating"].map(lambda v: f"{v} pts"))
+    written.to_csv(tables / "credit_written.csv", index=False)
+    runs = {name: run_cli([f"data.path={name}.csv", "data.label=Balance", *fast("lightgbm")], tables,
+                          check=True)
+            for name in ("Credit", "credit_written")}
+    log = runs["credit_written"].stdout + runs["credit_written"].stderr
+    assert "read as numbers: 'Limit' (numbers written as text ('$' before, ',' between thousands" in log
+    schema = json.loads((run_dir_of(runs["credit_written"]) / "schema.json").read_text())
+    assert {c["column"]: c["role"] for c in schema["columns"]}["Rating"] == "numeric"
+    assert {"Limit", "Rating"} <= set(schema["features"])
+    boards = {name: leaderboard(run_dir_of(proc)) for name, proc in runs.items()}
+    assert boards["credit_written"]["lightgbm"]["test_rmse"] == boards["Credit"]["lightgbm"]["test_rmse"]
+    _, out = predict(tables, run_dir_of(runs["credit_written"]), tables / "credit_written.csv", "written.csv")
+    _, again = predict(tables, run_dir_of(runs["credit_written"]), tables / "Credit.csv", "from_plain.csv")
+    assert pd.read_csv(out)["Balance"].tolist() == pd.read_csv(again)["Balance"].tolist()
