@@ -14,6 +14,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from pipeline import number_text
 from pipeline.config import DataConf
 from pipeline.data_sources import DataSource, resolve, source_for
 from pipeline.table_files import read_file
@@ -193,6 +194,10 @@ def _check_text_in_numbers(column: str, s: pd.Series) -> None:
         return
     parsed = pd.to_numeric(pd.Series(counts.index, dtype=object), errors="coerce").to_numpy()
     is_text = np.isnan(parsed.astype(float))
+    marks = is_text.copy()
+    marks[is_text] = [number_text.is_missing_mark(str(v)) for v in counts.index[is_text]]
+    if (is_text & ~marks).any():  # words beside missing marks ('?'): the words are the dirt
+        counts, parsed, is_text = counts[~marks], parsed[~marks], is_text[~marks]
     bad = counts[is_text]
     n_bad, n_all = int(bad.sum()), int(counts.sum())
     if n_bad and n_bad <= 0.05 * n_all and n_all - n_bad >= 10:

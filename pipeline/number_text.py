@@ -6,7 +6,8 @@ one decimal mark and at most one thousands separator (groups of three digits), a
 around each number, or none (a currency sign before it; '%', a currency sign or a unit after it; a
 unit's plural 'years' counts as 'year'), on at least half the rows where there is text (a letter after a
 few numbers is a code: '136A'). Parentheses around a number make it negative, as accountants write it.
-The number is kept as written: '45%' reads 45, '3.5 kg' reads 3.5.
+The number is kept as written: '45%' reads 45, '3.5 kg' reads 3.5. The marks spreadsheets and statistics
+packages write for a missing number ('?', '-', 'n/a', 'null', ...) are missing values, said.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ VALUE = re.compile(
 MARKS = ((".", None), (".", ","), (".", " "), (".", "'"), (",", None), (",", "."), (",", " "))
 MIN_SHARE = 0.95  # of a column's rows its way of writing must read, where some rows do not
 REASON = "numbers written as text"
+# what spreadsheets and statistics packages write for a missing number (compared stripped, in lower case)
+MISSING = frozenset({"?", "-", "--", "---", "–", "—", ".", "na", "n/a", "n.a.", "nan", "null", "missing",
+                     "unknown", "#n/a", "#na"})
 
 
 @dataclass(frozen=True)
@@ -40,9 +44,11 @@ class NumberFormat:
     thousands: Optional[str]
     before: str  # text before each number ('$'), or ''
     after: str  # text after it ('%', 'kg'), or ''
+    missing: tuple[str, ...] = ()  # the marks it writes for a missing number ('?', 'n/a')
 
     def describe(self) -> str:
-        parts = [f"{self.before!r} before" if self.before else "",
+        parts = [", ".join(map(repr, self.missing)) + " for missing" if self.missing else "",
+                 f"{self.before!r} before" if self.before else "",
                  f"{self.after!r} after" if self.after else "",
                  f"{self.thousands!r} between thousands" if self.thousands else "",
                  "a decimal comma" if self.decimal == "," else ""]
@@ -76,9 +82,11 @@ def _number(core: str, decimal: str, thousands: Optional[str]) -> Optional[float
 
 def detect(values: pd.Series, min_share: float = 1.0) -> Optional[NumberFormat]:
     """The way a text column writes its numbers, where one way reads at least `min_share` of its
-    non-missing rows, and some rows need it (a separator or text around the number: plain numbers are
-    read as numbers by the file's reader); else None."""
+    non-missing rows, and some rows need it (a separator, text around the number or a missing mark:
+    plain numbers are read as numbers by the file's reader); else None."""
     counts = values.dropna().astype(str).value_counts()
+    marks = [v for v in counts.index if is_missing_mark(v)]
+    counts = counts.drop(marks)
     total = int(counts.sum())
     if total == 0:
         return None
@@ -94,11 +102,16 @@ def detect(values: pd.Series, min_share: float = 1.0) -> Optional[NumberFormat]:
     if affixes.get((before, after), 0) < 0.5 * total:  # text on a few numbers: codes ('136A'), not units
         before, after = "", ""
     for decimal, thousands in MARKS:
-        fmt = NumberFormat(decimal, thousands, before, after)
+        fmt = NumberFormat(decimal, thousands, before, after, tuple(sorted(marks)))
         if sum(n for p, n in pieces if _value(p, fmt) is not None) >= min_share * total:
-            written = before or after or thousands or decimal == ","
+            written = before or after or thousands or decimal == "," or marks
             return fmt if written else None
     return None
+
+
+def is_missing_mark(value: str) -> bool:
+    """Whether a written value is a mark for a missing number."""
+    return value.strip().lower() in MISSING
 
 
 def _value(p: Optional[tuple], fmt: NumberFormat) -> Optional[float]:
@@ -110,8 +123,9 @@ def _value(p: Optional[tuple], fmt: NumberFormat) -> Optional[float]:
 
 
 def read(values: pd.Series, fmt: NumberFormat) -> tuple[np.ndarray, pd.Series]:
-    """The column's numbers (float64, missing where a value is not written the column's way; a number
-    without the column's text around it is read), and the values that were not, each once."""
+    """The column's numbers (float64, missing where a value is a missing mark or not written the column's
+    way; a number without the column's text around it is read), and the values not written that way
+    (missing marks aside), each once."""
     import numpy as np
     import pandas as pd
 
@@ -119,9 +133,11 @@ def read(values: pd.Series, fmt: NumberFormat) -> tuple[np.ndarray, pd.Series]:
         return values.to_numpy(dtype=np.float64, na_value=np.nan), pd.Series([], dtype=object)
     codes, uniques = pd.factorize(values.astype(object).where(values.notna(), None))
     numbers = np.full(len(uniques), np.nan)
+    missing = np.zeros(len(uniques), dtype=bool)
     for i, v in enumerate(uniques):
         number = _value(_pieces(str(v)), fmt)
         if number is not None:
             numbers[i] = number
+        missing[i] = is_missing_mark(str(v))
     out = np.where(codes >= 0, numbers[np.maximum(codes, 0)], np.nan)
-    return out, pd.Series(uniques[np.isnan(numbers)], dtype=object)
+    return out, pd.Series(uniques[np.isnan(numbers) & ~missing], dtype=object)

@@ -46,11 +46,11 @@ def test_codes_ordinals_versions_times_and_mixed_units_are_not_numbers(values):
 
 
 def test_a_few_values_written_otherwise_are_missing_and_returned():
-    values = pd.Series(["$1,000"] * 19 + ["unknown", None])
+    values = pd.Series(["$1,000"] * 19 + ["ask", None])
     assert number_text.detect(values) is None  # the roles' rule: every sampled value
     fmt = number_text.detect(values, number_text.MIN_SHARE)
     read, unread = number_text.read(values, fmt)
-    assert read[0] == 1000 and np.isnan(read[-2:]).all() and unread.tolist() == ["unknown"]
+    assert read[0] == 1000 and np.isnan(read[-2:]).all() and unread.tolist() == ["ask"]
     assert number_text.read(pd.Series(["1000", "$2,000"]), fmt)[0].tolist() == [1000, 2000]  # no '$': read
 
 
@@ -91,9 +91,36 @@ def test_features_read_them_at_training_and_prediction_alike(caplog):
     schema = FeatureSchema.of(made.drop(columns=[c for c in made if made[c].dtype == object]), features=maker)
     assert {"Limit", "Rating"} <= schema.input_text and not {"Limit", "Rating"} & schema.input_numeric
     new = raw.iloc[:3].copy()
-    new["Limit"] = ["3606", "unknown", "$7,075"]  # a plain number, a word, the column's way
+    new["Limit"] = ["3606", "ask", "$7,075"]  # a plain number, a word, the column's way
     with caplog.at_level(logging.WARNING, logger="pipeline.features"):
         again = maker.transform(new)
     assert again["Limit"].tolist()[0::2] == [3606, 7075] and np.isnan(again["Limit"].iloc[1])
-    assert any("column 'Limit': 1 row(s) not written as its numbers are ('unknown'" in r.getMessage()
+    assert any("column 'Limit': 1 row(s) not written as its numbers are ('ask'" in r.getMessage()
                for r in caplog.records)
+
+
+def test_missing_marks_in_a_numeric_column_are_missing_values(tmp_path, caplog):
+    """A column of numbers with '?' or '-' where a number is missing (as UCI's files and spreadsheets
+    write it) is numeric with those rows missing, said; a word that is no missing mark is still refused."""
+    from pipeline.config import DataConf
+    from pipeline.data import load
+    from pipeline.errors import DataError
+
+    read = numbers(["1", "?", "2.5", "-", "N/A", "unknown"])
+    assert read[0::2] == [1, 2.5, read[4]] and np.isnan([read[1], read[3], read[4], read[5]]).all()
+    assert number_text.detect(pd.Series(["Private", "?", "Self-emp"])) is None  # categories with a '?'
+    credit = pd.read_csv(REAL / "Credit.csv")
+    credit["Age"] = credit["Age"].astype(object)
+    credit.loc[[3, 50, 200], "Age"] = ["?", "-", "?"]
+    credit.to_csv(tmp_path / "credit.csv", index=False)
+    spec = DataConf(name="csv", path="credit.csv", label="Balance",
+                    _target_="pipeline.data_sources.CsvSource")
+    with caplog.at_level(logging.INFO, logger="pipeline.roles"):
+        data = load(spec, tmp_path)
+    assert "Age" in data.numeric and int(np.isnan(data.X["Age"].to_numpy()).sum()) == 3
+    said = [r.getMessage() for r in caplog.records]
+    assert any("'Age' (numbers written as text ('-', '?' for missing" in m for m in said)
+    credit.loc[7, "Age"] = "forty"
+    credit.to_csv(tmp_path / "credit.csv", index=False)
+    with pytest.raises(DataError, match=r"'Age' is numeric but 1 row\(s\) hold text \('forty'\) among"):
+        load(spec, tmp_path)
