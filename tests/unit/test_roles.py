@@ -176,3 +176,20 @@ def test_a_column_constant_only_in_the_files_first_rows_stays_a_feature(tmp_path
     assert early.get("season").role == "constant"
     data = load(spec, tmp_path, early)
     assert data.roles.get("season").role == "categorical" and "season" in data.X.columns
+
+
+def test_a_label_a_category_or_a_texts_first_word_determines_is_flagged_where_out_of_fold_is_blind():
+    """Auto's 37 makers on 392 cars: the maker (a category, or the first word of the car's name) determines
+    the origin and the maker label, but rare makers leave the out-of-fold score under the bar. Each value
+    that repeats holding one class flags it; a chance category in pairs (a coin per row) is not flagged."""
+    auto = pd.read_csv(REAL / "Auto.csv")
+    make = auto["name"].str.split().str[0]
+    by_name = roles.infer(auto.assign(maker=make), "maker", "multiclass", {}).get("name")
+    assert by_name.role == "leak" and by_name.reason.startswith("its first word alone determines 'maker'")
+    by_make = roles.infer(auto.drop(columns="name").assign(make=make), "origin", "multiclass", {}).get("make")
+    assert by_make.role == "leak"
+    assert "each of its 29 values seen more than once holds one class" in by_make.reason
+    pairs = (np.arange(len(auto)) // 2).astype(str)
+    for seed in range(5):
+        coin = np.random.default_rng(seed).integers(0, 2, len(auto))
+        assert role_of(auto.assign(pairs=pairs, coin=coin), "pairs", "coin", "binary") == "categorical"
