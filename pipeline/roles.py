@@ -161,6 +161,8 @@ def _rule(column: str, s: pd.Series) -> tuple[str, str]:
     if _dates(text):
         return "datetime", "text that parses as dates"
     written = number_text.detect(text)
+    if written is not None and ID_NAME.search(column) and unique_share >= 0.9:
+        return "id", f"named like an identifier, numbers written as text, {unique_share:.0%} distinct"
     if written is not None:
         return "numeric", f"{number_text.REASON} ({written.describe()}; e.g. {_short(values.iloc[0])})"
     if ID_NAME.search(column) and unique_share >= 0.3:

@@ -72,6 +72,12 @@ def test_roles_call_them_numeric_and_say_so(caplog):
     assert any(m.startswith("read as numbers: 'Limit'") and "'Rating'" in m for m in said)
 
 
+def test_an_identifier_written_with_separators_stays_an_id():
+    credit = credit_written()
+    credit["Customer ID"] = [f"{100_000 + 37 * i:,}" for i in range(len(credit))]  # 100,000 and on
+    assert roles.infer(credit, "Balance", "regression", {}).get("Customer ID").role == "id"
+
+
 def test_a_leak_written_as_text_is_flagged():
     credit = credit_written()
     credit["Owed"] = credit["Balance"].map(lambda v: f"${v:,}.00")  # the label itself, written as money
