@@ -119,8 +119,7 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
                      f"{BAG_CELLS_PER_HOUR / CELLS_PER_HOUR:g} times FLAML's rule for cross-validation; "
                      f"under {CELLS_PER_HOUR / 1e6:g} million, {SMALL_BAG_FOLDS} folds")
         report.console.print(
-            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: each trial is {'an' if folds == 8 else 'a'} "
-            f"{folds}-fold bag, "
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: each trial is a {folds}-fold bag, "
             "scored out of fold on every training row, since the table is small for the budget (rows x "
             f"features / 0.9 {how_small}; under {BAG_ROWS_UNDER:,} rows); "
             "losing trials stop after their first folds (parallelism=default keeps one holdout fit)",

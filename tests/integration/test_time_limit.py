@@ -52,7 +52,7 @@ def test_a_time_limit_bounds_the_whole_run_from_start_up_to_the_last_line(cli, t
 def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli, tmp_path):
     """Each job's clock starts with the job (the first with its process); no hpo chosen: hpo=auto,
     its first trials each model's own params then its portfolio; a table this small for the budget:
-    8-fold bags, the losing trials stopped after their first folds. The tail's reserve is learnt: the first
+    5-fold bags, the losing trials stopped after their first folds. The tail's reserve is learnt: the first
     job reserves from the bound's own CPU share and records the tail it took, and the next like it reserves
     from that measure (other kinds of run keep their own: tests/unit/test_time_budget.py).
     """
@@ -62,7 +62,7 @@ def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli
                "model.lightgbm.params.num_iterations=20", "hydra.sweep.dir=sweep", env=env, check=True,
                timeout=240)
     assert proc.stdout.count("hpo=auto: time_limit_s=15 is set and no hpo was chosen") == 2
-    assert proc.stdout.count("each trial is an 8-fold bag") == 2
+    assert proc.stdout.count("each trial is a 5-fold bag") == 2
     # within the limit, or past it by less than the stop grace: the second job's tail reserve is learnt from
     # the first job's tail, which ran under another load (here, the rest of the suite's)
     line = r"time_limit_s=15 s: the run took ([0-9.]+) s from start-up"
