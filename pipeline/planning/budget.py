@@ -2,8 +2,7 @@
 hpo=auto (each model's own params, then its kind's portfolio of proven configurations, then TPE with
 pruning: pipeline.searchers.AutoSearch) for as many trials as the budget lets finish; hpo=auto without
 a limit is refused, since nothing would end its trials. Where the budget allows for the table's size
-and no parallelism was chosen, its trials are 5-fold bags, 8-fold ones on a table small for the budget
-(`bagging_fits`)."""
+and no parallelism was chosen, its trials are 5-fold bags (`bagging_fits`)."""
 
 from __future__ import annotations
 
@@ -23,11 +22,6 @@ log = logging.getLogger("pipeline")
 AUTO = "pipeline.searchers.AutoSearch"
 IN_DRIVER_UP_TO_S = 60.0  # a limit this short fits hpo=auto's trials in the driver: no worker pool to start
 BAG_FOLDS = 5
-# folds of a bag on a table small for the budget by FLAML's own rule (AutoGluon's num_bag_folds): each fold
-# model learns from 7/8 of the rows, not 4/5, and the test rows average eight. Each model's own params as
-# such bags scored higher on the test rows than as 5-fold bags on 34 of 59 table-splits of the bench's
-# small tables, lower on 18, at 1.25 times the whole run's time (docs/time_budget.md)
-SMALL_BAG_FOLDS = 8
 # FLAML's rule for cross-validation over a holdout (flaml.automl eval_method="auto", flaml.config): the
 # training cells (rows x features / 0.9) under 10 million per hour of budget, and under 100,000 rows. It
 # decides which tables are small enough for the added regression kinds (their time and memory grow with the
@@ -109,19 +103,14 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     base_dir = base_dir or Path.cwd()
     shape = data_shape(conf.data, base_dir, settings.source)  # read once: bagging and the added kinds ask
     if bagging_fits(settings, overrides, shape):
-        small = small_for_budget(settings, shape)
-        folds = SMALL_BAG_FOLDS if small else BAG_FOLDS
-        parallelism = dataclasses.replace(parallelism, num_folds=folds)
-        changes["parallelism.num_folds"] = folds
-        how_small = (f"under {CELLS_PER_HOUR / 1e6:g} million per hour of budget, FLAML's rule for "
-                     f"cross-validation: {SMALL_BAG_FOLDS} folds, as AutoGluon's bags" if small else
-                     f"under {BAG_CELLS_PER_HOUR / 1e6:g} million per hour of budget, "
-                     f"{BAG_CELLS_PER_HOUR / CELLS_PER_HOUR:g} times FLAML's rule for cross-validation; "
-                     f"under {CELLS_PER_HOUR / 1e6:g} million, {SMALL_BAG_FOLDS} folds")
+        parallelism = dataclasses.replace(parallelism, num_folds=BAG_FOLDS)
+        changes["parallelism.num_folds"] = BAG_FOLDS
         report.console.print(
-            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: each trial is a {folds}-fold bag, "
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: each trial is a {BAG_FOLDS}-fold bag, "
             "scored out of fold on every training row, since the table is small for the budget (rows x "
-            f"features / 0.9 {how_small}; under {BAG_ROWS_UNDER:,} rows); "
+            f"features / 0.9 under {BAG_CELLS_PER_HOUR / 1e6:g} million per hour of budget, "
+            f"{BAG_CELLS_PER_HOUR / CELLS_PER_HOUR:g} times FLAML's rule for cross-validation, "
+            f"under {BAG_ROWS_UNDER:,} rows); "
             "losing trials stop after their first folds (parallelism=default keeps one holdout fit)",
             highlight=False)
     params = dict(settings.params)
@@ -152,7 +141,7 @@ def busy_machine() -> Optional[str]:
 
 
 def bagging_fits(settings: Settings, overrides: tuple[str, ...], shape) -> bool:
-    """Whether hpo=auto's trials are bags rather than one holdout fit: no parallelism chosen, no
+    """Whether hpo=auto's trials are 5-fold bags rather than one holdout fit: no parallelism chosen, no
     stacking (which sets its own folds), and a table small for the budget (`BAG_CELLS_PER_HOUR`); `shape` is
     the table's as the plan reads it (pipeline.memory.shape), None where unknown, which keeps the holdout."""
     conf = settings.conf
