@@ -104,7 +104,7 @@ def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None,
         roles = _constant_beyond_the_sample(roles, X)
         features = FeatureMaker.fit(X, roles, fit_rows)
         if features.changes:
-            raw_example = X.iloc[test_idx[:5]].copy()
+            raw_example = X.iloc[test_idx[:5]][features.inputs].copy()  # the columns a model reads
             X = features.transform(X)
         else:
             features = None

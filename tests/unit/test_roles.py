@@ -193,3 +193,18 @@ def test_a_label_a_category_or_a_texts_first_word_determines_is_flagged_where_ou
     for seed in range(5):
         coin = np.random.default_rng(seed).integers(0, 2, len(auto))
         assert role_of(auto.assign(pairs=pairs, coin=coin), "pairs", "coin", "binary") == "categorical"
+
+
+def test_the_logged_models_example_input_holds_only_the_columns_a_model_reads(tmp_path):
+    """The pyfunc's signature comes from this example: a column the roles leave out (an id, a constant)
+    in it made MLflow refuse an input without that column, though no model reads it."""
+    from pipeline.config import DataConf
+    from pipeline.data import load
+
+    (tmp_path / "penguins.csv").write_bytes((REAL / "penguins-raw.csv").read_bytes())
+    spec = DataConf(name="csv", path="penguins.csv", label="Body Mass (g)",
+                    _target_="pipeline.data_sources.CsvSource")
+    data = load(spec, tmp_path)
+    assert list(data.raw_example.columns) == data.features.inputs
+    assert not {"Individual ID", "Region", "Stage"} & set(data.raw_example.columns)
+    assert "Date Egg" in data.raw_example.columns  # raw, before its date features
