@@ -1,5 +1,6 @@
 """The leak check: columns that alone (or two numeric ones together) predict the label almost perfectly,
-scored out of fold on a sample of rows (`pipeline.roles` calls it once the roles are inferred)."""
+scored out of fold on a sample of rows, and categories that determine the class where too few rows a value
+leave that score blind (`pipeline.roles` calls it once the roles are inferred)."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def _single_score(x: pd.Series, y: np.ndarray, folds: np.ndarray, problem_type: 
 
 def _purity(x: pd.Series, y: np.ndarray) -> tuple[float, int, int]:
     """How far a category determines the class, where too few rows per class leave the out-of-fold score
-    blind (32 makers of 93 cars): the balanced accuracy of each value's majority class over the rows whose
+    blind (37 makers of 392 cars): the balanced accuracy of each value's majority class over the rows whose
     value repeats, if those are half the rows or more, in five values or more, of two classes or more; else
     0. A chance column scores about 0.75 with values in pairs, less with more rows per value."""
     import numpy as np
