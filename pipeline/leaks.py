@@ -1,6 +1,7 @@
-"""The leak check: columns that alone (or two numeric ones together) predict the label almost perfectly,
-scored out of fold on a sample of rows, and categories that determine the class where too few rows a value
-leave that score blind (`pipeline.roles` calls it once the roles are inferred)."""
+"""The leak check: columns that alone (or two together: numbers as a linear combination of a numeric label,
+any two's values jointly for a class) predict the label almost perfectly, scored out of fold on a sample of
+rows, and categories that determine the class where too few rows a value leave that score blind
+(`pipeline.roles` calls it once the roles are inferred)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ PAIR_R2 = 0.999  # two numeric columns whose linear combination is the label
 
 def suspects(roles: list, sample: pd.DataFrame, rows: pd.DataFrame, label: str, problem_type: str,
              overrides: dict) -> dict:
-    """{column: why} for the columns that alone (or two numeric ones together, as a sum) predict the label
-    almost perfectly on `rows` (at most LEAK_ROWS of the roles' `sample`); `roles`: the ColumnRoles."""
+    """{column: why} for the columns that alone (or two together) predict the label almost perfectly on `rows`
+    (at most LEAK_ROWS of the roles' `sample`); `roles`: the ColumnRoles."""
     import numpy as np
     import pandas as pd
 
@@ -40,6 +41,7 @@ def suspects(roles: list, sample: pd.DataFrame, rows: pd.DataFrame, label: str, 
     folds = np.random.default_rng(2).permutation(len(rows)) % 2
     found = {}
     scores = {}
+    scored = {}  # the columns as scored (a text by its first word)
     for r in roles:
         if r.role not in ("numeric", "categorical", "text") or r.column in overrides:
             continue
@@ -48,6 +50,7 @@ def suspects(roles: list, sample: pd.DataFrame, rows: pd.DataFrame, label: str, 
             x = x.astype("string").str.split().str[0]
         score = _single_score(x, y, folds, problem_type)
         scores[r.column] = score
+        scored[r.column] = x
         whose = "its first word alone" if r.role == "text" else "alone"
         if score >= LEAK_SCORE:
             what = ("out-of-fold R² (or squared rank correlation)" if problem_type == "regression"
@@ -60,9 +63,10 @@ def suspects(roles: list, sample: pd.DataFrame, rows: pd.DataFrame, label: str, 
                     f"{whose} determines {label!r}: each of its {values} values seen more than once holds "
                     f"one class (balanced accuracy {pure:.3f} on those {repeated} of {len(rows)} sampled "
                     "rows, too few a value to score it out of fold)")
-    if problem_type == "regression":
-        for column, why in _pairs(rows, y, roles, scores, label, overrides, found).items():
-            found.setdefault(column, why)
+    pairs = _pairs(rows, y, roles, scores, label, overrides, found) if problem_type == "regression" \
+        else _class_pairs(scored, y, folds, scores, label, found)
+    for column, why in pairs.items():
+        found.setdefault(column, why)
     return found
 
 
@@ -101,6 +105,15 @@ def _single_score(x: pd.Series, y: np.ndarray, folds: np.ndarray, problem_type: 
         r2 = float(1 - ((y - pred) ** 2).sum() / total) if total > 0 else 0.0
         return max(r2, _rank_r2(x, y))
     classes = int(y.max()) + 1
+    return max(_code_score(codes, y, folds, classes), _neighbour_score(x, y, folds, classes))
+
+
+def _code_score(codes: np.ndarray, y: np.ndarray, folds: np.ndarray, classes: int) -> float:
+    """Out-of-fold balanced accuracy of each code's majority class on the other fold (a code unseen there:
+    that fold's majority)."""
+    import numpy as np
+
+    k = int(codes.max()) + 1
     pred = np.empty(len(y), dtype=np.int64)
     for f in (0, 1):
         fit, out = folds != f, folds == f
@@ -108,7 +121,7 @@ def _single_score(x: pd.Series, y: np.ndarray, folds: np.ndarray, problem_type: 
         np.add.at(table, (codes[fit], y[fit]), 1)
         table[table.sum(axis=1) == 0] = np.bincount(y[fit], minlength=classes)
         pred[out] = table.argmax(axis=1)[codes[out]]
-    return max(_balanced_accuracy(pred, y, classes), _neighbour_score(x, y, folds, classes))
+    return _balanced_accuracy(pred, y, classes)
 
 
 def _purity(x: pd.Series, y: np.ndarray) -> tuple[float, int, int]:
@@ -203,6 +216,28 @@ def _pairs(rows, y, roles, scores, label, overrides, found) -> dict:
             if r2 >= PAIR_R2:
                 why = (f"with {{other}} predicts {label!r} as a linear combination: R² {r2:.4f} "
                        f"on {int(ok.sum())} sampled rows")
+                flagged.setdefault(a, why.format(other=repr(b)))
+                flagged.setdefault(b, why.format(other=repr(a)))
+    return flagged
+
+
+def _class_pairs(scored: dict, y: np.ndarray, folds: np.ndarray, scores: dict, label: str,
+                 found: dict) -> dict:
+    """Two columns (among the six that score best alone) whose values together predict the class out of fold:
+    a label coded into two columns (an answer written as the bounds of the bid it accepted)."""
+    import numpy as np
+
+    top = sorted((c for c in scored if c not in found), key=lambda c: -scores[c])[:6]
+    codes = {c: _codes(scored[c]) for c in top}
+    classes = int(y.max()) + 1
+    flagged = {}
+    for i, a in enumerate(top):
+        for b in top[i + 1:]:
+            joint = np.unique(codes[a] * (int(codes[b].max()) + 1) + codes[b], return_inverse=True)[1]
+            score = _code_score(joint.ravel(), y, folds, classes)
+            if score >= LEAK_SCORE:
+                why = (f"with {{other}} predicts {label!r}: out-of-fold balanced accuracy {score:.3f} of the "
+                       f"two columns' values together on {len(y)} sampled rows")
                 flagged.setdefault(a, why.format(other=repr(b)))
                 flagged.setdefault(b, why.format(other=repr(a)))
     return flagged

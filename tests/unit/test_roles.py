@@ -98,6 +98,29 @@ def test_a_label_cut_from_a_number_is_flagged_on_a_small_table_and_a_noisy_relat
     assert graded.of("leak") == ["score"] and graded.get("age").role == "numeric"
 
 
+def test_a_class_coded_into_two_columns_is_flagged_and_a_strong_fair_pair_is_not():
+    """An answer written as the two bounds of the bid it accepted: neither bound alone holds the class (a
+    lower bound of 20 is 'no' below 50 and 'yes' up to 999), the two together do."""
+    rng = np.random.default_rng(7)
+    n = 1500
+    bid = rng.choice([2, 5, 20, 50, 100, 250], n)
+    higher = pd.Series(bid).map({2: 5, 5: 20, 20: 50, 50: 100, 100: 250, 250: 500}).to_numpy()
+    answer = rng.choice(["nn", "ny", "yy"], n)  # no at the bid; no at the higher bid; yes at both
+    lower = np.select([answer == "nn", answer == "ny"], [0, bid], higher)
+    upper = np.select([answer == "nn", answer == "ny"], [bid, higher], 999)
+    x1, x2 = rng.normal(size=n), rng.normal(size=n)
+    f = pd.DataFrame({"lower": lower, "upper": upper, "age": rng.integers(18, 80, n), "x1": x1, "x2": x2,
+                      "region": rng.choice(list("abcdef"), n), "answer": answer,
+                      "fair": np.where(x1 + x2 + rng.normal(0, 0.3, n) > 0, "high", "low")})
+    coded = roles.infer(f.drop(columns="fair"), "answer", "multiclass", {})
+    assert sorted(coded.of("leak")) == ["lower", "upper"]
+    assert "with 'upper' predicts 'answer'" in coded.get("lower").reason
+    fair = roles.infer(f.drop(columns=["lower", "upper", "answer"]), "fair", "binary", {})
+    assert fair.of("leak") == []  # x1 and x2 decide it with noise: well over chance, not a leak
+    small = roles.infer(f.drop(columns=["lower", "upper", "fair"]).head(120), "answer", "multiclass", {})
+    assert small.of("leak") == []  # pairs of chance columns on a small table: sparse cells score no better
+
+
 @pytest.mark.parametrize("table, label, problem, expected", [
     ("Auto.csv", "mpg", "regression", {"name": "text"}),
     ("penguins-raw.csv", "Body Mass (g)", "regression",
