@@ -47,7 +47,7 @@ BUSY_BELOW = 0.75
 ADDED_KINDS = (
     ("extra_trees", "scikit-learn's extremely randomised trees", ("regression",)),
     ("catboost", "CatBoost's ordered boosting", ("regression",)),
-    ("linear", "a linear model choosing its own penalty", ("regression",)),
+    ("linear", "a linear model choosing its own penalty", ("regression", "binary", "multiclass")),
 )
 
 
@@ -165,9 +165,11 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
     where no model was chosen and the table is small for the budget: AutoGluon fits forests, CatBoost and a
     linear model among its defaults, and on a number to predict an ensemble of LightGBM and XGBoost gains
     from the forests' smooth averages, CatBoost's ordered boosting and a linear trend trees can only
-    approximate in steps. On classification tables they added nothing the ensemble kept beside the network,
-    and their time was the others' (docs/time_budget.md); the forests' memory and CatBoost's time grow with
-    the rows, hence the table's size. A kind whose library is not installed is said and left out."""
+    approximate in steps. On classification tables the forests and CatBoost added nothing the ensemble kept
+    beside the network, and their time was the others'; the linear model, a few fits of a second, gives the
+    classes' log-odds as a line where the choice is one (docs/time_budget.md). The forests' memory and
+    CatBoost's time grow with the rows, hence the table's size. A kind whose library is not installed is said
+    and left out."""
     conf = settings.conf
     if overridden("model", overrides) or conf.stack_levels or not small_for_budget(settings, shape):
         return settings
