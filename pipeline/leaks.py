@@ -214,10 +214,8 @@ def _pairs(rows, y, roles, scores, label, overrides, found) -> dict:
             yy = y[ok]
             r2 = 1 - ((yy - A @ coef) ** 2).sum() / max(((yy - yy.mean()) ** 2).sum(), 1e-300)
             if r2 >= PAIR_R2:
-                why = (f"with {{other}} predicts {label!r} as a linear combination: R² {r2:.4f} "
-                       f"on {int(ok.sum())} sampled rows")
-                flagged.setdefault(a, why.format(other=repr(b)))
-                flagged.setdefault(b, why.format(other=repr(a)))
+                _flag_both(flagged, a, b, f"with {{other}} predicts {label!r} as a linear combination: "
+                                          f"R² {r2:.4f} on {int(ok.sum())} sampled rows")
     return flagged
 
 
@@ -236,8 +234,13 @@ def _class_pairs(scored: dict, y: np.ndarray, folds: np.ndarray, scores: dict, l
             joint = np.unique(codes[a] * (int(codes[b].max()) + 1) + codes[b], return_inverse=True)[1]
             score = _code_score(joint.ravel(), y, folds, classes)
             if score >= LEAK_SCORE:
-                why = (f"with {{other}} predicts {label!r}: out-of-fold balanced accuracy {score:.3f} of the "
-                       f"two columns' values together on {len(y)} sampled rows")
-                flagged.setdefault(a, why.format(other=repr(b)))
-                flagged.setdefault(b, why.format(other=repr(a)))
+                _flag_both(flagged, a, b, f"with {{other}} predicts {label!r}: out-of-fold balanced "
+                                          f"accuracy {score:.3f} of the two columns' values together on "
+                                          f"{len(y)} sampled rows")
     return flagged
+
+
+def _flag_both(flagged: dict, a: str, b: str, why: str) -> None:
+    """Flag each column of a pair (unless flagged already), `why` naming the other as {other}."""
+    flagged.setdefault(a, why.format(other=repr(b)))
+    flagged.setdefault(b, why.format(other=repr(a)))
