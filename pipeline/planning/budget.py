@@ -166,8 +166,8 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
     linear model among its defaults, and on a number to predict an ensemble of LightGBM and XGBoost gains
     from the forests' smooth averages, CatBoost's ordered boosting and a linear trend trees can only
     approximate in steps. On classification tables the forests and CatBoost added nothing the ensemble kept
-    beside the network, and their time was the others'; the linear model, a few fits of a second, gives the
-    classes' log-odds as a line where the choice is one (docs/time_budget.md). The forests' memory and
+    beside the network, and their time was the others'; the linear model, a tenth of a second a fit, gives
+    the classes' log-odds as a line where the choice is one (docs/time_budget.md). The forests' memory and
     CatBoost's time grow with the rows, hence the table's size. A kind whose library is not installed is said
     and left out."""
     conf = settings.conf
