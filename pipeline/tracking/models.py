@@ -81,12 +81,16 @@ _ENGINE_CODE: Optional[Path] = None
 
 def engine_code() -> Path:
     """A copy of the `pipeline` package to ship with a model: code only, no bundled data. Made once per
-    process (a private temporary folder, removed at exit), as each model's log copies it into its own
-    folder again (a copy of its own per model besides: 1.5 s of a 14-model run's tracking)."""
+    process (a private temporary folder, removed at exit, the tracker process's quick exit included), as
+    each model's log copies it into its own folder again (a copy of its own per model besides: 1.5 s of a
+    14-model run's tracking)."""
     global _ENGINE_CODE
     if _ENGINE_CODE is None or not _ENGINE_CODE.is_dir():
+        from pipeline.tracking.protocol import before_exit_now
+
         folder = Path(tempfile.mkdtemp(prefix="pipeline-code-"))
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        before_exit_now(lambda: shutil.rmtree(folder, ignore_errors=True))
         target = folder / "pipeline"
         shutil.copytree(Path(pipeline.__file__).parent, target,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.parquet", "conf"))

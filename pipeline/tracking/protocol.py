@@ -91,9 +91,23 @@ def _call(tracker, name: str, args: tuple, kwargs: dict) -> tuple[Any, Optional[
     return None, None
 
 
+_BEFORE_EXIT_NOW: list = []
+
+
+def before_exit_now(cleanup) -> None:
+    """Call `cleanup()` in `exit_now`, which skips the interpreter's `atexit` handlers (a temporary
+    folder registered only there would be left behind by every tracker process)."""
+    _BEFORE_EXIT_NOW.append(cleanup)
+
+
 def exit_now() -> None:
     """Leave without freeing the interpreter: everything was logged (MLflow's thousands of modules
-    take seconds to free, and nothing is left to write)."""
+    take seconds to free, and nothing is left to write); only the `before_exit_now` cleanups run."""
+    for cleanup in _BEFORE_EXIT_NOW:
+        try:
+            cleanup()
+        except Exception:  # noqa: BLE001  (leaving anyway)
+            pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

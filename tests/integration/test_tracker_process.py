@@ -234,3 +234,22 @@ def test_the_engine_code_a_model_ships_is_copied_once_per_process_privately_with
     assert (code / "ensemble.py").is_file() and not list(code.rglob("*.parquet")) and not (code / "conf").exists()
     shutil.rmtree(code.parent)  # a temporary folder cleaned up under a long-lived process: made again
     assert engine_code().is_dir()
+
+
+def test_a_tracker_process_leaving_at_once_removes_its_copy_of_the_engine_code(tmp_path):
+    """A tracker's process leaves through `exit_now`, past the interpreter's atexit handlers: the copy of
+    the engine code its models shipped went with it, so every tracked run left 1.5 MB in the temporary
+    folder."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    script = textwrap.dedent("""
+        from pipeline.tracking.models import engine_code
+        from pipeline.tracking.protocol import exit_now
+        print(engine_code(), flush=True)
+        exit_now()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(temporary)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith(str(temporary))  # the copy was made there
+    assert list(temporary.iterdir()) == []
