@@ -65,14 +65,16 @@ PROFILE = ModelProfile(
 )
 
 
-def _estimator(problem_type: str, params: dict):
-    from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
-
-    return (ExtraTreesRegressor if problem_type == "regression" else ExtraTreesClassifier)(**params)
-
-
 class ExtraTreesModel(TabularModel):
     profile = PROFILE
+    # scikit-learn's forest for (regression, classification); a forest kind of its own names its pair
+    estimators = ("ExtraTreesRegressor", "ExtraTreesClassifier")
+
+    @classmethod
+    def _estimator(cls, problem_type: str, params: dict):
+        from sklearn import ensemble
+
+        return getattr(ensemble, cls.estimators[problem_type != "regression"])(**params)
 
     @classmethod
     def gpu_request(cls, params):
@@ -82,19 +84,18 @@ class ExtraTreesModel(TabularModel):
     def check_params(cls, name, params, problem_type=None):
         import inspect
 
-        from sklearn.ensemble import ExtraTreesRegressor
-
-        known = set(inspect.signature(ExtraTreesRegressor.__init__).parameters) - {"self"}
+        known = set(inspect.signature(cls._estimator("regression", {}).__init__).parameters) - {"self"}
         for key in params:
             if key in ENGINE_SET:
                 raise ConfigError(f"model.{name}.params.{key} is set by the engine (threads follow the fit's "
                                   "placement; the forest grows trees_per_step trees at a time); remove it")
             if key not in known and key not in OWN:
-                raise ConfigError(f"model.{name}.params.{key} is not an ExtraTrees parameter"
+                raise ConfigError(f"model.{name}.params.{key} is not a parameter of scikit-learn's "
+                                  f"{cls.estimators[0]}"
                                   f"{closest(key, known | set(OWN))}")
         library = {k: v for k, v in params.items() if k not in OWN}
         try:
-            _estimator(problem_type or "binary", library)._validate_params()
+            cls._estimator(problem_type or "binary", library)._validate_params()
         except (ValueError, TypeError) as exc:  # scikit-learn's InvalidParameterError is a ValueError
             raise ConfigError(f"model.{name}.params: scikit-learn rejects them: {exc}") from None
         for key in ("trees_per_step", "patience"):
@@ -137,8 +138,8 @@ class ExtraTreesModel(TabularModel):
         params = {k: v for k, v in self.params.items() if k not in OWN}
         cap = int(params.pop("n_estimators", 100))
         params.setdefault("random_state", ctx.seed)
-        forest = _estimator(ctx.problem_type, {**params, "n_jobs": ctx.placement.num_cpus, "warm_start": True,
-                                               "n_estimators": 0})
+        forest = self._estimator(ctx.problem_type, {**params, "n_jobs": ctx.placement.num_cpus,
+                                                    "warm_start": True, "n_estimators": 0})
         weight, _ = ctx.row_weights(y, y_val)
         total, losses, best, waited, clock = None, [], (np.inf, 0), 0, RoundClock(ctx)
         while forest.n_estimators < cap and waited < own["patience"]:

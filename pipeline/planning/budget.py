@@ -48,6 +48,7 @@ ADDED_KINDS = (
     ("extra_trees", "scikit-learn's extremely randomised trees", ("regression",)),
     ("catboost", "CatBoost's ordered boosting", ("regression",)),
     ("linear", "a linear model choosing its own penalty", ("regression", "binary", "multiclass")),
+    ("random_forest", "scikit-learn's random forest", ("multiclass",)),
 )
 
 
@@ -165,11 +166,12 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
     where no model was chosen and the table is small for the budget: AutoGluon fits forests, CatBoost and a
     linear model among its defaults, and on a number to predict an ensemble of LightGBM and XGBoost gains
     from the forests' smooth averages, CatBoost's ordered boosting and a linear trend trees can only
-    approximate in steps. On classification tables the forests and CatBoost added nothing the ensemble kept
-    beside the network, and their time was the others'; the linear model, a tenth of a second a fit, gives
-    the classes' log-odds as a line where the choice is one (docs/time_budget.md). The forests' memory and
-    CatBoost's time grow with the rows, hence the table's size. A kind whose library is not installed is said
-    and left out."""
+    approximate in steps. On classification tables extremely randomised trees and CatBoost added nothing the
+    ensemble kept beside the network, and their time was the others'; the linear model, a tenth of a second
+    a fit, gives the classes' log-odds as a line where the choice is one, and among several classes a random
+    forest's averaged votes gained where on two classes and on a number they did not (docs/time_budget.md).
+    The forests' memory and CatBoost's time grow with the rows, hence the table's size. A kind whose library
+    is not installed is said and left out."""
     conf = settings.conf
     if overridden("model", overrides) or conf.stack_levels or not small_for_budget(settings, shape):
         return settings

@@ -68,7 +68,7 @@ def test_a_tree_holds_at_most_15000_leaves_whatever_the_rows():
     from omegaconf import OmegaConf
 
     from pipeline.config import CONFIG_DIR
-    from pipeline.models.extra_trees import OWN, _estimator, memory
+    from pipeline.models.extra_trees import OWN, ExtraTreesModel, memory
 
     tree = OmegaConf.to_container(OmegaConf.load(f"{CONFIG_DIR}/model/extra_trees.yaml"))
     params = dict(tree["extra_trees"]["params"])
@@ -77,7 +77,8 @@ def test_a_tree_holds_at_most_15000_leaves_whatever_the_rows():
     X = rng.normal(size=(40_000, 3)).astype(np.float32)
     y = X.sum(axis=1) + rng.normal(size=40_000)
     library = {k: v for k, v in params.items() if k not in OWN}
-    forest = _estimator("regression", {**library, "n_estimators": 2, "random_state": 0}).fit(X, y)
+    forest = ExtraTreesModel._estimator("regression", {**library, "n_estimators": 2, "random_state": 0})
+    forest.fit(X, y)
     assert all(t.get_n_leaves() == 15000 for t in forest.estimators_)  # whole, each would hold ~40,000
     fit = SimpleNamespace(train=1_000_000, held_out=0, features=3, classes=0,
                           data=SimpleNamespace(row_bytes=20))

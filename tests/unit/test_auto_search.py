@@ -156,8 +156,9 @@ REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
 
 
 REGRESSION_KINDS = ["extra_trees", "catboost", "linear"]
+MULTICLASS_KINDS = ["linear", "random_forest"]
 WHAT = {"extra_trees": "scikit-learn's extremely randomised trees", "catboost": "CatBoost's ordered boosting",
-        "linear": "a linear model choosing its own penalty"}
+        "linear": "a linear model choosing its own penalty", "random_forest": "scikit-learn's random forest"}
 
 
 @pytest.mark.parametrize("overrides, added", [
@@ -165,10 +166,10 @@ WHAT = {"extra_trees": "scikit-learn's extremely randomised trees", "catboost": 
     # linear model join
     (["time_limit_s=3600", *REGRESSION], REGRESSION_KINDS),
     (["time_limit_s=60", *REGRESSION], REGRESSION_KINDS),
-    # a class to predict: the linear model alone
+    # a class to predict: the linear model, and among several classes the random forest
     (["time_limit_s=3600"], ["linear"]),  # adult, binary
     (["time_limit_s=3600", "data=synthetic", "data.rows=3000"], ["linear"]),  # binary
-    (["time_limit_s=3600", "data=synthetic", "data.rows=3000", "data.classes=4"], ["linear"]),  # multiclass
+    (["time_limit_s=3600", "data=synthetic", "data.rows=3000", "data.classes=4"], MULTICLASS_KINDS),
     (["time_limit_s=30"], []),  # adult's ~39,000 training rows x 14 features: too many cells for 30 s
     (["time_limit_s=10", *REGRESSION[:-1], "data.rows=90000"], []),  # too many cells for 10 s
     # bagged (under 80 million cells per hour) but over FLAML's rule (10 million): the rows are too many
@@ -184,7 +185,7 @@ def test_hpo_auto_adds_kinds_for_the_problem_type_on_a_table_small_for_the_budge
     names = [m.name for m in settings.models]
     # the kinds it added are marked: the default run the searched ensemble must beat is of the others
     assert [m.name for m in settings.models if m.added] == added
-    for kind in REGRESSION_KINDS:
+    for kind in WHAT:
         assert (kind in names) is (kind in added) and (kind in settings.conf.model) is (kind in added)
         # logged as the run's params
         assert any(k.startswith(f"model.{kind}.params.") for k in settings.params) is (kind in added)
