@@ -36,3 +36,13 @@ class TestRandomForest(ModelKindConformance):
             RandomForestModel.check_params("rf", {"max_featurs": 0.5}, "binary")
         with pytest.raises(ConfigError, match=r"model.rf.params.n_jobs is set by the engine"):
             RandomForestModel.check_params("rf", {"n_jobs": 2}, "binary")
+
+
+def test_its_search_reaches_shallow_forests_and_whole_trees(compose):
+    """The trees' size is searched, from a few leaves (FLAML's forests start at 4) to the configured cap."""
+    from pipeline.settings import read_settings
+
+    (spec,) = read_settings(compose(["model=random_forest", "hpo=tpe"])).models
+    size = spec.search_space["max_leaf_nodes"]
+    assert size.contains(8) and size.contains(32) and size.contains(spec.params["max_leaf_nodes"])
+    assert not size.contains(4)
