@@ -71,10 +71,14 @@ class ExtraTreesModel(TabularModel):
     estimators = ("ExtraTreesRegressor", "ExtraTreesClassifier")
 
     @classmethod
-    def _estimator(cls, problem_type: str, params: dict):
+    def _estimator_class(cls, problem_type: str):
         from sklearn import ensemble
 
-        return getattr(ensemble, cls.estimators[problem_type != "regression"])(**params)
+        return getattr(ensemble, cls.estimators[problem_type != "regression"])
+
+    @classmethod
+    def _estimator(cls, problem_type: str, params: dict):
+        return cls._estimator_class(problem_type)(**params)
 
     @classmethod
     def gpu_request(cls, params):
@@ -84,7 +88,7 @@ class ExtraTreesModel(TabularModel):
     def check_params(cls, name, params, problem_type=None):
         import inspect
 
-        known = set(inspect.signature(cls._estimator("regression", {}).__init__).parameters) - {"self"}
+        known = set(inspect.signature(cls._estimator_class("regression").__init__).parameters) - {"self"}
         for key in params:
             if key in ENGINE_SET:
                 raise ConfigError(f"model.{name}.params.{key} is set by the engine (threads follow the fit's "
