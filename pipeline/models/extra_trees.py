@@ -23,6 +23,7 @@ from pipeline.models.profile import MiB, ModelProfile
 OWN = {"trees_per_step": 20, "patience": 2, "tol": 0.001}  # the engine's growth schedule, not scikit-learn's
 # threads follow the fit's placement; the growth is the engine's
 ENGINE_SET = ("n_jobs", "warm_start", "verbose")
+WEIGHED_BY_ENGINE = ("class_weight",)  # data.class_weight weighs every model kind's rows alike
 NODE_BYTES = 64  # scikit-learn's tree node record, besides its values
 
 
@@ -86,22 +87,34 @@ class ExtraTreesModel(TabularModel):
 
     @classmethod
     def check_params(cls, name, params, problem_type=None):
+        """Each key against the estimator of the table's problem type (both, where it is not known yet)."""
         import inspect
 
-        known = set(inspect.signature(cls._estimator_class("regression").__init__).parameters) - {"self"}
+        kinds = [problem_type] if problem_type else ["regression", "binary"]
+        classes = [cls._estimator_class(kind) for kind in kinds]
+        known = set().union(*(inspect.signature(c.__init__).parameters for c in classes)) - {"self"}
         for key in params:
             if key in ENGINE_SET:
                 raise ConfigError(f"model.{name}.params.{key} is set by the engine (threads follow the fit's "
                                   "placement; the forest grows trees_per_step trees at a time); remove it")
+            if key in WEIGHED_BY_ENGINE and key in known:
+                raise ConfigError(f"model.{name}.params.{key}={params[key]!r}: the engine weighs the "
+                                  "classes' rows itself, the same way for every model: set data.class_weight "
+                                  "(none | balanced) and remove this key")
             if key not in known and key not in OWN:
                 raise ConfigError(f"model.{name}.params.{key} is not a parameter of scikit-learn's "
-                                  f"{cls.estimators[0]}"
+                                  f"{' or '.join(c.__name__ for c in classes)}"
                                   f"{closest(key, known | set(OWN))}")
         library = {k: v for k, v in params.items() if k not in OWN}
-        try:
-            cls._estimator(problem_type or "binary", library)._validate_params()
-        except (ValueError, TypeError) as exc:  # scikit-learn's InvalidParameterError is a ValueError
-            raise ConfigError(f"model.{name}.params: scikit-learn rejects them: {exc}") from None
+        rejected = []
+        for kind in kinds:  # where the problem type is not known yet, one estimator taking them is enough
+            try:
+                cls._estimator(kind, library)._validate_params()
+                break
+            except (ValueError, TypeError) as exc:  # scikit-learn's InvalidParameterError is a ValueError
+                rejected.append(exc)
+        else:
+            raise ConfigError(f"model.{name}.params: scikit-learn rejects them: {rejected[0]}") from None
         for key in ("trees_per_step", "patience"):
             if key in params and (not isinstance(params[key], int) or params[key] < 1):
                 raise ConfigError(f"model.{name}.params.{key}={params[key]!r} must be a whole number >= 1")

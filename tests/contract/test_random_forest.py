@@ -32,10 +32,31 @@ class TestRandomForest(ModelKindConformance):
     def test_its_parameters_are_the_random_forest_s(self):
         RandomForestModel.check_params("rf", {"max_samples": 0.5, "criterion": "entropy"}, "binary")
         with pytest.raises(ConfigError, match=r"model.rf.params.max_featurs is not a parameter of "
-                                              r"scikit-learn's RandomForestRegressor.*max_features"):
+                                              r"scikit-learn's RandomForestClassifier \(.*max_features"):
             RandomForestModel.check_params("rf", {"max_featurs": 0.5}, "binary")
         with pytest.raises(ConfigError, match=r"model.rf.params.n_jobs is set by the engine"):
             RandomForestModel.check_params("rf", {"n_jobs": 2}, "binary")
+
+    def test_its_parameters_are_checked_against_the_estimator_of_the_problem_type(self):
+        """A classifier's key on a number to predict, and a regressor's on classes, are refused naming the
+        estimator that would get them; before the type is known, a key either takes passes."""
+        with pytest.raises(ConfigError, match=r"not a parameter of scikit-learn's RandomForestRegressor"):
+            RandomForestModel.check_params("rf", {"class_weight": "balanced"}, "regression")
+        with pytest.raises(ConfigError, match=r"RandomForestClassifier must be .*Got 'absolute_error'"):
+            RandomForestModel.check_params("rf", {"criterion": "absolute_error"}, "multiclass")
+        RandomForestModel.check_params("rf", {"criterion": "absolute_error"}, "regression")
+        RandomForestModel.check_params("rf", {"criterion": "absolute_error"}, None)
+        RandomForestModel.check_params("rf", {"criterion": "entropy"}, None)
+        with pytest.raises(ConfigError, match=r"scikit-learn's RandomForestRegressor or RandomFor"):
+            RandomForestModel.check_params("rf", {"max_featurs": 0.5}, None)
+
+    @pytest.mark.parametrize("problem", ["binary", "multiclass", None])
+    def test_class_weights_are_the_engine_s(self, problem):
+        """scikit-learn's class_weight beside data.class_weight would weigh the rows twice: the key is refused
+        for the engine's own, which every model kind follows."""
+        refused = r"params.class_weight='balanced': the engine weighs the classes' rows itself.*class_weight"
+        with pytest.raises(ConfigError, match=refused + r" \(none \| balanced\)"):
+            RandomForestModel.check_params("rf", {"class_weight": "balanced"}, problem)
 
 
 def test_its_search_reaches_shallow_forests_and_whole_trees(compose):
