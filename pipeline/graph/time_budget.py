@@ -65,6 +65,7 @@ class TimeBudget:
         self.whole_run, self.tail = whole_run, tail or (lambda: 0.0)
         self.key = "time_limit_s" if whole_run else "fit_time_limit_s"
         self.start = self.clock() if start is None else start
+        self.ready: Optional[float] = None  # when the run was ready to fit (begin), as a time.time()
         self._complete: dict[tuple, list[float]] = defaultdict(list)  # (model, level) -> seconds of whole fits
         self._stopped: dict[tuple, list[float]] = defaultdict(list)  # ... of fits stopped early: floors
         self._bytes: dict[str, int] = {}  # model -> its first fitted fold model's pickled size
@@ -75,6 +76,7 @@ class TimeBudget:
         """The fits start: for a fits-only budget the clock starts now (or at `start`); the deadline."""
         if not self.whole_run:
             self.start = self.clock() if start is None else start
+        self.ready = self.clock() if start is None else start
         return self.deadline
 
     @property
@@ -221,6 +223,7 @@ class BudgetSummary:
     first_trials_partial: list[str] = field(default_factory=list)  # "<model>: k of n folds", bags kept short
     refits_not_run: list[str] = field(default_factory=list)  # refit=true: the models whose refit fit was cut
     stacked_s: float = 0.0  # with stacking: how long before the fits' deadline the level-1 search ended
+    ready_s: Optional[float] = None  # time_limit_s: seconds from start-up until the run was ready to fit
 
     @property
     def cut_anything(self) -> bool:
@@ -304,6 +307,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
         other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
         key=budget.key, reserved_s=budget.reserved, trials_pruned=pruned, first_trials_partial=partial,
         refits_not_run=refits, stacked_s=budget.stacked_seconds(),
+        ready_s=budget.ready - budget.start if budget.whole_run and budget.ready is not None else None,
     )
 
 
@@ -313,5 +317,18 @@ def check_finished(summary: BudgetSummary) -> None:
     if summary.nothing_finished:
         raise TimeLimitError(
             f"{summary.key}={summary.limit_s:g}: no model finished a complete trial (every fold of it) within the "
-            f"limit, so there is no leaderboard; raise {summary.key} (or fit less: fewer folds, a smaller model)"
+            f"limit, so there is no leaderboard{_fits_window(summary)}; raise {summary.key} (or fit less: "
+            "fewer folds, a smaller model)"
         )
+
+
+def _fits_window(summary: BudgetSummary) -> str:
+    """Under a whole-run limit, the time the fits had: from when the run was ready to fit (start-up: the
+    interpreter, the table, the model libraries' imports) to the deadline, which keeps the tail's time."""
+    if summary.ready_s is None:
+        return ""
+    fits = max(0.0, summary.limit_s - summary.reserved_s - summary.ready_s)
+    ready, kept = summary.ready_s, summary.reserved_s
+    return (f": the run was ready to fit {ready:.1f} s after start-up (the interpreter, the table and the "
+            f"model libraries' imports) and kept {kept:.1f} s for its tail, which left the fits "
+            f"{fits:.1f} s: on this machine a limit under {ready + kept:.1f} s leaves the fits no time")

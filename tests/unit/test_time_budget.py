@@ -428,6 +428,37 @@ def test_a_fit_that_does_not_stop_is_stopped_past_the_grace_and_nothing_finished
     assert "2 stopped past the deadline" in summary.line()
 
 
+def test_a_whole_run_limit_start_up_spent_says_when_the_run_was_ready_to_fit_and_what_the_tail_kept():
+    """A limit the start-up took: the error says how long the run took to be ready to fit and what it kept
+    for its tail: the limit under which the fits have no time on this machine; a fits-only limit starts at
+    the first fit and says neither."""
+    from pipeline.errors import TimeLimitError
+
+    clock = Clock()
+    budget = TimeBudget(6.0, start=clock.now, clock=clock, whole_run=True, tail=lambda: 2.0)
+    clock.now += 4.5  # the interpreter, the table, the model libraries' imports
+    budget.begin()
+    tasks = graph(models=("a",), trials=1, folds=1)
+    cut = GraphCut(tasks, partial)
+    cut.cut_task(fit_id("a", 0, 0))
+    summary = summarize(budget, cut, {}, [])
+    assert summary.nothing_finished and summary.ready_s == pytest.approx(4.5)
+    assert summary.reserved_s == pytest.approx(3.0)  # the tail's 2 s and the stop grace
+    with pytest.raises(TimeLimitError, match=r"time_limit_s=6: no model finished a complete trial .*no "
+                                             r"leaderboard: the run was ready to fit 4\.5 s after start-up .*"
+                                             r"kept 3\.0 s for its tail, which left the fits 0\.0 s: on this "
+                                             r"machine a limit under 7\.5 s leaves the fits no time; raise "
+                                             r"time_limit_s"):
+        check_finished(summary)
+    fits_only = TimeBudget(6.0, clock=clock)
+    fits_only.begin()
+    summary = summarize(fits_only, cut, {}, [])
+    assert summary.ready_s is None
+    with pytest.raises(TimeLimitError) as refused:
+        check_finished(summary)
+    assert "ready to fit" not in str(refused.value)
+
+
 def test_an_ample_budget_cuts_nothing(tmp_path):
     plan, backend, budget, scheduler, outcome = simulate(tmp_path, {"fast": 1.0, "slow": 3.0}, limit_s=1e6, trials=3)
     assert len(outcome.results["collect"]) == 6 and not scheduler.cut.cut
