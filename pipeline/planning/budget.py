@@ -42,13 +42,17 @@ BAG_CELLS_PER_HOUR = 80_000_000
 OTHERS_BUSY_FROM = 0.5
 BUSY_BELOW = 0.75
 # what hpo=auto adds on a table small for the budget (`with_added_kinds`): (the kind, what it is, the problem
-# types it joins on); the packages it needs are its profile's `modules`. Each was chosen by its gain as one
-# more ensemble candidate on the bench's tables at 30 s (docs/time_budget.md)
+# types it joins on, the params it starts from over its own); the packages it needs are its profile's
+# `modules`. Each was chosen by its gain as one more ensemble candidate on the bench's tables at 30 s
+# (docs/time_budget.md). At that budget an added forest fits little beyond its first trial: the random
+# forest's starts from trees of at most 128 leaves, which scored above whole trees on 5 of 7 multiclass
+# tables of the bench (5-fold CV) and in whole 30-s runs higher on 5 of 24 table-splits, lower on 1
 ADDED_KINDS = (
-    ("extra_trees", "scikit-learn's extremely randomised trees", ("regression",)),
-    ("catboost", "CatBoost's ordered boosting", ("regression",)),
-    ("linear", "a linear model choosing its own penalty", ("regression", "binary", "multiclass")),
-    ("random_forest", "scikit-learn's random forest", ("multiclass",)),
+    ("extra_trees", "scikit-learn's extremely randomised trees", ("regression",), {}),
+    ("catboost", "CatBoost's ordered boosting", ("regression",), {}),
+    ("linear", "a linear model choosing its own penalty", ("regression", "binary", "multiclass"), {}),
+    ("random_forest", "scikit-learn's random forest, its trees of at most 128 leaves", ("multiclass",),
+     {"max_leaf_nodes": 128}),
 )
 
 
@@ -181,10 +185,10 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
     from pipeline import report
 
     added, missing = [], []
-    for name, what, problems in ADDED_KINDS:
+    for name, what, problems, start in ADDED_KINDS:
         if name in conf.model or problem not in problems:
             continue
-        tree, spec = _kind(settings, name)
+        tree, spec = _kind(settings, name, start)
         absent = [m for m in spec.cls.profile.modules if importlib.util.find_spec(m.split(".")[0]) is None]
         if absent:
             package = absent[0].split(".")[0]
@@ -208,15 +212,17 @@ def _listed(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def _kind(settings: Settings, name: str):
-    """The model kind conf/model/<name>.yaml: its config tree and its checked spec (the adapter's class
-    imported, not its library)."""
+def _kind(settings: Settings, name: str, start: Optional[dict] = None):
+    """The model kind conf/model/<name>.yaml, its params updated with `start`: its config tree and its checked
+    spec (the adapter's class imported, not its library)."""
     from omegaconf import OmegaConf
 
     from pipeline.config import CONFIG_DIR, ModelSpecConf
     from pipeline.settings import model_spec, typed
 
     tree = OmegaConf.load(Path(CONFIG_DIR) / "model" / f"{name}.yaml")[name]
+    for key, value in (start or {}).items():
+        tree.params[key] = value
     return tree, model_spec(name, typed(tree, ModelSpecConf), settings.allowed_targets)
 
 

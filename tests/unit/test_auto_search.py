@@ -158,7 +158,8 @@ REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
 REGRESSION_KINDS = ["extra_trees", "catboost", "linear"]
 MULTICLASS_KINDS = ["linear", "random_forest"]
 WHAT = {"extra_trees": "scikit-learn's extremely randomised trees", "catboost": "CatBoost's ordered boosting",
-        "linear": "a linear model choosing its own penalty", "random_forest": "scikit-learn's random forest"}
+        "linear": "a linear model choosing its own penalty",
+        "random_forest": "scikit-learn's random forest, its trees of at most 128 leaves"}
 
 
 @pytest.mark.parametrize("overrides, added", [
@@ -198,6 +199,21 @@ def test_hpo_auto_adds_kinds_for_the_problem_type_on_a_table_small_for_the_budge
         assert [m.spec.name for m in settings.plan_input(None).models][-len(added):] == added
     else:
         assert "the models, since the table is small for the budget" not in said
+
+
+def test_an_added_random_forest_starts_from_trees_of_128_leaves_and_searches_their_size(compose):
+    """The forest hpo=auto adds among several classes fits little beyond its first trial at a short budget:
+    that trial, its portfolio over it and its logged params have trees of at most 128 leaves; the search
+    still reaches whole trees, and a forest the user chose keeps its own params."""
+    overrides = ["time_limit_s=3600", "data=synthetic", "data.rows=3000", "data.classes=4"]
+    settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
+    (forest,) = [m for m in settings.models if m.name == "random_forest"]
+    assert forest.params["max_leaf_nodes"] == 128
+    assert settings.params["model.random_forest.params.max_leaf_nodes"] == 128  # logged as it fits
+    assert forest.search_space["max_leaf_nodes"].high == 15000
+    chosen = read_settings(compose(["model=random_forest", "time_limit_s=3600", *overrides[1:]]))
+    (own,) = search_for_budget(chosen, ("model=random_forest",)).models
+    assert own.params["max_leaf_nodes"] == 15000
 
 
 def test_a_kind_whose_library_is_not_installed_is_said_and_left_out(compose, monkeypatch, capsys):
