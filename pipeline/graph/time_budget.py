@@ -74,9 +74,9 @@ class TimeBudget:
 
     def begin(self, start: Optional[float] = None) -> float:
         """The fits start: for a fits-only budget the clock starts now (or at `start`); the deadline."""
-        if not self.whole_run:
-            self.start = self.clock() if start is None else start
         self.ready = self.clock() if start is None else start
+        if not self.whole_run:
+            self.start = self.ready
         return self.deadline
 
     @property
@@ -327,8 +327,8 @@ def _fits_window(summary: BudgetSummary) -> str:
     interpreter, the table, the model libraries' imports) to the deadline, which keeps the tail's time."""
     if summary.ready_s is None:
         return ""
-    fits = max(0.0, summary.limit_s - summary.reserved_s - summary.ready_s)
     ready, kept = summary.ready_s, summary.reserved_s
+    fits = max(0.0, summary.limit_s - kept - ready)
     return (f": the run was ready to fit {ready:.1f} s after start-up (the interpreter, the table and the "
             f"model libraries' imports) and kept {kept:.1f} s for its tail, which left the fits "
             f"{fits:.1f} s: on this machine a limit under {ready + kept:.1f} s leaves the fits no time")
