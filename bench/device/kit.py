@@ -179,10 +179,17 @@ def download(pins: list[str], dest: Path) -> None:
         _pip("download", "--quiet", "--no-deps", *_target_args(), "-d", str(dest), *pins)
 
 
+# what the box never reads: past results (they grow with every bench pass), screenshots, the rendered report
+NOT_SHIPPED = ("bench/results", "docs/img", "docs/benchmarks.md")
+
+
 def project_archive(dest: Path) -> Path:
+    """`git archive` of HEAD without NOT_SHIPPED: the box measures exactly this commit's code and tests."""
     path = dest / "project.tar.gz"
+    excluded = [f":(exclude){p}" for p in NOT_SHIPPED]
     subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar.gz", "-o", str(path), "HEAD"], check=True
+        ["git", "-C", str(ROOT), "archive", "--format=tar.gz", "-o", str(path), "HEAD", "--", ".", *excluded],
+        check=True,
     )
     return path
 

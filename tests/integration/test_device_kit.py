@@ -131,6 +131,24 @@ def test_the_manifest_keeps_every_call_under_the_limit_and_splits_the_large_whee
     assert sorted(scheduled) == sorted(s.name for s in STEPS)
 
 
+def test_the_project_archive_carries_the_code_and_tests_and_leaves_out_what_the_box_never_reads(kit):
+    """Past results grow with every bench pass: shipped, they would one day push the project past a call's
+    room. The archive holds the commit's code and tests and none of bench/device/kit.py's NOT_SHIPPED."""
+    import tarfile
+
+    from bench.device.kit import NOT_SHIPPED
+
+    archive = next(kit["out"].glob("c*/project.tar.gz"))
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert {"pipeline/__init__.py", "bench/device/run.sh", "tests/conftest.py"} <= names
+    shipped_elsewhere = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "--", *NOT_SHIPPED], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert any(n.startswith("bench/results/") for n in shipped_elsewhere)  # the repository has them
+    assert not [n for n in names if n.startswith(NOT_SHIPPED)]
+
+
 def test_the_calls_reassemble_install_and_record_every_gpu_figure_as_not_measured(kit, tmp_path):
     state, out = tmp_path / "state", tmp_path / "out"
     for c in kit["manifest"]["calls"]:
