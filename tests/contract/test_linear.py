@@ -87,3 +87,32 @@ class TestLinear(ModelKindConformance):
             LinearModel.check_params("lin", {"c_min": 100.0, "c_max": 1.0}, "binary")
         with pytest.raises(ConfigError, match=r"model.lin.params.patience=0 must be a whole number >= 1"):
             LinearModel.check_params("lin", {"patience": 0}, "binary")
+
+    def test_its_solvers_and_predictions_run_on_one_blas_thread(self, monkeypatch, datasets):
+        """Tall, thin products on two OpenBLAS threads made a 10-class path ten times slower than on one (the
+        module's docstring): the fit and the prediction see one BLAS thread whatever the process has, and
+        the process's count comes back after them."""
+        from sklearn.linear_model import LogisticRegression
+        from threadpoolctl import threadpool_info, threadpool_limits
+
+        def blas_threads():
+            return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+        seen = []
+
+        def spy(method):
+            def call(estimator, *args, **kwargs):
+                seen.append(blas_threads())
+                return method(estimator, *args, **kwargs)
+            return call
+
+        monkeypatch.setattr(LogisticRegression, "fit", spy(LogisticRegression.fit))
+        monkeypatch.setattr(LogisticRegression, "predict_proba", spy(LogisticRegression.predict_proba))
+        data = datasets["multiclass"]
+        with threadpool_limits(limits=2, user_api="blas"):
+            assert blas_threads() == {2}
+            ctx = FitContext(data.problem_type, data.num_classes, Placement(2), seed=0)
+            model = LinearModel({}, "lin").fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
+            model.predict_proba(data.X.iloc[data.test_idx])
+            assert blas_threads() == {2}
+        assert len(seen) > 3 and all(threads == {1} for threads in seen)
