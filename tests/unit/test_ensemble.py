@@ -147,6 +147,62 @@ def test_candidates_holding_out_different_rows_are_compared_on_the_rows_they_all
     assert sorted(apart) == ["short", "whole"]  # the candidates holding the most rows are kept first
 
 
+def test_a_kind_the_search_added_with_fewer_folds_never_cuts_the_default_run_s_rows():
+    """The default run's members ("keep") choose on every row they all predicted; an added kind's first trial
+    that the budget cut to fewer folds is left out rather than cutting them to its rows, one that predicted
+    those rows stays, and a default member with fewer folds still cuts every candidate's rows."""
+    from pipeline.graph.nodes.context import TrialResult
+    from pipeline.graph.nodes.ensemble import covering, shared_rows
+
+    def trial(name, rows):
+        rows = np.asarray(rows)
+        return TrialResult(name, 0, {}, [], rows, rows * 10.0, np.zeros(3), 0.0)
+
+    gbm, nn, forest = trial("gbm", range(10)), trial("nn", range(10)), trial("forest", range(10))
+    linear = trial("linear", [2, 5, 7])
+    kept, out = covering({"gbm": gbm, "nn": nn, "linear": linear, "forest": forest}, ["gbm", "nn"])
+    assert list(kept) == ["gbm", "nn", "forest"] and out == ["linear"]
+    assert all(t.held_out.size == 10 for t in shared_rows(kept).values())
+    short_nn = trial("nn", [1, 2, 5, 7, 9])
+    kept, out = covering({"gbm": gbm, "nn": short_nn, "linear": linear, "forest": forest}, ["gbm", "nn"])
+    assert out == ["linear"] and set(kept) == {"gbm", "nn", "forest"}
+    assert all(t.held_out.tolist() == [1, 2, 5, 7, 9] for t in shared_rows(kept).values())
+    every = {"gbm": gbm, "linear": linear}
+    assert covering(every, []) == (every, []) and covering(every, ["gbm", "linear"]) == (every, [])
+
+
+def test_the_ensemble_chooses_on_every_row_where_only_an_added_kind_kept_fewer_folds(caplog):
+    """Through the node: the default run's two members predicted all 2,000 held-out rows, the added kind's
+    cut first trial 800 of them; the weights are chosen and scored on the 2,000, the added kind is out of
+    the ensemble, and the run says so."""
+    import json
+    import logging
+    from types import SimpleNamespace
+
+    from pipeline.graph.nodes import ensemble as node
+
+    rng = np.random.default_rng(0)
+    n, test = 2000, np.arange(2000, 2200)
+    y = (rng.random(2200) < 0.4).astype(int)
+    def trial(signal, rows):
+        p = np.clip(0.4 + signal * (y - 0.4) + rng.normal(0, 0.2, 2200), 0.01, 0.99)
+        proba = np.column_stack([1 - p, p])
+        return SimpleNamespace(held_out=rows, val_pred=proba[rows], test_pred=proba[test], folds=[None])
+    best = {"a": trial(0.4, np.arange(n)), "b": trial(0.35, np.arange(n)),
+            "linear": trial(0.5, np.arange(800))}
+    data = SimpleNamespace(y=y, test_idx=test, classes=[0, 1])
+    predictors = {name: SimpleNamespace(name=name) for name in best}
+    seconds = {name: {name: 1.0} for name in best}
+    with caplog.at_level(logging.INFO):
+        row, (held, val_pred, _) = node._ensemble(best, data, METRICS["roc_auc"], "binary", predictors,
+                                                  seconds, 2, floor=["a", "b"], noise_guard=True)
+    assert len(held) == len(val_pred) == n and row["val_roc_auc"] == METRICS["roc_auc"](y[:n], val_pred)
+    weights = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
+    assert set(weights) == {"a", "b"}
+    assert ("ensemble: linear left out: the budget ended its first trial with fewer folds than the default "
+            "run's models, whose 2,000 held-out rows the weights are chosen on") in caplog.text
+
+
 def _label_trials(right_of_changed: int, changed: int = 40, n: int = 2000):
     """A floor member (trial 0) right on 70% of n held-out rows, and a searched one that differs from it on
     `changed` rows: right on `right_of_changed` the floor had wrong, wrong on the rest, which the floor had

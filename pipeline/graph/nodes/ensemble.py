@@ -1,7 +1,8 @@
 """The ensemble node: each model's best trial (and each stacked level's bag) as a predictor with its
 leaderboard row, and, with two models or more at the last level, their weighted ensemble (Caruana
 selection on the out-of-fold predictions). Where a time budget kept a first trial with fewer folds, the
-rows are scored and the weights chosen on the held-out rows every candidate predicted (`shared_rows`).
+rows are scored and the weights chosen on the held-out rows every candidate predicted (`shared_rows`),
+except that a kind hpo=auto added never cuts the default run's models' rows (`covering`).
 The run's hooks log the board (pipeline.outputs)."""
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ class EnsembleNode(NodeKind):
         kinds = [a.model for a in ctx.plan.allocations]
         schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories, data.features)
         rows, predictors, seconds = [], {}, {}
-        shared = shared_rows(best)  # where a first trial kept fewer folds: the rows every model predicted
+        default_models = getattr(ctx.trials, "default_models", None)
+        whole, _ = covering(best, [n for n in best if default_models is None or n in default_models])
+        shared = shared_rows(whole)  # where a first trial kept fewer folds: the rows every model predicted
         for name, trial in best.items():
             on = shared.get(name, trial)
             val_scores = metrics_module.score_all(problem, data.y[on.held_out], on.val_pred)
@@ -199,6 +202,23 @@ def _other_trials(outcome, best: dict, metric, data, schema, seconds: dict) -> d
     return extra
 
 
+def covering(trials: dict, keep: Sequence[str]) -> tuple[dict, list[str]]:
+    """(the candidates that predicted every held-out row the `keep` ones all predicted, the others' names).
+    `keep`: the default run's members. A kind hpo=auto added whose first trial the budget cut to fewer folds
+    is left out rather than cutting every candidate's rows to its folds': on Doctor at 30 s the linear
+    model's 2 folds of 5 left the default run's selection 1,661 of the 4,152 held-out rows to choose on."""
+    import numpy as np
+
+    keep = [n for n in keep if n in trials]
+    if not keep or len(keep) == len(trials):
+        return trials, []
+    rows = trials[keep[0]].held_out
+    for name in keep[1:]:
+        rows = np.intersect1d(rows, trials[name].held_out)
+    out = [n for n, t in trials.items() if n not in keep and not np.isin(rows, t.held_out).all()]
+    return {n: t for n, t in trials.items() if n not in out}, out
+
+
 def shared_rows(trials: dict) -> dict:
     """The candidates on the held-out rows all of them predicted: a first trial the budget cut holds out
     the rows of the folds that ended (graph.first_trials), the others every row. A candidate without any of
@@ -255,7 +275,13 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     from pipeline import metrics as metrics_module
     from pipeline.ensemble import EnsemblePredictor, blend, ensemble_selection
 
+    best, short = covering(best, floor)
     best = shared_rows(best)
+    if short:
+        log.info("ensemble: %s left out: the budget ended %s with fewer folds than the default run's models, "
+                 "whose %s held-out rows the weights are chosen on", ", ".join(short),
+                 "its first trial" if len(short) == 1 else "their first trials",
+                 f"{len(next(iter(best.values())).held_out):,}")
     floor = [n for n in floor if n in best]
     trials = list(best.values())
     held = trials[0].held_out
