@@ -49,8 +49,8 @@ class EnsembleNode(NodeKind):
         kinds = [a.model for a in ctx.plan.allocations]
         schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories, data.features)
         rows, predictors, seconds = [], {}, {}
-        default_models = getattr(ctx.trials, "default_models", None)
-        whole, _ = covering(best, [n for n in best if default_models is None or n in default_models])
+        own = getattr(ctx.trials, "default_models", None)  # the default run's models; None: every model
+        whole, _ = covering(best, [n for n in best if own is None or n in own])
         shared = shared_rows(whole)  # where a first trial kept fewer folds: the rows every model predicted
         for name, trial in best.items():
             on = shared.get(name, trial)
@@ -65,8 +65,7 @@ class EnsembleNode(NodeKind):
         preds = {n: (t.held_out, t.val_pred, t.test_pred) for n, t in best.items()}
         if len(members) >= 2:
             extra = _other_trials(ctx.outcome, best, metric, data, schema, seconds) if searched else {}
-            own = getattr(ctx.trials, "default_models", members)
-            floor = floor_members(members, extra, own)
+            floor = floor_members(members, extra, members if own is None else own)
             candidates = {**members, **{n: t for n, (t, _) in extra.items()}}
             row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds, top + 1,
                                                floor=floor, extra={n: p for n, (_, p) in extra.items()},
