@@ -36,7 +36,9 @@ class GraphCut:
         for t in self.tasks.values():
             for d in t.depends_on:
                 self.consumers[d].append(t.id)
-        self.cut: dict[str, str] = {}  # task id -> why: "budget" (did not fit), "input" or "unused"
+        # task id -> why: "budget" (did not fit), "input", "unused", "pruned" (a losing trial) or "withdrawn"
+        # (its kind was, graph.withdrawal)
+        self.cut: dict[str, str] = {}
         self.started: set[str] = set()  # started, running or done: never cut as unused
         self._trials: dict[str, dict[str, list[str]]] = {}  # a fit reading best trials: model -> trial bags
         self._searched: Optional[dict[str, list]] = None  # model -> the bags of its trials after the first
@@ -91,19 +93,25 @@ class GraphCut:
         if (not ended or task.kind != "fit" or not getattr(task, "trial", None)
                 or getattr(task, "fold_set", None) is not None):
             return []
+        return self.end_search(task.model, "budget")
+
+    def end_search(self, model: str, why: str) -> list[str]:
+        """Cut every trial of `model` after its first none of whose fits started, and drop those not made
+        yet (`TrialSupply.end`): its search ends (`why`: the budget, or the kind was withdrawn); the ids
+        newly cut."""
         if self.supply is not None:
-            self.supply.end(task.model)
+            self.supply.end(model)
         if self._searched is None:
             self._searched = defaultdict(list)
             for t in self.tasks.values():
                 if trial_bag(t) and t.trial:
                     self._searched[t.model].append(t)
         new = []
-        for bag in self._searched.get(task.model, ()):
+        for bag in self._searched.get(model, ()):
             if bag.id not in self.cut and not any(d in self.started for d in bag.depends_on):
-                new += self.cut_task(bag.id, "budget")
-        if task.model in self._searched:  # the trials still in play: a later call scans those alone
-            self._searched[task.model] = [b for b in self._searched[task.model] if b.id not in self.cut]
+                new += self.cut_task(bag.id, why)
+        if model in self._searched:  # the trials still in play: a later call scans those alone
+            self._searched[model] = [b for b in self._searched[model] if b.id not in self.cut]
         return new
 
     def _enough(self, consumer, cut_id: str, reason: str) -> Iterable[str]:

@@ -33,6 +33,7 @@ from pipeline.graph.first_trials import FirstTrials, busy_seconds, first_trial_b
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
 from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, time_shares
 from pipeline.graph.trial_supply import TrialSupply
+from pipeline.graph.withdrawal import Withdrawals
 from pipeline.graph.ranks import FitRanks
 from pipeline.graph.ready import ReadyTasks
 
@@ -80,6 +81,8 @@ class Scheduler:
         self.ready = ReadyTasks(plan.tasks, self.supply.waits)  # one reading every trial waits for those not made
         self.gate = TrialGate(plan)
         self._shares: dict[str, float] = {}  # model -> its share of the time (`_standing`); absent: 1
+        guard = getattr(getattr(trials, "searcher", None), "noise_guard", False)  # hpo=auto
+        self.withdrawals = Withdrawals([a.model for a in plan.allocations], guard and self.first.partial)
 
     def run(self) -> Outcome:
         """Run every task of the plan (under a budget, those it did not cut); the outcome holds each
@@ -152,7 +155,7 @@ class Scheduler:
         """What the time budget cut, once the graph has run (the root announces it: `on_time_budget`)."""
         outcome = self.ctx.outcome
         return summarize(self.budget, self.cut, outcome.results, outcome.timeline, self.cancelled, self.abandoned,
-                         self.first.held_to_share)
+                         self.first.held_to_share, [w.line() for w in self.withdrawals.withdrawn.values()])
 
     def _priority(self, task: Task) -> tuple:
         """The queue's order: under a budget, every model's first trial (its own params) first, then the
@@ -176,7 +179,7 @@ class Scheduler:
         """Each model's share of the time under a budget, by its best whole trial's error against the
         leader's once every model has one (`time_shares`; before, and without a budget, equal shares)."""
         best = getattr(self.ctx.trials, "best_error", {})
-        models = {a.model for a in self.plan.allocations}
+        models = {a.model for a in self.plan.allocations} - self.withdrawals.withdrawn.keys()
         if self.budget is None or len(models) < 2 or not models <= best.keys():
             return {}
         return time_shares({m: best[m] for m in models}, getattr(self.ctx.trials, "told", None))
@@ -305,7 +308,11 @@ class Scheduler:
                 self.abandoned += 1
 
     def _cut(self, task: Task, why: str, ended: bool = False) -> None:  # ended: GraphCut.search_end
-        gone = [self.cut.tasks[tid] for tid in self.cut.cut_task(task.id, why) + self.cut.search_end(task, ended)]
+        self._settle_cut(self.cut.cut_task(task.id, why) + self.cut.search_end(task, ended))
+
+    def _settle_cut(self, ids: list[str]) -> None:
+        """The tasks just cut: their consumers wait for them no more, their node kinds are told."""
+        gone = [self.cut.tasks[tid] for tid in ids]
         for cut in gone:
             self._settle(cut.id)
             self.kinds[cut.kind].cut(cut, self.ctx)
@@ -331,6 +338,12 @@ class Scheduler:
         if bags and losing_trial(task, result, self.ctx):  # its later folds are not started
             for bag in bags:
                 self._cut(self.cut.tasks[bag], "pruned")
+        elif bags and (why := self.withdrawals.judge(task, result, self.ctx, self.budget)):
+            log.info("%s: %s", self.budget.key, why.line())  # its later folds and trials are not started
+            ids = self.cut.end_search(task.model, "withdrawn")
+            for bag in bags:
+                ids += self.cut.cut_task(bag, "withdrawn")
+            self._settle_cut(ids)
         self._release()
 
     def _settle(self, task_id: str) -> None:

@@ -224,6 +224,7 @@ class BudgetSummary:
     refits_not_run: list[str] = field(default_factory=list)  # refit=true: the models whose refit fit was cut
     stacked_s: float = 0.0  # with stacking: how long before the fits' deadline the level-1 search ended
     ready_s: Optional[float] = None  # time_limit_s: seconds from start-up until the run was ready to fit
+    withdrawn: list[str] = field(default_factory=list)  # each kind withdrawn after its first fold, and why
 
     @property
     def cut_anything(self) -> bool:
@@ -232,7 +233,7 @@ class BudgetSummary:
 
     @property
     def nothing_finished(self) -> bool:
-        unfinished = self.trials_not_run + self.trials_dropped + self.trials_pruned
+        unfinished = self.trials_not_run + self.trials_dropped + self.trials_pruned + len(self.withdrawn)
         return self.trials > 0 and unfinished == self.trials
 
     def line(self) -> str:
@@ -257,6 +258,7 @@ class BudgetSummary:
         if self.refits_not_run:
             parts.append(f"no refit of {', '.join(self.refits_not_run)} (it could not end in the time kept "
                          "for the refits)")
+        parts += self.withdrawn
         if self.left_out:
             parts.append("left out (no complete trial): " + ", ".join(self.left_out))
         since = "start-up" if self.key == "time_limit_s" else "the first fit's start"
@@ -273,7 +275,7 @@ class BudgetSummary:
 
 
 def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict], cancelled: int = 0,
-              abandoned: int = 0, held_to_share: int = 0) -> BudgetSummary:
+              abandoned: int = 0, held_to_share: int = 0, withdrawn: Sequence[str] = ()) -> BudgetSummary:
     """The summary of a finished graph: `done` holds each task's result by id, `timeline` the fits'; the
     trials never made (the search ended first: `TrialSupply.dropped`) count as trials and fits not run."""
     unmade = sum(cut.supply.dropped.values()) if cut.supply is not None else 0
@@ -283,7 +285,10 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     bags = [t for t in tasks if t.kind == "bag"]
     pruned = sum(cut.cut.get(b.id) == "pruned" for b in bags)
     cut_bags = [b for b in bags if b.id in cut.cut and cut.cut[b.id] != "pruned"]
-    dropped = sum(any(d in cut.started for d in b.depends_on) for b in cut_bags)
+    # a withdrawn kind's first trial, its lead fold fitted, is neither run nor dropped: `withdrawn` says it
+    begun = [b for b in cut_bags if any(d in cut.started for d in b.depends_on)]
+    judged = sum(cut.cut[b.id] == "withdrawn" for b in begun)
+    dropped = len(begun) - judged
     other: dict[str, int] = defaultdict(int)
     for t in tasks:
         if t.id in cut.cut and t.kind not in ("fit", "bag"):
@@ -291,6 +296,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     levels = {_level(t) for t in bags}
     names = lambda b: b.model if len(levels) <= 1 else f"{b.model} (level {_level(b)})"  # noqa: E731
     finished = {names(b) for b in bags if b.id in done}
+    gone = {names(b) for b in bags if cut.cut.get(b.id) == "withdrawn"}  # said by `withdrawn`
     partial = [f"{names(b)}: {sum(d in done for d in b.depends_on)} of {len(b.depends_on)} folds" for b in bags
                if b.id in done and any(d in cut.cut for d in b.depends_on)]
     ends = [e["end"] for e in timeline if not e.get("cached")]
@@ -299,12 +305,14 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     return BudgetSummary(
         limit_s=budget.limit_s,
         fits_ended_s=max(ends, default=budget.start) - budget.start,
-        trials=len(bags) + unmade, trials_not_run=len(cut_bags) - dropped + unmade, trials_dropped=dropped,
+        trials=len(bags) + unmade, trials_not_run=len(cut_bags) - dropped - judged + unmade,
+        trials_dropped=dropped,
         fits=len(fits) + unmade_fits,
         fits_not_run=sum(f.id in cut.cut and f.id not in cut.started for f in fits) + unmade_fits,
         fits_stopped=sum(bool(e.get("stopped_by_budget")) for e in timeline), fits_cancelled=cancelled,
         fits_abandoned=abandoned, fits_held_to_share=held_to_share,
-        other_cut=dict(other), left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished],
+        other_cut=dict(other), withdrawn=list(withdrawn),
+        left_out=[n for n in dict.fromkeys(map(names, bags)) if n not in finished and n not in gone],
         key=budget.key, reserved_s=budget.reserved, trials_pruned=pruned, first_trials_partial=partial,
         refits_not_run=refits, stacked_s=budget.stacked_seconds(),
         ready_s=budget.ready - budget.start if budget.whole_run and budget.ready is not None else None,

@@ -910,3 +910,50 @@ def test_one_fit_per_model_gets_no_more_than_an_equal_share_of_the_time_left():
     budget = TimeBudget(90, clock=Clock(0.0))
     tasks = [Task(fit_id(m, 0, 0), "fit", DRIVER, model=m, trial=0, fold=0) for m in "abc"]
     assert FirstTrials(tasks).share(tasks[0], budget, 1, 0.0, set().__contains__) == pytest.approx(30.0)
+
+
+def _auto_source(models, trials=40):
+    from pipeline.config import HpoConf, SearchDimConf
+    from pipeline.hpo import TrialSource
+
+    hpo = HpoConf(num_trials=trials, seed=0, pruning=True, _target_="pipeline.searchers.AutoSearch")
+    return TrialSource(hpo, {m: {"x": SearchDimConf("float", 0.0, 1.0)} for m in models}, {}, "maximize")
+
+
+@pytest.mark.parametrize("serial", [True, False])
+def test_a_dear_kind_whose_first_fold_loses_and_adds_nothing_to_a_blend_is_withdrawn(tmp_path, serial):
+    """hpo=auto, 30 s: two quick models and one whose 5-s folds predict nothing (AUC 0.5 against 0.9): its
+    first trial stops after its first fold, its search with it, and the quick models search in its time."""
+    seconds = {"a": 1.0, "b": 1.0, "slow": 5.0}
+    source = _auto_source(seconds)
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, seconds, limit_s=30.0, trials=40, folds=5,
+                                                         right={"a": 0.9, "b": 0.85}, rows=400, serial=serial,
+                                                         source=source, stops=True)
+    slow = [tid for tid, _, _ in backend.submitted if "/slow/" in tid]
+    assert slow == [fit_id("slow", 0, 0)]
+    assert scheduler.cut.cut[bag_id("slow", 0)] == "withdrawn"
+    assert not any("slow" in b for b in outcome.results["collect"])
+    assert all(sum(f"/{m}/" in b for b in outcome.results["collect"]) >= 2 for m in ("a", "b"))
+    why = scheduler.withdrawals.withdrawn["slow"]
+    assert (why.leader, why.score, why.folds_left) == ("a", 0.5, 4) and why.seconds_left == 20.0
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
+                        scheduler.abandoned, scheduler.first.held_to_share, [why.line()])
+    assert summary.left_out == [] and summary.trials_dropped == 0
+    line = summary.line()
+    assert "slow withdrawn after its first fold: roc_auc 0.5 on the fold's held-out rows against 0.9" in line
+    assert ("a blend with the other models gave it no weight, and its 4 other fold(s) would take about "
+            "20.0 s") in line
+
+
+@pytest.mark.parametrize("case", ["cheap", "better", "no search"])
+def test_a_kind_that_scores_or_costs_little_or_a_run_without_hpo_auto_keeps_its_first_trial_whole(tmp_path,
+                                                                                                   case):
+    seconds = {"a": 1.0, "b": 1.0, "slow": 0.5 if case == "cheap" else 5.0}
+    right = {"a": 0.9, "b": 0.85, **({"slow": 0.95} if case == "better" else {})}
+    source = None if case == "no search" else _auto_source(seconds)
+    plan, backend, budget, scheduler, outcome = simulate(tmp_path, seconds, limit_s=30.0, trials=40, folds=5,
+                                                         right=right, rows=400, serial=True, source=source,
+                                                         stops=True)
+    assert not scheduler.withdrawals.withdrawn
+    assert bag_id("slow", 0) in outcome.results["collect"]
+    assert len(outcome.results[bag_id("slow", 0)].folds) >= 3

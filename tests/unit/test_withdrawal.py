@@ -1,0 +1,70 @@
+"""Withdrawing a kind after its first fold (pipeline.graph.withdrawal): the three rules on one fold's rows."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pipeline.graph.plan import DRIVER, Task, fit_id
+from pipeline.graph.withdrawal import rivals, withdrawal
+from pipeline.metrics import METRICS
+
+ROWS = 4000
+
+
+def _fold(model: str, proba: np.ndarray, seconds: float = 5.0, fold: int = 0):
+    held_out = np.arange(fold, ROWS, 5)
+    return SimpleNamespace(held_out=held_out, val_pred=np.column_stack([1 - proba, proba]), start=0.0,
+                           end=seconds)
+
+
+def _ctx(y, results: dict, folds: int = 5):
+    plan = SimpleNamespace(allocation=lambda model: SimpleNamespace(num_folds=folds))
+    return SimpleNamespace(plan=plan, metric=METRICS["roc_auc"], data=SimpleNamespace(y=y),
+                           outcome=SimpleNamespace(results=results))
+
+
+def _case(ours: str, seconds: float = 5.0):
+    """A leader whose scores are the label plus noise; ours: the same noise and more of its own (it adds
+    nothing), or noise of its own (weaker alone, but a blend of the two averages the noises out)."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, ROWS)
+    base = rng.normal(0, 1.0, ROWS)
+    lead = 1 / (1 + np.exp(-(2.0 * y - 1 + base)))
+    noise = base + rng.normal(0, 2.0, ROWS) if ours == "echo" else rng.normal(0, 1.4, ROWS)
+    mine = 1 / (1 + np.exp(-(2.0 * y - 1 + noise)))
+    results = {fit_id("lead", 0, 0): _fold("lead", lead[np.arange(0, ROWS, 5)], 1.0),
+               fit_id("nn", 0, 0): _fold("nn", mine[np.arange(0, ROWS, 5)], seconds)}
+    task = Task(fit_id("nn", 0, 0), "fit", DRIVER, model="nn", trial=0, fold=0)
+    ctx = _ctx(y, results)
+    return task, results[task.id], ctx
+
+
+def test_a_dear_kind_that_loses_and_echoes_the_leader_is_withdrawn():
+    task, result, ctx = _case("echo")
+    others = rivals(task, result, ctx, ["lead", "nn"])
+    assert list(others) == ["lead"]
+    why = withdrawal(task, result, ctx, time_left=30.0, others=others)
+    assert why is not None and why.leader == "lead" and why.score < why.leader_score
+    assert why.folds_left == 4 and why.seconds_left == 20.0 and why.gain <= why.noise
+    assert why.line().startswith("nn withdrawn after its first fold: roc_auc ")
+
+
+@pytest.mark.parametrize("case, seconds, time_left", [
+    ("own noise", 5.0, 30.0),  # weaker alone, but the blend gains beyond its noise: the ensemble would use it
+    ("echo", 1.0, 30.0),  # 4 s of 30 left: cheap enough to finish
+    ("echo", 5.0, 0.0),  # no time left to give anyone
+])
+def test_a_kind_the_blend_uses_or_whose_folds_are_cheap_stays(case, seconds, time_left):
+    task, result, ctx = _case(case, seconds)
+    assert withdrawal(task, result, ctx, time_left=time_left, others=rivals(task, result, ctx, ["lead"])) is None
+
+
+def test_a_kind_is_compared_only_with_first_trials_that_held_out_the_same_rows():
+    task, result, ctx = _case("echo")
+    ctx.outcome.results[fit_id("lead", 0, 0)] = _fold("lead", np.full(ROWS // 5, 0.5), fold=1)  # other rows
+    assert rivals(task, result, ctx, ["lead"]) == {}
+    later = Task(fit_id("nn", 1, 0), "fit", DRIVER, model="nn", trial=1, fold=0)  # not its first trial
+    assert rivals(later, result, ctx, ["lead"]) == {}
