@@ -108,9 +108,10 @@ def test_a_slow_models_bag_is_kept_with_the_folds_that_ended_and_the_ensemble_sc
     models' leads; its other folds start only while the time left gives each at least half of that, and its
     first trial is kept with the folds that ended (said on the terminal and in run_state.json); the ensemble's
     weights are chosen on the rows every model predicted. Before, all five of its folds ran, each stopped at
-    a fifth of the lead's share."""
+    a fifth of the lead's share. hpo=none: one trial of each model's own params, so no kind is withdrawn for
+    losing (graph.withdrawal, hpo=auto's: the next test)."""
     proc = cli("data.max_rows=2000", "model=all", "parallelism.sequential=true", "parallelism.num_folds=5",
-               "executor.in_process=always", "model.lightgbm.params.num_iterations=200000",
+               "hpo=none", "executor.in_process=always", "model.lightgbm.params.num_iterations=200000",
                "model.lightgbm.params.early_stopping_round=0", "model.lightgbm.params.learning_rate=0.0001",
                "tracking=none", "time_limit_s=20", "hydra.run.dir=run", check=True, timeout=120)
     board = pd.read_csv(tmp_path / "run" / "leaderboard.csv").set_index("model")
@@ -123,6 +124,27 @@ def test_a_slow_models_bag_is_kept_with_the_folds_that_ended_and_the_ensemble_sc
     timeline = json.loads((tmp_path / "run" / "timeline.json").read_text())
     lightgbm = [e for e in timeline if e["model"] == "lightgbm" and e["trial"] == 0]
     assert len(lightgbm) == kept and lightgbm[0]["fold"] == 0 and lightgbm[0]["stopped_by_budget"]
+
+
+def test_under_hpo_auto_a_dear_kind_that_loses_and_adds_nothing_is_withdrawn_after_its_first_fold(cli,
+                                                                                                  tmp_path):
+    """5-fold bags, 20 s, a network that learns nothing (learning rate 1e-9) and trains on (patience past its
+    epochs): its first fold loses to the GBMs', a blend with them gives it no weight and its other folds
+    would take the time left, so it is withdrawn, its folds and trials not started, and the run says so."""
+    proc = cli("data.max_rows=2000", "model=all", "parallelism.num_folds=5", "executor.in_process=always",
+               "model.nn.params.learning_rate=1e-9", "model.nn.params.patience=1000",
+               "model.nn.params.max_epochs=400", "tracking=none", "time_limit_s=20", "hydra.run.dir=run",
+               check=True, timeout=120)
+    out = " ".join(proc.stdout.split())
+    budget = json.loads((tmp_path / "run" / "run_state.json").read_text())["time_budget"]
+    withdrawn = [w.split(":")[0] for w in budget["withdrawn"]]
+    assert withdrawn == ["nn withdrawn after its first fold"], out[-2000:]
+    assert "nn withdrawn after its first fold: roc_auc" in out and "which the other models use" in out
+    assert budget["left_out"] == [] and budget["trials_dropped"] == 0
+    board = pd.read_csv(tmp_path / "run" / "leaderboard.csv")
+    assert "nn" not in set(board["model"]) and {"lightgbm", "xgboost", "ensemble"} <= set(board["model"])
+    timeline = json.loads((tmp_path / "run" / "timeline.json").read_text())
+    assert [e["fold"] for e in timeline if e["model"] == "nn"] == [0]
     leads = [e["start"] for e in timeline if e["trial"] == 0 and e["fold"] == 0]
     assert max(leads) <= min(e["start"] for e in timeline if e["trial"] == 0 and e["fold"] > 0)  # leads first
 
