@@ -68,3 +68,15 @@ def test_a_kind_is_compared_only_with_first_trials_that_held_out_the_same_rows()
     assert rivals(task, result, ctx, ["lead"]) == {}
     later = Task(fit_id("nn", 1, 0), "fit", DRIVER, model="nn", trial=1, fold=0)  # not its first trial
     assert rivals(later, result, ctx, ["lead"]) == {}
+
+
+def test_a_large_fold_is_judged_on_a_seeded_draw_of_its_rows(monkeypatch):
+    """Past JUDGED_ROWS rows the scores, the blend and its noise are measured on a draw of that many."""
+    import pipeline.graph.withdrawal as withdrawal_module
+
+    task, result, ctx = _case("echo")
+    whole = withdrawal(task, result, ctx, time_left=30.0, others=rivals(task, result, ctx, ["lead"]))
+    monkeypatch.setattr(withdrawal_module, "JUDGED_ROWS", 400)
+    drawn = withdrawal(task, result, ctx, time_left=30.0, others=rivals(task, result, ctx, ["lead"]))
+    assert whole is not None and drawn is not None  # the same verdict
+    assert drawn.score != whole.score and abs(drawn.score - whole.score) < 0.05  # scored on the draw
