@@ -19,7 +19,6 @@ that adds to the blend, or whose folds cost little, keeps its first trial whole 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Optional
 
 import numpy as np
@@ -98,31 +97,32 @@ def rivals(task, result, ctx, kinds: list[str]) -> dict:
 def withdrawal(task, result, ctx, time_left: float, others: dict) -> Optional[Withdrawal]:
     """The Withdrawal of `task`'s kind, where its first trial's fit `task` ended with `result`, `time_left`
     seconds of fits are left, and against `others` (`rivals`) it meets the module's three rules; else None."""
-    from pipeline.ensemble import clear_gain, ensemble_selection
+    from pipeline.ensemble import clear_gain
 
     folds = ctx.plan.allocation(task.model).num_folds
     folds_left = sum(fit_id(task.model, 0, k) not in ctx.outcome.results for k in range(folds))
     seconds = (result.end - result.start) * folds_left
     if not others or folds_left == 0 or time_left <= 0 or seconds < DEAR_SHARE * time_left:
         return None
-    metric, y = ctx.metric, ctx.data.y[result.held_out]
+    metric, y, mine = ctx.metric, ctx.data.y[result.held_out], result.val_pred
     if len(y) > JUDGED_ROWS:  # a seeded draw: the blend's cost stays flat, its noise measured on the draw
         pick = np.sort(np.random.default_rng(0).choice(len(y), JUDGED_ROWS, replace=False))
-        y, result = y[pick], SimpleNamespace(val_pred=result.val_pred[pick])
+        y, mine = y[pick], mine[pick]
         others = {kind: pred[pick] for kind, pred in others.items()}
     losses = {kind: metric.loss(y, pred) for kind, pred in others.items()}
     leader = min(losses, key=losses.get)
-    if not metric.loss(y, result.val_pred) > losses[leader]:
+    if not metric.loss(y, mine) > losses[leader]:
         return None
-    without = _blend(list(others.values()), y, metric, ensemble_selection)
-    with_it = _blend([*others.values(), result.val_pred], y, metric, ensemble_selection)
-    beats, gain, noise = clear_gain(y, with_it, without, metric)
+    without = _blend(list(others.values()), y, metric)
+    beats, gain, noise = clear_gain(y, _blend([*others.values(), mine], y, metric), without, metric)
     if beats:
         return None
-    return Withdrawal(task.model, task.fold or 0, metric(y, result.val_pred), leader,
-                      metric(y, others[leader]), gain, noise, folds_left, seconds, time_left, metric.name)
+    return Withdrawal(task.model, task.fold or 0, metric(y, mine), leader, metric(y, others[leader]), gain,
+                      noise, folds_left, seconds, time_left, metric.name)
 
 
-def _blend(preds: list, y, metric, select) -> np.ndarray:
-    weights = select(preds, y, metric) if len(preds) > 1 else np.ones(1)
-    return sum(w * p for w, p in zip(weights, preds) if w > 0)
+def _blend(preds: list, y, metric) -> np.ndarray:
+    """The Caruana blend of `preds` on the rows (one prediction: itself)."""
+    from pipeline.ensemble import blend, ensemble_selection
+
+    return blend(preds, ensemble_selection(preds, y, metric)) if len(preds) > 1 else preds[0]
