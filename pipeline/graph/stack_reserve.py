@@ -6,8 +6,8 @@ runs to the fits' deadline leaves them none: `stack_levels=1 time_limit_s=60` on
 no level-2 model ("left out (no complete trial): lightgbm (level 2), ..."). So a level-1 trial after the
 first (each model's own params, which every level needs) must end that much before the deadline: each
 model's stacked fits at `LEVEL_COST` times its measured level-1 fit time (its best trial's so far where
-longer than its mean: `TimeBudget.best_estimate`), on the places the CPUs give. A model not measured yet
-keeps nothing until it is.
+longer than its mean, its last few fits' where longer still: `TimeBudget.stacked_estimate`), on the places
+the CPUs give. A model not measured yet keeps nothing until it is.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any, Callable, Optional, Sequence
@@ -29,6 +29,10 @@ from pipeline.errors import TimeLimitError
 from pipeline.graph.graph_cut import GraphCut, reads_best_trial  # noqa: F401  (importable from here)
 
 FitEstimate = Callable[[Any], Optional[float]]  # a task -> the seconds one fit of it takes; None: unknown
+
+
+# with stacking, how many of a model's last whole level-1 fits price its stacked fits beside its best trial's
+RECENT_FITS = 5
 
 
 def no_estimate(task) -> Optional[float]:
@@ -71,6 +75,7 @@ class TimeBudget:
         self._bytes: dict[str, int] = {}  # model -> its first fitted fold model's pickled size
         self._trial_fits: dict[tuple, list[float]] = defaultdict(list)  # (model, trial) -> its level-1 fits'
         self._best: dict[str, tuple] = {}  # model -> (score, trial) of its best level-1 trial so far
+        self._recent: dict[str, deque] = {}  # model -> seconds of its last RECENT_FITS whole level-1 fits
 
     def begin(self, start: Optional[float] = None) -> float:
         """The fits start: for a fits-only budget the clock starts now (or at `start`); the deadline."""
@@ -116,7 +121,7 @@ class TimeBudget:
         """With stacking, what the level-1 search leaves for the stacked fits (graph.stack_reserve), and a
         short grace: the stacked fits start once the last level-1 fits have stopped at their deadline and
         predicted (a search that left them the estimate alone lost level 2 on a loaded box)."""
-        seconds = self.stacking.seconds(self.best_estimate) if self.stacking is not None else 0.0
+        seconds = self.stacking.seconds(self.stacked_estimate) if self.stacking is not None else 0.0
         return seconds + run_grace_s(self.limit_s) if seconds else 0.0
 
     def record(self, task, seconds: float, stopped: bool = False, result=None) -> None:
@@ -126,6 +131,7 @@ class TimeBudget:
         if (not stopped and _level(task) in (None, 1) and getattr(task, "fold_set", None) is None
                 and getattr(task, "trial", None) is not None):  # a trial's fold, not a stacked fit or refit
             self._trial_fits[(task.model, task.trial)].append(seconds)
+            self._recent.setdefault(task.model, deque(maxlen=RECENT_FITS)).append(seconds)
         fitted = getattr(result, "model", None)
         if fitted is not None and task.model not in self._bytes:
             import pickle
@@ -152,6 +158,16 @@ class TimeBudget:
         best = self._best.get(model)
         own = self._trial_fits.get((model, best[1])) if best is not None else None
         return max(mean or 0.0, fmean(own)) if own else mean
+
+    def stacked_estimate(self, model: str) -> Optional[float]:
+        """Seconds a stacked fit of `model` is priced from (times stack_reserve.LEVEL_COST): its best trial's
+        fits (`best_estimate`), or the mean of its last `RECENT_FITS` whole level-1 fits where that is longer.
+        A box loaded late in the run slows the stacked fits as it slowed those, and a search moving to slower
+        params ends on them: a 20-s run beside another process fitted its last level-1 trials at 0.3-0.6 s a
+        fit against a mean of 0.15, its stacked fits took 0.23-0.56 s, and level 2 was left out."""
+        best = self.best_estimate(model)
+        recent = self._recent.get(model)
+        return max(best or 0.0, fmean(recent)) if recent else best
 
     def model_bytes(self, model: str) -> Optional[int]:
         """The pickled size of one fitted fold model of `model`, once one has ended; None before."""

@@ -125,6 +125,35 @@ def test_the_stacked_fits_and_the_refit_are_priced_at_the_best_trials_own_fits_w
     assert budget.best_estimate("new") is None  # nothing measured: nothing kept
 
 
+def test_the_stacked_fits_are_priced_at_the_models_last_fits_where_they_are_slower():
+    """A box loaded late in the run (or a search moving to slower params) slows the last level-1 fits and the
+    stacked fits with them: the reserve reads the mean of the last `RECENT_FITS` whole fits where it is
+    longer than the best trial's (a 20-s run priced its level 2 at a mean of 0.15 s a fit where its last
+    fits took 0.3-0.6 s, and level 2 was left out)."""
+    from pipeline.graph.stack_reserve import LEVEL_COST, PER_FIT_S, StackReserve
+    from pipeline.graph.time_budget import RECENT_FITS, run_grace_s
+
+    budget = TimeBudget(100, clock=Clock(0.0), stacking=StackReserve((("a", 4),), places=1))
+
+    def fit(trial: int, seconds: float, **how) -> None:
+        budget.record(Task(fit_id("a", trial, 0), "fit", DRIVER, model="a", trial=trial, fold=0, level=1),
+                      seconds, **how)
+
+    for trial in range(6):
+        fit(trial, 0.1)
+    for trial in range(6, 6 + RECENT_FITS):
+        fit(trial, 0.5)
+    budget.record(Task("fit/a/l2/f0", "fit", DRIVER, model="a", level=2, fold_set=(0,)), 0.05)  # not a trial's
+    fit(99, 9.0, stopped=True)  # a floor, not a whole fit
+    assert budget.best_estimate("a") == pytest.approx((6 * 0.1 + RECENT_FITS * 0.5) / (6 + RECENT_FITS))
+    assert budget.stacked_estimate("a") == pytest.approx(0.5)
+    assert budget.stacked_seconds() == pytest.approx(4 * (0.5 * LEVEL_COST + PER_FIT_S) + run_grace_s(100))
+    for trial in range(20, 20 + RECENT_FITS):  # the box quiet again: the last fits are fast, the mean rules
+        fit(trial, 0.1)
+    assert budget.stacked_estimate("a") == pytest.approx(budget.best_estimate("a"))
+    assert TimeBudget(100, clock=Clock(0.0)).stacked_estimate("a") is None  # nothing measured: nothing kept
+
+
 @dataclass
 class RefitTail:
     """A whole-run tail that keeps `refits` seconds for the refit fits and `fixed` for the rest."""
