@@ -57,6 +57,12 @@ class TrialSource:
         self.best_error: dict[str, float] = {}  # model -> its best whole trial's error (`error`)
         self.told: dict[str, int] = {}  # model -> trials told (whole or pruned)
 
+    @property
+    def noise_guard(self) -> bool:
+        """Whether a searched trial stands over a model's own params only for a held-out gain beyond the rows'
+        noise (hpo=auto: pipeline.searchers.Searcher.noise_guard); the scheduler and the ensemble read it."""
+        return bool(getattr(self.searcher, "noise_guard", False))
+
     def params(self, model: str, trial: int) -> dict:
         key = (model, trial)
         if key in self.asked:

@@ -81,7 +81,7 @@ class Scheduler:
         self.ready = ReadyTasks(plan.tasks, self.supply.waits)  # one reading every trial waits for those not made
         self.gate = TrialGate(plan)
         self._shares: dict[str, float] = {}  # model -> its share of the time (`_standing`); absent: 1
-        guard = getattr(getattr(trials, "searcher", None), "noise_guard", False)  # hpo=auto
+        guard = getattr(trials, "noise_guard", False)  # hpo=auto (TrialSource.noise_guard)
         self.withdrawals = Withdrawals([a.model for a in plan.allocations], guard and self.first.partial)
 
     def run(self) -> Outcome:

@@ -43,7 +43,7 @@ class EnsembleNode(NodeKind):
         names = list(dict.fromkeys(inputs[i].model for i in task.depends_on if i in inputs))
         best = {name: ctx.outcome.best(name, metric) for name in names}
         searched = all(t.level == 1 for t in best.values()) and not any(t.kind == "refit" for t in ctx.plan.tasks)
-        guard = getattr(getattr(ctx.trials, "searcher", None), "noise_guard", False)
+        guard = getattr(ctx.trials, "noise_guard", False)  # hpo=auto (TrialSource.noise_guard)
         if searched and guard:  # a refit or a stacked level has read each model's best trial already
             best = {name: _best_or_own(ctx.outcome, name, trial, metric, data) for name, trial in best.items()}
         kinds = [a.model for a in ctx.plan.allocations]
