@@ -57,6 +57,12 @@ class InProcessBackend(Backend):
         self.done.clear()
 
 
+# What every fit imports: the fit itself, and the data file's table (pipeline.data with pandas and Hydra's
+# config classes: 0.6 s on the idle 2-core box, paid by each new worker's first fit where the forkserver
+# had not imported it, a retried fit's included, and counted in executor.task_timeout_s).
+WORKER_MODULES = ("pipeline.graph.tasks", "pipeline.data")
+
+
 class ProcessBackend(Backend):
     """Fits in a pool of worker processes keyed by the devices they see (see `pool.WorkerPool`).
 
@@ -74,8 +80,8 @@ class ProcessBackend(Backend):
         # Workers fork from a server process that imported the model libraries once and never touches
         # a GPU: each starts in milliseconds, with no CUDA context, and sets CUDA_VISIBLE_DEVICES first.
         self.preload = preload
-        self.pool = WorkerPool("forkserver", safe_run_fit, detach=True,
-                               preload=("pipeline.graph.tasks", *preload), max_idle=max_idle, name="fit-worker")
+        self.pool = WorkerPool("forkserver", safe_run_fit, detach=True, preload=(*WORKER_MODULES, *preload),
+                               max_idle=max_idle, name="fit-worker")
         self.handles: dict[int, Worker] = {}
         self.answers_pickled: dict[int, bytes] = {}  # handle -> its result as the worker pickled it
         self.counter = itertools.count()

@@ -154,3 +154,32 @@ def test_an_answer_keeps_the_bytes_it_came_in(pool):
 
     worker, answer = ask(pool, {"X": "value"}, "X")
     assert answer == "value" and pickle.loads(worker.answer_bytes) == "value"
+
+
+def modules_the_data_file_imports(path_and_fingerprint: tuple[str, str]) -> list[str]:
+    """In a worker: the modules reading the run's data file imports, where the forkserver had not."""
+    import sys
+
+    from pipeline.graph.datafile import read_data_file
+
+    before = set(sys.modules)
+    read_data_file(*path_and_fingerprint)
+    return sorted(set(sys.modules) - before)
+
+
+def test_a_new_workers_first_fit_reads_the_data_with_what_the_forkserver_imported(adult, tmp_path):
+    """Reading the data file imports the table's modules (pipeline.data, pandas, Hydra's config classes:
+    0.6 s on the idle 2-core box): the forkserver imports them once, so no new worker's first fit, a retried
+    fit's included, pays for them inside executor.task_timeout_s."""
+    from pipeline.executors.local import WORKER_MODULES
+    from pipeline.graph.datafile import write_data_file
+
+    path = tmp_path / "data.pkl"
+    write_data_file(path, adult)
+    pool = WorkerPool("forkserver", modules_the_data_file_imports, detach=True, preload=WORKER_MODULES,
+                      name="test-reader")
+    try:
+        _, imported = ask(pool, {}, (str(path), adult.fingerprint))
+    finally:
+        pool.shutdown(grace=2.0)
+    assert not [m for m in imported if m.split(".")[0] in ("pandas", "pipeline", "hydra", "omegaconf")], imported
