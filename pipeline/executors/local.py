@@ -58,7 +58,7 @@ class InProcessBackend(Backend):
 
 
 # What every fit imports: the fit itself, and the data file's table (pipeline.data with pandas and Hydra's
-# config classes: 0.6 s on the idle 2-core box, paid by each new worker's first fit where the forkserver
+# config classes: about 0.5 s on the idle 2-core box, paid by each new worker's first fit where the forkserver
 # had not imported it, a retried fit's included, and counted in executor.task_timeout_s).
 WORKER_MODULES = ("pipeline.graph.tasks", "pipeline.data")
 

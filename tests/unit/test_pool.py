@@ -169,7 +169,7 @@ def modules_the_data_file_imports(path_and_fingerprint: tuple[str, str]) -> list
 
 def test_a_new_workers_first_fit_reads_the_data_with_what_the_forkserver_imported(adult, tmp_path):
     """Reading the data file imports the table's modules (pipeline.data, pandas, Hydra's config classes:
-    0.6 s on the idle 2-core box): the forkserver imports them once, so no new worker's first fit, a retried
+    about 0.5 s on the idle 2-core box): the forkserver imports them once, so no new worker's first fit, a retried
     fit's included, pays for them inside executor.task_timeout_s."""
     from pipeline.executors.local import WORKER_MODULES
     from pipeline.graph.datafile import write_data_file
