@@ -27,7 +27,11 @@ BIN_SAMPLE_ROWS = 200_000  # LightGBM's bin_construct_sample_cnt: rows it sample
 def lightgbm(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
     p, k = fit.features, fit.classes
     max_bin = int(params.get("max_bin", 255))
+    # a tree has at most a leaf per min_data_in_leaf training rows: a small table's trees stay small however
+    # many rounds the cap allows
     leaves = int(params.get("num_leaves", 31))
+    least = int(params.get("min_data_in_leaf", params.get("min_child_samples", 20))) or 1
+    tree_leaves = max(2, min(leaves, fit.train // least))
     rounds = int(params.get("num_iterations", params.get("num_boost_round", 100)))
     sample = int(params.get("bin_construct_sample_cnt", BIN_SAMPLE_ROWS))
     bin_bytes = 0.5 if max_bin <= 15 else (1 if max_bin <= 255 else 2)
@@ -39,7 +43,7 @@ def lightgbm(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
         "binned": int(rows * p * bin_bytes),
         "gradients": fit.train * k * 8,
         "histograms": leaves * p * (max_bin + 1) * 16,
-        "trees": rounds * k * leaves * 120,
+        "trees": rounds * k * tree_leaves * 120,
     }
     gpu = 0
     if on_gpu:
@@ -56,7 +60,8 @@ def xgboost(params: dict, fit: FitShape, on_gpu: bool) -> Estimate:
     rounds = int(params.get("num_boost_round", 1000))
     hist = nodes * p * max_bin * 16
     csr = p * 8 + 8  # a DMatrix's entry per value (index and value) and row pointer
-    parts = {"trees": rounds * k * 2 ** min(depth, 12) * 40}
+    leaves = max(2, min(2 ** min(depth, 12), fit.train))  # a leaf holds a row at least
+    parts = {"trees": rounds * k * leaves * 40}
     gpu = 0
     if on_gpu:
         parts.update(fold_copies=(fit.train + fit.held_out) * feature_bytes(fit),

@@ -77,6 +77,23 @@ def test_fit_shape_of_folds_and_holdout():
 # --------------------------------------------------------------------------- estimates
 
 
+def test_a_small_tables_trees_are_bounded_by_its_rows_not_the_round_cap():
+    """A boosted tree has at most a leaf per min_data_in_leaf rows (LightGBM) or per row (XGBoost): at a
+    cap of 10,000 rounds, a 100-row fit's trees are not estimated as 10,000 full-size trees."""
+    from pipeline.models.memory import lightgbm, xgboost
+
+    def trees(estimator, params, rows):
+        return estimator(params, FitShape(rows, rows // 4, 0, DataShape(rows=rows, numeric=5, categorical=0)),
+                         False).parts["trees"]
+
+    gbm = {"num_iterations": 10_000, "num_leaves": 255, "min_data_in_leaf": 20}
+    assert trees(lightgbm, gbm, 100) == 10_000 * 5 * 120  # 100 rows / 20 a leaf
+    assert trees(lightgbm, gbm, 1_000_000) == 10_000 * 255 * 120
+    deep = {"num_boost_round": 10_000, "max_depth": 10}
+    assert trees(xgboost, deep, 100) == 10_000 * 100 * 40
+    assert trees(xgboost, deep, 1_000_000) == 10_000 * 1024 * 40
+
+
 def test_network_size_counts_what_the_network_builds():
     from pipeline.nn.network import TabularMLP
 
