@@ -22,9 +22,22 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def boosting_work(fit, rounds) -> float:
-    """A boosted-tree fit's work in its calibration's unit: training rows x features x rounds, in billions."""
-    return fit.train * fit.features * int(rounds) / 1e9
+# An early-stopped boosting fit is planned (its device's fit-time estimate) at no more than this many rounds:
+# its cap (10,000) is a bound early stopping seldom reaches, and a GPU's fixed start-up cost weighed against
+# 10,000 rounds would send to the GPU fits that stop after a few hundred (Adult's XGBoost)
+EARLY_STOPPED_ROUNDS = 1000
+
+
+def boosting_work(fit, rounds, early_stopping: bool = False) -> float:
+    """A boosted-tree fit's work in its calibration's unit: training rows x features x rounds, in billions;
+    with `early_stopping`, at most `EARLY_STOPPED_ROUNDS` rounds."""
+    rounds = min(int(rounds), EARLY_STOPPED_ROUNDS) if early_stopping else int(rounds)
+    return fit.train * fit.features * rounds / 1e9
+
+
+def stops_early(params: dict, keys: tuple[str, ...]) -> bool:
+    """Whether `params` set a patience under any of the library's names `keys` (0 or None: none)."""
+    return any(params.get(key) for key in keys)
 
 
 @dataclass(frozen=True)

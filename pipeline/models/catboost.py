@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
-from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work, stops_early
 from pipeline.models.profile import MiB, ModelProfile
 
 log = logging.getLogger("pipeline")
@@ -24,6 +24,7 @@ log = logging.getLogger("pipeline")
 LOSSES = {"binary": "Logloss", "multiclass": "MultiClass", "regression": "RMSE"}
 ROUNDS = ("iterations", "num_boost_round", "n_estimators", "num_trees")  # CatBoost's names of the most rounds
 DEFAULT_ROUNDS = 1000
+PATIENCE = ("early_stopping_rounds", "od_wait")  # CatBoost's names of early stopping's patience
 RUNTIME_BYTES = 80 * MiB  # CatBoost's own allocations once it trains (thread pool, buffers): the peaks' rest
 HIGHER_BETTER = ("AUC", "Accuracy", "F1", "Precision", "Recall", "R2", "PRAUC", "NDCG", "MAP")
 ENGINE_SET = ("thread_count", "verbose", "allow_writing_files", "devices")  # what the engine sets itself
@@ -120,7 +121,8 @@ class CatBoostModel(TabularModel):
 
     @classmethod
     def fit_work(cls, params, fit):
-        return boosting_work(fit, next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS))
+        rounds = next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS)
+        return boosting_work(fit, rounds, stops_early(params, PATIENCE))
 
     @classmethod
     def gpu_request(cls, params):

@@ -11,7 +11,7 @@ from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
 from pipeline.models.lightgbm_gpu import device_log, log_from_this_thread, probe
 from pipeline.models.links import from_raw, to_raw
-from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work, stops_early
 from pipeline.models.profile import ModelProfile
 
 GPU_HELP = (
@@ -24,6 +24,7 @@ OBJECTIVES = {"binary": "binary", "multiclass": "multiclass", "regression": "reg
 ROUNDS = ("num_iterations", "num_iteration", "n_iter", "num_tree", "num_trees", "num_round", "num_rounds",
           "nrounds", "num_boost_round", "n_estimators", "max_iter")
 DEFAULT_ROUNDS = 100
+PATIENCE = ("early_stopping_round", "early_stopping_rounds", "early_stopping", "n_iter_no_change")  # aliases
 
 log = logging.getLogger("pipeline")
 
@@ -122,7 +123,8 @@ class LightGBMModel(TabularModel):
 
     @classmethod
     def fit_work(cls, params, fit):
-        return boosting_work(fit, next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS))
+        rounds = next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS)
+        return boosting_work(fit, rounds, stops_early(params, PATIENCE))
 
     @classmethod
     def gpu_request(cls, params):

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
-from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work, stops_early
 from pipeline.models.links import from_raw
 from pipeline.models.profile import ModelProfile
 
@@ -97,7 +97,8 @@ class XGBoostModel(TabularModel):
 
     @classmethod
     def fit_work(cls, params, fit):
-        return boosting_work(fit, params.get("num_boost_round", 1000))
+        patience = stops_early(params, ("early_stopping_rounds",))
+        return boosting_work(fit, params.get("num_boost_round", 1000), patience)
 
     @classmethod
     def gpu_request(cls, params):

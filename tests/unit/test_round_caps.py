@@ -34,3 +34,23 @@ def test_a_default_fit_ends_by_early_stopping_before_its_cap(compose, kind):
     kept = int(model.refit_params([model])[ROUNDS[kind]])
     assert 1000 < kept, f"{kind} kept {kept} rounds: the table no longer needs more than 1,000"
     assert kept + patience <= cap, f"{kind} ran to its cap of {cap} rounds (kept {kept}): the cap ended it"
+
+
+@pytest.mark.parametrize("kind", sorted(ROUNDS))
+def test_an_early_stopped_fit_is_planned_at_no_more_than_its_usual_rounds(compose, kind):
+    """The device's fit-time estimate of an early-stopped fit counts at most `EARLY_STOPPED_ROUNDS`, not
+    the cap: a GPU's fixed start-up weighed against 10,000 rounds would win fits that stop at a few hundred.
+    Without early stopping the fit runs every round, and is planned so."""
+    from hydra.utils import get_class
+
+    from pipeline.memory.estimates import FitShape
+    from pipeline.memory.shape import DataShape
+    from pipeline.models.base import EARLY_STOPPED_ROUNDS
+
+    conf = compose([f"model={kind}"]).model[kind]
+    cls, params = get_class(conf._target_), dict(conf.params)
+    fit = FitShape.of(DataShape(100_000, 10, 0, 2), 1, 0.2, 0.2)
+    per_round = fit.train * fit.features / 1e9
+    assert cls.fit_work(params, fit) == pytest.approx(EARLY_STOPPED_ROUNDS * per_round)
+    unstopped = {**params, PATIENCE[kind]: None}
+    assert cls.fit_work(unstopped, fit) == pytest.approx(int(params[ROUNDS[kind]]) * per_round)
