@@ -102,7 +102,8 @@ def learning_curves(histories: dict[str, dict[str, list[float]]], path: Path) ->
     for ax, (name, history) in zip(axes[0], curves.items()):
         for metric, values in history.items():
             if metric.startswith(("train_loss", "val_loss", "valid_")):
-                ax.plot(range(len(values)), values, label=metric)
+                steps = [i for i, v in enumerate(values) if v == v]  # recorded every few rounds: NaN between
+                ax.plot(steps, [values[i] for i in steps], label=metric)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("epoch / round")
         ax.legend(fontsize=7)

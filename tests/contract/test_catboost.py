@@ -40,6 +40,49 @@ class TestCatBoost(ModelKindConformance):
         assert ctx.stopped_by_budget and model.model_.tree_count_ == 1  # the round that told the time
         assert model.predict_proba(data.X.iloc[data.test_idx]).shape == (len(data.test_idx), 2)
 
+    @pytest.mark.parametrize("stopping", [{"early_stopping_rounds": 20}, {"od_type": "Iter", "od_wait": 20}])
+    def test_under_a_deadline_the_metrics_are_recorded_every_few_rounds_and_early_stopping_holds(
+            self, datasets, stopping):
+        """CatBoost rebuilds every recorded metric for its callback at each round: with one recorded a round,
+        a fit under the engine's callback slows as it grows. Recorded every METRIC_PERIOD rounds, its early
+        stopping (applied by the callback) stops where CatBoost's own would, to the period."""
+        from pipeline.models.catboost import METRIC_PERIOD
+
+        data = datasets["regression"]
+        params = {"iterations": 3000, "learning_rate": 0.3, "depth": 4, **stopping}
+        own = CatBoostModel(params, "catboost")
+        own.fit_rows(data.X, data.y, data.train_idx, data.val_idx,
+                     FitContext(data.problem_type, data.num_classes, Placement(1), seed=0))
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0,
+                         deadline=time.time() + 3600)
+        model = CatBoostModel(params, "catboost").fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
+        recorded = model.model_.get_evals_result()["validation"]["RMSE"]
+        rounds = len(model.history_["valid_RMSE"])
+        assert not ctx.stopped_by_budget and rounds < 3000  # early stopping ended it, not the cap
+        assert len(recorded) <= rounds // METRIC_PERIOD + 2  # not one a round
+        assert model.best_iteration_ % METRIC_PERIOD == 0
+        assert rounds - 1 - model.best_iteration_ < 20 + METRIC_PERIOD  # stopped its patience past the best
+        assert abs(model.best_iteration_ - own.best_iteration_) <= METRIC_PERIOD
+        curve = model.history_["valid_RMSE"]  # the recorded values at their rounds, NaN between
+        assert curve[model.best_iteration_] == min(recorded) and curve[1] != curve[1]
+
+    @pytest.mark.parametrize("metric, rising_stops", [("AUC", False), ("RMSE", True), ("Accuracy", False),
+                                                      ("Logloss", True)])
+    def test_the_callbacks_early_stopping_follows_the_metrics_direction(self, metric, rising_stops):
+        """Patience 3, a metric rising every round: a maximised one never stops, a minimised one stops once
+        3 rounds have passed its best (round 0)."""
+        from types import SimpleNamespace
+
+        from pipeline.models.catboost import _Callback
+
+        ctx = FitContext("binary", 2, Placement(1), seed=0, deadline=time.time() + 3600)
+        callback, values, going = _Callback(ctx, patience=3, metric=metric), [], []
+        for round_ in range(1, 9):
+            values.append(0.5 + 0.01 * round_)
+            going.append(callback.after_iteration(SimpleNamespace(iteration=round_,
+                                                                  metrics={"validation": {metric: values}})))
+        assert going == ([True, True, True, False] + [False] * 4 if rising_stops else [True] * 8)
+
     def test_the_gpu_check_before_any_fit_follows_the_gpus_catboost_sees(self):
         """A machine without a GPU: a typed error naming the key; with one: the check passes."""
         if _gpus() > 0:
