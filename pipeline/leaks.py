@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeline import number_text
+from pipeline.frames import with_columns
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,7 +38,8 @@ def suspects(roles: list, sample: pd.DataFrame, rows: pd.DataFrame, label: str, 
     else:
         y = rows[label].astype(str).factorize()[0]
     written = [r.column for r in roles if r.role == "numeric" and r.reason.startswith(number_text.REASON)]
-    rows = rows.assign(**{c: number_text.read(rows[c], number_text.detect(sample[c]))[0] for c in written})
+    rows = with_columns(rows, {c: number_text.read(rows[c], number_text.detect(sample[c]))[0]
+                               for c in written})
     folds = np.random.default_rng(2).permutation(len(rows)) % 2
     found = {}
     scores = {}
@@ -196,10 +198,12 @@ def _rank_r2(x: pd.Series, y: np.ndarray) -> float:
 
 
 def _pairs(rows, y, roles, scores, label, overrides, found) -> dict:
-    """Two numeric columns (among the six that score best alone) whose linear combination is the label."""
+    """Two numeric columns (among the six that score best alone) whose linear combination is the label; not
+    one found alone: with a copy of the label, any other column makes such a pair."""
     import numpy as np
 
-    numeric = [r.column for r in roles if r.role == "numeric" and r.column not in overrides]
+    numeric = [r.column for r in roles
+               if r.role == "numeric" and r.column not in overrides and r.column not in found]
     top = sorted(numeric, key=lambda c: -scores.get(c, 0))[:6]
     flagged = {}
     total = ((y - y.mean()) ** 2).sum()

@@ -22,6 +22,7 @@ import sys
 from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
+from pipeline.frames import with_columns
 from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work, stops_early
 from pipeline.models.profile import MiB, ModelProfile
 
@@ -199,7 +200,7 @@ class CatBoostModel(TabularModel):
             X = X.iloc[rows]
         self.categorical_ = [c for c in X.columns if X[c].dtype.name == "category"]
         if self.categorical_:
-            X = X.assign(**{c: X[c].cat.codes for c in self.categorical_})
+            X = with_columns(X, {c: X[c].cat.codes for c in self.categorical_})
         return Pool(X, label=y, weight=weight, cat_features=self.categorical_ or None)
 
     def _train(self, X, rows, y, X_val, val_rows, y_val, ctx: FitContext) -> None:

@@ -10,11 +10,12 @@ misspelt parameter; pytest then runs every check on it:
 
 The checks: the profile is declared, complete and frozen; the parameter checks; fit and predict on a
 binary, a multiclass and a regression table (bundled and synthetic data) with the profile's quick
-params; early stopping; clone, seed and pickle round trips; hpo=auto's portfolio and the search space;
-the memory estimate on the CPU and on a GPU; the device choice with and without a calibration, and
-the library parameters a device gives; and, through one CLI run shared by the kinds a session collects
-(`model=[a,b,...]`), a 3-fold bag of each, its batch prediction (`python -m pipeline.predict
-predictor=<kind>`) and its MLflow pyfunc model with its requirements. Needs pytest (the `test` extra).
+params, and with columns named like keyword arguments (`self`); early stopping; clone, seed and pickle
+round trips; hpo=auto's portfolio and the search space; the memory estimate on the CPU and on a GPU;
+the device choice with and without a calibration, and the library parameters a device gives; and,
+through one CLI run shared by the kinds a session collects (`model=[a,b,...]`), a 3-fold bag of each,
+its batch prediction (`python -m pipeline.predict predictor=<kind>`) and its MLflow pyfunc model with
+its requirements. Needs pytest (the `test` extra).
 """
 
 from __future__ import annotations
@@ -144,6 +145,18 @@ class ModelKindConformance:
             assert metrics.METRICS["accuracy"](y_test, proba) > 1.0 / data.num_classes + 0.1
         assert model.fit_seconds_ > 0 and model.device_ == "cpu"
         assert model.history_, "the validation fold's scores, round by round (early stopping's record)"
+
+    def test_columns_named_like_keyword_arguments_fit_and_predict(self, datasets, fit_params):
+        """A table's columns may have any name, `self` too (a yes/no column of a mortgage table): a
+        library call that takes the columns as keyword arguments (`DataFrame.assign`) fails on it."""
+        data = datasets["binary"]
+        names = {data.categorical[0]: "self", data.numeric[0]: "kwargs"}
+        renamed = dataclasses.replace(data, X=data.X.rename(columns=names),
+                                      categorical=[names.get(c, c) for c in data.categorical],
+                                      numeric=[names.get(c, c) for c in data.numeric])
+        model = self.fit(renamed, fit_params)
+        proba = model.predict_proba(renamed.X.iloc[renamed.test_idx[:50]])
+        assert proba.shape == (50, 2)
 
     def test_early_stopping_on_the_validation_fold(self, datasets):
         """With its configured params (early stopping on) a fit on the binary table stops before its cap;

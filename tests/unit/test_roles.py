@@ -231,3 +231,24 @@ def test_the_logged_models_example_input_holds_only_the_columns_a_model_reads(tm
     assert list(data.raw_example.columns) == data.features.inputs
     assert not {"Individual ID", "Region", "Stage"} & set(data.raw_example.columns)
     assert "Date Egg" in data.raw_example.columns  # raw, before its date features
+
+
+def test_a_copy_of_the_label_is_the_only_leak_not_every_column_it_pairs_with():
+    rng = np.random.default_rng(0)
+    n = 400
+    y = rng.normal(1000, 200, n).round(2)
+    f = pd.DataFrame({"copy": y, "x": rng.normal(size=n), "z": rng.normal(size=n), "y": y})
+    r = roles.infer(f, "y", "regression", {})
+    assert r.of("leak") == ["copy"]  # any column with the copy fits the label as a linear combination
+    assert r.get("x").role == "numeric" and r.get("z").role == "numeric"
+
+
+def test_columns_named_like_keyword_arguments_are_read_and_checked():
+    """A yes/no column named `self` (a mortgage table's) and amounts written as text under that name: read as
+    numbers and scored by the leak check (DataFrame.assign took the names as its keyword arguments)."""
+    rng = np.random.default_rng(1)
+    n = 400
+    y = rng.normal(1000, 200, n).round(2)
+    f = pd.DataFrame({"self": [f"${v:,.2f}" for v in y], "x": rng.normal(size=n), "y": y})
+    r = roles.infer(f, "y", "regression", {})
+    assert r.get("self").role == "leak" and r.get("x").role == "numeric"
