@@ -36,8 +36,8 @@ class GraphCut:
         for t in self.tasks.values():
             for d in t.depends_on:
                 self.consumers[d].append(t.id)
-        # task id -> why: "budget" (did not fit), "input", "unused", "pruned" (a losing trial) or "withdrawn"
-        # (its kind was, graph.withdrawal)
+        # task id -> why: "budget" (did not fit), "input", "unused", "pruned" (a losing trial), "withdrawn"
+        # (its kind was, graph.withdrawal) or "failed" (its kind left the run after a fit of it failed)
         self.cut: dict[str, str] = {}
         self.started: set[str] = set()  # started, running or done: never cut as unused
         self._trials: dict[str, dict[str, list[str]]] = {}  # a fit reading best trials: model -> trial bags

@@ -31,7 +31,7 @@ from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
 from pipeline.graph.first_trials import FirstTrials, busy_seconds, first_trial_bag, places_for
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
-from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, time_shares
+from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, standing
 from pipeline.graph.trial_supply import TrialSupply
 from pipeline.graph.withdrawal import Withdrawals
 from pipeline.graph.ranks import FitRanks
@@ -80,7 +80,7 @@ class Scheduler:
         self.ranks = FitRanks(plan.tasks, lambda t: self.kinds[t.kind].on_worker)
         self.ready = ReadyTasks(plan.tasks, self.supply.waits)  # one reading every trial waits for those not made
         self.gate = TrialGate(plan)
-        self._shares: dict[str, float] = {}  # model -> its share of the time (`_standing`); absent: 1
+        self._shares: dict[str, float] = {}  # model -> its share of the time (`standing`); absent: 1
         guard = getattr(trials, "noise_guard", False)  # hpo=auto (TrialSource.noise_guard)
         self.withdrawals = Withdrawals([a.model for a in plan.allocations], guard and self.first.partial)
 
@@ -130,6 +130,12 @@ class Scheduler:
                     continue
                 if isinstance(result, TaskFailure):
                     attempts[task.id] += 1
+                    last = attempts[task.id] > self.max_retries or task.model in self.withdrawals.failed
+                    if last and (left := self.withdrawals.fail(task, result.message, attempts[task.id],
+                                                               self.cut)) is not None:
+                        self._settle_cut(left)  # under hpo=auto its kind leaves the run (graph.withdrawal)
+                        self._release()
+                        continue
                     if attempts[task.id] > self.max_retries:
                         raise TaskFailedError(
                             f"task {task.id} failed after {attempts[task.id]} attempt(s): {result.message}. "
@@ -155,7 +161,7 @@ class Scheduler:
         """What the time budget cut, once the graph has run (the root announces it: `on_time_budget`)."""
         outcome = self.ctx.outcome
         return summarize(self.budget, self.cut, outcome.results, outcome.timeline, self.cancelled, self.abandoned,
-                         self.first.held_to_share, [w.line() for w in self.withdrawals.withdrawn.values()])
+                         self.first.held_to_share, self.withdrawals.lines())
 
     def _priority(self, task: Task) -> tuple:
         """The queue's order: under a budget, every model's first trial (its own params) first, then the
@@ -175,22 +181,14 @@ class Scheduler:
         return (trial > 0, not under_way, spent, trial, fold, task.model in self.ranks.ranked, quick, -rank,
                 self.ready.order[task.id])
 
-    def _standing(self) -> dict[str, float]:
-        """Each model's share of the time under a budget, by its best whole trial's error against the
-        leader's once every model has one (`time_shares`; before, and without a budget, equal shares)."""
-        best = getattr(self.ctx.trials, "best_error", {})
-        models = {a.model for a in self.plan.allocations} - self.withdrawals.withdrawn.keys()
-        if self.budget is None or len(models) < 2 or not models <= best.keys():
-            return {}
-        return time_shares({m: best[m] for m in models}, getattr(self.ctx.trials, "told", None))
-
     def _admit(self, admission: Admission, attempts: dict) -> bool:
         """Start (or take from the store) every queued task that admission and the budget allow, in
         priority order; then, on what is left, the fits held back while their model's first fit runs.
         Whether any task left the queue."""
         progressed, held_back = False, []
         if self.ranks.stale or self.budget is not None:  # the durations changed: so may the queue's order
-            self._shares = self._standing()
+            models = {a.model for a in self.plan.allocations} - self.withdrawals.gone()
+            self._shares = standing(models, self.ctx.trials) if self.budget is not None else {}
             self.queued.sort(key=self._priority)
         for task in list(self.queued):
             if self.serial and self.running:

@@ -240,7 +240,7 @@ class BudgetSummary:
     refits_not_run: list[str] = field(default_factory=list)  # refit=true: the models whose refit fit was cut
     stacked_s: float = 0.0  # with stacking: how long before the fits' deadline the level-1 search ended
     ready_s: Optional[float] = None  # time_limit_s: seconds from start-up until the run was ready to fit
-    withdrawn: list[str] = field(default_factory=list)  # each kind withdrawn after its first fold, and why
+    withdrawn: list[str] = field(default_factory=list)  # each kind withdrawn or failed and left out, and why
 
     @property
     def cut_anything(self) -> bool:
@@ -290,6 +290,9 @@ class BudgetSummary:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"line": self.line()}
 
 
+LEFT = ("withdrawn", "failed")  # a kind's cuts as it left the run (graph.withdrawal), said kind by kind
+
+
 def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict], cancelled: int = 0,
               abandoned: int = 0, held_to_share: int = 0, withdrawn: Sequence[str] = ()) -> BudgetSummary:
     """The summary of a finished graph: `done` holds each task's result by id, `timeline` the fits'; the
@@ -301,9 +304,10 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     bags = [t for t in tasks if t.kind == "bag"]
     pruned = sum(cut.cut.get(b.id) == "pruned" for b in bags)
     cut_bags = [b for b in bags if b.id in cut.cut and cut.cut[b.id] != "pruned"]
-    # a withdrawn kind's first trial, its lead fold fitted, is neither run nor dropped: `withdrawn` says it
+    # a withdrawn kind's first trial, its lead fold fitted, is neither run nor dropped: `withdrawn` says it,
+    # as it says a kind left out after a failed fit
     begun = [b for b in cut_bags if any(d in cut.started for d in b.depends_on)]
-    judged = sum(cut.cut[b.id] == "withdrawn" for b in begun)
+    judged = sum(cut.cut[b.id] in LEFT for b in begun)
     dropped = len(begun) - judged
     other: dict[str, int] = defaultdict(int)
     for t in tasks:
@@ -312,7 +316,7 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     levels = {_level(t) for t in bags}
     names = lambda b: b.model if len(levels) <= 1 else f"{b.model} (level {_level(b)})"  # noqa: E731
     finished = {names(b) for b in bags if b.id in done}
-    gone = {names(b) for b in bags if cut.cut.get(b.id) == "withdrawn"}  # said by `withdrawn`
+    gone = {names(b) for b in bags if cut.cut.get(b.id) in LEFT}  # said by `withdrawn`
     partial = [f"{names(b)}: {sum(d in done for d in b.depends_on)} of {len(b.depends_on)} folds" for b in bags
                if b.id in done and any(d in cut.cut for d in b.depends_on)]
     ends = [e["end"] for e in timeline if not e.get("cached")]

@@ -127,3 +127,12 @@ def time_shares(best_errors: dict[str, float], told: Optional[dict[str, int]] = 
         judged = told is None or told.get(model, 0) >= JUDGED_AFTER
         shares[model] = 1.0 if gap <= EVEN_WITHIN or not judged else max(MIN_SHARE, EVEN_WITHIN / gap)
     return shares
+
+
+def standing(models: set, trials) -> dict[str, float]:
+    """Each of `models`' share of the time under a budget, by its best whole trial's error against the
+    leader's once every one has one (`time_shares`; before, equal shares: {})."""
+    best = getattr(trials, "best_error", {})
+    if len(models) < 2 or not models <= best.keys():
+        return {}
+    return time_shares({m: best[m] for m in models}, getattr(trials, "told", None))

@@ -18,6 +18,7 @@ that adds to the blend, or whose folds cost little, keeps its first trial whole 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Optional
 
@@ -25,6 +26,8 @@ import numpy as np
 
 from pipeline.graph.first_trials import first_trial_fit
 from pipeline.graph.shape import fit_id
+
+log = logging.getLogger(__name__)
 
 DEAR_SHARE = 0.2  # the share of the fits' time left a first trial's other folds would take: dear from there
 JUDGED_ROWS = 10_000  # at most this many of the fold's rows judge it (0.7 s for 20,000 with three rivals)
@@ -57,12 +60,46 @@ class Withdrawal:
 
 class Withdrawals:
     """The kinds of a run judged so far and those withdrawn (`active`: under hpo=auto where bags may end
-    short, no stacked level reading them); each kind is judged once."""
+    short, no stacked level reading them); each kind is judged once. Where active, a kind whose fit failed
+    every attempt leaves the run too (`fail`)."""
 
     def __init__(self, models: list[str], active: bool):
         self.models, self.active = list(models), active
         self.judged: set[str] = set()
         self.withdrawn: dict[str, Withdrawal] = {}
+        self.failed: dict[str, str] = {}  # kind -> why it left the run: a fit of it failed every attempt
+
+    def gone(self) -> set[str]:
+        """The kinds withdrawn or left out after a failed fit."""
+        return self.withdrawn.keys() | self.failed.keys()
+
+    def lines(self) -> list[str]:
+        """What the budget's last line says of them."""
+        return [w.line() for w in self.withdrawn.values()] + list(self.failed.values())
+
+    def fail(self, task, message: str, attempts: int, cut) -> Optional[list[str]]:
+        """`task`, a level-1 fit, failed its last attempt (or its kind left the run already): the ids the
+        kind's leaving cuts (the fit, its kind's fits not started, its search), or None where the run fails
+        instead: not under hpo=auto (you chose the trials), not a trial's fit, or the last kind standing.
+        Under hpo=auto the engine chose the kinds and their trials, and AutoGluon's time-limited fit goes on
+        without a model whose fit raised; the run says which kind left and why, and goes on without it."""
+        model = task.model
+        if not self.active or task.kind != "fit" or getattr(task, "fold_set", None) is not None:
+            return None
+        if model not in self.failed:
+            if not set(self.models) - self.gone() - {model}:
+                return None
+            self.failed[model] = f"{model} left out: its fit {task.id} failed {attempts} time(s) ({message})"
+            log.warning("%s; the run goes on with the other models", self.failed[model])
+        ids = cut.end_search(model, "failed")
+        for bag in [c for c in cut.consumers[task.id] if c not in cut.cut]:  # its trial goes whole
+            ids += cut.cut_task(bag, "failed")
+        ids += cut.cut_task(task.id, "failed")
+        for other in list(cut.tasks.values()):  # its first trial's folds not started
+            if (other.model == model and other.kind == "fit" and other.id not in cut.started
+                    and other.id not in cut.cut):
+                ids += cut.cut_task(other.id, "failed")
+        return ids
 
     def judge(self, task, result, ctx, budget) -> Optional[Withdrawal]:
         """The Withdrawal of `task`'s kind now that `task`, a fit, ended with `result` under `budget` (a

@@ -43,6 +43,38 @@ def test_models_that_all_predict_nan_are_one_clear_error(cli, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_under_hpo_auto_a_kind_whose_fits_fail_leaves_the_run_and_the_others_go_on(cli, tmp_path):
+    """The engine chose the trials: as AutoGluon's time-limited fit, it goes on without a model that raised,
+    and says so; the failed fit is retried first (executor.max_retries)."""
+    searchpath = user_config(tmp_path, "model", "mixed",
+                             "defaults: [lightgbm]\nboom:\n  _target_: tests.fault_models.FailingModel\n"
+                             "  search_space: {smoothing: {type: float, low: 0.0, high: 1.0}}\n")
+    proc = cli("model=mixed", searchpath, "allowed_targets=[tests.]", "hpo=auto", "time_limit_s=25",
+               "data.max_rows=800", "model.lightgbm.params.num_iterations=20", "tracking=none", env=FAULT_ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = "boom left out: its fit fit/boom/t0/f0 failed 2 time(s) (RuntimeError: injected failure)"
+    (run_dir,) = run_dirs(tmp_path)
+    assert said in proc.stdout and said in (run_dir / "pipeline.log").read_text()  # the budget's line, the log
+    board = pd.read_csv(run_dir / "leaderboard.csv")
+    assert "boom" not in set(board["model"]) and "lightgbm" in set(board["model"])
+
+
+def test_a_kind_whose_fits_fail_fails_the_run_where_it_was_chosen_or_stands_alone(cli, tmp_path):
+    searchpath = user_config(tmp_path, "model", "mixed",
+                             "defaults: [lightgbm]\nboom:\n  _target_: tests.fault_models.FailingModel\n"
+                             "  search_space: {smoothing: {type: float, low: 0.0, high: 1.0}}\n")
+    user_config(tmp_path, "model", "boom", "boom:\n  _target_: tests.fault_models.FailingModel\n"
+                "  search_space: {smoothing: {type: float, low: 0.0, high: 1.0}}\n")
+    common = (searchpath, "allowed_targets=[tests.]", "time_limit_s=25", "data.max_rows=800",
+              "executor.max_retries=0", "tracking=none")
+    chosen = cli("model=mixed", "hpo=none", *common, env=FAULT_ENV)  # the user's own trials: the run fails
+    alone = cli("model=boom", "hpo=auto", *common, env=FAULT_ENV)  # no other kind to go on with
+    for proc in (chosen, alone):
+        assert proc.returncode == 1
+        assert "task fit/boom/t0/f0 failed after 1 attempt(s): RuntimeError: injected failure" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
 def _start(args, cwd, env):
     return subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=cwd, env={**os.environ, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
