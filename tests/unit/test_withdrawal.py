@@ -80,3 +80,34 @@ def test_a_large_fold_is_judged_on_a_seeded_draw_of_its_rows(monkeypatch):
     drawn = withdrawal(task, result, ctx, time_left=30.0, others=rivals(task, result, ctx, ["lead"]))
     assert whole is not None and drawn is not None  # the same verdict
     assert drawn.score != whole.score and abs(drawn.score - whole.score) < 0.05  # scored on the draw
+
+
+def _two_kinds():
+    from pipeline.graph.plan import bag_id
+    from pipeline.graph.time_budget import GraphCut
+
+    tasks = [Task(fit_id(m, t, f), "fit", DRIVER, model=m, trial=t, fold=f) for m in "ab" for t in range(3)
+             for f in range(3)]
+    bags = [Task(bag_id(m, t), "bag", DRIVER, tuple(fit_id(m, t, f) for f in range(3)), model=m, trial=t)
+            for m in "ab" for t in range(3)]
+    ensemble = Task("ensemble", "ensemble", DRIVER, tuple(b.id for b in bags))
+    return GraphCut([*tasks, *bags, ensemble], lambda t: t.kind == "ensemble"), {t.id: t for t in tasks}
+
+
+def test_a_kind_whose_fit_failed_leaves_the_run_whole_and_the_last_kind_standing_does_not():
+    from pipeline.graph.plan import bag_id
+    from pipeline.graph.withdrawal import Withdrawals
+
+    cut, fits = _two_kinds()
+    cut.started |= {fit_id("b", 0, 0), fit_id("b", 0, 1)}  # its lead fold failed, its second still runs
+    kinds = Withdrawals(["a", "b"], active=True)
+    ids = kinds.fail(fits[fit_id("b", 0, 0)], "TypeError: boom", 2, cut)
+    assert {bag_id("b", t) for t in range(3)} | {fit_id("b", 0, 0), fit_id("b", 0, 2)} <= set(ids)
+    assert all(cut.cut[bag_id("b", t)] == "failed" for t in range(3))
+    assert fit_id("b", 0, 1) not in cut.cut  # running: it ends on its own, read by no trial
+    assert not any(i.startswith(("fit/a", "bag/a")) for i in ids) and "ensemble" not in cut.cut
+    assert kinds.gone() == {"b"}
+    assert kinds.lines() == [f"b left out: its fit {fit_id('b', 0, 0)} failed 2 time(s) (TypeError: boom)"]
+    assert kinds.fail(fits[fit_id("b", 0, 1)], "TypeError: boom", 1, cut) is not None  # gone already: cut
+    assert kinds.fail(fits[fit_id("a", 0, 0)], "ValueError", 2, cut) is None  # the last kind: the run fails
+    assert Withdrawals(["a", "b"], active=False).fail(fits[fit_id("a", 0, 0)], "x", 2, _two_kinds()[0]) is None
