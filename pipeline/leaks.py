@@ -198,29 +198,35 @@ def _rank_r2(x: pd.Series, y: np.ndarray) -> float:
 
 
 def _pairs(rows, y, roles, scores, label, overrides, found) -> dict:
-    """Two numeric columns (among the six that score best alone) whose linear combination is the label; not
-    one found alone: with a copy of the label, any other column makes such a pair."""
-    import numpy as np
-
-    numeric = [r.column for r in roles
-               if r.role == "numeric" and r.column not in overrides and r.column not in found]
+    """Two numeric columns (among the six that score best alone) whose linear combination is the label, where
+    neither alone is such a line: with a copy of the label, any other column makes a pair that adds nothing."""
+    numeric = [r.column for r in roles if r.role == "numeric" and r.column not in overrides]
     top = sorted(numeric, key=lambda c: -scores.get(c, 0))[:6]
+    alone = {c: _linear_r2(rows[[c]], y)[0] for c in top}
     flagged = {}
-    total = ((y - y.mean()) ** 2).sum()
     for i, a in enumerate(top):
         for b in top[i + 1:]:
-            X = rows[[a, b]].to_numpy(dtype=np.float64, na_value=np.nan)
-            ok = np.isfinite(X).all(axis=1)
-            if ok.sum() < 30 or total <= 0:
-                continue
-            A = np.column_stack([X[ok], np.ones(ok.sum())])
-            coef, *_ = np.linalg.lstsq(A, y[ok], rcond=None)
-            yy = y[ok]
-            r2 = 1 - ((yy - A @ coef) ** 2).sum() / max(((yy - yy.mean()) ** 2).sum(), 1e-300)
-            if r2 >= PAIR_R2:
+            r2, n = _linear_r2(rows[[a, b]], y)
+            if r2 >= PAIR_R2 and max(alone[a], alone[b]) < PAIR_R2:
                 _flag_both(flagged, a, b, f"with {{other}} predicts {label!r} as a linear combination: "
-                                          f"R² {r2:.4f} on {int(ok.sum())} sampled rows")
+                                          f"R² {r2:.4f} on {n} sampled rows")
     return flagged
+
+
+def _linear_r2(columns, y) -> tuple[float, int]:
+    """R² of the least-squares line (with an intercept) through `columns` to y, on the rows where all are
+    finite, and those rows' count; 0 on fewer than 30 rows or a constant label."""
+    import numpy as np
+
+    X = columns.to_numpy(dtype=np.float64, na_value=np.nan)
+    ok = np.isfinite(X).all(axis=1)
+    yy = y[ok]
+    total = ((yy - yy.mean()) ** 2).sum() if ok.sum() else 0.0
+    if ok.sum() < 30 or total <= 0:
+        return 0.0, int(ok.sum())
+    A = np.column_stack([X[ok], np.ones(ok.sum())])
+    coef, *_ = np.linalg.lstsq(A, yy, rcond=None)
+    return float(1 - ((yy - A @ coef) ** 2).sum() / total), int(ok.sum())
 
 
 def _class_pairs(scored: dict, y: np.ndarray, folds: np.ndarray, scores: dict, label: str,
