@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,9 +53,9 @@ def test_under_hpo_auto_a_kind_whose_fits_fail_leaves_the_run_and_the_others_go_
     proc = cli("model=mixed", searchpath, "allowed_targets=[tests.]", "hpo=auto", "time_limit_s=25",
                "data.max_rows=800", "model.lightgbm.params.num_iterations=20", "tracking=none", env=FAULT_ENV)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    said = "boom left out: its fit fit/boom/t0/f0 failed 2 time(s) (RuntimeError: injected failure)"
+    said = r"boom left out: its fit fit/boom/t\d+/f\d+ failed 2 time\(s\) \(RuntimeError: injected failure\)"
     (run_dir,) = run_dirs(tmp_path)
-    assert said in proc.stdout and said in (run_dir / "pipeline.log").read_text()  # the budget's line, the log
+    assert re.search(said, proc.stdout) and re.search(said, (run_dir / "pipeline.log").read_text())
     board = pd.read_csv(run_dir / "leaderboard.csv")
     assert "boom" not in set(board["model"]) and "lightgbm" in set(board["model"])
 
@@ -71,7 +72,9 @@ def test_a_kind_whose_fits_fail_fails_the_run_where_it_was_chosen_or_stands_alon
     alone = cli("model=boom", "hpo=auto", *common, env=FAULT_ENV)  # no other kind to go on with
     for proc in (chosen, alone):
         assert proc.returncode == 1
-        assert "task fit/boom/t0/f0 failed after 1 attempt(s): RuntimeError: injected failure" in proc.stderr
+        # which of its trials' fits fails first depends on the order the workers end them
+        assert re.search(r"task fit/boom/t\d+/f\d+ failed after 1 attempt\(s\): RuntimeError: injected failure",
+                         proc.stderr)
         assert "Traceback" not in proc.stderr
 
 
