@@ -33,7 +33,6 @@ ROUNDS = ("iterations", "num_boost_round", "n_estimators", "num_trees")  # CatBo
 DEFAULT_ROUNDS = 1000
 PATIENCE = ("early_stopping_rounds", "od_wait")  # CatBoost's names of early stopping's patience
 RUNTIME_BYTES = 80 * MiB  # CatBoost's own allocations once it trains (thread pool, buffers): the peaks' rest
-HIGHER_BETTER = ("AUC", "Accuracy", "F1", "Precision", "Recall", "R2", "PRAUC", "NDCG", "MAP")
 ENGINE_SET = ("thread_count", "verbose", "allow_writing_files", "devices")  # what the engine sets itself
 METRIC_PERIOD = 10  # rounds between recorded metrics under the engine's callback (a fit's best is one of them)
 
@@ -284,6 +283,14 @@ def _recorded(validation: dict, metric: str) -> Optional[list]:
     return found[0] if found else next(iter(validation.values()), None)
 
 
+def _sign(metric: str) -> float:
+    """-1 for a metric CatBoost maximises (AUC, Accuracy, Kappa, ...; options after ':' aside), else 1: a
+    recorded value times it is a loss, lower better."""
+    from catboost.core import is_maximizable_metric
+
+    return -1.0 if is_maximizable_metric(metric.split(":")[0]) else 1.0
+
+
 def _by_round(values: list, period: int, rounds: Optional[int]) -> list:
     """A metric recorded every `period` rounds (and at the last), placed at its rounds, NaN between."""
     if period <= 1 or rounds is None or not values:
@@ -303,10 +310,8 @@ class _Callback:
     every 10 rounds; returning False stops boosting (use_best_model keeps the best recorded round)."""
 
     def __init__(self, ctx: FitContext, patience: Optional[int] = None, metric: str = ""):
-        from catboost.core import is_maximizable_metric
-
         self.ctx, self.clock, self.patience, self.metric = ctx, RoundClock(ctx), patience, metric
-        self.sign = -1.0 if metric and is_maximizable_metric(metric.split(":")[0]) else 1.0
+        self.sign = _sign(metric) if metric else 1.0
         self.rounds, self.recorded, self.best, self.best_round = 0, 0, float("inf"), 0
 
     def after_iteration(self, info) -> bool:
@@ -325,7 +330,7 @@ class _Callback:
         if self.ctx.report is not None and info.iteration % 10 == 0:
             metric, values = next(iter(validation.items()), (None, None))
             if values:
-                loss = -values[-1] if metric in HIGHER_BETTER else values[-1]
+                loss = _sign(metric) * values[-1]
                 if self.ctx.report(info.iteration, loss):
                     return False
         return True

@@ -83,6 +83,18 @@ class TestCatBoost(ModelKindConformance):
                                                                   metrics={"validation": {metric: values}})))
         assert going == ([True, True, True, False] + [False] * 4 if rising_stops else [True] * 8)
 
+    @pytest.mark.parametrize("metric, sign", [("AUC", -1), ("Kappa", -1), ("MCC", -1), ("Logloss", 1),
+                                              ("RMSE", 1)])
+    def test_the_pruning_report_is_a_loss_whatever_the_metric(self, metric, sign):
+        from types import SimpleNamespace
+
+        from pipeline.models.catboost import _Callback
+
+        reported = []
+        ctx = FitContext("binary", 2, Placement(1), seed=0, report=lambda step, loss: reported.append(loss))
+        _Callback(ctx).after_iteration(SimpleNamespace(iteration=10, metrics={"validation": {metric: [0.7]}}))
+        assert reported == [sign * 0.7]
+
     def test_the_gpu_check_before_any_fit_follows_the_gpus_catboost_sees(self):
         """A machine without a GPU: a typed error naming the key; with one: the check passes."""
         if _gpus() > 0:
