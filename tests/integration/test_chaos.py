@@ -66,6 +66,20 @@ def kill_driver(proc: subprocess.Popen) -> tuple[list[psutil.Process], list[psut
     return direct, workers
 
 
+def outliving(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of procs still running after timeout. A zombie has exited (its parent has not yet reaped
+    it) and can write nothing, so it does not count."""
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return [p for p in alive if _status(p) not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)]
+
+
+def _status(proc: psutil.Process) -> str:
+    try:
+        return proc.status()
+    except psutil.NoSuchProcess:
+        return psutil.STATUS_DEAD
+
+
 def finished_tasks(run_dir: Path) -> int:
     return len(list((run_dir / "tasks").glob("*.pkl")))
 
@@ -120,9 +134,9 @@ def test_sigkilled_again_and_again_then_resumed_ends_as_an_uninterrupted_run(cli
             break
         kills.append((phase, round(time.time() - started, 1)))
         helpers, workers = kill_driver(proc)
-        _, alive = psutil.wait_procs(workers, timeout=5)
+        alive = outliving(workers, timeout=5)
         assert not alive, f"fit workers outlived their driver: {alive}"  # no orphan writes into run_dir
-        _, alive = psutil.wait_procs(helpers, timeout=60)  # a forkserver still importing notices later
+        alive = outliving(helpers, timeout=60)  # a forkserver still importing notices later
         assert not alive, f"processes outlived their driver: {alive}"
         check_whole(run_dir)
     assert len(kills) >= 2, f"the runs finished before they could be killed: {kills}"
