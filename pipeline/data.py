@@ -23,7 +23,7 @@ from pipeline.features import FeatureMaker
 from pipeline.fingerprint import fingerprint
 from pipeline.problem import inferred_line, problem_type_of, small_whole_values
 from pipeline.roles import OVERRIDDEN, Roles
-from pipeline.schema import category_text, encode
+from pipeline.schema import category_text, encode, finite
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,8 @@ def _column_types(X: pd.DataFrame, declared: tuple[str, ...]) -> tuple[list[str]
 def _check_text_in_numbers(column: str, s: pd.Series) -> None:
     """A text column whose values are nearly all numbers is a numeric column with dirt in it, unless its
     numbers are few distinct codes: then the text is one more level of a categorical column (a car's
-    cylinders 3, 4, 5, 6, 8 and 'rotary'; school grades 1 to 12 and 'K'), read as categories and said."""
+    cylinders 3, 4, 5, 6, 8 and 'rotary'; school grades 1 to 12 and 'K'), or its text values are codes beside
+    whole numbers (`number_text.are_codes`: stations 117, 1083 and 'c168'): read as categories and said."""
     counts = s.value_counts(dropna=True)  # parse each distinct value once
     if counts.empty:
         return
@@ -207,6 +208,11 @@ def _check_text_in_numbers(column: str, s: pd.Series) -> None:
             log.info("column %r: %d distinct numbers and %d row(s) of text (%s): read as categories, each "
                      "value a level; if the text is dirt in a numeric column, clean those values", column,
                      numbers, n_bad, examples)
+            return
+        if number_text.are_codes(bad.index, parsed[~is_text]):
+            log.warning("column %r: %d distinct whole numbers and %d row(s) of codes mixing letters and "
+                        "digits (%s): read as categories (each value a level), not as numbers; if the text is "
+                        "dirt in a numeric column, clean those values", column, numbers, n_bad, examples)
             return
         raise DataError(
             f"column {column!r} is numeric but {n_bad} row(s) hold text ({examples}) among {numbers} "
@@ -371,8 +377,9 @@ def _assemble(X: pd.DataFrame, numeric: list[str], categorical: dict) -> pd.Data
     """A frame of X's columns in X's order: the numeric ones as one float32 block, a view of X's own
     when they are one float32 block already (else converted into one, block by block), and the
     typed categorical columns inserted beside it. Libraries then take rows from one block."""
-    values = (X[numeric].to_numpy(dtype=np.float32, na_value=np.nan) if numeric
-              else np.empty((len(X), 0), dtype=np.float32))
+    with np.errstate(over="ignore"):  # a number past float32's range: infinite, then missing, said
+        values = (finite(X[numeric].to_numpy(dtype=np.float32, na_value=np.nan), numeric, "the table")
+                  if numeric else np.empty((len(X), 0), dtype=np.float32))
     out = pd.DataFrame(values, columns=numeric, index=X.index, copy=False)
     for position, column in enumerate(X.columns):
         if column in categorical:

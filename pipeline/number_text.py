@@ -141,3 +141,18 @@ def read(values: pd.Series, fmt: NumberFormat) -> tuple[np.ndarray, pd.Series]:
         missing[i] = is_missing_mark(str(v))
     out = np.where(codes >= 0, numbers[np.maximum(codes, 0)], np.nan)
     return out, pd.Series(uniques[np.isnan(numbers) & ~missing], dtype=object)
+
+
+CODE = re.compile(r"^(?=[^\s]*\d)(?=[^\s]*[A-Za-z])[A-Za-z0-9_./-]{2,12}$")
+
+
+def are_codes(texts, numbers: "np.ndarray") -> bool:
+    """Whether a column's text values are codes beside its numbers, not dirt in them: every text value one
+    short token mixing letters and digits ('136A', 'c168', 'B-12'), every number whole (identifiers,
+    stations, families, plots), as a register numbers most entries and letters a few. A word ('forty'),
+    a number with a fraction beside them, or a value with a space is dirt, named in the error."""
+    import numpy as np
+
+    whole = numbers[np.isfinite(numbers)]
+    return (bool(len(whole)) and bool(np.all(whole == np.round(whole)))
+            and all(CODE.match(str(v)) for v in texts))

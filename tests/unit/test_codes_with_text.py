@@ -43,3 +43,26 @@ def test_many_numbers_and_a_text_value_are_dirty_numbers_named_in_the_error(tmp_
     with pytest.raises(DataError, match=r"column 'col' is numeric but 1 row\(s\) hold text \('forty'\) among "
                                         r"60 distinct numbers"):
         load(_table(tmp_path, ages), tmp_path)
+
+
+def test_many_whole_numbers_and_a_few_codes_are_read_as_categories_and_said(tmp_path, caplog):
+    """Stations, families, plots: numbered mostly, a few codes mixing letters and digits ('136A', 'c168')."""
+    stations = [str(s) for s in range(100, 160)] * 2 + ["136A", "c168", "B-12"]
+    with caplog.at_level(logging.INFO, logger="pipeline.data"):
+        data = load(_table(tmp_path, stations), tmp_path)
+    assert "col" in data.categorical and "col" not in data.numeric
+    said = [r.getMessage() for r in caplog.records if "'col'" in r.getMessage()]
+    assert said and "60 distinct whole numbers and 3 row(s) of codes mixing letters and digits" in said[0]
+
+
+@pytest.mark.parametrize("dirt", ["forty", "12 kg", "n a"])
+def test_words_or_spaced_values_among_many_numbers_stay_an_error(tmp_path, dirt):
+    stations = [str(s) for s in range(100, 160)] * 2 + ["136A", dirt]
+    with pytest.raises(DataError, match="is numeric but 2 row"):
+        load(_table(tmp_path, stations), tmp_path)
+
+
+def test_codes_beside_numbers_with_fractions_are_dirt(tmp_path):
+    amounts = [f"{a / 10:.1f}" for a in range(100, 160)] * 2 + ["136A"]
+    with pytest.raises(DataError, match=r"hold text \('136A'\)"):
+        load(_table(tmp_path, amounts), tmp_path)
