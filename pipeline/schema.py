@@ -145,7 +145,8 @@ class FeatureSchema:
 
 def _numbers(column: str, values: pd.Series, source: str) -> np.ndarray:
     if pd.api.types.is_numeric_dtype(values) and not isinstance(values.dtype, pd.CategoricalDtype):
-        return values.astype(np.float32)
+        with np.errstate(over="ignore"):  # a number past float32's range: infinite, then missing, said
+            return finite(values.to_numpy(dtype=np.float32, na_value=np.nan), [column], source)
     parsed = pd.to_numeric(values.astype(object), errors="coerce")
     bad = values.notna() & parsed.isna()
     if bad.any():
@@ -154,4 +155,27 @@ def _numbers(column: str, values: pd.Series, source: str) -> np.ndarray:
             f"column {column!r} of {source} is numeric in training but {int(bad.sum())} row(s) hold values "
             f"that are not numbers ({examples})"
         )
-    return parsed.astype(np.float32)
+    with np.errstate(over="ignore"):
+        return finite(parsed.to_numpy(dtype=np.float32, na_value=np.nan), [column], source)
+
+
+CHUNK_ROWS = 1 << 20  # rows checked at once: the mask's memory stays small whatever the table
+
+
+def finite(values: np.ndarray, columns: list[str], source: str) -> np.ndarray:
+    """`values` (float32, one column or rows x `columns`) with infinite values, and numbers past float32's
+    range, as missing values, said once per call naming each column and its count: LightGBM's and XGBoost's
+    fits refuse them and a network's scaling turns them into NaN losses, while every model here reads a
+    missing value. The array is copied only where it holds one."""
+    block = values.reshape(len(values), -1)
+    counts = np.zeros(block.shape[1], dtype=np.int64)
+    for start in range(0, len(block), CHUNK_ROWS):
+        counts += np.isinf(block[start:start + CHUNK_ROWS]).sum(axis=0)
+    if not counts.any():
+        return values
+    values = values.copy()
+    values[np.isinf(values)] = np.nan
+    named = ", ".join(f"{c!r} ({n} row(s))" for c, n in zip(columns, counts) if n)
+    log.warning("%s: infinite values (or numbers beyond float32's range) in %s read as missing values; "
+                "replace them in the table to choose otherwise", source, named)
+    return values

@@ -214,3 +214,23 @@ def test_numbers_written_as_text_train_and_predict_as_the_plain_numbers(tables):
     _, out = predict(tables, run_dir_of(runs["credit_written"]), tables / "credit_written.csv", "written.csv")
     _, again = predict(tables, run_dir_of(runs["credit_written"]), tables / "Credit.csv", "from_plain.csv")
     assert pd.read_csv(out)["Balance"].tolist() == pd.read_csv(again)["Balance"].tolist()
+
+
+def test_infinite_values_train_and_predict_as_missing_values_and_are_said(tables):
+    """A ratio over a count that is sometimes 0 ('Limit per card' with Cards 0): XGBoost refused the whole
+    table before; the infinite values are missing values at training and at prediction, said with counts."""
+    frame = pd.read_csv(tables / "Credit.csv")
+    frame.loc[frame.index[::25], "Cards"] = 0
+    frame["LimitPerCard"] = frame["Limit"] / frame["Cards"]  # inf where Cards is 0
+    frame.loc[frame.index[1], "Income"] = float("-inf")
+    frame.to_csv(tables / "credit_inf.csv", index=False)
+    infinite = int(frame["LimitPerCard"].isin([float("inf")]).sum())
+    proc = run_cli(["data.path=credit_inf.csv", "data.label=Balance", *fast("xgboost")], tables, check=True)
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert (f"the table: infinite values (or numbers beyond float32's range) in 'Income' (1 row(s)), "
+            f"'LimitPerCard' ({infinite} row(s)) read as missing values") in said
+    assert float(leaderboard(run_dir_of(proc))["xgboost"]["test_rmse"]) < 200  # the label's std is about 460
+    result, out = predict(tables, run_dir_of(proc), tables / "credit_inf.csv", "credit_inf_pred.csv")
+    assert "infinite values (or numbers beyond float32's range) in 'LimitPerCard'" in result.stdout + result.stderr
+    predictions = pd.read_csv(out)["Balance"]
+    assert len(predictions) == len(frame) and predictions.notna().all()
