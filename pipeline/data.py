@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from pipeline import number_text
+from pipeline import number_text, split as split_module
 from pipeline.config import DataConf
 from pipeline.data_sources import DataSource, resolve, source_for
 from pipeline.table_files import read_file
@@ -98,6 +98,7 @@ def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None,
         roles = infer_roles(frame, spec, label, problem_type)
     order = _time_order(X, spec) if spec.split == "time" else None
     train_idx, val_idx, test_idx = _split(y, problem_type, spec, n_main, len(frame), order)
+    split_module.say_one_class(y, problem_type, {"validation": val_idx, "test": test_idx}, spec.split)
     fit_rows = np.concatenate([train_idx, val_idx])
     features = raw_example = None
     if roles is not None:
@@ -138,10 +139,12 @@ def _check_columns(frame: pd.DataFrame, spec: DataConf, label: str, key: str) ->
     y = frame[label]
     if y.isna().all():
         raise DataError(f"data.label={label!r}: every value of the label column is missing (NaN)")
-    n_missing = int(y.isna().sum())
-    if n_missing:
-        log.warning("data.label=%r: dropping %d rows whose label is missing", label, n_missing)
-        frame = frame[y.notna()].reset_index(drop=True)
+    infinite = y.isin([np.inf, -np.inf]) & pd.api.types.is_float_dtype(y)
+    n_missing, n_infinite = int(y.isna().sum()), int(infinite.sum())
+    if n_missing or n_infinite:
+        what = f"missing or infinite ({n_infinite} infinite)" if n_infinite else "missing"
+        log.warning("data.label=%r: dropping %d rows whose label is %s", label, n_missing + n_infinite, what)
+        frame = frame[y.notna() & ~infinite].reset_index(drop=True)
     if frame[label].nunique() < 2:
         raise DataError(
             f"data.label={label!r} is constant (every row is {_plain(frame[label].iloc[0])!r}); there is nothing to learn"

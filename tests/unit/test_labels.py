@@ -63,3 +63,21 @@ def test_a_problem_type_inferred_from_the_label_is_said_with_the_setting_that_ch
     said = problem.inferred_line(y, problem_type, "t", len(classes or ()))
     assert said.startswith("data.problem_type=auto: label 't' holds ") and said.endswith(line)
     assert "fits them as numbers" not in said or pd.api.types.is_numeric_dtype(y)
+
+
+def test_rows_whose_label_is_infinite_are_dropped_as_missing_ones_are_and_said(tmp_path, caplog):
+    import logging
+
+    from pipeline.config import DataConf
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x": rng.normal(size=60), "y": rng.normal(size=60)})
+    frame.loc[[3, 7], "y"] = [np.inf, -np.inf]
+    frame.loc[11, "y"] = np.nan
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    spec = DataConf(name="csv", _target_="pipeline.data_sources.CsvSource", path=str(tmp_path / "t.csv"), label="y")
+    with caplog.at_level(logging.WARNING, logger="pipeline.data"):
+        data = td.load(spec, tmp_path)
+    assert len(data.y) == 57 and np.isfinite(data.y).all()
+    assert any("dropping 3 rows whose label is missing or infinite (2 infinite)" in r.getMessage()
+               for r in caplog.records)
