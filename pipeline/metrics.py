@@ -48,7 +48,8 @@ def _balanced_accuracy(y, p):
 
 
 def _binary_auc(positive: np.ndarray, score: np.ndarray) -> float:
-    """ROC AUC as the Mann-Whitney statistic, ties taking their average rank."""
+    """ROC AUC as the Mann-Whitney statistic, ties taking their average rank; NaN (undefined) on rows of one
+    class, as a fold's or a split's rows of a rare class may be: NaN is the worst score wherever it is read."""
     order = np.argsort(score, kind="mergesort")
     sorted_score = score[order]
     first = np.flatnonzero(np.r_[True, sorted_score[1:] != sorted_score[:-1]])
@@ -58,7 +59,7 @@ def _binary_auc(positive: np.ndarray, score: np.ndarray) -> float:
     n_pos = int(pos.sum())
     n_neg = len(pos) - n_pos
     if n_pos == 0 or n_neg == 0:
-        raise ValueError("ROC AUC needs both classes in y_true")
+        return float("nan")
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 

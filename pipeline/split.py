@@ -7,10 +7,13 @@ class), so the sizes add up and the same seed always gives the same rows.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Optional, Union
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 def holdout(rows: np.ndarray, size: float, seed: Union[int, tuple[int, ...]], labels: Optional[np.ndarray] = None):
@@ -88,3 +91,18 @@ def _largest_remainder(counts: list[int], total: int) -> list[int]:
     for i in by_remainder[: total - sum(quotas)]:
         quotas[i] += 1
     return quotas
+
+
+def say_one_class(y: np.ndarray, problem_type: str, parts: dict, how: str) -> None:
+    """A warning for each part of a classification split (name -> its rows) that holds one class: ROC AUC is
+    undefined on it, NaN on the board. A random split stratifies the classes, so it happens where a class
+    has a row or two, or where the time split's latest rows share one class."""
+    if problem_type == "regression":
+        return
+    for name, rows in parts.items():
+        if len(rows) and len(np.unique(y[rows])) < 2:
+            why = ("data.split=time: the latest rows" if how == "time" and name == "test" else
+                   "data.split=time: the rows before the test rows" if how == "time" else
+                   "a class too rare to reach every part, or a test file of one class")
+            log.warning("the %s rows (%d, %s) hold one class of the label: roc_auc is undefined on them (NaN "
+                        "on the board), and the other scores read one class", name, len(rows), why)

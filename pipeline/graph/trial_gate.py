@@ -96,7 +96,7 @@ def losing_trial(task: Task, result, ctx) -> bool:
             or getattr(result, "stopped_by_budget", False)):
         return False
     score = held_out_score(result, ctx)  # a released fit read back: the score its file keeps
-    if score is None:
+    if score is None or score != score:  # NaN: undefined on the fold's rows (ROC AUC on one class)
         return False
     return ctx.trials.fold_scored(task.model, task.trial, score, pruned=bool(result.pruned))
 

@@ -146,9 +146,12 @@ def withdrawal(task, result, ctx, time_left: float, others: dict) -> Optional[Wi
         pick = np.sort(np.random.default_rng(0).choice(len(y), JUDGED_ROWS, replace=False))
         y, mine = y[pick], mine[pick]
         others = {kind: pred[pick] for kind, pred in others.items()}
+    own = metric.loss(y, mine)
+    if own != own:  # undefined on the fold's rows (ROC AUC on rows of one class): they judge nothing
+        return None
     losses = {kind: metric.loss(y, pred) for kind, pred in others.items()}
     leader = min(losses, key=losses.get)
-    if not metric.loss(y, mine) > losses[leader]:
+    if not own > losses[leader]:
         return None
     without = _blend(list(others.values()), y, metric)
     beats, gain, noise = clear_gain(y, _blend([*others.values(), mine], y, metric), without, metric)

@@ -234,3 +234,34 @@ def test_infinite_values_train_and_predict_as_missing_values_and_are_said(tables
     assert "infinite values (or numbers beyond float32's range) in 'LimitPerCard'" in result.stdout + result.stderr
     predictions = pd.read_csv(out)["Balance"]
     assert len(predictions) == len(frame) and predictions.notna().all()
+
+
+def test_a_class_of_three_rows_under_a_time_budget_ends_with_a_leaderboard(tables):
+    """Three of Smarket's 1,250 days 'Big': two of a bag's five folds hold none of them, where ROC AUC is
+    undefined; the search read each fold's score and the run failed. Those folds now judge nothing."""
+    frame = pd.read_csv(tables / "Smarket.csv").drop(columns=["Today"])
+    frame["Direction"] = "Other"
+    frame.loc[frame["Lag1"].nlargest(3).index, "Direction"] = "Big"
+    frame.to_csv(tables / "three_big.csv", index=False)
+    proc = run_cli(["data.path=three_big.csv", "data.label=Direction", "model=lightgbm", "tracking=none",
+                    "time_limit_s=8"], tables)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "lightgbm" in leaderboard(run_dir_of(proc))
+
+
+def test_test_rows_of_one_class_under_the_time_split_are_said_and_score_nan(tables):
+    """The latest quarter of the days all 'Up': the test rows hold one class. The board shows ROC AUC as NaN
+    (the leaderboard's printing failed on it) and the run says why, before any fit."""
+    frame = pd.read_csv(tables / "Smarket.csv").drop(columns=["Today"])
+    frame["day"] = pd.date_range("2001-01-01", periods=len(frame), freq="D").astype(str)
+    frame.loc[frame.index[-len(frame) // 4:], "Direction"] = "Up"
+    frame.to_csv(tables / "latest_up.csv", index=False)
+    proc = run_cli(["data.path=latest_up.csv", "data.label=Direction", "data.split=time", "data.time_column=day",
+                    *fast("lightgbm")], tables)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "the test rows (250, data.split=time: the latest rows) hold one class of the label" in said
+    assert said.index("hold one class") < said.index("Leaderboard")
+    row = leaderboard(run_dir_of(proc))["lightgbm"]
+    assert row["test_roc_auc"] in ("", "nan") and float(row["test_accuracy"]) >= 0
+    assert "predicts 'Up' for all" not in said  # predicting the test rows' one class is no failure to learn

@@ -51,10 +51,15 @@ def test_regression_metrics():
     assert METRICS["r2"](y, pred) == pytest.approx(sk.r2_score(y, pred))
 
 
-def test_one_class_split_skips_auc():
+def test_roc_auc_on_rows_of_one_class_is_nan_and_still_a_score():
+    """Undefined, not an error: a fold or a split of a rare class's table may hold one class, and every
+    reader of a score (the board, the search, the ensemble) takes NaN as the worst."""
     y = np.zeros(10, dtype=int)
     p = np.column_stack([np.full(10, 0.7), np.full(10, 0.3)])
-    assert "roc_auc" not in score_all("binary", y, p)
+    scores = score_all("binary", y, p)
+    assert np.isnan(scores["roc_auc"]) and scores["accuracy"] == 1.0
+    assert np.isnan(METRICS["roc_auc"](np.zeros(4, dtype=int), np.eye(4)[:, :4]))  # one class of four
+    assert METRICS["roc_auc"].loss_of(scores["roc_auc"]) == float("inf")
 
 
 def test_resolve():

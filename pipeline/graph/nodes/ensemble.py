@@ -145,6 +145,8 @@ def _row(name: str, trial, val: dict, test: dict, plan, test_rows: int, test_sec
 def _set_threshold(row: dict, predictor, held_out, val_pred, test_pred, data, eval_metric: str) -> None:
     """A binary predictor's threshold from its out-of-fold predictions; it, and the test score there, in its
     row."""
+    import numpy as np
+
     from pipeline import metrics as metrics_module
     from pipeline import threshold as th
 
@@ -155,7 +157,8 @@ def _set_threshold(row: dict, predictor, held_out, val_pred, test_pred, data, ev
     row["threshold_metric"] = name
     labels = th.one_hot(test_pred[:, 1], predictor.threshold)
     row[f"test_{name}_at_threshold"] = float(metrics_module.METRICS[name](test_y, labels))
-    th.warn_one_class(row["model"], test_pred[:, 1], predictor.threshold, data.classes)
+    if len(np.unique(test_y)) > 1:  # test rows of one class: predicting it for all of them is right
+        th.warn_one_class(row["model"], test_pred[:, 1], predictor.threshold, data.classes)
 
 
 def _best_or_own(outcome, name: str, best, metric, data):
