@@ -24,8 +24,10 @@ def columns_of(path: Path, kind: str) -> list[str]:
         import pyarrow.parquet as pq
 
         return list(pq.ParquetFile(path).schema_arrow.names)
-    with path.open(newline="") as fh:
-        return next(csv.reader(fh), [])
+    from pipeline import csv_dialect
+
+    with csv_dialect.open_text(path) as fh:
+        return next(csv.reader(fh, delimiter=csv_dialect.dialect(path).sep), [])
 
 
 def read_chunks(path: Path, kind: str, columns: list[str], categorical: set[str], numeric: set[str],
@@ -49,7 +51,12 @@ def _csv_batches(path: Path, columns: list[str], categorical: set[str], numeric:
     types.update({c: pa.float64() for c in columns if c in numeric})
     options = pacsv.ConvertOptions(include_columns=columns, column_types=types, strings_can_be_null=True)
     try:
-        reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES), convert_options=options)
+        from pipeline.csv_dialect import dialect
+
+        written = dialect(path)
+        read = pacsv.ReadOptions(block_size=BLOCK_BYTES, encoding=written.encoding)
+        reader = pacsv.open_csv(path, read_options=read, parse_options=pacsv.ParseOptions(delimiter=written.sep),
+                                convert_options=options)
         for batch in reader:
             yield batch
     except pa.ArrowInvalid as exc:

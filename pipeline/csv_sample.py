@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from pipeline.csv_dialect import options
 from pipeline.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def sample_csv(path: Path, max_rows: Optional[int], seed: int, label: Optional[s
     parts: list[tuple[pd.DataFrame, np.ndarray]] = []
     witnesses: dict[str, dict[str, pd.Series]] = {}  # column -> dtype -> one value of it
     threshold, held, missing = np.inf, 0, 0
-    with pd.read_csv(path, usecols=usecols, chunksize=_chunk_rows(path)) as reader:
+    with pd.read_csv(path, usecols=usecols, chunksize=_chunk_rows(path), **options(path)) as reader:
         for chunk in reader:
             keys = rng.random(len(chunk))
             if label is not None and label in chunk.columns:
@@ -61,7 +62,7 @@ def sample_csv(path: Path, max_rows: Optional[int], seed: int, label: Optional[s
                 held = len(parts[0][1])
                 threshold = parts[0][1].max() if held == max_rows else np.inf
     if not parts:  # a header and no rows
-        return pd.read_csv(path, usecols=usecols)
+        return pd.read_csv(path, usecols=usecols, **options(path))
     frame, _ = _smallest(parts, max_rows)
     if missing and frame.empty:
         raise DataError(f"data.label={label!r}: every value of the label column is missing (NaN)")

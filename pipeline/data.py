@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from pipeline import number_text, split as split_module
+from pipeline import csv_dialect, number_text, split as split_module
 from pipeline.config import DataConf
 from pipeline.data_sources import DataSource, resolve, source_for
 from pipeline.table_files import read_file
@@ -267,7 +267,7 @@ def _head(path: Path, kind: str, rows: int) -> pd.DataFrame:
 
         batch = next(pq.ParquetFile(path).iter_batches(batch_size=rows), None)
         return batch.to_pandas() if batch is not None else pd.read_parquet(path)
-    return pd.read_csv(path, nrows=rows)
+    return pd.read_csv(path, nrows=rows, **csv_dialect.options(path))
 
 
 def write_schema(path: Path, data_or_roles) -> None:

@@ -34,8 +34,11 @@ def header(path: Path, kind: Optional[str], key: str) -> list[str]:
             import pyarrow.parquet as pq
 
             return [str(name) for name in pq.read_schema(path).names if not str(name).startswith("__index_level_")]
-        with path.open(newline="") as fh:  # an empty name as pandas reads it (a written row index)
-            return [name or f"Unnamed: {i}" for i, name in enumerate(next(csv.reader(fh), []))]
+        from pipeline import csv_dialect
+
+        with csv_dialect.open_text(path) as fh:  # an empty name as pandas reads it (a written row index)
+            reader = csv.reader(fh, delimiter=csv_dialect.dialect(path).sep)
+            return [name or f"Unnamed: {i}" for i, name in enumerate(next(reader, []))]
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise DataError(f"{key}={str(path)!r} cannot be read: {type(exc).__name__}: {exc}") from None
 
@@ -59,10 +62,11 @@ def label_column(path: Path, kind: Optional[str], label: str, key: str, max_rows
             return table.column(0).to_pandas()
         import pandas as pd
 
+        from pipeline.csv_dialect import options
         from pipeline.csv_sample import sample_csv
 
         sample = sample_csv(path, max_rows, seed, label, usecols=[label])
-        return (pd.read_csv(path, usecols=[label]) if sample is None else sample)[label]
+        return (pd.read_csv(path, usecols=[label], **options(path)) if sample is None else sample)[label]
     except MemoryError as exc:  # pyarrow's ArrowMemoryError is one
         raise _too_big(path, key, exc) from None
     except (OSError, ValueError, KeyError) as exc:
@@ -90,14 +94,15 @@ def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optio
     kind = kind or ("parquet" if path.suffix in (".parquet", ".pq") else "csv")
     try:
         if kind == "csv":
-            with path.open(newline="") as fh:
-                header = next(csv.reader(fh), [])
-            _check_unique(header, key, path)
+            from pipeline import csv_dialect
             from pipeline.csv_sample import sample_csv
 
+            with csv_dialect.open_text(path) as fh:
+                header = next(csv.reader(fh, delimiter=csv_dialect.dialect(path).sep), [])
+            _check_unique(header, key, path)
             frame = sample_csv(path, max_rows, seed, label if label in header else None)
             if frame is None:
-                frame = pd.read_csv(path)
+                frame = pd.read_csv(path, **csv_dialect.options(path))
         else:
             from pipeline.parquet import read_parquet
 

@@ -118,7 +118,9 @@ def _parquet(path: Path, spec) -> DataShape:
 def _csv(path: Path, spec) -> DataShape:
     import pandas as pd
 
-    sample = pd.read_csv(path, nrows=CSV_SAMPLE_ROWS)
+    from pipeline.csv_dialect import options
+
+    sample = pd.read_csv(path, nrows=CSV_SAMPLE_ROWS, **options(path))
     size = os.path.getsize(path)
     if len(sample) < CSV_SAMPLE_ROWS:
         rows = len(sample)

@@ -13,7 +13,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 CONTEXTS = ("training", "validation", "test")
@@ -39,7 +38,8 @@ def summarize(data) -> DataSummary:
         if isinstance(data.X[column].dtype, pd.CategoricalDtype):
             kind = "string"
         else:
-            raw = np.dtype(data.raw_dtypes.get(column, "float64"))
+            # pandas' own names too: a Parquet file's nullable 'Int64' or 'boolean' column
+            raw = pd.api.types.pandas_dtype(data.raw_dtypes.get(column, "float64"))
             kind = "long" if raw.kind in "iu" else "boolean" if raw.kind == "b" else "double"
         columns.append((column, kind))
     rows = {"training": data.train_idx, "validation": data.val_idx, "test": data.test_idx}

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -265,3 +266,22 @@ def test_test_rows_of_one_class_under_the_time_split_are_said_and_score_nan(tabl
     row = leaderboard(run_dir_of(proc))["lightgbm"]
     assert row["test_roc_auc"] in ("", "nan") and float(row["test_accuracy"]) >= 0
     assert "predicts 'Up' for all" not in said  # predicting the test rows' one class is no failure to learn
+
+
+def test_a_european_spreadsheets_csv_trains_and_predicts_as_the_plain_one(tables):
+    """Credit saved as a spreadsheet in much of Europe saves it: Windows-1252 text (an accented category),
+    ';' between fields, decimal commas. It failed on its first accented byte; read as UTF-8 and commas it
+    would be one column. Now the same test score as the plain table, and predictions from the same file."""
+    plain = pd.read_csv(tables / "Credit.csv")
+    plain["Ethnicity"] = plain["Ethnicity"].replace({"Caucasian": "Européen"})
+    plain.to_csv(tables / "credit_e.csv", index=False)
+    plain.to_csv(tables / "credit_eu.csv", sep=";", decimal=",", encoding="cp1252", index=False)
+    runs = {name: run_cli([f"data.path={name}.csv", "data.label=Balance", *fast("lightgbm")], tables, check=True)
+            for name in ("credit_e", "credit_eu")}
+    said = " ".join((runs["credit_eu"].stdout + runs["credit_eu"].stderr).split())
+    assert "credit_eu.csv: read as CSV separated by ';' and encoded as cp1252" in said
+    boards = {name: leaderboard(run_dir_of(proc)) for name, proc in runs.items()}
+    assert boards["credit_eu"]["lightgbm"]["test_rmse"] == boards["credit_e"]["lightgbm"]["test_rmse"]
+    _, out = predict(tables, run_dir_of(runs["credit_eu"]), tables / "credit_eu.csv", "eu_pred.csv")
+    _, again = predict(tables, run_dir_of(runs["credit_e"]), tables / "credit_e.csv", "e_pred.csv")
+    assert np.allclose(pd.read_csv(out)["Balance"], pd.read_csv(again)["Balance"])
