@@ -16,6 +16,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.errors import DataError
+
 log = logging.getLogger(__name__)
 
 HEAD_BYTES = 1 << 16  # what the dialect is read from: the header and the first rows
@@ -57,7 +59,13 @@ def open_text(path: Path):
 def _dialect(path: str, mtime_ns: int, size: int) -> Dialect:
     with open(path, "rb") as fh:
         head = fh.read(HEAD_BYTES)
+    if head.startswith(b"PAR1"):
+        raise DataError(f"{path!r} is a Parquet file, not a CSV one: data=parquet reads it (or data.path "
+                        "alone, which picks the reader by the file's suffix)")
     encoding = _encoding(head, complete=size <= HEAD_BYTES)
+    if b"\x00" in head and not encoding.startswith("utf-16"):
+        raise DataError(f"{path!r} is not a CSV file: it holds NUL bytes, which text in any 8-bit encoding or "
+                        "UTF-8 does not (a binary file, or UTF-16 text without its byte-order mark)")
     text = head.decode(encoding, errors="ignore")
     first = text.splitlines()[0] if text else ""
     widths = {sep: len(next(csv.reader([first], delimiter=sep), [])) for sep in SEPARATORS}
@@ -71,9 +79,12 @@ def _dialect(path: str, mtime_ns: int, size: int) -> Dialect:
 
 def _encoding(head: bytes, complete: bool) -> str:
     """UTF-8 (with or without its byte-order mark) where the bytes decode as UTF-8, a character cut at the
-    end of a partial read aside; else Windows-1252, else Latin-1 (which decodes any byte)."""
+    end of a partial read aside; UTF-16 after its byte-order mark; else Windows-1252, else Latin-1 (which
+    decodes any byte)."""
     if head.startswith(codecs.BOM_UTF8):
         return "utf-8-sig"
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # a spreadsheet's "Unicode text"
+        return "utf-16"
     try:
         head.decode("utf-8")
         return "utf-8"

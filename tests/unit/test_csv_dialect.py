@@ -76,3 +76,21 @@ def test_a_nullable_integer_or_boolean_column_is_summarised_for_tracking():
     data = SimpleNamespace(X=X, raw_dtypes={"n": "Int64", "b": "boolean"}, train_idx=[0, 1], val_idx=[2],
                            test_idx=[3], name="t", fingerprint="f", label="y", problem_type="binary")
     assert dict(summarize(data).columns) == {"n": "long", "b": "boolean"}
+
+
+def test_a_spreadsheets_unicode_text_export_is_read(tmp_path):
+    path = tmp_path / "unicode.txt"
+    FRAME.to_csv(path, sep="\t", encoding="utf-16", index=False)
+    assert dialect(path) == Dialect("utf-16", "\t")
+    pd.testing.assert_frame_equal(read_file(path, "data.path", kind="csv"), FRAME)
+
+
+def test_a_parquet_or_binary_file_read_as_csv_is_named_for_what_it_is(tmp_path):
+    from pipeline.errors import DataError
+
+    FRAME.to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(DataError, match="is a Parquet file, not a CSV one: data=parquet reads it"):
+        header(tmp_path / "t.parquet", "csv", "data.path")
+    (tmp_path / "blob.csv").write_bytes(b"a,b\n\x00\x01\x02,3\n")
+    with pytest.raises(DataError, match="is not a CSV file: it holds NUL bytes"):
+        read_file(tmp_path / "blob.csv", "data.path")
