@@ -81,6 +81,29 @@ def check_after_loading(settings: Settings, checked: Checked, problem_type: str)
     return metric
 
 
+def chosen_by(metric: Metric, data, num_folds: int) -> Metric:
+    """The metric the run chooses models by: the eval metric, or log loss where the eval metric is undefined
+    on the rows models are chosen on, a holdout validation split of one class (ROC AUC ranks nothing there:
+    every model scored NaN and no ensemble could be built), said. Bags choose on every training row."""
+    import numpy as np
+
+    from pipeline import metrics
+
+    if num_folds > 1 or data.problem_type == "regression" or not len(data.val_idx):
+        return metric
+    y = data.y[data.val_idx]
+    uniform = np.full((len(y), len(data.classes or ())), 1.0 / max(len(data.classes or ()), 1))
+    if metric(y, uniform) == metric(y, uniform):  # defined (not NaN) on these rows
+        return metric
+    import logging
+
+    logging.getLogger("pipeline").warning(
+        "eval_metric %s is undefined on the %d validation rows (they hold one class): the models, trials and "
+        "ensemble are chosen and ranked by log_loss; parallelism=bag5 chooses out of fold on every training "
+        "row", metric.name, len(y))
+    return metrics.METRICS["log_loss"]
+
+
 def check_params(settings: Settings, problem_type: Optional[str]) -> None:
     """Every model's library parameters (a misspelt one is a ConfigError naming the closest)."""
     for spec in settings.models:

@@ -16,7 +16,7 @@ from typing import Callable, Optional, Union
 
 from omegaconf import DictConfig
 
-from pipeline.checks import Checked, check, check_after_loading, check_environment
+from pipeline.checks import Checked, check, check_after_loading, check_environment, chosen_by
 from pipeline.errors import ConfigError, Interrupted
 from pipeline.lean_imports import for_run as lean_imports_for_run
 from pipeline.graph.plan import EVALUATE, Plan
@@ -228,7 +228,8 @@ def load_data(settings: Settings, runtime: Runtime, checked: Checked = Checked()
 
             report.print_roles(data.roles)
         data_module.write_schema(runtime.run_dir / "schema.json", data)
-    metric = check_after_loading(settings, checked, data.problem_type)
+    metric = chosen_by(check_after_loading(settings, checked, data.problem_type), data,
+                       settings.conf.parallelism.num_folds)
     if settings.conf.data.class_weight != "none":
         from pipeline import class_weights, report
 

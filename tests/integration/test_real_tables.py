@@ -285,3 +285,18 @@ def test_a_european_spreadsheets_csv_trains_and_predicts_as_the_plain_one(tables
     _, out = predict(tables, run_dir_of(runs["credit_eu"]), tables / "credit_eu.csv", "eu_pred.csv")
     _, again = predict(tables, run_dir_of(runs["credit_e"]), tables / "credit_e.csv", "e_pred.csv")
     assert np.allclose(pd.read_csv(out)["Balance"], pd.read_csv(again)["Balance"])
+
+
+def test_validation_rows_of_one_class_choose_by_log_loss_and_say_so(tables):
+    """Two of Smarket's 1,250 days 'Big', neither among the validation rows: ROC AUC ranked no model there,
+    and the run failed building its ensemble ('every model is NaN'). Now it chooses by log loss, said."""
+    frame = pd.read_csv(tables / "Smarket.csv").drop(columns=["Today"])
+    frame["Direction"] = "Other"
+    frame.loc[frame["Lag1"].nlargest(2).index, "Direction"] = "Big"
+    frame.to_csv(tables / "two_big.csv", index=False)
+    proc = run_cli(["data.path=two_big.csv", "data.label=Direction", *fast("lightgbm"), "model=all",
+                    *small(("xgboost", "nn"))], tables)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "eval_metric roc_auc is undefined on the 200 validation rows (they hold one class)" in said
+    assert "Leaderboard (log_loss)" in said and "ensemble" in leaderboard(run_dir_of(proc))

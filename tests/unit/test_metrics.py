@@ -67,3 +67,20 @@ def test_resolve():
     assert resolve("auto", "regression").name == "rmse"
     with pytest.raises(ConfigError, match="not a regression metric"):
         resolve("accuracy", "regression")
+
+
+def test_models_are_chosen_by_log_loss_where_the_metric_is_undefined_on_a_holdout_of_one_class(caplog):
+    import logging
+    from types import SimpleNamespace
+
+    from pipeline.checks import chosen_by
+
+    one_class = SimpleNamespace(problem_type="binary", y=np.array([0, 0, 0, 1, 0]), val_idx=np.array([0, 1, 2]),
+                                classes=["no", "yes"])
+    with caplog.at_level(logging.WARNING, logger="pipeline"):
+        assert chosen_by(METRICS["roc_auc"], one_class, num_folds=1).name == "log_loss"
+    assert "eval_metric roc_auc is undefined on the 3 validation rows" in caplog.text
+    assert chosen_by(METRICS["roc_auc"], one_class, num_folds=5).name == "roc_auc"  # bags choose out of fold
+    assert chosen_by(METRICS["accuracy"], one_class, num_folds=1).name == "accuracy"  # defined on one class
+    both = SimpleNamespace(**{**vars(one_class), "val_idx": np.array([2, 3])})
+    assert chosen_by(METRICS["roc_auc"], both, num_folds=1).name == "roc_auc"
