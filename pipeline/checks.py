@@ -11,11 +11,14 @@ which is the check).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from pipeline.errors import HardwareError, ResourceError
+
+log = logging.getLogger("pipeline")
 
 if TYPE_CHECKING:
     from pipeline.metrics import Metric
@@ -95,9 +98,7 @@ def chosen_by(metric: Metric, data, num_folds: int) -> Metric:
     uniform = np.full((len(y), len(data.classes or ())), 1.0 / max(len(data.classes or ()), 1))
     if metric(y, uniform) == metric(y, uniform):  # defined (not NaN) on these rows
         return metric
-    import logging
-
-    logging.getLogger("pipeline").warning(
+    log.warning(
         "eval_metric %s is undefined on the %d validation rows (they hold one class): the models, trials and "
         "ensemble are chosen and ranked by log_loss; parallelism=bag5 chooses out of fold on every training "
         "row", metric.name, len(y))

@@ -6,7 +6,6 @@ Sources that are not local files (bundled, synthetic, URLs) are read whole by pi
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 from pathlib import Path
@@ -24,10 +23,9 @@ def columns_of(path: Path, kind: str) -> list[str]:
         import pyarrow.parquet as pq
 
         return list(pq.ParquetFile(path).schema_arrow.names)
-    from pipeline import csv_dialect
+    from pipeline.csv_dialect import first_row
 
-    with csv_dialect.open_text(path) as fh:
-        return next(csv.reader(fh, delimiter=csv_dialect.dialect(path).sep), [])
+    return first_row(path)
 
 
 def read_chunks(path: Path, kind: str, columns: list[str], categorical: set[str], numeric: set[str],
@@ -55,8 +53,8 @@ def _csv_batches(path: Path, columns: list[str], categorical: set[str], numeric:
 
         written = dialect(path)
         read = pacsv.ReadOptions(block_size=BLOCK_BYTES, encoding=written.encoding)
-        reader = pacsv.open_csv(path, read_options=read, parse_options=pacsv.ParseOptions(delimiter=written.sep),
-                                convert_options=options)
+        parse = pacsv.ParseOptions(delimiter=written.sep)
+        reader = pacsv.open_csv(path, read_options=read, parse_options=parse, convert_options=options)
         for batch in reader:
             yield batch
     except pa.ArrowInvalid as exc:

@@ -50,9 +50,11 @@ def options(path: Path) -> dict:
     return dialect(path).read_csv()
 
 
-def open_text(path: Path):
-    """The file opened as text in its encoding, for the csv module (newline="" as it asks)."""
-    return open(path, newline="", encoding=dialect(path).encoding)
+def first_row(path: Path) -> list[str]:
+    """The file's first row (its header) as the csv module reads it in the file's dialect."""
+    found = dialect(path)
+    with open(path, newline="", encoding=found.encoding) as fh:
+        return next(csv.reader(fh, delimiter=found.sep), [])
 
 
 @functools.lru_cache(maxsize=64)

@@ -101,9 +101,10 @@ def say_one_class(y: np.ndarray, problem_type: str, parts: dict, how: str) -> No
         return
     for name, rows in parts.items():
         if len(rows) and len(np.unique(y[rows])) < 2:
-            rare = "a class too rare to reach every part" + (", or a test file of one class"
-                                                              if name == "test" else "")
-            why = ("data.split=time: the latest rows" if how == "time" and name == "test" else
-                   "data.split=time: the rows before the test rows" if how == "time" else rare)
+            if how == "time":
+                why = "data.split=time: the " + ("latest rows" if name == "test" else "rows before the test")
+            else:
+                why = "a class too rare to reach every part" + (" (or a test file of one class)"
+                                                                 if name == "test" else "")
             log.warning("the %s rows (%d, %s) hold one class of the label: roc_auc is undefined on them (NaN "
                         "on the board), and the other scores read one class", name, len(rows), why)

@@ -4,7 +4,6 @@ naming the config key."""
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -34,11 +33,10 @@ def header(path: Path, kind: Optional[str], key: str) -> list[str]:
             import pyarrow.parquet as pq
 
             return [str(name) for name in pq.read_schema(path).names if not str(name).startswith("__index_level_")]
-        from pipeline import csv_dialect
+        from pipeline.csv_dialect import first_row
 
-        with csv_dialect.open_text(path) as fh:  # an empty name as pandas reads it (a written row index)
-            reader = csv.reader(fh, delimiter=csv_dialect.dialect(path).sep)
-            return [name or f"Unnamed: {i}" for i, name in enumerate(next(reader, []))]
+        # an empty name as pandas reads it (a written row index)
+        return [name or f"Unnamed: {i}" for i, name in enumerate(first_row(path))]
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise DataError(f"{key}={str(path)!r} cannot be read: {type(exc).__name__}: {exc}") from None
 
@@ -97,8 +95,7 @@ def read_file(path, key: str, kind: Optional[str] = None, storage_options: Optio
             from pipeline import csv_dialect
             from pipeline.csv_sample import sample_csv
 
-            with csv_dialect.open_text(path) as fh:
-                header = next(csv.reader(fh, delimiter=csv_dialect.dialect(path).sep), [])
+            header = csv_dialect.first_row(path)
             _check_unique(header, key, path)
             frame = sample_csv(path, max_rows, seed, label if label in header else None)
             if frame is None:
