@@ -317,8 +317,8 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
     names = lambda b: b.model if len(levels) <= 1 else f"{b.model} (level {_level(b)})"  # noqa: E731
     finished = {names(b) for b in bags if b.id in done}
     gone = {names(b) for b in bags if cut.cut.get(b.id) in LEFT}  # said by `withdrawn`
-    partial = [f"{names(b)}: {sum(d in done for d in b.depends_on)} of {len(b.depends_on)} folds" for b in bags
-               if b.id in done and any(d in cut.cut for d in b.depends_on)]
+    partial = [_partial(names(b), b, done) for b in bags if b.id in done]
+    partial = [p for p in partial if p]
     ends = [e["end"] for e in timeline if not e.get("cached")]
     # a refit the time could not hold (not one whose level was left out)
     refits = [names(f) for f in fits if f.fold_set == () and cut.cut.get(f.id) == "budget"]
@@ -337,6 +337,18 @@ def summarize(budget: TimeBudget, cut: GraphCut, done: dict, timeline: list[dict
         refits_not_run=refits, stacked_s=budget.stacked_seconds(),
         ready_s=budget.ready - budget.start if budget.whole_run and budget.ready is not None else None,
     )
+
+
+def _partial(name: str, bag, done: dict) -> str:
+    """`<model>: k of n folds` for a finished bag kept with fewer folds than it has (those that ended, less
+    any the budget stopped far short: graph.stopped_folds), else ''."""
+    ended = sum(d in done for d in bag.depends_on)
+    folds = getattr(done[bag.id], "folds", None)
+    kept = len(folds) if folds is not None else ended
+    if kept == len(bag.depends_on):
+        return ""
+    short = f", {ended - kept} stopped far short left out" if kept < ended else ""
+    return f"{name}: {kept} of {len(bag.depends_on)} folds{short}"
 
 
 def check_finished(summary: BudgetSummary) -> None:

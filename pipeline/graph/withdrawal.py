@@ -119,13 +119,18 @@ class Withdrawals:
 
 def rivals(task, result, ctx, kinds: list[str]) -> dict:
     """The predictions the first trials of the other `kinds` made on the rows `task` (a first trial's fit,
-    ended with `result`) held out, for those whose fit of the same fold has ended: kind -> predictions."""
-    if not first_trial_fit(task) or getattr(result, "held_out", None) is None or result.val_pred is None:
+    ended with `result`) held out, for those whose fit of the same fold has ended: kind -> predictions.
+    A fit the budget stopped (at the deadline, or at its share of the first trials' time) judges nothing
+    and is no rival: its score measures where it was stopped, not its kind (a booster stopped after a few
+    rounds of a slowed fit predicts about the label's mean), so its kind waits for a fold that ended."""
+    if (not first_trial_fit(task) or getattr(result, "held_out", None) is None or result.val_pred is None
+            or getattr(result, "stopped_by_budget", False)):
         return {}
     out = {}
     for kind in kinds:
         other = ctx.outcome.results.get(fit_id(kind, 0, task.fold or 0))
         if (kind != task.model and getattr(other, "val_pred", None) is not None
+                and not getattr(other, "stopped_by_budget", False)
                 and np.array_equal(other.held_out, result.held_out)):
             out[kind] = other.val_pred
     return out

@@ -99,7 +99,7 @@ class Loop:
     def _loss(self, out: torch.Tensor, y: torch.Tensor, w: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The rows' mean loss; with weights `w`, of each row's loss times its weight (as GBMs weigh it)."""
         if self.problem_type == "regression":
-            return nn.functional.mse_loss(out.float().squeeze(1), y)
+            return getattr(nn.functional, f"{self.cfg.regression_loss}_loss")(out.float().squeeze(1), y)
         loss = nn.functional.cross_entropy(out.float(), y, reduction="mean" if w is None else "none")
         return loss if w is None else (loss * w).mean()
 

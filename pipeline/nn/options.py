@@ -35,6 +35,7 @@ DEFAULTS = {
     "patience": 10,
     "patience_growth": 0.0,
     "monitor": "val_loss",
+    "regression_loss": "mse",
     "y_range_extend": 0.05,
     "precision": "32",
     "lr_scaling": "linear",
@@ -54,6 +55,9 @@ NUMERIC_EMBEDDINGS = ("none", "periodic")  # numbers as they are, or each throug
 # between epochs: on a table with 3% positives a fold kept its first epoch (ROC AUC 0.942, log loss 0.119)
 # over later ones (log loss 0.086).
 MONITORS = ("val_loss", "eval_metric")
+# params.regression_loss: what a regression network minimises on the standardised label: the squared error,
+# the absolute error (AutoGluon's NN_TORCH), or Huber's (squared within one std of the label, absolute past it)
+REGRESSION_LOSSES = ("mse", "l1", "huber")
 EVAL_BATCH = 65_536  # rows the network scores at a time (validation, test, prediction)
 _POSITIVE_INTS = ("max_epochs", "accumulate_grad_batches", "max_batch_size", "max_embedding_dim",
                   "embedding_frequencies", "numeric_embedding_dim")
@@ -74,6 +78,7 @@ def check(params: dict, key: str = "params") -> dict:
     _choice(key, "numeric_scaling", p["numeric_scaling"], NUMERIC_SCALINGS)
     _choice(key, "numeric_embedding", p["numeric_embedding"], NUMERIC_EMBEDDINGS)
     _choice(key, "monitor", p["monitor"], MONITORS)
+    _choice(key, "regression_loss", p["regression_loss"], REGRESSION_LOSSES)
     batch = p["batch_size"]
     if batch != "auto" and not _is_int(batch, 1):
         raise ConfigError(f"{key}.batch_size={batch!r} must be a positive integer or 'auto'")
@@ -167,6 +172,7 @@ class LoopConfig:
     # AutoGluon's adaptive early stopping (0.5 there): a fit whose best epoch came late waits longer
     patience_growth: float = DEFAULTS["patience_growth"]
     monitor: str = DEFAULTS["monitor"]
+    regression_loss: str = DEFAULTS["regression_loss"]
     learning_rate: float = DEFAULTS["learning_rate"]
     weight_decay: float = DEFAULTS["weight_decay"]
     precision: str = DEFAULTS["precision"]
@@ -200,7 +206,7 @@ class LoopConfig:
             batch_size=p["batch_size"], batch_size_by_rows=p["batch_size_by_rows"],
             max_batch_size=p["max_batch_size"], max_epochs=p["max_epochs"],
             patience=p["patience"], patience_growth=float(p["patience_growth"]), monitor=p["monitor"],
-            learning_rate=float(p["learning_rate"]),
+            regression_loss=p["regression_loss"], learning_rate=float(p["learning_rate"]),
             weight_decay=float(p["weight_decay"]),
             precision=str(p["precision"]), accumulate_grad_batches=p["accumulate_grad_batches"],
             compile=p["compile"], lr_scaling=p["lr_scaling"],

@@ -306,9 +306,10 @@ class SimulatedBackend(Backend):
     predicting 0.5 (a model in `right`: the label on that fraction of the rows, the other class elsewhere)."""
 
     def __init__(self, seconds: dict, clock: Clock, rows: int, right: dict | None = None,
-                 stops: bool = False):
+                 stops: bool = False, stopped_learn: bool = True):
         self.seconds, self.clock, self.rows, self.right = seconds, clock, rows, right or {}
         self.stops = stops  # a fit ends at its request's deadline, stopped, as the models' callbacks stop it
+        self.stopped_learn = stopped_learn  # False: a stopped fit predicts 0.5, as one stopped after a round
         self.running: dict[int, tuple] = {}
         self.submitted: list[tuple[str, float, float]] = []  # (task id, start, end)
         self.deadlines: dict[str, float] = {}  # task id -> the deadline its request carried
@@ -340,7 +341,7 @@ class SimulatedBackend(Backend):
         held_out = (np.arange(self.rows) if request.fold is None  # a refit: every row
                     else np.arange(request.fold, self.rows, request.num_folds))
         val_pred = np.full((len(held_out), 2), 0.5)
-        if request.model_name in self.right:
+        if request.model_name in self.right and (self.stopped_learn or not stopped):
             y = np.tile([0, 1], self.rows // 2)[held_out]
             right = self.right[request.model_name]
             if callable(right):  # of the trial
@@ -356,7 +357,8 @@ class SimulatedBackend(Backend):
 
 
 def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: dict | None = None, rows=8,
-             serial=False, source=None, stops=False, refit_tail=None, every_trial=False, hooks=None):
+             serial=False, source=None, stops=False, refit_tail=None, every_trial=False, hooks=None,
+             stopped_learn=True):
     """`refit_tail`: refit=true under a whole-run limit with that tail: a refit fit per model after its bags,
     and the refit node after them and the bags' collector (the ensemble's place). `every_trial`: the
     scheduler is given every trial's tasks (`Plan.expanded`) rather than making them as it goes. `hooks`:
@@ -392,7 +394,7 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: 
         budget = TimeBudget(limit_s, start=clock.now, clock=clock, whole_run=True, tail=refit_tail)
     plan = plan.expanded() if every_trial else plan
     data = SimpleNamespace(y=np.tile([0, 1], rows // 2), fingerprint="simulated")
-    backend = SimulatedBackend(seconds, clock, rows, right, stops)
+    backend = SimulatedBackend(seconds, clock, rows, right, stops, stopped_learn)
     backend.one_at_a_time = serial
     source = source or TrialSource(HpoConf(), {}, {}, "maximize")
     scheduler = Scheduler(plan, backend, ResultStore(tmp_path), source, {m: SleepModel({}, m) for m in seconds},
@@ -791,6 +793,32 @@ def test_a_deadline_that_cannot_hold_every_models_first_trial_whole_gives_each_f
     own = [tid for tid in shortened if backend.deadlines[tid] < budget.deadline]  # not the run's deadline
     assert own and summary.fits_held_to_share == len(own) and summary.fits_stopped == len(shortened)
     assert f"({len(own)} of them first-trial fits at their share of the time" in summary.line()
+
+
+@pytest.mark.parametrize("learnt", [True, False])
+def test_a_first_trials_fold_the_budget_stopped_far_short_is_left_out_of_its_bag_and_said(tmp_path, learnt):
+    """The shortened folds of the case above: where they learnt what the whole ones did they stay in their
+    bags; where they predict nothing (a booster stopped after a round on a box that slowed), each is left
+    out of its bag, whose out-of-fold rows and test predictions are then its whole folds' alone."""
+    plan, backend, budget, scheduler, outcome = simulate(
+        tmp_path, {"quick": 1.0, "slow": 4.0}, limit_s=11.0, trials=3, folds=5, stops=True, rows=400,
+        right={"quick": 0.9, "slow": 0.9}, stopped_learn=learnt)
+    stopped = {e["task"] for e in outcome.timeline if e.get("stopped_by_budget")}
+    assert stopped
+    summary = summarize(budget, scheduler.cut, outcome.results, outcome.timeline, scheduler.cancelled,
+                        scheduler.abandoned, scheduler.first.held_to_share)
+    for model in ("quick", "slow"):
+        trial = outcome.results[bag_id(model, 0)]
+        kept = {f.task_id for f in trial.folds}
+        ended = {t for t in outcome.results if t.startswith(f"fit/{model}/t0/")}
+        assert kept == (ended if learnt else ended - stopped)
+        assert list(trial.held_out) == sorted(r for f in trial.folds for r in f.held_out)
+    if learnt:
+        assert "stopped far short" not in summary.line()
+    else:
+        slow = sum(t.startswith("fit/slow/") for t in stopped)
+        assert f"slow: {5 - slow - sum(fit_id('slow', 0, k) not in outcome.results for k in range(5))} of 5 " \
+               f"folds, {slow} stopped far short left out" in summary.line()
 
 
 @pytest.mark.parametrize("serial", [True, False])

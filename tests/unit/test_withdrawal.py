@@ -70,6 +70,19 @@ def test_a_kind_is_compared_only_with_first_trials_that_held_out_the_same_rows()
     assert rivals(later, result, ctx, ["lead"]) == {}
 
 
+def test_a_fit_the_budget_stopped_judges_nothing_and_is_no_rival():
+    """A fold stopped at the deadline or at its share of the time scores where it was stopped (a booster
+    stopped after a round or two predicts about the label's mean): its kind is judged on a fold that ended
+    on its own, and it is no leader to withdraw another kind against."""
+    task, result, ctx = _case("echo")
+    assert rivals(task, result, ctx, ["lead"])  # both ended on their own: judged
+    result.stopped_by_budget = True
+    assert rivals(task, result, ctx, ["lead"]) == {}
+    result.stopped_by_budget = False
+    ctx.outcome.results[fit_id("lead", 0, 0)].stopped_by_budget = True
+    assert rivals(task, result, ctx, ["lead"]) == {}
+
+
 def test_a_large_fold_is_judged_on_a_seeded_draw_of_its_rows(monkeypatch):
     """Past JUDGED_ROWS rows the scores, the blend and its noise are measured on a draw of that many."""
     import pipeline.graph.withdrawal as withdrawal_module

@@ -5,7 +5,11 @@ it is scored on their held-out rows."""
 
 from __future__ import annotations
 
+import logging
+
 from pipeline.graph.nodes import NodeKind, register
+
+log = logging.getLogger(__name__)
 
 
 @register
@@ -19,6 +23,8 @@ class BagNode(NodeKind):
         from pipeline.graph.stacking import level_name
 
         folds = [inputs[i] for i in task.depends_on if i in inputs]  # fewer: a first trial the budget cut
+        if task.level == 1:
+            folds = _without_far_short(folds, ctx)
         released = any(f.released for f in folds)  # a resumed run read it released (graph.retention)
         if any(f.held_out is None for f in folds):  # read back released: its scores, not its predictions
             held_out = val_pred = test_pred = None
@@ -57,6 +63,17 @@ class BagNode(NodeKind):
         above = sum(t.level > 1 for t in tasks)
         return (f"bag: {trials + above} node(s), each trial's fold models averaged and scored out of fold"
                 + (f" ({above} of them a stacked level's)" if above else ""))
+
+
+def _without_far_short(folds: list, ctx) -> list:
+    """The folds, less those the budget stopped far short (graph.stopped_folds), each said."""
+    from pipeline.graph.stopped_folds import far_short
+
+    short = far_short(folds, ctx.data.y, ctx.metric)
+    for fold in short:
+        log.warning("time_limit_s: %s", fold.line(ctx.metric.name))
+    left = {f.task_id for f in short}
+    return [f for f in folds if getattr(f, "task_id", None) not in left]
 
 
 def _stored_score(folds, ctx) -> float:
