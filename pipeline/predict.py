@@ -23,6 +23,8 @@ from pipeline.__main__ import CONFIG_DIR, refuse_former_keys
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pipeline.schema import Tally
+
 log = logging.getLogger("pipeline")
 
 
@@ -65,6 +67,7 @@ def predict(settings, base_dir: Path) -> int:
     from pipeline.accelerators import local_ordinals, torch_device
     from pipeline.predictor_source import load_predictor
     from pipeline.report import console
+    from pipeline.schema import Tally
 
     hardware = resolve_hardware(settings.hardware)
     on_gpu = hardware.num_gpus > 0 and hardware.devices
@@ -79,10 +82,10 @@ def predict(settings, base_dir: Path) -> int:
     output = Path(settings.output).expanduser()
     output = output if output.is_absolute() else base_dir / output
     output.parent.mkdir(parents=True, exist_ok=True)
-    writer, unseen, start = ChunkWriter(output), {}, time.perf_counter()
+    writer, tally, start = ChunkWriter(output), Tally(), time.perf_counter()
     try:
         for chunk in chunks:
-            writer.write(predictions(predictor, chunk, settings, writer.rows, unseen))
+            writer.write(predictions(predictor, chunk, settings, writer.rows, tally))
         if writer.rows == 0:
             raise _no_rows(settings)
         writer.close()
@@ -90,9 +93,7 @@ def predict(settings, base_dir: Path) -> int:
         writer.discard()
         raise
     seconds = time.perf_counter() - start
-    for column, (count, examples) in unseen.items():
-        log.warning("column %r: %d row(s) hold categories never seen in training (%s); treated as missing "
-                    "values", column, count, ", ".join(map(repr, examples)))
+    tally.say(f"data.path={settings.data.path!r}")
     console.print(f"{writer.rows:,} rows scored by {predictor.name} on {device} in {seconds:.1f} s "
                   f"({writer.rows / max(seconds, 1e-9):,.0f} rows/s): {output}")
     return writer.rows
@@ -140,13 +141,13 @@ def _check_columns(schema, columns: list[str], settings) -> None:
         raise DataError(f"id_column={settings.id_column!r} is not a column of {source}")
 
 
-def predictions(predictor, chunk: pd.DataFrame, settings, offset: int, unseen: dict) -> pd.DataFrame:
+def predictions(predictor, chunk: pd.DataFrame, settings, offset: int, tally: Tally) -> pd.DataFrame:
     """The output rows of one chunk: id, predicted label (or value), class probabilities."""
     import numpy as np
     import pandas as pd
 
     schema = predictor.schema
-    X = schema.apply(chunk, f"data.path={settings.data.path!r}", unseen)
+    X = schema.apply(chunk, f"data.path={settings.data.path!r}", tally)
     proba = predictor.predict_typed(X)
     ids = chunk[settings.id_column].to_numpy() if settings.id_column else np.arange(offset, offset + len(chunk))
     label = schema.label or "prediction"

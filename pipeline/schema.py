@@ -107,21 +107,22 @@ class FeatureSchema:
             f"{', '.join(self.input_columns)}"
         )
 
-    def apply(self, frame: pd.DataFrame, source: str = "the input", unseen: Optional[dict] = None) -> pd.DataFrame:
-        """The input typed as the training rows were. Unseen categories follow the training rule:
-        an error, or missing values (counted into `unseen` when given, else logged)."""
+    def apply(self, frame: pd.DataFrame, source: str = "the input", tally: Optional["Tally"] = None) -> pd.DataFrame:
+        """The input typed as the training rows were. Unseen categories follow the training rule: an error,
+        or missing values; infinite numbers are missing values. Both are counted into `tally` when given
+        (a file read in chunks says them once, added up), else logged."""
         self.check_columns(frame.columns, source)
         if self.maker is not None:
             frame = self.maker.transform(frame)
         out = {}
         for c in self.columns:
             if c in self.categories:
-                out[c] = self._categories(c, frame[c], source, unseen)
+                out[c] = self._categories(c, frame[c], source, tally)
             else:
-                out[c] = _numbers(c, frame[c], source)
+                out[c] = _numbers(c, frame[c], source, tally)
         return pd.DataFrame(out, columns=self.columns, index=frame.index)
 
-    def _categories(self, column: str, values: pd.Series, source: str, unseen: Optional[dict]):
+    def _categories(self, column: str, values: pd.Series, source: str, tally: Optional["Tally"]):
         categories = self.categories[column]
         if isinstance(values.dtype, pd.CategoricalDtype) and list(values.cat.categories) == categories:
             return values
@@ -134,19 +135,36 @@ class FeatureSchema:
                        f"training ({', '.join(map(repr, examples))})")
             if self.unseen_categories == "error":
                 raise DataError(message + "; the model was trained with data.unseen_categories=error")
-            if unseen is None:
+            if tally is None:
                 log.warning("%s; treated as missing values", message)
             else:
-                count, seen = unseen.get(column, (0, []))
-                seen = sorted(set(seen) | set(examples))[:3]
-                unseen[column] = (count + int(new.sum()), seen)
+                count, seen = tally.unseen.get(column, (0, []))
+                tally.unseen[column] = (count + int(new.sum()), sorted(set(seen) | set(examples))[:3])
         return typed
 
 
-def _numbers(column: str, values: pd.Series, source: str) -> np.ndarray:
+@dataclass
+class Tally:
+    """What typing a file's chunks changed, added up over them and said once at the end (`say`): per column,
+    the rows of categories never seen in training (with up to three of them) and the infinite values."""
+
+    unseen: dict = field(default_factory=dict)  # column -> (rows, examples)
+    infinite: dict = field(default_factory=dict)  # column -> rows
+
+    def say(self, source: str) -> None:
+        for column, (count, examples) in self.unseen.items():
+            log.warning("column %r: %d row(s) hold categories never seen in training (%s); treated as missing "
+                        "values", column, count, ", ".join(map(repr, examples)))
+        if self.infinite:
+            named = ", ".join(f"{c!r} ({n} row(s))" for c, n in self.infinite.items())
+            log.warning("%s: infinite values (or numbers beyond float32's range) in %s read as missing values; "
+                        "replace them in the table to choose otherwise", source, named)
+
+
+def _numbers(column: str, values: pd.Series, source: str, tally: Optional[Tally] = None) -> np.ndarray:
     if pd.api.types.is_numeric_dtype(values) and not isinstance(values.dtype, pd.CategoricalDtype):
         with np.errstate(over="ignore"):  # a number past float32's range: infinite, then missing, said
-            return finite(values.to_numpy(dtype=np.float32, na_value=np.nan), [column], source)
+            return finite(values.to_numpy(dtype=np.float32, na_value=np.nan), [column], source, tally)
     parsed = pd.to_numeric(values.astype(object), errors="coerce")
     bad = values.notna() & parsed.isna()
     if bad.any():
@@ -156,17 +174,17 @@ def _numbers(column: str, values: pd.Series, source: str) -> np.ndarray:
             f"that are not numbers ({examples})"
         )
     with np.errstate(over="ignore"):
-        return finite(parsed.to_numpy(dtype=np.float32, na_value=np.nan), [column], source)
+        return finite(parsed.to_numpy(dtype=np.float32, na_value=np.nan), [column], source, tally)
 
 
 CHUNK_ROWS = 1 << 20  # rows checked at once: the mask's memory stays small whatever the table
 
 
-def finite(values: np.ndarray, columns: list[str], source: str) -> np.ndarray:
+def finite(values: np.ndarray, columns: list[str], source: str, tally: Optional[Tally] = None) -> np.ndarray:
     """`values` (float32, one column or rows x `columns`) with infinite values, and numbers past float32's
-    range, as missing values, said once per call naming each column and its count: LightGBM's and XGBoost's
-    fits refuse them and a network's scaling turns them into NaN losses, while every model here reads a
-    missing value. The array is copied only where it holds one."""
+    range, as missing values, said once per call naming each column and its count (or counted into `tally`):
+    LightGBM's and XGBoost's fits refuse them and a network's scaling turns them into NaN losses, while every
+    model here reads a missing value. The array is copied only where it holds one."""
     block = values.reshape(len(values), -1)
     counts = np.zeros(block.shape[1], dtype=np.int64)
     for start in range(0, len(block), CHUNK_ROWS):
@@ -175,6 +193,11 @@ def finite(values: np.ndarray, columns: list[str], source: str) -> np.ndarray:
         return values
     values = values.copy()
     values[np.isinf(values)] = np.nan
+    if tally is not None:
+        for column, n in zip(columns, counts):
+            if n:
+                tally.infinite[column] = tally.infinite.get(column, 0) + int(n)
+        return values
     named = ", ".join(f"{c!r} ({n} row(s))" for c, n in zip(columns, counts) if n)
     log.warning("%s: infinite values (or numbers beyond float32's range) in %s read as missing values; "
                 "replace them in the table to choose otherwise", source, named)

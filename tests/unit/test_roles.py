@@ -164,9 +164,11 @@ def test_category_text_is_the_same_at_training_and_prediction():
     assert category_text(pd.Series([1.0, 2.0])).tolist() == category_text(pd.Series([1, 2])).tolist() == ["1", "2"]
     assert category_text(pd.Series(["1.5", "x.0"])).tolist() == ["1.5", "x.0"]
     training = pd.DataFrame({"Gender": pd.Categorical(category_text(pd.Series([" Male", "Female"])))})
-    unseen = {}
-    out = FeatureSchema.of(training).apply(pd.DataFrame({"Gender": ["Male", "Female"]}), unseen=unseen)
-    assert unseen == {} and out["Gender"].notna().all()
+    from pipeline.schema import Tally
+
+    tally = Tally()
+    out = FeatureSchema.of(training).apply(pd.DataFrame({"Gender": ["Male", "Female"]}), tally=tally)
+    assert tally.unseen == {} and out["Gender"].notna().all()
 
 
 def test_names_lightgbm_refuses_are_made_safe_and_unique():

@@ -35,12 +35,22 @@ def test_a_value_that_is_not_a_number_names_the_column_and_the_value():
         schema().apply(pd.DataFrame({"age": [3, "forty"], "city": ["Oslo", "Oslo"], "member": [True, True]}))
 
 
-def test_unseen_categories_are_missing_values_and_counted():
-    counts = {}
-    out = schema().apply(pd.DataFrame({"age": [1, 2], "city": ["Paris", "Oslo"], "member": [True, True]}),
-                         unseen=counts)
-    assert counts == {"city": (1, ["Paris"])}  # the count and examples, for the warning
-    assert out["city"].isna().tolist() == [True, False]
+def test_unseen_categories_and_infinite_numbers_are_missing_values_and_counted_over_chunks(caplog):
+    from pipeline.schema import Tally
+
+    tally = Tally()
+    chunks = ({"age": [1, float("inf")], "city": ["Paris", "Oslo"]},
+              {"age": [-float("inf"), 3], "city": ["Lima", "Oslo"]})
+    for chunk in chunks:
+        out = schema().apply(pd.DataFrame({**chunk, "member": [True, True]}), tally=tally)
+        assert out["city"].isna().tolist() == [True, False] and out["age"].isna().sum() == 1
+    assert not caplog.records  # nothing said per chunk
+    assert tally.unseen == {"city": (2, ["Lima", "Paris"])} and tally.infinite == {"age": 2}
+    tally.say("data.path='new.csv'")
+    said = caplog.text
+    assert "column 'city': 2 row(s) hold categories never seen in training ('Lima', 'Paris')" in said
+    assert ("data.path='new.csv': infinite values (or numbers beyond float32's range) in 'age' (2 row(s))"
+            in said)
 
 
 def test_unseen_categories_are_an_error_when_training_said_so():
