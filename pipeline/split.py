@@ -93,6 +93,16 @@ def _largest_remainder(counts: list[int], total: int) -> list[int]:
     return quotas
 
 
+def say_parts(frame, y: np.ndarray, problem_type: str, parts: tuple, how: str, seed: int) -> None:
+    """What the split's parts (training, validation and test rows) hold that the scores depend on: a part of
+    one class (`say_one_class`), test rows that repeat training rows (pipeline.repeated_rows)."""
+    from pipeline import repeated_rows
+
+    train, val, test = parts
+    say_one_class(y, problem_type, {"validation": val, "test": test}, how)
+    repeated_rows.say(frame, np.concatenate([train, val]), test, seed)
+
+
 def say_one_class(y: np.ndarray, problem_type: str, parts: dict, how: str) -> None:
     """A warning for each part of a classification split (name -> its rows) that holds one class: ROC AUC is
     undefined on it, NaN on the board. A random split stratifies the classes, so it happens where a class
