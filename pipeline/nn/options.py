@@ -124,8 +124,10 @@ def check_precision(precision: str, has_fp16: bool, key: str = "params") -> None
 
 
 def watched(monitor: str, val_loss: float, score: float, greater_is_better: bool) -> float:
-    """An epoch's figure for `monitor`, lower better: its validation loss, or its eval metric as a loss."""
-    if monitor == "val_loss":
+    """An epoch's figure for `monitor`, lower better: its validation loss, or its eval metric as a loss; the
+    loss where the metric is undefined on the validation rows (ROC AUC on rows of one class: NaN at every
+    epoch, which no epoch would beat, so the first was kept)."""
+    if monitor == "val_loss" or score != score:
         return val_loss
     return -score if greater_is_better else score
 

@@ -43,6 +43,20 @@ def test_monitor_eval_metric_keeps_the_metrics_first_best_epoch():
     assert result.best_epoch == int(np.argmax(result.history["val_accuracy"]))
 
 
+def test_where_the_metric_is_undefined_on_the_validation_rows_the_loss_keeps_the_epoch():
+    """ROC AUC on validation rows of one class is NaN at every epoch: the first epoch was kept."""
+    data = _separable()
+    one_class = (data.v_y == 1).nonzero().squeeze(1)
+    data = Arrays(data.x_num, data.x_cat, data.y, data.v_num[one_class], data.v_cat[one_class],
+                  data.v_y[one_class])
+    spec = NetSpec(num_numeric=2, cardinalities=(), out_dim=2, hidden_sizes=(16,), dropout=0.0)
+    config = LoopConfig(batch_size=64, max_epochs=15, patience=0, learning_rate=3e-3, monitor="eval_metric")
+    result = Loop(spec, config, "binary", METRICS["roc_auc"], torch.device("cpu"), seed=0).run(data)
+    losses = result.history["val_loss"]
+    assert np.isnan(result.history["val_roc_auc"]).all()
+    assert result.best_epoch == int(np.argmin(losses)) > 0
+
+
 def test_watched_is_lower_better_for_either_monitor():
     assert watched("val_loss", 0.3, 0.9, True) == 0.3
     assert watched("eval_metric", 0.3, 0.9, True) == -0.9
