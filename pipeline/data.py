@@ -98,7 +98,7 @@ def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None,
         roles = infer_roles(frame, spec, label, problem_type)
     order = _time_order(X, spec) if spec.split == "time" else None
     train_idx, val_idx, test_idx = _split(y, problem_type, spec, n_main, len(frame), order)
-    split_module.say_parts(frame, y, problem_type, (train_idx, val_idx, test_idx), spec.split, _seed(spec))
+    split_module.say_parts(frame, y, problem_type, (train_idx, val_idx, test_idx), spec, roles)
     fit_rows = np.concatenate([train_idx, val_idx])
     features = raw_example = None
     if roles is not None:

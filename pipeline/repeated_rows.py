@@ -4,7 +4,8 @@ A table concatenated with itself, or one whose rows were copied before export, p
 both sides of a random split, and the test score then reads memory rather than generalisation. Where the
 table's columns take few values (a handful of categories, small counts) equal rows are expected and say
 nothing; where a column's values rarely repeat (a measurement, an amount), an exact repeat is a copy. The
-check hashes every column and the label (`pandas.util.hash_pandas_object`), of at most `MAX_FIT` training
+check hashes the columns the models read (a copy given a new id is a copy: the caller leaves ids out) and the
+label (`pandas.util.hash_pandas_object`), of at most `MAX_FIT` training
 rows and `MAX_TEST` test rows drawn at random, and scales the count to the whole test split (a copy is
 found where its twin was drawn: the count over the share of training rows drawn)."""
 
@@ -48,9 +49,10 @@ def say(frame: pd.DataFrame, fit_rows: np.ndarray, test_rows: np.ndarray, seed: 
         about = "about " if len(fit_rows) > MAX_FIT or len(test_rows) > MAX_TEST else ""
         level = logging.WARNING if count >= max(WARN_ROWS, WARN_SHARE * len(test_rows)) else logging.INFO
         log.log(level,
-            "%s%d of the %d test rows (%.1f%%) repeat a training row in every column and the label, though "
-            "column %r rarely repeats a value: the table holds copied rows, and the test scores read those "
-            "rows as rows the models learnt (frame.drop_duplicates() before training scores unseen rows only)",
+            "%s%d of the %d test rows (%.1f%%) repeat a training row in every column the models read and in "
+            "the label, though column %r rarely repeats a value: the table holds copied rows, and the test "
+            "scores read those rows as rows the models learnt (frame.drop_duplicates() before training scores "
+            "unseen rows only)",
             about, count, len(test_rows), 100 * count / len(test_rows), column)
     return count
 

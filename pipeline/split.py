@@ -93,14 +93,17 @@ def _largest_remainder(counts: list[int], total: int) -> list[int]:
     return quotas
 
 
-def say_parts(frame, y: np.ndarray, problem_type: str, parts: tuple, how: str, seed: int) -> None:
+def say_parts(frame, y: np.ndarray, problem_type: str, parts: tuple, spec, roles=None) -> None:
     """What the split's parts (training, validation and test rows) hold that the scores depend on: a part of
-    one class (`say_one_class`), test rows that repeat training rows (pipeline.repeated_rows)."""
+    one class (`say_one_class`), test rows that repeat training rows in the columns the models read and the
+    label (pipeline.repeated_rows; `roles`: the columns' roles, whose ids and constants are left out)."""
     from pipeline import repeated_rows
+    from pipeline.roles import LEFT_OUT
 
     train, val, test = parts
-    say_one_class(y, problem_type, {"validation": val, "test": test}, how)
-    repeated_rows.say(frame, np.concatenate([train, val]), test, seed)
+    say_one_class(y, problem_type, {"validation": val, "test": test}, spec.split)
+    unread = [c.column for c in (roles.columns if roles else ()) if c.role in LEFT_OUT and c.column in frame]
+    repeated_rows.say(frame.drop(columns=unread), np.concatenate([train, val]), test, spec.seed or 0)
 
 
 def say_one_class(y: np.ndarray, problem_type: str, parts: dict, how: str) -> None:

@@ -32,8 +32,20 @@ def test_a_table_concatenated_with_itself_is_said_and_the_table_itself_is_not(tm
     expected = int(np.isin(twins.to_numpy()[data.test_idx], list(fit)).sum())
     assert expected > 0.5 * len(data.test_idx)  # most test rows' copy landed in training
     assert (f"{expected} of the {len(data.test_idx)} test rows ({100 * expected / len(data.test_idx):.1f}%) "
-            "repeat a training row in every column and the label, though column 'ID' rarely repeats a value"
-            ) in said
+            "repeat a training row in every column the models read and in the label, though column 'ID' "
+            "rarely repeats a value") in said  # each id twice: half distinct, so a feature here
+
+
+def test_copies_that_differ_only_in_an_id_column_are_copies(tmp_path, caplog):
+    """Rows copied with new ids: the id column is no feature (its role), so the rows the models read repeat."""
+    frame = pd.read_csv(CREDIT)
+    copies = frame.assign(ID=frame["ID"] + len(frame))
+    pd.concat([frame, copies]).to_csv(tmp_path / "rekeyed.csv", index=False)
+    with caplog.at_level(logging.WARNING, logger="pipeline.repeated_rows"):
+        data = load(_conf(tmp_path / "rekeyed.csv"), tmp_path)
+    assert "ID" not in data.X.columns
+    said = " ".join(caplog.text.split())
+    assert "a training row in every column the models read and in the label, though column 'Income'" in said
 
 
 def test_equal_rows_of_a_table_of_few_values_are_expected_and_not_said():
