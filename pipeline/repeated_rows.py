@@ -16,6 +16,8 @@ import logging
 import numpy as np
 import pandas as pd
 
+from pipeline.frames import with_columns
+
 log = logging.getLogger(__name__)
 
 MAX_FIT, MAX_TEST = 200_000, 50_000  # rows hashed (drawn with replacement past them): 0.1 s whatever the rows
@@ -35,8 +37,7 @@ def repeated(frame: pd.DataFrame, fit_rows: np.ndarray, test_rows: np.ndarray,
     rng = np.random.default_rng(seed)
     fit = fit_rows[rng.integers(0, len(fit_rows), MAX_FIT)] if len(fit_rows) > MAX_FIT else fit_rows
     test = test_rows[rng.integers(0, len(test_rows), MAX_TEST)] if len(test_rows) > MAX_TEST else test_rows
-    seen = pd.util.hash_pandas_object(frame.iloc[fit], index=False).to_numpy()
-    hits = np.isin(pd.util.hash_pandas_object(frame.iloc[test], index=False).to_numpy(), seen)
+    hits = np.isin(_hashes(frame.iloc[test]), _hashes(frame.iloc[fit]))
     scale = (len(test_rows) / len(test)) * (len(fit_rows) / len(np.unique(fit)))
     return int(round(hits.sum() * scale)), column
 
@@ -55,6 +56,15 @@ def say(frame: pd.DataFrame, fit_rows: np.ndarray, test_rows: np.ndarray, seed: 
             "unseen rows only)",
             about, count, len(test_rows), 100 * count / len(test_rows), column)
     return count
+
+
+def _hashes(rows: pd.DataFrame) -> np.ndarray:
+    """One hash per row; values pandas cannot hash (a Parquet list or a JSON object) by their text."""
+    try:
+        return pd.util.hash_pandas_object(rows, index=False).to_numpy()
+    except TypeError:
+        text = {c: rows[c].astype(str) for c in rows.columns if rows[c].dtype == object}
+        return pd.util.hash_pandas_object(with_columns(rows, text), index=False).to_numpy()
 
 
 def _rarely_repeating(sample: pd.DataFrame) -> str:

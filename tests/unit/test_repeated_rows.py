@@ -76,3 +76,10 @@ def test_a_few_repeated_rows_among_many_are_an_info_line_not_a_warning(caplog):
     with caplog.at_level(logging.INFO, logger="pipeline.repeated_rows"):
         assert repeated_rows.say(frame, fit, test) == 2
     assert [r.levelname for r in caplog.records] == ["INFO"]
+
+
+def test_values_pandas_cannot_hash_are_compared_by_their_text():
+    rng = np.random.default_rng(3)
+    base = pd.DataFrame({"x": rng.normal(size=500), "self": [[1, 2], {"a": 1}] * 250})  # Parquet lists, JSON
+    frame = pd.concat([base, base.iloc[:50]], ignore_index=True)
+    assert repeated_rows.repeated(frame, np.arange(500), np.arange(500, 550)) == (50, "x")
