@@ -70,17 +70,30 @@ def test_a_kind_is_compared_only_with_first_trials_that_held_out_the_same_rows()
     assert rivals(later, result, ctx, ["lead"]) == {}
 
 
-def test_a_fit_the_budget_stopped_judges_nothing_and_is_no_rival():
-    """A fold stopped at the deadline or at its share of the time scores where it was stopped (a booster
-    stopped after a round or two predicts about the label's mean): its kind is judged on a fold that ended
-    on its own, and it is no leader to withdraw another kind against."""
-    task, result, ctx = _case("echo")
-    assert rivals(task, result, ctx, ["lead"])  # both ended on their own: judged
-    result.stopped_by_budget = True
-    assert rivals(task, result, ctx, ["lead"]) == {}
-    result.stopped_by_budget = False
-    ctx.outcome.results[fit_id("lead", 0, 0)].stopped_by_budget = True
-    assert rivals(task, result, ctx, ["lead"]) == {}
+def test_a_kind_is_judged_on_a_fold_that_ended_on_its_own_before_one_the_budget_stopped():
+    """A fold stopped after a round or two of a slowed fit predicts nothing: where the kind has a whole fold
+    another kind scored too, that one judges it; a stopped fold judges it only where none can (a slow kind's
+    lead stopped at its share of the time)."""
+    from pipeline.graph.withdrawal import judged_fold
+
+    task, result, ctx = _case("own noise")  # nn's fold 0 ended whole, a blend uses it
+    stopped = _fold("nn", np.full(ROWS // 5, 0.5), fold=1)
+    stopped.stopped_by_budget = True
+    ctx.outcome.results[fit_id("nn", 0, 1)] = stopped
+    ranks = 0.25 + 0.5 * ctx.data.y[np.arange(1, ROWS, 5)]  # the leader's fold 1: every row in order
+    ctx.outcome.results[fit_id("lead", 0, 1)] = _fold("lead", ranks, fold=1)
+    later = Task(fit_id("nn", 0, 1), "fit", DRIVER, model="nn", trial=0, fold=1)
+    fit, fold, others = judged_fold(later, stopped, ctx, ["lead", "nn"])
+    assert (fit.id, fit.fold, fold) == (task.id, 0, result) and list(others) == ["lead"]
+    assert withdrawal(fit, fold, ctx, time_left=30.0, others=others) is None  # judged on its whole fold: stays
+    assert withdrawal(later, stopped, ctx, time_left=30.0, others=rivals(later, stopped, ctx, ["lead"]))
+    stopped.stopped_by_budget = False  # a fold that ended on its own judges its kind itself
+    assert judged_fold(later, stopped, ctx, ["lead", "nn"])[:2] == (later, stopped)
+    stopped.stopped_by_budget = True
+    del ctx.outcome.results[task.id]  # only the stopped fold has ended: it judges
+    assert judged_fold(later, stopped, ctx, ["lead", "nn"])[:2] == (later, stopped)
+    del ctx.outcome.results[fit_id("lead", 0, 1)]  # no other kind scored its rows yet: not judged now
+    assert judged_fold(later, stopped, ctx, ["lead", "nn"])[2] == {}
 
 
 def test_a_large_fold_is_judged_on_a_seeded_draw_of_its_rows(monkeypatch):
