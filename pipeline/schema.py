@@ -107,7 +107,8 @@ class FeatureSchema:
             f"{', '.join(self.input_columns)}"
         )
 
-    def apply(self, frame: pd.DataFrame, source: str = "the input", tally: Optional["Tally"] = None) -> pd.DataFrame:
+    def apply(self, frame: pd.DataFrame, source: str = "the input",
+              tally: Optional["Tally"] = None) -> pd.DataFrame:
         """The input typed as the training rows were. Unseen categories follow the training rule: an error,
         or missing values; infinite numbers are missing values. Both are counted into `tally` when given
         (a file read in chunks says them once, added up), else logged."""
@@ -156,9 +157,7 @@ class Tally:
             log.warning("column %r: %d row(s) hold categories never seen in training (%s); treated as missing "
                         "values", column, count, ", ".join(map(repr, examples)))
         if self.infinite:
-            named = ", ".join(f"{c!r} ({n} row(s))" for c, n in self.infinite.items())
-            log.warning("%s: infinite values (or numbers beyond float32's range) in %s read as missing values; "
-                        "replace them in the table to choose otherwise", source, named)
+            _say_infinite(source, self.infinite)
 
 
 def _numbers(column: str, values: pd.Series, source: str, tally: Optional[Tally] = None) -> np.ndarray:
@@ -198,7 +197,12 @@ def finite(values: np.ndarray, columns: list[str], source: str, tally: Optional[
             if n:
                 tally.infinite[column] = tally.infinite.get(column, 0) + int(n)
         return values
-    named = ", ".join(f"{c!r} ({n} row(s))" for c, n in zip(columns, counts) if n)
+    _say_infinite(source, {c: int(n) for c, n in zip(columns, counts) if n})
+    return values
+
+
+def _say_infinite(source: str, counts: dict) -> None:
+    """The warning for infinite values read as missing values: each column (name -> rows) and its count."""
+    named = ", ".join(f"{c!r} ({n} row(s))" for c, n in counts.items())
     log.warning("%s: infinite values (or numbers beyond float32's range) in %s read as missing values; "
                 "replace them in the table to choose otherwise", source, named)
-    return values

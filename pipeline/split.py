@@ -102,8 +102,9 @@ def say_parts(frame, y: np.ndarray, problem_type: str, parts: tuple, spec, roles
 
     train, val, test = parts
     say_one_class(y, problem_type, {"validation": val, "test": test}, spec.split)
-    unread = [c.column for c in (roles.columns if roles else ()) if c.role in LEFT_OUT and c.column in frame]
-    repeated_rows.say(frame.drop(columns=unread), np.concatenate([train, val]), test, spec.seed or 0)
+    unread = {c.column for c in (roles.columns if roles else ()) if c.role in LEFT_OUT}
+    read = [c for c in frame.columns if c not in unread]
+    repeated_rows.say(frame, np.concatenate([train, val]), test, spec.seed or 0, read)
 
 
 def say_one_class(y: np.ndarray, problem_type: str, parts: dict, how: str) -> None:

@@ -55,8 +55,8 @@ def far_short(folds: list, y: np.ndarray, metric) -> list[FarShort]:
     if not whole or not stopped or any(f.held_out is None or f.val_pred is None for f in folds):
         return []
     constant = _constant(y[np.concatenate([f.held_out for f in folds])], folds[0].val_pred)
-    gains = {id(f): _gain(f, y, constant, metric) for f in folds}
     scores = {id(f): metric(y[f.held_out], f.val_pred) for f in folds}
+    gains = {id(f): _gain(f, scores[id(f)], y, constant, metric) for f in folds}
     if any(v != v for v in [*gains.values(), *scores.values()]):
         return []
     reference = min(gains[id(f)] for f in whole)
@@ -76,8 +76,9 @@ def _constant(y: np.ndarray, like: np.ndarray) -> np.ndarray:
     return shares / shares.sum()
 
 
-def _gain(fold, y: np.ndarray, constant: np.ndarray, metric) -> float:
+def _gain(fold, score: float, y: np.ndarray, constant: np.ndarray, metric) -> float:
+    """How much lower the fold's loss (its `score` on its held-out rows) is than the constant prediction's."""
     rows = y[fold.held_out]
     base = np.repeat(constant[None, :], len(rows), axis=0) if np.ndim(fold.val_pred) == 2 else \
         np.full(len(rows), constant[0])
-    return metric.loss(rows, base) - metric.loss(rows, fold.val_pred)
+    return metric.loss(rows, base) - metric.loss_of(score)
