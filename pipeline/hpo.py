@@ -119,9 +119,10 @@ class TrialSource:
             tell_study(self._study(model), optuna_trial, None if pruned else score, state=state)
 
     def error(self, score: float) -> float:
-        """A score as an error, lower better, zero at best: 1 - score for a maximised metric (AUC,
-        accuracy, R2, all at most 1), the score itself for a minimised one (RMSE, log loss)."""
-        return 1.0 - score if self.direction == "maximize" else score
+        """A score as an error, lower better (`pipeline.metrics.error_of`)."""
+        from pipeline.metrics import error_of
+
+        return error_of(score, self.direction == "maximize")
 
     def awaits_first_score(self, model: str, trial: int) -> bool:
         """Whether `trial` is one successive halving may stop (`fold_scored`) and none of its folds has

@@ -33,8 +33,18 @@ class Metric:
             return float("inf")
         return -score if self.greater_is_better else score
 
+    def error(self, score: float) -> float:
+        """A score as an error (`error_of`)."""
+        return error_of(score, self.greater_is_better)
+
     def better(self, a: float, b: float) -> bool:
         return a > b if self.greater_is_better else a < b
+
+
+def error_of(score: float, greater_is_better: bool) -> float:
+    """A score as an error, lower better, zero at best: 1 - score for a maximised metric (AUC, accuracy, R2,
+    all at most 1), the score itself for a minimised one (RMSE, log loss): relative gaps read on it."""
+    return 1.0 - score if greater_is_better else score
 
 
 def _accuracy(y, p):

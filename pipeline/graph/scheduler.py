@@ -29,7 +29,7 @@ from pipeline.graph.nodes import node_kind
 from pipeline.graph.nodes.context import GraphContext, Hooks, Outcome, TrialResult
 from pipeline.graph.plan import Admission, Plan, Task, fit_id
 from pipeline.store import ResultStore
-from pipeline.graph.first_trials import FirstTrials, busy_seconds, first_trial_bag, places_for
+from pipeline.graph.first_trials import FirstTrials, LeadStanding, busy_seconds, first_trial_bag, places_for
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
 from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, standing
 from pipeline.graph.trial_supply import TrialSupply
@@ -67,13 +67,15 @@ class Scheduler:
         self.supply = TrialSupply(plan)
         self.serial = getattr(backend, "one_at_a_time", False)  # one fit at a time
         self.max_retries, self.hooks, self.task_timeout_s = max_retries, hooks, task_timeout_s
+        partial = budget is not None and not plan.stack_levels  # a first trial's bag may end short
         self.ctx = GraphContext(plan, data, metric, seed, trials, store, prototypes, pruning=pruning, hooks=hooks,
-                                unseen_categories=unseen_categories, class_weight=class_weight)
+                                unseen_categories=unseen_categories, class_weight=class_weight,
+                                standing=LeadStanding(metric, data.y) if partial else None)
         self.kinds = {kind: node_kind(kind) for kind in dict.fromkeys(t.kind for t in plan.tasks)}
         self.started: dict[object, float] = {}  # handle -> time.monotonic() at submission
         self.submitted_at: dict[object, float] = {}  # handle -> the budget's clock at submission
         self.budget = budget
-        self.first = FirstTrials(plan.tasks, partial=budget is not None and not plan.stack_levels)
+        self.first = FirstTrials(plan.tasks, partial, self.ctx.standing)
         self.cut = GraphCut(plan.tasks, lambda t: self.kinds[t.kind].partial_inputs
                             or (self.first.partial and first_trial_bag(t)), self.supply)
         self.cancelled = self.abandoned = 0  # fits stopped: past the deadline's grace; their trial can't end

@@ -62,10 +62,9 @@ def far_short(folds: list, y: np.ndarray, metric) -> list[FarShort]:
     reference = min(gains[id(f)] for f in whole)
     if reference <= 0:  # the whole folds learnt nothing either: nothing to measure against
         return []
-    error = lambda f: 1.0 - scores[id(f)] if metric.greater_is_better else scores[id(f)]  # noqa: E731
-    worst = max(error(f) for f in whole)
+    worst = max(metric.error(scores[id(f)]) for f in whole)
     return [FarShort(getattr(f, "task_id", "?"), scores[id(f)], gains[id(f)], reference) for f in stopped
-            if gains[id(f)] < KEEP * reference or error(f) > ERROR_TIMES * worst]
+            if gains[id(f)] < KEEP * reference or metric.error(scores[id(f)]) > ERROR_TIMES * worst]
 
 
 def _constant(y: np.ndarray, like: np.ndarray) -> np.ndarray:

@@ -171,6 +171,33 @@ def test_a_kind_the_search_added_with_fewer_folds_never_cuts_the_default_run_s_r
     assert covering(every, []) == (every, []) and covering(every, ["gbm", "linear"]) == (every, [])
 
 
+def test_a_default_member_far_behind_on_the_lead_rows_with_fewer_folds_is_left_out_not_cutting_the_rows():
+    """A default member whose kind stood far behind on its lead fold's rows (`behind`), cut to fewer folds
+    than another default member, is left out as an added kind is: the others keep every row. One level with
+    the leader (not behind) still cuts the rows to its folds; where every default member is short, the one
+    with the most rows keeps its place whatever its standing."""
+    from pipeline.graph.nodes.context import TrialResult
+    from pipeline.graph.nodes.ensemble import covering, shared_rows
+
+    def trial(name, rows):
+        rows = np.asarray(rows)
+        return TrialResult(name, 0, {}, [], rows, rows * 10.0, np.zeros(3), 0.0)
+
+    gbm, forest, short_nn = trial("gbm", range(10)), trial("forest", range(10)), trial("nn", [0, 5])
+    kept, out = covering({"gbm": gbm, "nn": short_nn, "forest": forest}, ["gbm", "nn"], behind={"nn"})
+    assert out == ["nn"] and set(kept) == {"gbm", "forest"}
+    assert all(t.held_out.size == 10 for t in shared_rows(kept).values())
+    kept, out = covering({"gbm": gbm, "nn trial 0": short_nn, "forest": forest}, ["gbm", "nn trial 0"],
+                         behind={"nn"})
+    assert out == ["nn trial 0"]
+    kept, out = covering({"gbm": gbm, "nn": short_nn, "forest": forest}, ["gbm", "nn"], behind={"forest"})
+    assert out == [] and all(t.held_out.tolist() == [0, 5] for t in shared_rows(kept).values())
+    short_gbm = trial("gbm", [0, 2, 5, 7])
+    kept, out = covering({"gbm": short_gbm, "nn": short_nn, "forest": forest}, ["gbm", "nn"],
+                         behind={"gbm", "nn"})
+    assert out == ["nn"] and set(kept) == {"gbm", "forest"}
+
+
 def test_the_ensemble_chooses_on_every_row_where_only_an_added_kind_kept_fewer_folds(caplog):
     """Through the node: the default run's two members predicted all 2,000 held-out rows, the added kind's
     cut first trial 800 of them; the weights are chosen and scored on the 2,000, the added kind is out of
@@ -201,6 +228,35 @@ def test_the_ensemble_chooses_on_every_row_where_only_an_added_kind_kept_fewer_f
     assert set(weights) == {"a", "b"}
     assert ("ensemble: linear left out: the budget ended its first trial with fewer folds than the default "
             "run's models, whose 2,000 held-out rows the weights are chosen on") in caplog.text
+
+
+@pytest.mark.parametrize("behind", [True, False])
+def test_a_default_member_behind_with_fewer_folds_leaves_the_ensemble_the_rows_of_the_others(caplog, behind):
+    """Through the node: the default run's third member, far behind on the lead rows, kept 800 of the 2,000
+    rows; the weights are chosen on the 2,000 without it. Level with the leader, it cuts them to its 800."""
+    import logging
+    from types import SimpleNamespace
+
+    from pipeline.graph.nodes import ensemble as node
+    from pipeline.graph.nodes.context import TrialResult
+
+    rng = np.random.default_rng(0)
+    n, test = 2000, np.arange(2000, 2200)
+    y = (rng.random(2200) < 0.4).astype(int)
+    def trial(signal, rows):
+        p = np.clip(0.4 + signal * (y - 0.4) + rng.normal(0, 0.2, 2200), 0.01, 0.99)
+        proba = np.column_stack([1 - p, p])
+        return TrialResult("m", 0, {}, [None], rows, proba[rows], proba[test], 0.0)
+    best = {"a": trial(0.4, np.arange(n)), "b": trial(0.35, np.arange(n)), "nn": trial(0.1, np.arange(800))}
+    data = SimpleNamespace(y=y, test_idx=test, classes=[0, 1])
+    predictors = {name: SimpleNamespace(name=name) for name in best}
+    seconds = {name: {name: 1.0} for name in best}
+    with caplog.at_level(logging.INFO):
+        row, (held, _, _) = node._ensemble(best, data, METRICS["roc_auc"], "binary", predictors, seconds, 2,
+                                           floor=["a", "b", "nn"], noise_guard=True,
+                                           behind={"nn"} if behind else ())
+    assert len(held) == (n if behind else 800)
+    assert ("ensemble: nn left out" in caplog.text) == behind
 
 
 def _label_trials(right_of_changed: int, changed: int = 40, n: int = 2000):

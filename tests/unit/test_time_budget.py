@@ -923,6 +923,71 @@ def test_where_a_bag_may_end_short_the_leads_share_the_time_among_themselves_the
     assert not whole.too_short(tasks[1], budget, 0.5)
 
 
+def test_once_the_leads_have_ended_a_kind_far_behind_on_their_rows_shares_the_later_folds_time_less():
+    """Each kind's error on its lead fold's rows (`LeadStanding`, a stopped lead or a later fold not read)
+    weighs its later folds' shares as `time_shares` weighs later trials: the two kinds level on the lead
+    rows get most of their 8-s folds, and the one twice behind, under half a fit, starts none. Without
+    standing the 60 s are split alike and each of the 12 folds would stop at 5 s of its 8."""
+    from pipeline.graph.first_trials import MIN_PART, FirstTrials, LeadStanding
+    from pipeline.metrics import resolve
+
+    y = np.arange(200, dtype=float)
+    rows = np.arange(0, 200, 5)
+    standing = LeadStanding(resolve("rmse", "regression"), y)
+    result = lambda err, **kw: SimpleNamespace(held_out=rows, val_pred=y[rows] + err, **kw)  # noqa: E731
+    clock = Clock(0.0)
+    budget = TimeBudget(60, clock=clock)
+    bag = lambda m: [Task(fit_id(m, 0, f), "fit", DRIVER, model=m, trial=0, fold=f) for f in range(5)]  # noqa: E731
+    tasks = bag("a") + bag("b") + bag("c")
+    first, gone = FirstTrials(tasks, partial=True, standing=standing), set()
+    plain = FirstTrials(tasks, partial=True)
+    standing.ended(tasks[5], result(1.0, stopped_by_budget=True))  # stopped at its share: not read
+    standing.ended(tasks[11], result(9.0))  # not a lead fold's rows
+    assert standing.weights() == {} and standing.errors == {}
+    for lead, err in ((tasks[0], 1.0), (tasks[5], 1.02), (tasks[10], 2.0)):
+        for trials in (first, plain):
+            trials.started(lead, None, now=0.0)
+            trials.ended(lead, result(err), now=0.0)
+        gone.add(lead.id)
+        budget.record(lead, 8.0)
+    assert standing.errors == pytest.approx({"a": 1.0, "b": 1.02, "c": 2.0})
+    assert standing.weights() == pytest.approx({"a": 1.0, "b": 1.0, "c": 0.05}) and standing.behind() == {"c"}
+    # 60 s over a's and b's 8 later folds at the level L and c's 4 at 0.05 L: L = 60 / 8.2
+    share_a = first.share(tasks[1], budget, 1, 0.0, gone.__contains__)
+    assert share_a == pytest.approx(60 / 8.2) and not first.too_short(tasks[1], budget, share_a)
+    share_c = first.share(tasks[11], budget, 1, 0.0, gone.__contains__)
+    assert share_c == pytest.approx(0.05 * 60 / 8.2) and first.too_short(tasks[11], budget, share_c)
+    assert plain.share(tasks[1], budget, 1, 0.0, gone.__contains__) == pytest.approx(5.0)
+    assert not plain.too_short(tasks[1], budget, 5.0) and 5.0 > MIN_PART * 8.0
+    assert plain.share(tasks[11], budget, 1, 0.0, gone.__contains__) == pytest.approx(5.0)
+    clock.now = 57.0  # the run's deadline alone (no share): 3 s left, under half a fit
+    assert first.too_short(tasks[1], budget, None) and not first.too_short(tasks[1], budget, 4.0)
+
+
+@pytest.mark.parametrize("standing", [True, False])
+def test_the_time_a_kind_far_behind_on_the_lead_rows_leaves_goes_to_the_leaders_later_folds(
+        tmp_path, monkeypatch, standing):
+    """Three kinds of 8-s folds, one at a time, 60 s: after the leads (24 s), an even share leaves every
+    bag 4 folds of 5, each later fold stopped at 4 s. Weighted by the kinds' standing on the lead rows, the
+    two level kinds end all 5 and the one far behind none but its lead (its last fold, offered the 0.2 s
+    left, is under half a fit: before, one that had the run's deadline to itself started however short)."""
+    from pipeline.graph.first_trials import LeadStanding
+
+    if not standing:
+        monkeypatch.setattr(LeadStanding, "weights", lambda self: {})
+    seconds = {"best": 8.0, "level": 8.0, "far": 8.0}
+    plan, backend, budget, scheduler, outcome = simulate(
+        tmp_path, seconds, limit_s=60.0, trials=3, folds=5, stops=True, rows=400, serial=True,
+        right={"best": 0.95, "level": 0.948, "far": 0.7})
+    folds = {m: len(outcome.results[bag_id(m, 0)].folds) for m in seconds}
+    if standing:
+        assert folds == {"best": 5, "level": 5, "far": 1}
+        assert scheduler.first.standing.weights() == pytest.approx({"best": 1.0, "level": 1.0, "far": 0.05})
+    else:
+        assert folds == {"best": 4, "level": 4, "far": 4}
+    assert max(end for _, _, end in backend.submitted) <= budget.deadline
+
+
 def test_a_slow_models_lead_leaves_the_quick_models_the_time_for_their_bags():
     """A slow model's lead shares the first trials' time with the models begun, each counting what its
     trial ran and its folds to come: once the quick models' leads have ended, it does not run to the

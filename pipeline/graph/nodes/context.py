@@ -95,6 +95,7 @@ class GraphContext:
     outcome: Outcome = field(default_factory=Outcome)
     rungs: dict[tuple[str, int], Any] = field(default_factory=dict)  # (model, fold) -> round_pruning.RungTable
     retention: Retention = field(default_factory=Retention)  # which trials keep their fold models
+    standing: Any = None  # graph.first_trials.LeadStanding under a budget whose first bags may end short
 
     def rung_table(self, model: str, fold: int):
         from pipeline.graph.round_pruning import RungTable
