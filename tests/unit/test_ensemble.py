@@ -198,28 +198,38 @@ def test_a_default_member_far_behind_on_the_lead_rows_with_fewer_folds_is_left_o
     assert out == ["nn"] and set(kept) == {"gbm", "forest"}
 
 
+def _held_out_case(members: dict) -> tuple:
+    """(best, data, predictors, seconds) for the ensemble node on 2,000 held-out and 200 test rows of a
+    binary label: each member (name -> (its signal, the first rows it held out)) predicts the label's share
+    moved towards the label by its signal, plus noise."""
+    from types import SimpleNamespace
+
+    from pipeline.graph.nodes.context import TrialResult
+
+    rng = np.random.default_rng(0)
+    test = np.arange(2000, 2200)
+    y = (rng.random(2200) < 0.4).astype(int)
+    best = {}
+    for name, (signal, held) in members.items():
+        p = np.clip(0.4 + signal * (y - 0.4) + rng.normal(0, 0.2, 2200), 0.01, 0.99)
+        proba, rows = np.column_stack([1 - p, p]), np.arange(held)
+        best[name] = TrialResult(name, 0, {}, [None], rows, proba[rows], proba[test], 0.0)
+    data = SimpleNamespace(y=y, test_idx=test, classes=[0, 1])
+    return best, data, {name: SimpleNamespace(name=name) for name in best}, {n: {n: 1.0} for n in best}
+
+
 def test_the_ensemble_chooses_on_every_row_where_only_an_added_kind_kept_fewer_folds(caplog):
     """Through the node: the default run's two members predicted all 2,000 held-out rows, the added kind's
     cut first trial 800 of them; the weights are chosen and scored on the 2,000, the added kind is out of
     the ensemble, and the run says so."""
     import json
     import logging
-    from types import SimpleNamespace
 
     from pipeline.graph.nodes import ensemble as node
 
-    rng = np.random.default_rng(0)
-    n, test = 2000, np.arange(2000, 2200)
-    y = (rng.random(2200) < 0.4).astype(int)
-    def trial(signal, rows):
-        p = np.clip(0.4 + signal * (y - 0.4) + rng.normal(0, 0.2, 2200), 0.01, 0.99)
-        proba = np.column_stack([1 - p, p])
-        return SimpleNamespace(held_out=rows, val_pred=proba[rows], test_pred=proba[test], folds=[None])
-    best = {"a": trial(0.4, np.arange(n)), "b": trial(0.35, np.arange(n)),
-            "linear": trial(0.5, np.arange(800))}
-    data = SimpleNamespace(y=y, test_idx=test, classes=[0, 1])
-    predictors = {name: SimpleNamespace(name=name) for name in best}
-    seconds = {name: {name: 1.0} for name in best}
+    n = 2000
+    best, data, predictors, seconds = _held_out_case({"a": (0.4, n), "b": (0.35, n), "linear": (0.5, 800)})
+    y = data.y
     with caplog.at_level(logging.INFO):
         row, (held, val_pred, _) = node._ensemble(best, data, METRICS["roc_auc"], "binary", predictors,
                                                   seconds, 2, floor=["a", "b"], noise_guard=True)
@@ -235,22 +245,11 @@ def test_a_default_member_behind_with_fewer_folds_leaves_the_ensemble_the_rows_o
     """Through the node: the default run's third member, far behind on the lead rows, kept 800 of the 2,000
     rows; the weights are chosen on the 2,000 without it. Level with the leader, it cuts them to its 800."""
     import logging
-    from types import SimpleNamespace
 
     from pipeline.graph.nodes import ensemble as node
-    from pipeline.graph.nodes.context import TrialResult
 
-    rng = np.random.default_rng(0)
-    n, test = 2000, np.arange(2000, 2200)
-    y = (rng.random(2200) < 0.4).astype(int)
-    def trial(signal, rows):
-        p = np.clip(0.4 + signal * (y - 0.4) + rng.normal(0, 0.2, 2200), 0.01, 0.99)
-        proba = np.column_stack([1 - p, p])
-        return TrialResult("m", 0, {}, [None], rows, proba[rows], proba[test], 0.0)
-    best = {"a": trial(0.4, np.arange(n)), "b": trial(0.35, np.arange(n)), "nn": trial(0.1, np.arange(800))}
-    data = SimpleNamespace(y=y, test_idx=test, classes=[0, 1])
-    predictors = {name: SimpleNamespace(name=name) for name in best}
-    seconds = {name: {name: 1.0} for name in best}
+    n = 2000
+    best, data, predictors, seconds = _held_out_case({"a": (0.4, n), "b": (0.35, n), "nn": (0.1, 800)})
     with caplog.at_level(logging.INFO):
         row, (held, _, _) = node._ensemble(best, data, METRICS["roc_auc"], "binary", predictors, seconds, 2,
                                            floor=["a", "b", "nn"], noise_guard=True,
