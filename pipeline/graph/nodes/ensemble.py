@@ -213,8 +213,9 @@ def covering(trials: dict, keep: Sequence[str], behind: Collection[str] = ()) ->
     default member with fewer folds than another whose kind is `behind` (its lead fold's error far behind
     the leader's, `LeadStanding.behind`, which gave its later folds less of the time): on Snmesp at 30 s
     the network (error 0.10 against CatBoost's 0.06) ended its lead alone, and every candidate was chosen
-    on that fold's rows. One level with the leader keeps cutting the rows to its folds (on diamonds the
-    network, 1.5% behind, adds to the blend on 2 folds of 5 more than the 3 others' rows do without it)."""
+    on that fold's rows. One level with the leader keeps cutting the rows to its folds: on diamonds the
+    network, 1.5% behind, ended 1 fold of 5, and the blend chosen on that fold's rows with it scored test RMSE
+    531.6 against 538.6 for the blend chosen on every row without it."""
     import numpy as np
 
     keep = [n for n in keep if n in trials]
