@@ -59,6 +59,15 @@ def folds(n_rows: int, num_folds: int, seed: int, labels: Optional[np.ndarray] =
 SMALL_CODES = 64  # classes coded 0..63 are grouped by a pass per class, not by sorting the rows
 
 
+def drawn(num_rows: int, at_most: int) -> Optional[np.ndarray]:
+    """Sorted positions of `at_most` of `num_rows` rows drawn without replacement (seed 0: the same rows
+    on every call), or None where there are no more than that: what keeps a score's or a selection's cost
+    flat on a large table."""
+    if num_rows <= at_most:
+        return None
+    return np.sort(np.random.default_rng(0).choice(num_rows, at_most, replace=False))
+
+
 def small_counts(labels: np.ndarray) -> Optional[np.ndarray]:
     """How many rows hold each of 0..max when the labels are whole numbers from 0 to SMALL_CODES - 1
     (counted in one pass, no hashing or sort); None for any other labels."""

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-import numpy as np
-
 from pipeline.graph.trial_gate import time_shares
 from pipeline.resources import gpu_slots
+from pipeline.split import drawn
 
 # where bags stay whole (stacking): the first fold of a bag whose model has no fit ended yet weighs this many
 # times another fit: it measures what the bag's other folds are given, and a share that stops it cuts every
@@ -167,8 +166,8 @@ class LeadStanding:
         if (not first_trial_fit(task) or (task.fold or 0) != 0 or held is None or pred is None
                 or getattr(result, "stopped_by_budget", False)):
             return
-        if len(held) > self.max_rows:  # a seeded draw, the same for every kind: the cost stays flat
-            pick = np.sort(np.random.default_rng(0).choice(len(held), self.max_rows, replace=False))
+        pick = drawn(len(held), self.max_rows)  # the same rows for every kind
+        if pick is not None:
             held, pred = held[pick], pred[pick]
         error = self.metric.error(self.metric(self.y[held], pred))
         if error == error:  # undefined on the rows (ROC AUC on one class): no standing

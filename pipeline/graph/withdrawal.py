@@ -26,6 +26,7 @@ import numpy as np
 
 from pipeline.graph.first_trials import first_trial_fit
 from pipeline.graph.shape import fit_id
+from pipeline.split import drawn
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +167,8 @@ def withdrawal(task, result, ctx, time_left: float, others: dict) -> Optional[Wi
     if not others or folds_left == 0 or time_left <= 0 or seconds < DEAR_SHARE * time_left:
         return None
     metric, y, mine = ctx.metric, ctx.data.y[result.held_out], result.val_pred
-    if len(y) > JUDGED_ROWS:  # a seeded draw: the blend's cost stays flat, its noise measured on the draw
-        pick = np.sort(np.random.default_rng(0).choice(len(y), JUDGED_ROWS, replace=False))
+    pick = drawn(len(y), JUDGED_ROWS)  # the blend's cost stays flat, its noise measured on the draw
+    if pick is not None:
         y, mine = y[pick], mine[pick]
         others = {kind: pred[pick] for kind, pred in others.items()}
     own = metric.loss(y, mine)
