@@ -24,11 +24,14 @@ ends all 5 and the network its lead (0.0600, the network left out of the ensembl
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Optional
 
 from pipeline.graph.trial_gate import time_shares
 from pipeline.resources import gpu_slots
 from pipeline.split import drawn
+
+log = logging.getLogger(__name__)
 
 # where bags stay whole (stacking): the first fold of a bag whose model has no fit ended yet weighs this many
 # times another fit: it measures what the bag's other folds are given, and a share that stops it cuts every
@@ -61,6 +64,7 @@ class FirstTrials:
         self.held_to_share = 0  # of them, fits that stopped there
         self.spent: dict[str, float] = {}  # model -> seconds its first trial's ended fits ran
         self.running: dict[str, tuple[str, float]] = {}  # first-trial fit running -> (its model, its start)
+        self.yielded: dict[str, str] = {}  # kind -> why its first trial's later folds yielded (`yielding`)
 
     def leads(self, task) -> bool:
         """Whether `task` would be its model's first first-trial fit to start."""
@@ -122,6 +126,32 @@ class FirstTrials:
             spent += done
         return demands, spent
 
+    def yielding(self, budget, dear: float) -> dict[str, float]:
+        """The kinds whose first-trial folds not started yield to the other kinds' later trials, each with
+        its weight on the lead fold's rows (`LeadStanding.weights`): a kind behind the leader there (beyond
+        `EVEN_WITHIN` of its error) whose folds left, at its measured pace, would take at least `dear` of
+        the fits' time left. Its folds then wait their turn as a later trial's fits do, by the seconds its
+        model has fitted over its weight; a bag they leave short is kept with the folds that ended. Said
+        once per kind (`yielded`)."""
+        if self.standing is None or not self.partial:
+            return {}
+        behind, left = self.standing.behind(), {}
+        for t in self.pending.values():
+            if t.model in behind:
+                left.setdefault(t.model, []).append(t)
+        remaining, out = budget.remaining(), {}
+        for model, fits in left.items():
+            seconds = sum(budget.estimate(t) or 0.0 for t in fits)
+            if remaining > 0 and seconds >= dear * remaining:
+                out[model] = self.standing.weights()[model]
+                if model not in self.yielded:
+                    self.yielded[model] = why = (
+                        f"{model}'s first trial yields to the other models' trials: "
+                        f"{self.standing.line(model)}; its {len(fits)} other fold(s) would take about "
+                        f"{seconds:.1f} s of the {remaining:.1f} s left, and run in its share of the time")
+                    log.info("%s: %s", budget.key, why)
+        return out
+
     def too_short(self, task, budget, seconds: Optional[float]) -> bool:
         """Whether a bag's later fold (not its lead), given `seconds` of its share (None: the time left to
         the run's deadline), is better not started: under `MIN_PART` of its model's measured fit."""
@@ -173,6 +203,13 @@ class LeadStanding:
         if error == error:  # undefined on the rows (ROC AUC on one class): no standing
             self.errors[task.model] = error
             self._weights = time_shares(self.errors) if len(self.errors) > 1 else {}
+
+    def line(self, model: str) -> str:
+        """Its error on the lead fold's rows against the leader's, in words."""
+        leader = min(self.errors, key=self.errors.get)
+        return (f"error {self.errors[model]:.4g} on its first fold's held-out rows against "
+                f"{self.errors[leader]:.4g} for {leader} ({self.metric.name}'s loss; weight "
+                f"{self._weights.get(model, 1.0):.2f})")
 
     def behind(self) -> set[str]:
         """The kinds whose weight is under the leader's: beyond `EVEN_WITHIN` of its error."""

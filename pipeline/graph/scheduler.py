@@ -10,9 +10,10 @@ The plan lists each model's first trials; the others are made as the run reaches
 the search (pipeline.graph.trial_supply), so the scheduler holds the trials in play, not every one asked for.
 
 With a time budget (pipeline.graph.time_budget) the queue runs trial by trial across the models (every
-model's first trial before any model's second), a fit starts only when it and the rest of its
-trial can end by the deadline, the cut spreads through the graph (`GraphCut`), fits carry the
-deadline to stop at, and a fit still running past the deadline's grace is stopped.
+model's first trial before any model's second, but the dear later folds of a kind far behind: first_trials),
+a fit starts only when it and the rest of its trial can end by the deadline, the cut spreads through the
+graph (`GraphCut`), fits carry the deadline to stop at, and a fit still running past the deadline's grace is
+stopped.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pipeline.graph.first_trials import FirstTrials, LeadStanding, busy_seconds,
 from pipeline.graph.time_budget import BudgetSummary, GraphCut, TimeBudget, summarize
 from pipeline.graph.trial_gate import TrialGate, before_first_score, losing_trial, standing
 from pipeline.graph.trial_supply import TrialSupply
-from pipeline.graph.withdrawal import Withdrawals
+from pipeline.graph.withdrawal import DEAR_SHARE, Withdrawals
 from pipeline.graph.ranks import FitRanks
 from pipeline.graph.ready import ReadyTasks
 
@@ -53,13 +54,8 @@ class Scheduler:
         data,  # TabularData
         metric,  # metrics.Metric
         *,
-        seed: int,
-        max_retries: int = 1,
-        hooks: Optional[Hooks] = None,
-        pruning: bool = False,
-        task_timeout_s: Optional[float] = None,
-        unseen_categories: str = "missing",
-        class_weight: str = "none",
+        seed: int, max_retries: int = 1, hooks: Optional[Hooks] = None, pruning: bool = False,
+        task_timeout_s: Optional[float] = None, unseen_categories: str = "missing", class_weight: str = "none",
         budget: Optional[TimeBudget] = None,
     ):
         self.plan = plan  # its first trials; the others are made as the run reaches them (`supply`)
@@ -83,6 +79,7 @@ class Scheduler:
         self.ready = ReadyTasks(plan.tasks, self.supply.waits)  # one reading every trial waits for those not made
         self.gate = TrialGate(plan)
         self._shares: dict[str, float] = {}  # model -> its share of the time (`standing`); absent: 1
+        self._yielding: dict[str, float] = {}  # kind -> its weight, its first trial's later folds yielding
         guard = getattr(trials, "noise_guard", False)  # hpo=auto (TrialSource.noise_guard)
         self.withdrawals = Withdrawals([a.model for a in plan.allocations], guard and self.first.partial)
 
@@ -166,22 +163,25 @@ class Scheduler:
                          self.first.held_to_share, self.withdrawals.lines())
 
     def _priority(self, task: Task) -> tuple:
-        """The queue's order: under a budget, every model's first trial (its own params) first, then the
-        model that has fitted for the fewest seconds so far for its share (a fast model fits more trials;
-        one whose best error is far behind the leader's gets less: `time_shares`), trial by trial (fits one
-        at a time: a trial's later folds, once its first has ended, before any other trial's, as a trial
-        left unfinished at the deadline is dropped); then the fits of a model none of whose fits has ended
-        (how long they take is learnt first); one at a time under a budget, the first trials of the quicker
-        models first (a deadline that cannot hold them all cuts the slowest, not a quick model), fold by fold
-        where their bags may end short (first_trials); then the longest path of work to the end first."""
+        """The queue's order: under a budget, every model's first trial (its own params) first (but the
+        later folds of a kind behind and dear: `FirstTrials.yielding`), then the model that has fitted for
+        the fewest seconds so far for its share (a fast model fits more trials; one whose best error is far
+        behind the leader's gets less: `time_shares`), trial by trial (fits one at a time: a trial's later
+        folds, once its first has ended, before any other trial's, as a trial left unfinished at the
+        deadline is dropped); then the fits of a model none of whose fits has ended (how long they take is
+        learnt first); one at a time under a budget, the first trials of the quicker models first (a deadline
+        that cannot hold them all cuts the slowest, not a quick model), fold by fold where their bags may end
+        short (first_trials); then the longest path of work to the end first."""
         trial = (task.trial or 0) if self.budget is not None else 0
-        spent = self.ranks.spent(task.model) / self._shares.get(task.model, 1.0) if trial else 0.0
-        rank = self.ranks.rank(task)
+        weight = self._yielding.get(task.model)  # a kind behind whose first trial's later folds yield
+        yields = weight is not None and not trial and task.id in self.first.pending
+        share = weight if weight is not None else self._shares.get(task.model, 1.0)  # its trials' too
+        spent = self.ranks.spent(task.model) / share if trial or yields else 0.0
         under_way = self.serial and trial and task.fold and fit_id(task.model, trial, 0) in self.ctx.outcome.results
         quick = self.ranks.ranked.get(task.model, 0.0) if self.serial and self.budget and not trial else 0.0
         fold = (task.fold or 0) if self.first.partial and not trial else 0  # every model's lead fold first
-        return (trial > 0, not under_way, spent, trial, fold, task.model in self.ranks.ranked, quick, -rank,
-                self.ready.order[task.id])
+        return (trial > 0 or yields, not under_way, spent, trial, fold, task.model in self.ranks.ranked, quick,
+                -self.ranks.rank(task), self.ready.order[task.id])
 
     def _admit(self, admission: Admission, attempts: dict) -> bool:
         """Start (or take from the store) every queued task that admission and the budget allow, in
@@ -191,6 +191,7 @@ class Scheduler:
         if self.ranks.stale or self.budget is not None:  # the durations changed: so may the queue's order
             models = {a.model for a in self.plan.allocations} - self.withdrawals.gone()
             self._shares = standing(models, self.ctx.trials) if self.budget is not None else {}
+            self._yielding = self.first.yielding(self.budget, DEAR_SHARE) if self.withdrawals.active else {}
             self.queued.sort(key=self._priority)
         for task in list(self.queued):
             if self.serial and self.running:

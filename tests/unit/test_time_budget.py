@@ -1076,6 +1076,72 @@ def test_a_kind_that_scores_or_costs_little_or_a_run_without_hpo_auto_keeps_its_
     plan, backend, budget, scheduler, outcome = simulate(tmp_path, seconds, limit_s=30.0, trials=40, folds=5,
                                                          right=right, rows=400, serial=True, source=source,
                                                          stops=True)
-    assert not scheduler.withdrawals.withdrawn
+    assert "slow" not in scheduler.withdrawals.withdrawn and "slow" not in scheduler.first.yielded
+    if case == "better":  # the quick kinds, far behind it on the lead rows, yield their later folds to it
+        assert set(scheduler.first.yielded) == {"a", "b"} and len(outcome.results[bag_id("slow", 0)].folds) == 5
+    else:
+        assert not scheduler.withdrawals.withdrawn
     assert bag_id("slow", 0) in outcome.results["collect"]
     assert len(outcome.results[bag_id("slow", 0)].folds) >= 3
+
+
+@pytest.mark.parametrize("yielding", [True, False])
+def test_the_dear_later_folds_of_a_kind_behind_on_the_lead_rows_yield_to_the_leaders_trials(
+        tmp_path, monkeypatch, caplog, yielding):
+    """hpo=auto, 30 s, fits one at a time: two quick models and one whose 3-s folds score far below theirs on
+    the lead rows but which the blend keeps (not withdrawn). Its four later folds would take 12 s of the
+    ~27 s left: they yield, and the quick models' searched trials run in that time, the slow bag ending with
+    the folds its share allowed. Without yielding every first trial ends whole before any model's second."""
+    import logging
+
+    from pipeline.graph import first_trials, scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module.Withdrawals, "judge", lambda *a, **k: None)  # the blend keeps it
+    if not yielding:
+        monkeypatch.setattr(first_trials.FirstTrials, "yielding", lambda self, budget, dear: {})
+    seconds = {"a": 1.0, "b": 1.0, "slow": 3.0}
+    caplog.set_level(logging.INFO, logger="pipeline.graph.first_trials")
+    plan, backend, budget, scheduler, outcome = simulate(
+        tmp_path, seconds, limit_s=30.0, trials=40, folds=5, right={"a": 0.9, "b": 0.88, "slow": 0.6}, rows=400,
+        serial=True, source=_auto_source(seconds), stops=True)
+    order = [tid for tid, _, _ in backend.submitted]
+    slow_folds = [tid for tid in order if tid.startswith("fit/slow/t0/")]
+    first_searched = min((i for i, tid in enumerate(order) if "/t0/" not in tid), default=len(order))
+    if yielding:
+        assert scheduler.first.standing.behind() == {"slow"}
+        assert 1 <= len(slow_folds) < 5 and all(order.index(f) > first_searched for f in slow_folds[1:])
+        assert sum("/t0/" not in tid for tid in order) >= 10  # the quick models searched in its time
+        assert not any(tid.startswith("fit/slow/t1/") for tid in order)  # its own search waits its turn too
+        assert "slow's first trial yields to the other models' trials" in caplog.text
+    else:
+        assert len(slow_folds) == 5 and order.index(slow_folds[-1]) < first_searched
+        assert "yields" not in caplog.text
+    assert max(end for _, _, end in backend.submitted) <= budget.deadline
+
+
+def test_a_kind_behind_on_the_lead_rows_yields_only_where_its_folds_left_are_dear():
+    """`FirstTrials.yielding`: a kind far behind on the lead rows whose four later folds would take 32 s of
+    the 60 left yields (its weight 0.05); at 1 s a fold (4 s, under a fifth of the time left) it does not, nor
+    does a kind level with the leader, nor any where bags stay whole (no `partial`)."""
+    from pipeline.graph.first_trials import FirstTrials, LeadStanding
+    from pipeline.metrics import resolve
+
+    y = np.arange(200, dtype=float)
+    rows = np.arange(0, 200, 5)
+    standing = LeadStanding(resolve("rmse", "regression"), y)
+    result = lambda err: SimpleNamespace(held_out=rows, val_pred=y[rows] + err)  # noqa: E731
+    bag = lambda m: [Task(fit_id(m, 0, f), "fit", DRIVER, model=m, trial=0, fold=f) for f in range(5)]  # noqa: E731
+    tasks = bag("a") + bag("b") + bag("c")
+    first = FirstTrials(tasks, partial=True, standing=standing)
+    whole = FirstTrials(tasks, standing=standing)
+    budget = TimeBudget(60, clock=Clock(0.0))
+    for lead, err in ((tasks[0], 1.0), (tasks[5], 1.02), (tasks[10], 2.0)):
+        first.started(lead, None, now=0.0)
+        first.ended(lead, result(err), now=0.0)
+        budget.record(lead, 8.0)
+    assert first.yielding(budget, 0.2) == pytest.approx({"c": 0.05}) and whole.yielding(budget, 0.2) == {}
+    assert "c's first trial yields" in first.yielded["c"] and "32.0 s of the 60.0 s left" in first.yielded["c"]
+    quick = TimeBudget(60, clock=Clock(0.0))
+    for lead in (tasks[0], tasks[5], tasks[10]):
+        quick.record(lead, 1.0)
+    assert first.yielding(quick, 0.2) == {}
