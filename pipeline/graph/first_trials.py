@@ -126,16 +126,16 @@ class FirstTrials:
             spent += done
         return demands, spent
 
-    def yielding(self, budget, dear: float) -> dict[str, float]:
+    def yielding(self, budget, dear: float, gone: Iterable[str] = ()) -> dict[str, float]:
         """The kinds whose first-trial folds not started yield to the other kinds' later trials, each with
         its weight on the lead fold's rows (`LeadStanding.weights`): a kind behind the leader there (beyond
         `EVEN_WITHIN` of its error) whose folds left, at its measured pace, would take at least `dear` of
         the fits' time left. Its folds then wait their turn as a later trial's fits do, by the seconds its
         model has fitted over its weight; a bag they leave short is kept with the folds that ended. Said
-        once per kind (`yielded`)."""
+        once per kind (`yielded`); a kind `gone` (withdrawn, or left out after a failed fit) is not."""
         if self.standing is None or not self.partial:
             return {}
-        behind, left = self.standing.behind(), {}
+        behind, left = self.standing.behind() - set(gone), {}
         for t in self.pending.values():
             if t.model in behind:
                 left.setdefault(t.model, []).append(t)

@@ -11,9 +11,8 @@ the search (pipeline.graph.trial_supply), so the scheduler holds the trials in p
 
 With a time budget (pipeline.graph.time_budget) the queue runs trial by trial across the models (every
 model's first trial before any model's second, but the dear later folds of a kind far behind: first_trials),
-a fit starts only when it and the rest of its trial can end by the deadline, the cut spreads through the
-graph (`GraphCut`), fits carry the deadline to stop at, and a fit still running past the deadline's grace is
-stopped.
+a fit starts only when it and its trial can end by the deadline, the cut spreads through the graph
+(`GraphCut`), fits carry the deadline to stop at, and one running past the deadline's grace is stopped.
 """
 
 from __future__ import annotations
@@ -191,7 +190,8 @@ class Scheduler:
         if self.ranks.stale or self.budget is not None:  # the durations changed: so may the queue's order
             models = {a.model for a in self.plan.allocations} - self.withdrawals.gone()
             self._shares = standing(models, self.ctx.trials) if self.budget is not None else {}
-            self._yielding = self.first.yielding(self.budget, DEAR_SHARE) if self.withdrawals.active else {}
+            self._yielding = (self.first.yielding(self.budget, DEAR_SHARE, self.withdrawals.gone())
+                              if self.withdrawals.active else {})
             self.queued.sort(key=self._priority)
         for task in list(self.queued):
             if self.serial and self.running:

@@ -1054,6 +1054,7 @@ def test_a_dear_kind_whose_first_fold_loses_and_adds_nothing_to_a_blend_is_withd
     slow = [tid for tid, _, _ in backend.submitted if "/slow/" in tid]
     assert slow == [fit_id("slow", 0, 0)]
     assert scheduler.cut.cut[bag_id("slow", 0)] == "withdrawn"
+    assert "slow" not in scheduler.first.yielded  # withdrawn, not said to yield
     assert not any("slow" in b for b in outcome.results["collect"])
     assert all(sum(f"/{m}/" in b for b in outcome.results["collect"]) >= 2 for m in ("a", "b"))
     why = scheduler.withdrawals.withdrawn["slow"]
@@ -1098,7 +1099,7 @@ def test_the_dear_later_folds_of_a_kind_behind_on_the_lead_rows_yield_to_the_lea
 
     monkeypatch.setattr(scheduler_module.Withdrawals, "judge", lambda *a, **k: None)  # the blend keeps it
     if not yielding:
-        monkeypatch.setattr(first_trials.FirstTrials, "yielding", lambda self, budget, dear: {})
+        monkeypatch.setattr(first_trials.FirstTrials, "yielding", lambda self, budget, dear, gone=(): {})
     seconds = {"a": 1.0, "b": 1.0, "slow": 3.0}
     caplog.set_level(logging.INFO, logger="pipeline.graph.first_trials")
     plan, backend, budget, scheduler, outcome = simulate(
@@ -1145,3 +1146,4 @@ def test_a_kind_behind_on_the_lead_rows_yields_only_where_its_folds_left_are_dea
     for lead in (tasks[0], tasks[5], tasks[10]):
         quick.record(lead, 1.0)
     assert first.yielding(quick, 0.2) == {}
+    assert first.yielding(budget, 0.2, gone={"c"}) == {}  # withdrawn: its folds are cut, nothing yields
