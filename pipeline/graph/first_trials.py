@@ -83,8 +83,7 @@ class FirstTrials:
             return None
         now = budget.clock() if now is None else now
         remaining = budget.deadline_for(task) - now
-        for tid in [tid for tid in self.pending if tid != task.id and gone(tid)]:
-            del self.pending[tid]
+        self._forget(lambda tid: tid != task.id and gone(tid))
         others = [t for t in self.pending.values() if t.id != task.id]
         capacity, weight = places * remaining - busy_s, 1.0
         weights = self.standing.weights() if self.standing is not None and self.partial else {}
@@ -126,16 +125,23 @@ class FirstTrials:
             spent += done
         return demands, spent
 
-    def yielding(self, budget, dear: float, gone: Iterable[str] = ()) -> dict[str, float]:
+    def _forget(self, gone) -> None:
+        """Drop from the fits not started those `gone` says were started or cut (a task id -> bool)."""
+        for tid in [tid for tid in self.pending if gone(tid)]:
+            del self.pending[tid]
+
+    def yielding(self, budget, dear: float, gone=lambda tid: False) -> dict[str, float]:
         """The kinds whose first-trial folds not started yield to the other kinds' later trials, each with
         its weight on the lead fold's rows (`LeadStanding.weights`): a kind behind the leader there (beyond
         `EVEN_WITHIN` of its error) whose folds left, at its measured pace, would take at least `dear` of
         the fits' time left. Its folds then wait their turn as a later trial's fits do, by the seconds its
         model has fitted over its weight; a bag they leave short is kept with the folds that ended. Said
-        once per kind (`yielded`); a kind `gone` (withdrawn, or left out after a failed fit) is not."""
+        once per kind (`yielded`). Its folds counted are those not started or cut (`gone`: whether a task id
+        was), so a kind withdrawn, whose folds are cut, yields nothing."""
         if self.standing is None or not self.partial:
             return {}
-        behind, left = self.standing.behind() - set(gone), {}
+        self._forget(gone)
+        behind, left = self.standing.behind(), {}
         for t in self.pending.values():
             if t.model in behind:
                 left.setdefault(t.model, []).append(t)

@@ -60,6 +60,10 @@ class GraphCut:
             if self._searched is not None and t.trial:
                 self._searched[t.model].append(t)
 
+    def gone(self, task_id: str) -> bool:
+        """Whether `task_id` was started or cut: it waits in no queue."""
+        return task_id in self.started or task_id in self.cut
+
     def inputs(self, task) -> Iterable[str]:
         """`task`'s inputs so far (with the trials made while the graph runs, `TrialSupply.inputs`)."""
         return self.supply.inputs(task) if self.supply is not None else task.depends_on

@@ -190,8 +190,8 @@ class Scheduler:
         if self.ranks.stale or self.budget is not None:  # the durations changed: so may the queue's order
             models = {a.model for a in self.plan.allocations} - self.withdrawals.gone()
             self._shares = standing(models, self.ctx.trials) if self.budget is not None else {}
-            self._yielding = (self.first.yielding(self.budget, DEAR_SHARE, self.withdrawals.gone())
-                              if self.withdrawals.active else {})
+            active = self.withdrawals.active  # hpo=auto, bags that may end short
+            self._yielding = self.first.yielding(self.budget, DEAR_SHARE, self.cut.gone) if active else {}
             self.queued.sort(key=self._priority)
         for task in list(self.queued):
             if self.serial and self.running:
@@ -268,8 +268,7 @@ class Scheduler:
         now = self.budget.clock()
         running = [(t, self.submitted_at[h], r.deadline) for h, (t, _, r) in self.running.items()]
         return self.first.share(task, self.budget, places_for(task, admission.pool, self.serial),
-                                busy_seconds(running, self.budget, now),
-                                lambda tid: tid in self.cut.started or tid in self.cut.cut, now)
+                                busy_seconds(running, self.budget, now), self.cut.gone, now)
 
     def _slots(self, task: Task, admission: Admission) -> tuple[list[float], float]:
         """Where the rest of `task`'s trial can run, as the times those places free (at most the plan's
