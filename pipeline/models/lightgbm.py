@@ -71,7 +71,9 @@ PROFILE = ModelProfile(
     cost_name="lightgbm",
     shared_objects=(("lightgbm.basic", "Booster"),),
     # AutoGluon's GBMLarge; its LightGBMXT (extremely randomised trees: each split's threshold drawn at
-    # random, which smooths the model on small and noisy tables); a small fast tree; a wide, regularised one
+    # random, which smooths the model on small and noisy tables); a small fast tree; a wide, regularised one;
+    # trees of 4 leaves (FLAML's starting point, where its search ends on small binary tables: each tree
+    # adds a low-order interaction, close to an additive model)
     portfolio=(
         {"learning_rate": 0.03, "num_leaves": 128, "feature_fraction": 0.9, "min_data_in_leaf": 5,
          "extra_trees": False},
@@ -80,6 +82,8 @@ PROFILE = ModelProfile(
         {"learning_rate": 0.1, "num_leaves": 15, "feature_fraction": 0.7, "min_data_in_leaf": 20,
          "extra_trees": False},
         {"learning_rate": 0.05, "num_leaves": 63, "feature_fraction": 0.6, "min_data_in_leaf": 50,
+         "extra_trees": False},
+        {"learning_rate": 0.1, "num_leaves": 4, "feature_fraction": 0.9, "min_data_in_leaf": 20,
          "extra_trees": False},
     ),
     quick=(("num_iterations", 60),),

@@ -31,12 +31,13 @@ while sum(1 for n in ray.nodes() if n["Alive"]) < int(sys.argv[2]):
 
 def _ray_start(args: list[str], env: dict) -> subprocess.Popen:
     """`ray start --block` in its own session, so the teardown stops exactly these processes."""
-    ray = str(Path(sys.executable).with_name("ray"))
+    ray_cli = str(Path(sys.executable).with_name("ray"))
     ports = ["--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--metrics-export-port",
              "--runtime-env-agent-port"]
     port_args = [f"{flag}={free_port()}" for flag in ports]
-    return subprocess.Popen([ray, "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=2",
-                             "--disable-usage-stats", *port_args, *args], env=env, start_new_session=True,
+    return subprocess.Popen([ray_cli, "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                             "--num-gpus=2", "--disable-usage-stats", *port_args, *args], env=env,
+                            start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -116,8 +117,6 @@ def test_fractional_gpu_fits_run_on_both_nodes(cli, tmp_path, two_node_cluster):
 
 def test_planning_against_a_cluster_leaves_no_connection(two_node_cluster, monkeypatch):
     """The planner reads the cluster's size through a connection it closes: no ray.init global is left."""
-    import ray
-
     from pipeline.executors.ray import look_at_cluster
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")

@@ -50,6 +50,7 @@ def test_the_first_trials_are_the_models_own_params_then_its_portfolio_then_the_
     assert asked[0]["extra_trees"] is False and asked[0]["lambda_l1"] == 0.0
     assert asked[1:end] == [{**own, **entry} for entry in portfolio]  # each entry laid over the params
     assert any(c["extra_trees"] for c in portfolio)  # AutoGluon's LightGBMXT
+    assert any(c["num_leaves"] == 4 for c in asked[1:end])  # trees of 4 leaves, inside the space
     assert asked[end] not in asked[:end] and all(space[k].contains(v) for k, v in asked[end].items())
 
 

@@ -171,6 +171,27 @@ def test_a_kind_the_search_added_with_fewer_folds_never_cuts_the_default_run_s_r
     assert covering(every, []) == (every, []) and covering(every, ["gbm", "linear"]) == (every, [])
 
 
+def test_an_added_kind_that_ended_most_of_its_folds_stays_and_the_rows_are_cut_to_them():
+    """An added kind whose folds hold at least `MOST_ROWS` of the default run's held-out rows stays in the
+    ensemble (the best model may be the one the budget cut by a fold); below that share it is left out."""
+    from pipeline.graph.nodes.context import TrialResult
+    from pipeline.graph.nodes.ensemble import MOST_ROWS, covering, shared_rows
+
+    def trial(name, rows):
+        rows = np.asarray(rows)
+        return TrialResult(name, 0, {}, [], rows, rows * 10.0, np.zeros(3), 0.0)
+
+    gbm, nn = trial("gbm", range(10)), trial("nn", range(10))
+    most = trial("catboost", [0, 1, 2, 3, 4, 5, 6, 7])  # 4 folds of 5
+    assert 0.8 >= MOST_ROWS
+    kept, out = covering({"gbm": gbm, "nn": nn, "catboost": most}, ["gbm", "nn"])
+    assert out == [] and set(kept) == {"gbm", "nn", "catboost"}
+    assert all(t.held_out.tolist() == list(range(8)) for t in shared_rows(kept).values())
+    some = trial("catboost", [0, 1, 2, 3, 4, 5])  # 3 folds of 5
+    kept, out = covering({"gbm": gbm, "nn": nn, "catboost": some}, ["gbm", "nn"])
+    assert out == ["catboost"] and all(t.held_out.size == 10 for t in shared_rows(kept).values())
+
+
 def test_a_default_member_far_behind_on_the_lead_rows_with_fewer_folds_is_left_out_not_cutting_the_rows():
     """A default member whose kind stood far behind on its lead fold's rows (`behind`), cut to fewer folds
     than another default member, is left out as an added kind is: the others keep every row. One level with
