@@ -54,6 +54,19 @@ def test_the_first_trials_are_the_models_own_params_then_its_portfolio_then_the_
     assert asked[end] not in asked[:end] and all(space[k].contains(v) for k, v in asked[end].items())
 
 
+def test_xgboosts_portfolio_reaches_trees_of_4_leaves_inside_its_space(compose):
+    """Depth 2 (FLAML's search starts from 4 leaves): an entry outside the space would be asked at the
+    params' depth of 6 instead."""
+    settings = read_settings(compose(["model=xgboost", "hpo=auto", "time_limit_s=60"]))
+    spec = settings.models[0]
+    portfolio = spec.cls.profile.portfolio
+    source = TrialSource(settings.conf.hpo, {spec.name: spec.search_space}, {spec.name: spec.params}, "maximize",
+                         portfolios={spec.name: portfolio})
+    asked = [source.params(spec.name, t) for t in range(1 + len(portfolio))]
+    assert [c["max_depth"] for c in asked] == [6, 6, 8, 4, 2]
+    assert all(spec.search_space[k].contains(v) for c in asked for k, v in c.items())
+
+
 @pytest.mark.parametrize("overrides, in_process", [
     (["time_limit_s=30"], "always"),  # a short budget: no worker pool to start
     (["time_limit_s=120"], "auto"),
