@@ -60,8 +60,8 @@ def test_xgboosts_portfolio_reaches_trees_of_4_leaves_inside_its_space(compose):
     settings = read_settings(compose(["model=xgboost", "hpo=auto", "time_limit_s=60"]))
     spec = settings.models[0]
     portfolio = spec.cls.profile.portfolio
-    source = TrialSource(settings.conf.hpo, {spec.name: spec.search_space}, {spec.name: spec.params}, "maximize",
-                         portfolios={spec.name: portfolio})
+    source = TrialSource(settings.conf.hpo, {spec.name: spec.search_space}, {spec.name: spec.params},
+                         "maximize", portfolios={spec.name: portfolio})
     asked = [source.params(spec.name, t) for t in range(1 + len(portfolio))]
     assert [c["max_depth"] for c in asked] == [6, 6, 8, 4, 2]
     assert all(spec.search_space[k].contains(v) for c in asked for k, v in c.items())
