@@ -133,7 +133,7 @@ def test_under_hpo_auto_a_dear_kind_that_loses_and_adds_nothing_is_withdrawn_aft
     would take the time left, so it is withdrawn, its folds and trials not started, and the run says so."""
     proc = cli("data.max_rows=2000", "model=all", "parallelism.num_folds=5", "executor.in_process=always",
                "model.nn.params.learning_rate=1e-9", "model.nn.params.patience=1000",
-               "model.nn.params.max_epochs=400", "tracking=none", "time_limit_s=20", "hydra.run.dir=run",
+               "model.nn.params.max_epochs=100", "tracking=none", "time_limit_s=20", "hydra.run.dir=run",
                check=True, timeout=120)
     out = " ".join(proc.stdout.split())
     budget = json.loads((tmp_path / "run" / "run_state.json").read_text())["time_budget"]
