@@ -72,8 +72,8 @@ PROFILE = ModelProfile(
     costs=Path(__file__).with_name("xgboost_costs.yaml"),
     cost_name="xgboost",
     shared_objects=(("xgboost.core", "Booster"),),
-    portfolio=(  # XGBoost's own defaults (AutoGluon's XGB); deeper and column-sampled; shallow; trees of depth 2
-        # (4 leaves, where FLAML's search starts)
+    portfolio=(  # XGBoost's own defaults (AutoGluon's XGB); deeper and column-sampled; shallow; trees of
+        # depth 2 (4 leaves, where FLAML's search starts)
         {"eta": 0.1, "max_depth": 6, "colsample_bytree": 1.0, "min_child_weight": 1.0},
         {"eta": 0.05, "max_depth": 8, "colsample_bytree": 0.7, "min_child_weight": 1.0},
         {"eta": 0.1, "max_depth": 4, "colsample_bytree": 0.9, "min_child_weight": 3.0},
