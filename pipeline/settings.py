@@ -160,6 +160,15 @@ def overridden(group: str, overrides: tuple[str, ...]) -> bool:
     return any(o.lstrip("+~").split("=")[0].split(".")[0] == group for o in overrides)
 
 
+def models_chosen(overrides: tuple[str, ...]) -> bool:
+    """Whether the command line chose the models: the group (`model=gbm`, `model=[lightgbm,nn]`) or a model
+    added, replaced or removed (`+model.catboost=...`, `~model.nn`). A key below a model tunes it
+    (`model.nn.params.max_epochs=500`, `+model.xgboost.params.max_bin=128`) and leaves the models as they
+    were."""
+    return any(len(o.lstrip("+~").split("=")[0].split(".")) <= 2 for o in overrides
+               if o.lstrip("+~").split("=")[0].split(".")[0] == "model")
+
+
 def read_settings(cfg: DictConfig, overrides: Optional[tuple[str, ...]] = None) -> Settings:
     """The one place that reads the config tree, and checks it once (pipeline.config_checks). `overrides`:
     the command line's, where known, for what the engine derives when a group was left to it (stacking's

@@ -15,7 +15,7 @@ from typing import Optional
 from pipeline.components import HpoConf
 from pipeline.errors import ConfigError
 from pipeline.redact import flatten
-from pipeline.settings import Settings, overridden
+from pipeline.settings import Settings, models_chosen, overridden
 
 log = logging.getLogger("pipeline")
 
@@ -177,7 +177,7 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
     The forests' memory and CatBoost's time grow with the rows, hence the table's size. A kind whose library
     is not installed is said and left out."""
     conf = settings.conf
-    if overridden("model", overrides) or conf.stack_levels or not small_for_budget(settings, shape):
+    if models_chosen(overrides) or conf.stack_levels or not small_for_budget(settings, shape):
         return settings
     problem = settings.source.problem_type(base_dir)  # None: unknown before loading
     if problem is None:

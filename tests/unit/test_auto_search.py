@@ -190,6 +190,10 @@ WHAT = {"extra_trees": "scikit-learn's extremely randomised trees", "catboost": 
     # bagged (under 80 million cells per hour) but over FLAML's rule (10 million): the rows are too many
     (["time_limit_s=30", *REGRESSION[:-1], "data.rows=10000"], []),
     (["time_limit_s=3600", *REGRESSION, "model=gbm"], []),  # models chosen: kept
+    (["time_limit_s=3600", *REGRESSION, "~model.nn"], []),  # a model removed: chosen too
+    # a default model tuned, or a library parameter added to one: the models are still the default ones
+    (["time_limit_s=60", *REGRESSION, "model.nn.params.max_epochs=500"], REGRESSION_KINDS),
+    (["time_limit_s=60", *REGRESSION, "+model.xgboost.params.max_bin=128"], REGRESSION_KINDS),
     (["time_limit_s=3600", *REGRESSION, "hpo=tpe"], []),  # not hpo=auto
     # stacking: its levels are of the chosen models
     (["time_limit_s=3600", *REGRESSION, "stack_levels=1", "parallelism=bag5"], []),
@@ -213,6 +217,26 @@ def test_hpo_auto_adds_kinds_for_the_problem_type_on_a_table_small_for_the_budge
         assert [m.spec.name for m in settings.plan_input(None).models][-len(added):] == added
     else:
         assert "the models, since the table is small for the budget" not in said
+
+
+@pytest.mark.parametrize("overrides, chosen", [
+    (("model=gbm",), True), (("model=[lightgbm,nn]",), True), (("+model.catboost={}",), True),
+    (("~model.nn",), True), (("model.nn=null",), True),
+    (("model.nn.params.max_epochs=500",), False), (("+model.xgboost.params.max_bin=128",), False),
+    (("model.lightgbm.device=cpu", "hpo=auto"), False), (("hpo=auto", "models=1"), False),
+])
+def test_models_are_chosen_by_the_group_or_a_model_not_by_a_key_below_one(overrides, chosen):
+    from pipeline.settings import models_chosen
+
+    assert models_chosen(overrides) is chosen
+
+
+def test_a_tuned_default_model_keeps_its_value_beside_the_added_kinds(compose):
+    overrides = ["time_limit_s=60", *REGRESSION, "model.nn.params.max_epochs=500"]
+    settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
+    (nn,) = [m for m in settings.models if m.name == "nn"]
+    assert nn.params["max_epochs"] == 500 and not nn.added
+    assert [m.name for m in settings.models if m.added] == REGRESSION_KINDS
 
 
 def test_an_added_random_forest_starts_from_trees_of_128_leaves_and_searches_their_size(compose):
