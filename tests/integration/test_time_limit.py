@@ -49,6 +49,21 @@ def test_a_time_limit_bounds_the_whole_run_from_start_up_to_the_last_line(cli, t
     assert wall <= 15 + 1.5, f"the process took {wall:.1f} s"
 
 
+def test_a_tuned_default_model_keeps_the_kinds_hpo_auto_adds(cli, tmp_path):
+    """Through the CLI: a parameter of a default model set on the command line tunes that model and does not
+    choose the models, so on a regression table small for the budget the kinds hpo=auto adds still join
+    (before, any key under `model` kept them out, unsaid); `~model.nn` chooses the models and adds none."""
+    table = ("data=synthetic", "data.classes=0", "data.rows=3000", "time_limit_s=60", "dry_run=true")
+    proc = cli(*table, "model.nn.params.max_epochs=500", "hydra.run.dir=tuned", check=True, timeout=120)
+    plan = json.loads((tmp_path / "tuned" / "plan.json").read_text())
+    names = [m["name"] for m in plan["models"]]
+    assert names == ["lightgbm", "xgboost", "nn", "extra_trees", "catboost", "linear"]
+    assert "join the models, since the table is small for the budget" in " ".join(proc.stdout.split())
+    cli(*table, "~model.nn", "hydra.run.dir=removed", check=True, timeout=120)
+    plan = json.loads((tmp_path / "removed" / "plan.json").read_text())
+    assert [m["name"] for m in plan["models"]] == ["lightgbm", "xgboost"]
+
+
 def test_each_job_of_a_sweep_has_the_whole_limit_and_spends_it_with_hpo_auto(cli, tmp_path):
     """Each job's clock starts with the job (the first with its process); no hpo chosen: hpo=auto,
     its first trials each model's own params then its portfolio; a table this small for the budget:
