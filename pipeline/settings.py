@@ -165,8 +165,8 @@ def models_chosen(overrides: tuple[str, ...]) -> bool:
     added, replaced or removed (`+model.catboost=...`, `~model.nn`). A key below a model tunes it
     (`model.nn.params.max_epochs=500`, `+model.xgboost.params.max_bin=128`) and leaves the models as they
     were."""
-    return any(len(o.lstrip("+~").split("=")[0].split(".")) <= 2 for o in overrides
-               if o.lstrip("+~").split("=")[0].split(".")[0] == "model")
+    keys = (o.lstrip("+~").split("=")[0].split(".") for o in overrides)
+    return any(key[0] == "model" and len(key) <= 2 for key in keys)
 
 
 def read_settings(cfg: DictConfig, overrides: Optional[tuple[str, ...]] = None) -> Settings:
