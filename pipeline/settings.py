@@ -157,7 +157,7 @@ def values(cfg: DictConfig) -> dict:
 
 def overridden(group: str, overrides: tuple[str, ...]) -> bool:
     """Whether the command line set `group` or a key under it (`hpo=tpe`, `executor.in_process=never`)."""
-    return any(o.lstrip("+~").split("=")[0].split(".")[0] == group for o in overrides)
+    return any(_key_path(o)[0] == group for o in overrides)
 
 
 def models_chosen(overrides: tuple[str, ...]) -> bool:
@@ -165,8 +165,12 @@ def models_chosen(overrides: tuple[str, ...]) -> bool:
     added, replaced or removed (`+model.catboost=...`, `~model.nn`). A key below a model tunes it
     (`model.nn.params.max_epochs=500`, `+model.xgboost.params.max_bin=128`) and leaves the models as they
     were."""
-    keys = (o.lstrip("+~").split("=")[0].split(".") for o in overrides)
-    return any(key[0] == "model" and len(key) <= 2 for key in keys)
+    return any(path[0] == "model" and len(path) <= 2 for path in map(_key_path, overrides))
+
+
+def _key_path(override: str) -> list[str]:
+    """`+model.nn.params.max_epochs=500` -> ["model", "nn", "params", "max_epochs"]."""
+    return override.lstrip("+~").split("=")[0].split(".")
 
 
 def read_settings(cfg: DictConfig, overrides: Optional[tuple[str, ...]] = None) -> Settings:
