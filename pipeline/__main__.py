@@ -22,8 +22,10 @@ def _mode_from_command_line(self, config_name, overrides):
     itself when the mode is unset (None)."""
     from hydra.types import RunMode
 
+    from pipeline.override_text import override_parts
+
     for override in overrides:
-        key, _, value = override.lstrip("+~").partition("=")
+        key, value = override_parts(override)
         if key == "hydra.mode":
             return RunMode.__members__.get(value.strip().upper())  # an unknown name: the real compose says so
     return None

@@ -15,6 +15,8 @@ import re
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit
 
+from pipeline.override_text import key_path
+
 MASK = "***"
 # A key is secret when one of its words is, or two adjacent words make a secret name (api_key):
 # whole words only, so `author` or `tokenizer` stay readable.
@@ -172,7 +174,7 @@ def redact_override(override: str) -> str:
     key, sep, value = override.partition("=")
     if not sep:
         return override
-    path = tuple(key.lstrip("+~").split("."))
+    path = tuple(key_path(override))
     if is_secret_key(path[-1]):
         return f"{key}={MASK}"
     out, last = [], 0

@@ -24,6 +24,7 @@ from pipeline.errors import ConfigError
 from pipeline.lean_imports import PRELOAD as LEAN_PRELOAD
 from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
+from pipeline.override_text import key_path
 from pipeline.planning.inputs import Levels
 from pipeline.redact import flatten, redact
 from pipeline.resources import Request
@@ -157,7 +158,7 @@ def values(cfg: DictConfig) -> dict:
 
 def overridden(group: str, overrides: tuple[str, ...]) -> bool:
     """Whether the command line set `group` or a key under it (`hpo=tpe`, `executor.in_process=never`)."""
-    return any(_key_path(o)[0] == group for o in overrides)
+    return any(key_path(o)[0] == group for o in overrides)
 
 
 def models_chosen(overrides: tuple[str, ...]) -> bool:
@@ -165,12 +166,7 @@ def models_chosen(overrides: tuple[str, ...]) -> bool:
     added, replaced or removed (`+model.catboost=...`, `~model.nn`). A key below a model tunes it
     (`model.nn.params.max_epochs=500`, `+model.xgboost.params.max_bin=128`) and leaves the models as they
     were."""
-    return any(path[0] == "model" and len(path) <= 2 for path in map(_key_path, overrides))
-
-
-def _key_path(override: str) -> list[str]:
-    """`+model.nn.params.max_epochs=500` -> ["model", "nn", "params", "max_epochs"]."""
-    return override.lstrip("+~").split("=")[0].split(".")
+    return any(path[0] == "model" and len(path) <= 2 for path in map(key_path, overrides))
 
 
 def read_settings(cfg: DictConfig, overrides: Optional[tuple[str, ...]] = None) -> Settings:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from pipeline.errors import ConfigError, closest
+from pipeline.override_text import override_parts
 from pipeline.redact import MASK, STORAGE_OPTIONS, is_secret_key, redact
 
 ALWAYS_ALLOWED = ("pipeline.",)
@@ -179,8 +180,7 @@ def check_overrides(overrides, conf_dir: Path) -> None:
     for override in overrides:
         if override.startswith("-"):
             continue
-        key, _, value = override.partition("=")
-        key = key.lstrip("+~")
+        key, value = override_parts(override)
         if key not in FORMER_NAME_KEYS:
             continue
         group, example = FORMER_NAME_KEYS[key]

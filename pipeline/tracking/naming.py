@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Iterable, Optional, Sequence
 
+from pipeline.override_text import override_key, override_parts
+
 HIDDEN_PREFIXES = ("tracking.", "hydra.")  # where a run logs and how Hydra runs it: not what it is
 SYNTHETIC_KEYS = ("rows", "features", "classes", "categorical_features")  # the generator's, data=synthetic only
 PLUMBING = ("allowed_targets", "dry_run", "resume", "data.label")
@@ -29,11 +31,6 @@ SHORT_KEYS = {"seed": "s", "learning_rate": "lr", "num_leaves": "leaves", "num_i
               "num_boost_round": "rounds", "max_depth": "depth", "max_epochs": "epochs", "max_rows": "rows",
               "num_folds": "folds", "batch_size": "batch", "weight_decay": "wd", "hidden_sizes": "hidden",
               "min_data_in_leaf": "min_leaf", "feature_fraction": "ff", "colsample_bytree": "colsample"}
-
-
-def override_key(override: str) -> str:
-    """`+model.x.params.y=1` -> `model.x.params.y`."""
-    return override.partition("=")[0].lstrip("+~")
 
 
 def shown_overrides(overrides: Iterable[str]) -> list[str]:
@@ -95,8 +92,7 @@ def short_value(text: str) -> str:
 
 def short_override(override: str, others: Sequence[str] = ()) -> str:
     """`model=xgboost` -> `xgboost`, `model.lightgbm.params.learning_rate=0.0646642` -> `lr=0.065`."""
-    key, _, value = override.partition("=")
-    key = key.lstrip("+~")
+    key, value = override_parts(override)
     if key == "model":
         return value
     return f"{short_key(key, others)}={short_value(value) if ',' not in value else value}"
