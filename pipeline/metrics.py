@@ -129,6 +129,19 @@ METRICS = {
 }
 
 
+# Metrics of each row's predicted class alone: a step function of an ensemble's weights (`weights_metric`)
+LABEL_METRICS = frozenset({"accuracy", "balanced_accuracy", "f1"})
+
+
+def weights_metric(metric: Metric) -> Metric:
+    """What an ensemble's weights are chosen on for `metric`: the metric itself, or, where it reads only each
+    row's predicted class (`LABEL_METRICS`), the log loss of the probabilities. A weighting moves the class
+    of a few rows near a tie and leaves the others' alone, so on a few hundred held-out rows many weightings
+    score the same and the greedy step picks among them by those rows' noise; the log loss, a proper score,
+    ranks every weighting by how sure it is of each row."""
+    return METRICS["log_loss"] if metric.name in LABEL_METRICS else metric
+
+
 def for_problem(problem_type: str) -> list[Metric]:
     return [m for m in METRICS.values() if problem_type in m.problem_types]
 

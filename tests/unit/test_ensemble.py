@@ -279,6 +279,15 @@ def test_a_default_member_behind_with_fewer_folds_leaves_the_ensemble_the_rows_o
     assert ("ensemble: nn left out" in caplog.text) == behind
 
 
+@pytest.fixture
+def weights_by_the_metric(monkeypatch):
+    """The ensemble's weights chosen on the eval metric itself, accuracy included: the noise guard's tests
+    count rows right and wrong, and its rule is the same whatever score chooses the weights."""
+    import pipeline.metrics
+
+    monkeypatch.setattr(pipeline.metrics, "weights_metric", lambda metric: metric)
+
+
 def _label_trials(right_of_changed: int, changed: int = 40, n: int = 2000):
     """A floor member (trial 0) right on 70% of n held-out rows, and a searched one that differs from it on
     `changed` rows: right on `right_of_changed` the floor had wrong, wrong on the rest, which the floor had
@@ -306,7 +315,8 @@ def _label_trials(right_of_changed: int, changed: int = 40, n: int = 2000):
     return best, data
 
 
-def test_a_searched_ensemble_within_the_rows_noise_of_the_default_runs_gives_way_to_it(caplog):
+def test_a_searched_ensemble_within_the_rows_noise_of_the_default_runs_gives_way_to_it(caplog,
+                                                                                      weights_by_the_metric):
     """Chosen among hundreds of trials, the searched members fit some of the held-out rows' noise: on 2,000
     rows a gain of 4 (22 rows more right, 18 more wrong) is within one standard error of the paired gain
     (about sqrt(40) rows), so under hpo=auto the default run's members are kept, and the run says why. A
@@ -365,7 +375,8 @@ def test_a_models_best_trial_within_the_rows_noise_of_its_own_params_gives_way_t
         assert ("own params (trial 0) kept" in caplog.text) is (expected == 0)
 
 
-def test_the_floor_is_the_default_runs_members_and_under_hpo_auto_the_ensemble_leads_the_board(caplog):
+def test_the_floor_is_the_default_runs_members_and_under_hpo_auto_the_ensemble_leads_the_board(
+        caplog, weights_by_the_metric):
     """Model m's searched trial beat its trial 0 beyond the noise (40 rows of 2,000) and is its row; model n
     is right on 60% of the rows; model c is a kind hpo=auto added (not in the default run). The floor is the
     default run's members: m's trial 0 and n, never c. The searched selection's gain over theirs is within
@@ -408,3 +419,37 @@ def test_the_floor_is_the_default_runs_members_and_under_hpo_auto_the_ensemble_l
     assert [r["model"] for r in rows] == ["ensemble", "m", "n"]
     node.board_order(rows, accuracy)
     assert [r["model"] for r in rows] == ["m", "ensemble", "n"]
+
+
+def test_under_a_metric_of_the_predicted_class_the_weights_are_chosen_by_the_log_loss(caplog):
+    """Two members predicting the same class on every row tie on accuracy whatever their weights, so the
+    greedy step keeps the first; chosen by the log loss, the one sure of its right rows and unsure of its
+    wrong ones carries the blend. The leaderboard row still scores accuracy."""
+    import logging
+
+    from pipeline.graph.nodes import ensemble as node
+    from pipeline.metrics import weights_metric
+
+    rng = np.random.default_rng(0)
+    n, test = 600, np.arange(600, 700)
+    y = rng.integers(0, 3, 700)
+    right = rng.random(700) < 0.7
+    label = np.where(right, y, (y + rng.integers(1, 3, 700)) % 3)
+    def trial(sure):
+        proba = np.full((700, 3), (1 - sure) / 2)
+        proba[np.arange(700), label] = sure
+        return SimpleNamespace(held_out=np.arange(n), val_pred=proba[:n], test_pred=proba[test], folds=[None])
+    best = {"sharp": trial(0.98), "soft": trial(0.6)}
+    data = SimpleNamespace(y=y, test_idx=test, classes=[0, 1, 2])
+    seconds = {name: {name: 1.0} for name in best}
+    with caplog.at_level(logging.INFO):
+        row, _ = node._ensemble(best, data, METRICS["accuracy"], "multiclass", dict.fromkeys(best, 0),
+                                seconds, 2)
+    weights = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
+    assert weights["soft"] > weights["sharp"]
+    assert "weights chosen by the held-out rows' log_loss, not their accuracy" in caplog.text
+    assert row["val_accuracy"] == METRICS["accuracy"](y[:n], best["soft"].val_pred)
+    assert weights_metric(METRICS["roc_auc"]) is METRICS["roc_auc"]  # a score of the probabilities: itself
+    assert weights_metric(METRICS["rmse"]) is METRICS["rmse"]
+    for name in ("accuracy", "balanced_accuracy", "f1"):
+        assert weights_metric(METRICS[name]) is METRICS["log_loss"]

@@ -289,7 +289,9 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     the selection over all scores better by more than one standard error of that gain
     (`pipeline.ensemble.gain_noise`): a search's choice among hundreds of trials fits some of the held-out
     rows' noise, and a gain within it is not one to trust. `extra`:
-    the predictors of members without a row (`_other_trials`), in the ensemble only where picked."""
+    the predictors of members without a row (`_other_trials`), in the ensemble only where picked. The weights
+    and the guard's gain are scored by `metrics.weights_metric`: the log loss where the metric reads only
+    each row's predicted class (accuracy)."""
     import numpy as np
 
     from pipeline import metrics as metrics_module
@@ -309,11 +311,15 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     rows = selection_rows(len(held))
     y, preds = data.y[held][rows], {n: t.val_pred[rows] for n, t in best.items()}
     members = list(preds.values())
-    weights = ensemble_selection(members, y, metric, names=list(best))
+    chooser = metrics_module.weights_metric(metric)
+    if chooser is not metric:
+        log.info("ensemble: weights chosen by the held-out rows' %s, not their %s, which reads only each "
+                 "row's likeliest class", chooser.name, metric.name)
+    weights = ensemble_selection(members, y, chooser, names=list(best))
     if floor and set(floor) != set(best):
-        own = ensemble_selection([preds[n] for n in floor], y, metric, names=list(floor))
+        own = ensemble_selection([preds[n] for n in floor], y, chooser, names=list(floor))
         mine = np.asarray([own[list(floor).index(n)] if n in floor else 0.0 for n in best])
-        weights = _searched_or_floor(y, members, weights, mine, metric, noise_guard)
+        weights = _searched_or_floor(y, members, weights, mine, chooser, noise_guard)
     selection_seconds = time.perf_counter() - t0
     val_pred = blend([t.val_pred for t in trials], weights)
     test_pred = blend([t.test_pred for t in trials], weights)
