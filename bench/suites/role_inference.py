@@ -42,7 +42,7 @@ def run(opts: Options) -> dict:
         before, loaded = [], []
         for _ in range(n):
             before.append(timed(lambda: roles_before_reading(spec, path.parent, "regression"))[0])
-            loaded.append(timed(lambda: infer_roles(frame, spec, "y", "regression"))[0])
+            loaded.append(timed(lambda f=frame: infer_roles(f, spec, "y", "regression"))[0])
         roles = roles_before_reading(spec, path.parent, "regression")
         figures.append(figure(f"roles before planning (file's first rows) · {name} rows", before, "s",
                               group="role_inference", target=("<=", 1.0), roles=roles.summary()))
