@@ -46,6 +46,11 @@ def run_started() -> float:
     return _wall_at_start
 
 
+def run_number() -> int:
+    """How many runs this process has started (a sweep's jobs run in one process): 0 before the first."""
+    return _runs
+
+
 def note_machine() -> None:
     """Note the machine's busy CPU time and this process's now: `others_busy_cpus` measures from here
     (called first thing by `python -m pipeline`, and at each later run of the same process)."""

@@ -130,16 +130,25 @@ def test_the_batch_is_sized_from_a_small_tables_rows_and_batch_size_is_its_ceili
         LoopConfig(batch_size_by_rows="yes")
 
 
-def test_a_fit_on_few_rows_takes_many_steps_an_epoch_and_says_its_batch(caplog):
+def test_a_fit_on_few_rows_takes_many_steps_an_epoch_and_says_its_batch_once(caplog, monkeypatch):
     """512 rows at the default 512 a batch were one optimizer step an epoch; by rows they are 32 a batch,
-    16 steps. batch_size_by_rows=false keeps the configured batch."""
+    16 steps, said once a run however many fits take it (a search's hundreds of folds said it each).
+    batch_size_by_rows=false keeps the configured batch."""
     import logging
 
+    from pipeline.nn import options
+
+    monkeypatch.setattr(options, "SAID_BATCHES", set())
     base = dict(max_epochs=1, patience=0)
     with caplog.at_level(logging.INFO, logger="pipeline.nn.options"):
         assert run(LoopConfig(**base)).batch_size == 32
+        assert run(LoopConfig(**base)).batch_size == 32
     said = "batch_size=32 for 512 training rows (batch_size_by_rows: batch_size=512 is the ceiling"
-    assert said in caplog.text
+    assert caplog.text.count(said) == 1
+    monkeypatch.setattr("pipeline.run_clock._runs", 7)  # the next job of a sweep run in this process
+    with caplog.at_level(logging.INFO, logger="pipeline.nn.options"):
+        run(LoopConfig(**base))
+    assert caplog.text.count(said) == 2
     assert run(LoopConfig(batch_size_by_rows=False, **base)).batch_size == 512
 
 
