@@ -62,6 +62,42 @@ def test_a_kind_the_blend_uses_or_whose_folds_are_cheap_stays(case, seconds, tim
     assert withdrawal(task, result, ctx, time_left=time_left, others=rivals(task, result, ctx, ["lead"])) is None
 
 
+def _weak(sd: float, seed: int, metric: str):
+    """A leader as in `_case`, and a kind with noise of its own `sd` wide, judged by `metric`."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, ROWS)
+    lead = 1 / (1 + np.exp(-(2.0 * y - 1 + rng.normal(0, 1.0, ROWS))))
+    mine = 1 / (1 + np.exp(-(2.0 * y - 1 + rng.normal(0, sd, ROWS))))
+    results = {fit_id("lead", 0, 0): _fold("lead", lead[np.arange(0, ROWS, 5)], 1.0),
+               fit_id("nn", 0, 0): _fold("nn", mine[np.arange(0, ROWS, 5)], 5.0)}
+    task = Task(fit_id("nn", 0, 0), "fit", DRIVER, model="nn", trial=0, fold=0)
+    ctx = _ctx(y, results)
+    ctx.metric = METRICS[metric]
+    return task, results[task.id], ctx
+
+
+@pytest.mark.parametrize("sd, withdrawn", [(2.4, True), (1.4, False)])
+def test_under_accuracy_the_blend_is_weighed_and_judged_by_the_log_loss_as_the_ensemble_does(sd, withdrawn):
+    """Weighed by accuracy on the fold's rows, a blend with a much weaker kind 'gained' beyond its noise (the
+    weights fit those rows' ties); the ensemble weighs by the log loss and gives that kind nothing, so it
+    is withdrawn. A kind of the leader's order with noise of its own still adds to the blend and stays."""
+    task, result, ctx = _weak(sd, 1, "accuracy")
+    why = withdrawal(task, result, ctx, time_left=30.0, others=rivals(task, result, ctx, ["lead"]))
+    assert (why is not None) == withdrawn
+    if withdrawn:
+        assert why.metric == "accuracy" and why.gain_metric == "log_loss" and why.gain <= why.noise
+        assert why.line().startswith("nn withdrawn after its first fold: accuracy ")
+
+
+def test_a_gain_judged_on_another_metric_names_it():
+    from pipeline.graph.withdrawal import Withdrawal
+
+    why = Withdrawal("nn", 0, 0.7, "lead", 0.8, 0.001, 0.002, 4, 20.0, 30.0, "accuracy", "log_loss")
+    assert "blending it in gained 0.001 log_loss, within one standard error (0.002)" in why.line()
+    same = Withdrawal("nn", 0, 0.7, "lead", 0.8, 0.001, 0.002, 4, 20.0, 30.0, "roc_auc", "roc_auc")
+    assert "blending it in gained 0.001, within" in same.line()
+
+
 def test_a_kind_is_compared_only_with_first_trials_that_held_out_the_same_rows():
     task, result, ctx = _case("echo")
     ctx.outcome.results[fit_id("lead", 0, 0)] = _fold("lead", np.full(ROWS // 5, 0.5), fold=1)  # other rows
