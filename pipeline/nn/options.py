@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, fields
 from typing import Union
 
-from pipeline import run_clock
 from pipeline.accelerators import PLAN_DEVICES
 from pipeline.errors import ConfigError, closest
+from pipeline.said_once import say_once
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +146,6 @@ def scaled_lr(lr: float, world_size: int, rule: str) -> float:
     return lr * LR_SCALING[rule](world_size)
 
 
-# (run, batch, ceiling) this process has said: once a run, not once a fit (a search fits hundreds of folds)
-SAID_BATCHES: set[tuple[int, int, int]] = set()
 SMALL_TABLE_ROWS = 100_000  # training rows under which batch_size_by_rows sizes the batch from them
 
 
@@ -199,10 +197,9 @@ class LoopConfig:
         """An integer batch_size, or with batch_size_by_rows the smaller batch `rows` training rows get
         (`rows_batch`), said in the log the first time the run takes it."""
         batch = rows_batch(rows, self.batch_size) if self.batch_size_by_rows else self.batch_size
-        said = (run_clock.run_number(), batch, self.batch_size)
-        if batch < self.batch_size and said not in SAID_BATCHES:
-            SAID_BATCHES.add(said)
-            log.info("batch_size=%d for %d training rows (batch_size_by_rows: batch_size=%d is the ceiling; "
+        if batch < self.batch_size:
+            say_once(log, ("batch", batch, self.batch_size),
+                     "batch_size=%d for %d training rows (batch_size_by_rows: batch_size=%d is the ceiling; "
                      "batch_size_by_rows=false keeps it)", batch, rows, self.batch_size)
         return batch
 

@@ -52,6 +52,26 @@ class TestLinear(ModelKindConformance):
                                                ctx)
         assert refit.model_.alpha == pytest.approx(1.0 / kept)
 
+    def test_a_solver_stopped_at_max_iter_is_said_once_a_run_not_warned_at_every_fit(self, datasets,
+                                                                                     caplog, monkeypatch):
+        """scikit-learn's ConvergenceWarning printed ten lines to the terminal at each unconverged fit of a
+        search's folds; the run's log says it once."""
+        import logging
+        import warnings
+
+        monkeypatch.setattr("pipeline.said_once._said", set())
+        data = datasets["multiclass"]
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0)
+        with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="pipeline.models.linear"):
+            warnings.simplefilter("error")  # any warning escaping the fit fails it
+            for _ in range(2):
+                LinearModel({"max_iter": 2, "path_length": 3}, "lin").fit_rows(
+                    data.X, data.y, data.train_idx, data.val_idx, ctx)
+        said = [r.getMessage() for r in caplog.records if "max_iter=2" in r.getMessage()]
+        assert len(said) == 1
+        assert said[0].startswith("lin: the solver stopped at max_iter=2 before converging")
+        assert said[0].endswith("model.lin.params.max_iter raises the cap")
+
     def test_missing_infinite_and_unseen_values_and_rare_categories(self, datasets):
         data = datasets["multiclass"]
         X = data.X.copy()

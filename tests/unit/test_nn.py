@@ -136,9 +136,7 @@ def test_a_fit_on_few_rows_takes_many_steps_an_epoch_and_says_its_batch_once(cap
     batch_size_by_rows=false keeps the configured batch."""
     import logging
 
-    from pipeline.nn import options
-
-    monkeypatch.setattr(options, "SAID_BATCHES", set())
+    monkeypatch.setattr("pipeline.said_once._said", set())
     base = dict(max_epochs=1, patience=0)
     with caplog.at_level(logging.INFO, logger="pipeline.nn.options"):
         assert run(LoopConfig(**base)).batch_size == 32
