@@ -129,8 +129,9 @@ METRICS = {
 }
 
 
-# Metrics of each row's predicted class alone: a step function of an ensemble's weights (`weights_metric`)
-LABEL_METRICS = frozenset({"accuracy", "balanced_accuracy", "f1"})
+# Metrics of each row's predicted class alone: a step function of an ensemble's weights (`weights_metric`),
+# and what a binary classifier's threshold is chosen for (`pipeline.threshold`)
+LABEL_METRICS = ("accuracy", "balanced_accuracy", "f1")
 
 
 def weights_metric(metric: Metric) -> Metric:

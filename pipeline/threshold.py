@@ -12,9 +12,10 @@ import logging
 
 import numpy as np
 
+from pipeline.metrics import LABEL_METRICS
+
 log = logging.getLogger(__name__)
 
-LABEL_METRICS = ("accuracy", "balanced_accuracy", "f1")
 CANDIDATES = 256  # thresholds tried: quantiles of the positive class's predicted probability
 
 
