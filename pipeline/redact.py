@@ -174,7 +174,7 @@ def redact_override(override: str) -> str:
     key, sep, value = override.partition("=")
     if not sep:
         return override
-    path = tuple(key_path(override))
+    path = tuple(key_path(key))
     if is_secret_key(path[-1]):
         return f"{key}={MASK}"
     out, last = [], 0

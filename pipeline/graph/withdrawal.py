@@ -50,10 +50,10 @@ class Withdrawal:
     seconds_left: float  # its other folds at its lead fold's pace
     time_left: float  # the fits' time left when it was judged
     metric: str
-    gain_metric: str = ""  # what the blend was weighed and its gain judged on, where not `metric`
+    gain_metric: str  # what the blend was weighed and its gain judged on (`metrics.weights_metric`)
 
     def line(self) -> str:
-        scale = f" {self.gain_metric}" if self.gain_metric and self.gain_metric != self.metric else ""
+        scale = f" {self.gain_metric}" if self.gain_metric != self.metric else ""
         blend = ("a blend with the other models gave it no weight" if self.gain <= 0 else
                  f"blending it in gained {self.gain:.2g}{scale}, within one standard error ({self.noise:.2g})")
         return (f"{self.model} withdrawn after its first fold: {self.metric} {self.score:.4g} on the fold's "
