@@ -129,17 +129,18 @@ METRICS = {
 }
 
 
-# Metrics of each row's predicted class alone: a step function of an ensemble's weights (`weights_metric`),
+# Metrics of each row's predicted class alone: a step function of a model's predictions (`choice_metric`),
 # and what a binary classifier's threshold is chosen for (`pipeline.threshold`)
 LABEL_METRICS = ("accuracy", "balanced_accuracy", "f1")
 
 
-def weights_metric(metric: Metric) -> Metric:
-    """What an ensemble's weights are chosen on for `metric`: the metric itself, or, where it reads only each
-    row's predicted class (`LABEL_METRICS`), the log loss of the probabilities. A weighting moves the class
-    of a few rows near a tie and leaves the others' alone, so on a few hundred held-out rows many weightings
-    score the same and the greedy step picks among them by those rows' noise; the log loss, a proper score,
-    ranks every weighting by how sure it is of each row."""
+def choice_metric(metric: Metric) -> Metric:
+    """What every choice among fitted models is made on for `metric` (the search's trials, each model's best
+    trial, successive halving's folds, the ensemble's weights): the metric itself, or, where it reads only
+    each row's predicted class (`LABEL_METRICS`), the log loss of the probabilities. A trial or a weighting
+    moves the class of a few rows near a tie and leaves the others' alone, so on a few hundred held-out rows
+    many score the same and a choice among them follows those rows' noise; the log loss, a proper score,
+    ranks each by how sure it is of every row."""
     return METRICS["log_loss"] if metric.name in LABEL_METRICS else metric
 
 

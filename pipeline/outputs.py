@@ -107,10 +107,15 @@ class RunHooks:
     def on_trial_end(self, trial: TrialResult) -> None:
         if not self.log_trials:
             return
+        from pipeline.metrics import choice_metric
+
+        scores = {f"val_{choice_metric(self.metric).name}": trial.score}  # the log loss under accuracy
+        if trial.eval_score is not None:
+            scores[f"val_{self.metric.name}"] = trial.eval_score
         self.tracker.log_trial(
             f"{trial.model} trial {trial.trial}",
             trial.params,
-            {f"val_{self.metric.name}": trial.score, "fit_seconds": trial.fit_seconds},
+            {**scores, "fit_seconds": trial.fit_seconds},
             {"pipeline.model": trial.model, "pipeline.trial": trial.trial, "pipeline.pruned": trial.pruned},
         )
 

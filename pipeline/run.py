@@ -273,16 +273,21 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
     and run every task of the plan; returns the leaderboard rows, best first, and `inner_fit_seconds`."""
     from pipeline.graph.scheduler import Scheduler
     from pipeline.hpo import TrialSource
+    from pipeline.metrics import choice_metric
     from pipeline.outputs import HookList, OutputHooks, RunHooks, RunOutputs
     from pipeline.report import FitProgress
     from pipeline.store import ResultStore, prior_trials, resume_sources
 
     sources = resume_sources(settings.resume, runtime.run_dir, runtime.launch_dir / "outputs")
+    told = choice_metric(metric)  # what each trial's score is told in: the log loss under accuracy
+    if told is not metric and settings.conf.hpo.searches:
+        log.info("hpo: trials scored, searched and ranked by the held-out rows' %s, not their %s, which "
+                 "reads only each row's likeliest class (the leaderboard scores both)", told.name, metric.name)
     trials = TrialSource(
         settings.conf.hpo,
         {s.name: s.search_space for s in settings.models},
         {s.name: s.params for s in models},
-        "maximize" if metric.greater_is_better else "minimize",
+        "maximize" if told.greater_is_better else "minimize",
         store_dir=runtime.run_dir / "trials",
         prior=prior_trials([*sources, runtime.run_dir]),  # this directory's own trials win
         portfolios={s.name: s.cls.profile.portfolio for s in settings.models},

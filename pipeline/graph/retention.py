@@ -41,7 +41,7 @@ class Retention:
             return
         self._seq += 1
         ranked = self._ranked[(trial.model, trial.pruned)]
-        bisect.insort(ranked, (ctx.metric.loss_of(trial.score), self._seq, trial.trial))
+        bisect.insort(ranked, (ctx.search_metric.loss_of(trial.score), self._seq, trial.trial))
         limit = 1 if trial.pruned else self.keep
         while len(ranked) > limit:
             self.release_trial(trial.model, ranked.pop()[2], ctx)
@@ -94,7 +94,7 @@ def held_out_score(result: Any, ctx) -> Optional[float]:
     """A fit's score on its held-out rows: from its predictions, or as its released file keeps it (None where
     neither is there)."""
     if getattr(result, "held_out", None) is not None:
-        return ctx.metric(ctx.data.y[result.held_out], result.val_pred)
+        return ctx.search_metric(ctx.data.y[result.held_out], result.val_pred)
     return getattr(result, "fold_score", None)
 
 

@@ -393,7 +393,7 @@ class Scheduler:
                 self.cut.started.add(ready.id)
                 done[ready.id] = kind.run(ready, {d: done[d] for d in ready.depends_on if d in done}, self.ctx)
                 if self.budget is not None:  # a trial's score: the budget prices its model's best's fits
-                    self.budget.scored(done[ready.id], self.ctx.metric)
+                    self.budget.scored(done[ready.id], self.ctx.search_metric)
                 self._settle(ready.id)
                 if self.hooks and hasattr(self.hooks, "on_node_end"):  # the root writes and logs what it computed
                     self.hooks.on_node_end(ready, done[ready.id])

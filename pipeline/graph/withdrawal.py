@@ -9,7 +9,7 @@ search not started, where all three hold:
 1. it scores below the best of those other kinds (the leader) on the fold's rows;
 2. the ensemble would not use it: a Caruana blend of those kinds' predictions with it gains over the blend
    without it no more than one standard error of the gain (`pipeline.ensemble.clear_gain`), both weighed
-   and judged as the ensemble does (`metrics.weights_metric`: the log loss under accuracy);
+   and judged as the ensemble does (`metrics.choice_metric`: the log loss under accuracy);
 3. its other folds are dear: at the pace of the fold judged they would take at least `DEAR_SHARE` of the
    fits' time left, which the kinds that score go on to use.
 
@@ -44,13 +44,13 @@ class Withdrawal:
     score: float
     leader: str
     leader_score: float
-    gain: float  # what blending it in gained on the fold's rows (in the loss of `weights_metric`)
+    gain: float  # what blending it in gained on the fold's rows (in the loss of `choice_metric`)
     noise: float  # one standard error of that gain
     folds_left: int
     seconds_left: float  # its other folds at its lead fold's pace
     time_left: float  # the fits' time left when it was judged
     metric: str
-    gain_metric: str  # what the blend was weighed and its gain judged on (`metrics.weights_metric`)
+    gain_metric: str  # what the blend was weighed and its gain judged on (`metrics.choice_metric`)
 
     def line(self) -> str:
         scale = f" {self.gain_metric}" if self.gain_metric != self.metric else ""
@@ -163,7 +163,7 @@ def withdrawal(task, result, ctx, time_left: float, others: dict) -> Optional[Wi
     """The Withdrawal of `task`'s kind, where its first trial's fit `task` ended with `result`, `time_left`
     seconds of fits are left, and against `others` (`rivals`) it meets the module's three rules; else None."""
     from pipeline.ensemble import clear_gain
-    from pipeline.metrics import weights_metric
+    from pipeline.metrics import choice_metric
 
     folds = ctx.plan.allocation(task.model).num_folds
     folds_left = sum(fit_id(task.model, 0, k) not in ctx.outcome.results for k in range(folds))
@@ -182,7 +182,7 @@ def withdrawal(task, result, ctx, time_left: float, others: dict) -> Optional[Wi
     leader = min(losses, key=losses.get)
     if not own > losses[leader]:
         return None
-    chooser = weights_metric(metric)  # as the ensemble weighs its members and judges a gain
+    chooser = choice_metric(metric)  # as the ensemble weighs its members and judges a gain
     without = _blend(list(others.values()), y, chooser)
     beats, gain, noise = clear_gain(y, _blend([*others.values(), mine], y, chooser), without, chooser)
     if beats:

@@ -112,6 +112,31 @@ def test_random_search_logs_a_child_run_per_trial(cli, tmp_path):
     assert first["trial"] != second["trial"] and second["start"] < first["end"]  # trials overlapped
 
 
+def test_under_accuracy_trials_are_searched_and_ranked_by_their_log_loss(cli, tmp_path):
+    """Accuracy reads only each row's likeliest class: on penguins' species most trials score the same, and
+    the first of them would be the model's best. Each trial is told to the searcher and ranked by its held-out
+    rows' log loss (`metrics.choice_metric`), said once; its MLflow run keeps both scores, and the model's
+    leaderboard row is its trial of least log loss."""
+    from tests.conftest import ROOT
+
+    proc = cli(f"data.path={ROOT / 'tests' / 'data' / 'real' / 'penguins-raw.csv'}", "data.label=Species",
+               "model=lightgbm", "hpo=random", "hpo.num_trials=4", "parallelism.fit.num_cpus=1",
+               "model.lightgbm.params.num_iterations=30", check=True)
+    said = proc.stdout + proc.stderr
+    assert said.count("hpo: trials scored, searched and ranked by the held-out rows' log_loss, not their "
+                      "accuracy") == 1
+    client, all_runs = runs(tmp_path)
+    (job,) = [r for r in all_runs if "pipeline.run_dir" in r.data.tags]
+    trials = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id]
+    assert len(trials) == 4
+    for trial in trials:
+        assert 0 <= trial.data.metrics["val_log_loss"] and 0 <= trial.data.metrics["val_accuracy"] <= 1
+    whole = [t for t in trials if t.data.tags.get("pipeline.pruned") != "True"]
+    best = min(whole, key=lambda r: r.data.metrics["val_log_loss"])
+    assert job.data.metrics["lightgbm/val_log_loss"] == pytest.approx(best.data.metrics["val_log_loss"])
+    assert job.data.metrics["lightgbm/val_accuracy"] == pytest.approx(best.data.metrics["val_accuracy"])
+
+
 @pytest.mark.slow
 def test_tpe_over_a_bagged_network_and_gbm(cli, tmp_path):
     """Each trial is a bagged model (trials x folds), the best trial per model goes to the ensemble."""

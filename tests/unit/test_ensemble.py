@@ -285,7 +285,7 @@ def weights_by_the_metric(monkeypatch):
     count rows right and wrong, and its rule is the same whatever score chooses the weights."""
     import pipeline.metrics
 
-    monkeypatch.setattr(pipeline.metrics, "weights_metric", lambda metric: metric)
+    monkeypatch.setattr(pipeline.metrics, "choice_metric", lambda metric: metric)
 
 
 def _label_trials(right_of_changed: int, changed: int = 40, n: int = 2000):
@@ -428,7 +428,7 @@ def test_under_a_metric_of_the_predicted_class_the_weights_are_chosen_by_the_log
     import logging
 
     from pipeline.graph.nodes import ensemble as node
-    from pipeline.metrics import weights_metric
+    from pipeline.metrics import choice_metric
 
     rng = np.random.default_rng(0)
     n, test = 600, np.arange(600, 700)
@@ -449,7 +449,7 @@ def test_under_a_metric_of_the_predicted_class_the_weights_are_chosen_by_the_log
     assert weights["soft"] > weights["sharp"]
     assert "weights chosen by the held-out rows' log_loss, not their accuracy" in caplog.text
     assert row["val_accuracy"] == METRICS["accuracy"](y[:n], best["soft"].val_pred)
-    assert weights_metric(METRICS["roc_auc"]) is METRICS["roc_auc"]  # a score of the probabilities: itself
-    assert weights_metric(METRICS["rmse"]) is METRICS["rmse"]
+    assert choice_metric(METRICS["roc_auc"]) is METRICS["roc_auc"]  # a score of the probabilities: itself
+    assert choice_metric(METRICS["rmse"]) is METRICS["rmse"]
     for name in ("accuracy", "balanced_accuracy", "f1"):
-        assert weights_metric(METRICS[name]) is METRICS["log_loss"]
+        assert choice_metric(METRICS[name]) is METRICS["log_loss"]

@@ -39,7 +39,8 @@ def _fold(model, trial, fold):
 
 
 def _ctx(tmp_path, pruned=()):
-    return SimpleNamespace(outcome=Outcome(), store=ResultStore(tmp_path), metric=_Metric(), pruning=True,
+    return SimpleNamespace(outcome=Outcome(), store=ResultStore(tmp_path), search_metric=_Metric(),
+                           pruning=True,
                            trials=SimpleNamespace(pruned=set(pruned)), data=SimpleNamespace(y=np.zeros(3)))
 
 

@@ -51,3 +51,13 @@ def test_a_cpu_model_given_a_gpu_share_keeps_its_key():
     """A CPU-configured model ignores the GPU it is given: its result, and key, are the same."""
     assert _device_kind(LightGBMModel({}), {}, ((0, 0.5),)) == "cpu"
     assert _device_kind(TorchMLPModel({"device": "cpu"}), {}, ((0, 1),)) == "cpu"
+
+
+def test_a_fit_whose_scores_are_kept_under_another_metric_has_its_own_key():
+    """Under accuracy a released fit's file keeps its trial's and fold's log loss (`metrics.choice_metric`):
+    a file that kept accuracies (or the reverse) is not read for it. Where the two agree, the key is as it
+    was."""
+    model = LightGBMModel({})
+    plain = key(model, eval_metric="accuracy")
+    assert key(model, eval_metric="accuracy", scored_by="log_loss") != plain
+    assert key(model, eval_metric="roc_auc", scored_by="roc_auc") == key(model, eval_metric="roc_auc")

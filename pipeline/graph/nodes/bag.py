@@ -26,6 +26,7 @@ class BagNode(NodeKind):
         if task.level == 1:
             folds = _without_far_short(folds, ctx)
         released = any(f.released for f in folds)  # a resumed run read it released (graph.retention)
+        eval_score = None
         if any(f.held_out is None for f in folds):  # read back released: its scores, not its predictions
             held_out = val_pred = test_pred = None
             score = _stored_score(folds, ctx)
@@ -35,16 +36,18 @@ class BagNode(NodeKind):
             order = np.argsort(held_out, kind="stable")
             held_out, val_pred = held_out[order], val_pred[order]
             test_pred = None if released else np.mean([f.test_pred for f in folds], axis=0)
-            score = ctx.metric(ctx.data.y[held_out], val_pred)
+            score = ctx.search_metric(ctx.data.y[held_out], val_pred)
+            if ctx.search_metric is not ctx.metric:
+                eval_score = ctx.metric(ctx.data.y[held_out], val_pred)
         if task.level > 1:  # a stacked level: its kind's best level-1 parameters; no trial to tell
-            best = ctx.outcome.best(task.model, ctx.metric)
+            best = ctx.outcome.best(task.model, ctx.search_metric)
             trial = TrialResult(level_name(task.model, task.level), best.trial, best.params, folds, held_out,
                                 val_pred, test_pred, score, level=task.level)
             ctx.outcome.trials[(trial.model, trial.trial)] = trial
             return trial
         trial = TrialResult(task.model, task.trial, ctx.trials.params(task.model, task.trial), folds, held_out,
                             val_pred, test_pred, score, pruned=any(f.pruned for f in folds),
-                            released=released)
+                            released=released, eval_score=eval_score)
         ctx.outcome.trials[(task.model, task.trial)] = trial
         ctx.trials.tell(task.model, task.trial, trial.score, pruned=trial.pruned)
         if ctx.hooks:

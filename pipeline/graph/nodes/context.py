@@ -24,10 +24,11 @@ class TrialResult:
     held_out: Any  # np.ndarray of row indices
     val_pred: Any
     test_pred: Any
-    score: float
+    score: float  # under the run's choice metric (`GraphContext.search_metric`), as the search was told
     pruned: bool = False
     level: int = 1  # its stacking level; `model` is the level's name (lightgbm_l2)
     released: bool = False  # its fold models let go (graph.retention): no choice takes it
+    eval_score: Optional[float] = None  # under the eval metric where `score` is under another (None: `score`)
 
     @property
     def fit_seconds(self) -> float:
@@ -96,6 +97,14 @@ class GraphContext:
     rungs: dict[tuple[str, int], Any] = field(default_factory=dict)  # (model, fold) -> round_pruning.RungTable
     retention: Retention = field(default_factory=Retention)  # which trials keep their fold models
     standing: Any = None  # graph.first_trials.LeadStanding under a budget whose first bags may end short
+
+    @property
+    def search_metric(self) -> Metric:
+        """What the search ranks trials and folds by, each model's best trial is chosen on and every trial's
+        `score` is (`metrics.choice_metric`): the eval metric, or the log loss under accuracy."""
+        from pipeline.metrics import choice_metric
+
+        return choice_metric(self.metric)
 
     def rung_table(self, model: str, fold: int):
         from pipeline.graph.round_pruning import RungTable

@@ -41,11 +41,12 @@ class EnsembleNode(NodeKind):
         data, metric = ctx.data, ctx.metric
         problem = data.problem_type
         names = list(dict.fromkeys(inputs[i].model for i in task.depends_on if i in inputs))
-        best = {name: ctx.outcome.best(name, metric) for name in names}
+        chooser = ctx.search_metric  # what each trial's score is under: the log loss under accuracy
+        best = {name: ctx.outcome.best(name, chooser) for name in names}
         searched = all(t.level == 1 for t in best.values()) and not any(t.kind == "refit" for t in ctx.plan.tasks)
         guard = getattr(ctx.trials, "noise_guard", False)  # hpo=auto (TrialSource.noise_guard)
         if searched and guard:  # a refit or a stacked level has read each model's best trial already
-            best = {name: _best_or_own(ctx.outcome, name, trial, metric, data) for name, trial in best.items()}
+            best = {name: _best_or_own(ctx.outcome, name, t, chooser, data) for name, t in best.items()}
         kinds = [a.model for a in ctx.plan.allocations]
         schema = FeatureSchema.of(data.X, data.raw_dtypes, data.label, ctx.unseen_categories, data.features)
         rows, predictors, seconds = [], {}, {}
@@ -65,7 +66,7 @@ class EnsembleNode(NodeKind):
         members = {n: t for n, t in best.items() if t.level == top}
         preds = {n: (t.held_out, t.val_pred, t.test_pred) for n, t in best.items()}
         if len(members) >= 2:
-            extra = _other_trials(ctx.outcome, best, metric, data, schema, seconds) if searched else {}
+            extra = _other_trials(ctx.outcome, best, chooser, data, schema, seconds) if searched else {}
             floor = floor_members(members, extra, members if own is None else own)
             candidates = {**members, **{n: t for n, (t, _) in extra.items()}}
             row, preds["ensemble"] = _ensemble(candidates, data, metric, problem, predictors, seconds, top + 1,
@@ -290,7 +291,7 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     (`pipeline.ensemble.gain_noise`): a search's choice among hundreds of trials fits some of the held-out
     rows' noise, and a gain within it is not one to trust. `extra`:
     the predictors of members without a row (`_other_trials`), in the ensemble only where picked. The weights
-    and the guard's gain are scored by `metrics.weights_metric`: the log loss where the metric reads only
+    and the guard's gain are scored by `metrics.choice_metric`: the log loss where the metric reads only
     each row's predicted class (accuracy)."""
     import numpy as np
 
@@ -311,7 +312,7 @@ def _ensemble(best: dict, data, metric, problem: str, predictors: dict, seconds:
     rows = selection_rows(len(held))
     y, preds = data.y[held][rows], {n: t.val_pred[rows] for n, t in best.items()}
     members = list(preds.values())
-    chooser = metrics_module.weights_metric(metric)
+    chooser = metrics_module.choice_metric(metric)
     if chooser is not metric:
         log.info("ensemble: weights chosen by the held-out rows' %s, not their %s, which reads only each "
                  "row's likeliest class", chooser.name, metric.name)

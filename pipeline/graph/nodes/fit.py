@@ -28,7 +28,7 @@ class FitNode(NodeKind):
         seed = task_seed(ctx.seed, task.model, task.trial, task.fold)
         key = task_key(ctx.data.fingerprint, prototype, params, task.fold, num_folds, ctx.seed, seed,
                        ctx.metric.name, ctx.pruning, device=_device_kind(prototype, params, shares),
-                       class_weight=ctx.class_weight)
+                       class_weight=ctx.class_weight, scored_by=ctx.search_metric.name)
         return FitRequest(
             task_id=task.id, key=key, model=prototype, params=params, model_name=task.model,
             trial=task.trial, fold=task.fold, num_folds=num_folds, fold_seed=ctx.seed, seed=seed,
@@ -82,7 +82,7 @@ def stacked_result(ctx, model: str, level: int, fold_set: tuple[int, ...]):
     from pipeline.graph.shape import stack_fit_id
 
     if level == 1 and len(fold_set) == 1:
-        return ctx.outcome.best(model, ctx.metric).folds[fold_set[0]]
+        return ctx.outcome.best(model, ctx.search_metric).folds[fold_set[0]]
     return ctx.outcome.results[stack_fit_id(model, level, fold_set)]
 
 
@@ -92,11 +92,11 @@ def _stacked_request(task, shares, ctx):
     from pipeline.graph import stacking
     from pipeline.graph.tasks import FitRequest, StackFeatures, row_folds, task_key, task_seed
 
-    best = ctx.outcome.best(task.model, ctx.metric)
+    best = ctx.outcome.best(task.model, ctx.search_metric)
     prototype = ctx.prototypes[task.model]
     params = dict(best.params)
     if task.fold_set == ():
-        folds = ctx.outcome.best(stacking.level_name(task.model, task.level), ctx.metric).folds
+        folds = ctx.outcome.best(stacking.level_name(task.model, task.level), ctx.search_metric).folds
         params.update(prototype.clone(params).refit_params([f.model for f in folds]))
     num_folds = ctx.plan.allocation(task.model).num_folds
     stack = None
