@@ -193,7 +193,9 @@ class LeadStanding:
     budget stopped is not read: it scores what a share allowed, not what the kind does."""
 
     def __init__(self, metric, y, max_rows: int = 100_000):
-        self.metric, self.y, self.max_rows = metric, y, max_rows
+        from pipeline.metrics import choice_metric
+
+        self.metric, self.y, self.max_rows = choice_metric(metric), y, max_rows  # the log loss under accuracy
         self.errors: dict[str, float] = {}
         self._weights: dict[str, float] = {}
 

@@ -3,13 +3,13 @@
 AutoGluon skips a model whose fit would not end in the time left, and FLAML searches next the learner whose
 cost and distance to the best error promise most. Here a kind's first trial (its own params) is judged once,
 when the first of its folds ends on rows another kind's first trial has held out and scored too (each
-fold's rows are the same for every kind). The kind is withdrawn, its first trial's other folds and its
-search not started, where all three hold:
+fold's rows are the same for every kind), on the score the ensemble weighs by (`metrics.choice_metric`: the
+log loss under accuracy). The kind is withdrawn, its first trial's other folds and its search not started,
+where all three hold:
 
 1. it scores below the best of those other kinds (the leader) on the fold's rows;
 2. the ensemble would not use it: a Caruana blend of those kinds' predictions with it gains over the blend
-   without it no more than one standard error of the gain (`pipeline.ensemble.clear_gain`), both weighed
-   and judged as the ensemble does (`metrics.choice_metric`: the log loss under accuracy);
+   without it no more than one standard error of the gain (`pipeline.ensemble.clear_gain`);
 3. its other folds are dear: at the pace of the fold judged they would take at least `DEAR_SHARE` of the
    fits' time left, which the kinds that score go on to use.
 
@@ -44,18 +44,16 @@ class Withdrawal:
     score: float
     leader: str
     leader_score: float
-    gain: float  # what blending it in gained on the fold's rows (in the loss of `choice_metric`)
+    gain: float  # what blending it in gained on the fold's rows (in `metric`'s loss)
     noise: float  # one standard error of that gain
     folds_left: int
     seconds_left: float  # its other folds at its lead fold's pace
     time_left: float  # the fits' time left when it was judged
-    metric: str
-    gain_metric: str  # what the blend was weighed and its gain judged on (`metrics.choice_metric`)
+    metric: str  # what it was judged on (`metrics.choice_metric`: the log loss under accuracy)
 
     def line(self) -> str:
-        scale = f" {self.gain_metric}" if self.gain_metric != self.metric else ""
         blend = ("a blend with the other models gave it no weight" if self.gain <= 0 else
-                 f"blending it in gained {self.gain:.2g}{scale}, within one standard error ({self.noise:.2g})")
+                 f"blending it in gained {self.gain:.2g}, within one standard error ({self.noise:.2g})")
         return (f"{self.model} withdrawn after its first fold: {self.metric} {self.score:.4g} on the fold's "
                 f"held-out rows against {self.leader_score:.4g} for {self.leader}, {blend}, and its "
                 f"{self.folds_left} other fold(s) would take about {self.seconds_left:.1f} s of the "
@@ -163,14 +161,13 @@ def withdrawal(task, result, ctx, time_left: float, others: dict) -> Optional[Wi
     """The Withdrawal of `task`'s kind, where its first trial's fit `task` ended with `result`, `time_left`
     seconds of fits are left, and against `others` (`rivals`) it meets the module's three rules; else None."""
     from pipeline.ensemble import clear_gain
-    from pipeline.metrics import choice_metric
 
     folds = ctx.plan.allocation(task.model).num_folds
     folds_left = sum(fit_id(task.model, 0, k) not in ctx.outcome.results for k in range(folds))
     seconds = (result.end - result.start) * folds_left
     if not others or folds_left == 0 or time_left <= 0 or seconds < DEAR_SHARE * time_left:
         return None
-    metric, y, mine = ctx.metric, ctx.data.y[result.held_out], result.val_pred
+    metric, y, mine = ctx.search_metric, ctx.data.y[result.held_out], result.val_pred  # the ensemble's score
     pick = drawn(len(y), JUDGED_ROWS)  # the blend's cost stays flat, its noise measured on the draw
     if pick is not None:
         y, mine = y[pick], mine[pick]
@@ -182,13 +179,12 @@ def withdrawal(task, result, ctx, time_left: float, others: dict) -> Optional[Wi
     leader = min(losses, key=losses.get)
     if not own > losses[leader]:
         return None
-    chooser = choice_metric(metric)  # as the ensemble weighs its members and judges a gain
-    without = _blend(list(others.values()), y, chooser)
-    beats, gain, noise = clear_gain(y, _blend([*others.values(), mine], y, chooser), without, chooser)
+    without = _blend(list(others.values()), y, metric)
+    beats, gain, noise = clear_gain(y, _blend([*others.values(), mine], y, metric), without, metric)
     if beats:
         return None
     return Withdrawal(task.model, task.fold or 0, metric(y, mine), leader, metric(y, others[leader]), gain,
-                      noise, folds_left, seconds, time_left, metric.name, chooser.name)
+                      noise, folds_left, seconds, time_left, metric.name)
 
 
 def _blend(preds: list, y, metric) -> np.ndarray:

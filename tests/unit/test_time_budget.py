@@ -964,6 +964,29 @@ def test_once_the_leads_have_ended_a_kind_far_behind_on_their_rows_shares_the_la
     assert first.too_short(tasks[1], budget, None) and not first.too_short(tasks[1], budget, 4.0)
 
 
+def test_under_accuracy_the_lead_folds_are_judged_on_their_log_loss():
+    """Two kinds right on the same rows of a lead fold tie on accuracy; one sure of its right rows and the
+    other barely so are far apart on the log loss, the score the ensemble weighs by: the unsure one is
+    behind and the line names the log loss."""
+    from pipeline.graph.first_trials import LeadStanding
+    from pipeline.metrics import resolve
+
+    y = np.tile([0, 1, 2], 40)
+    rows = np.arange(0, 120, 2)
+    standing = LeadStanding(resolve("accuracy", "multiclass"), y)
+
+    def proba(sure):
+        p = np.full((len(rows), 3), (1 - sure) / 2)
+        p[np.arange(len(rows)), y[rows]] = sure
+        return SimpleNamespace(held_out=rows, val_pred=p)
+
+    lead = lambda m: Task(fit_id(m, 0, 0), "fit", DRIVER, model=m, trial=0, fold=0)  # noqa: E731
+    standing.ended(lead("sharp"), proba(0.9))
+    standing.ended(lead("soft"), proba(0.4))
+    assert standing.behind() == {"soft"}
+    assert "(log_loss's loss;" in standing.line("soft")
+
+
 @pytest.mark.parametrize("standing", [True, False])
 def test_the_time_a_kind_far_behind_on_the_lead_rows_leaves_goes_to_the_leaders_later_folds(
         tmp_path, monkeypatch, standing):
