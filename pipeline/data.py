@@ -58,13 +58,10 @@ class TabularData:
         return np.concatenate([self.train_idx, self.val_idx]) if bagging else self.train_idx
 
     def fold_ids(self, num_folds: int, seed: int) -> np.ndarray:
-        """Fold of each row of fit_idx(bagging=True): stratified for classification, seeded."""
+        """Fold of each row of fit_idx(bagging=True), seeded (`split.fold_ids`)."""
         from pipeline import split
 
-        rows = self.fit_idx(True)
-        y = self.y[rows]
-        # rows are dealt to folds class by class: a class with fewer rows than folds spreads one a fold
-        return split.folds(len(rows), num_folds, seed, None if self.problem_type == "regression" else y)
+        return split.fold_ids(self.y[self.fit_idx(True)], num_folds, seed, self.problem_type)
 
 
 def load(spec: DataConf, base_dir: Path, roles: Optional[Roles] = None,

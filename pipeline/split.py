@@ -1,4 +1,5 @@
-"""Seeded train/validation/test splits and k-fold assignments, stratified by class, in numpy.
+"""Seeded train/validation/test splits and k-fold assignments, stratified by class (folds of a number to
+predict: by its rank), in numpy.
 
 Each class's rows are shuffled with one seeded generator and cut in proportion; a class's share
 of the held-out rows is its exact fraction rounded by largest remainder (ties to the earlier
@@ -53,6 +54,37 @@ def folds(n_rows: int, num_folds: int, seed: int, labels: Optional[np.ndarray] =
         shuffled = group[rng.permutation(len(group))]
         out[shuffled] = (start + np.arange(len(group))) % num_folds
         start = (start + len(group)) % num_folds
+    return out
+
+
+def fold_scheme(problem_type: str) -> str:
+    """How a bag's folds deal rows: by class, or by the rank of the number to predict."""
+    return "by_rank" if problem_type == "regression" else "by_class"
+
+
+def fold_ids(labels: np.ndarray, num_folds: int, seed: int, problem_type: str) -> np.ndarray:
+    """The fold of each row of a bag, from the rows' labels (`fold_scheme`)."""
+    if fold_scheme(problem_type) == "by_rank":
+        return folds_by_rank(labels, num_folds, seed)
+    # rows are dealt to folds class by class: a class with fewer rows than folds spreads one a fold
+    return folds(len(labels), num_folds, seed, labels)
+
+
+def folds_by_rank(values: np.ndarray, num_folds: int, seed: int) -> np.ndarray:
+    """The fold (0..num_folds-1) of each row for a number to predict: the rows sorted by it (ties in a
+    random order) and each run of num_folds neighbours dealt one to a fold, in a random order. Every fold
+    then holds its share of the low, middle and extreme values: a fold without any of the few largest
+    would stop its models early on rows unlike the other folds' and score them on rows unlike the table.
+    Fold sizes differ by at most one."""
+    rng = np.random.default_rng(seed)
+    values = np.asarray(values)
+    n = len(values)
+    shuffled = rng.permutation(n)
+    order = shuffled[np.argsort(values[shuffled])]  # the shuffle puts tied values in a random order
+    runs = -(-n // num_folds)
+    deals = np.argsort(rng.random((runs, num_folds)), axis=1).astype(np.int32)
+    out = np.empty(n, dtype=np.int32)
+    out[order] = deals.ravel()[:n]
     return out
 
 

@@ -134,14 +134,16 @@ class TaskFailure:
 def task_key(fingerprint: str, model: TabularModel, params: dict, fold: Optional[int], num_folds: int,
              fold_seed: int, seed: int, eval_metric: str, pruning: bool = False, device: str = "cpu",
              fold_set: Optional[tuple[int, ...]] = None, stack: Optional[StackFeatures] = None,
-             class_weight: str = "none", scored_by: Optional[str] = None) -> str:
+             class_weight: str = "none", scored_by: Optional[str] = None,
+             fold_scheme: str = "by_class") -> str:
     """A hash of everything that determines a fold's result; the cache and resume key.
 
     Besides the data, model, parameters, fold and seeds: the versions of the engine and of the
     libraries the fit uses (an upgrade refits), `device` ("cpu" or "gpu": where a model that
     may use a GPU, such as the network on device auto, is placed) and, for a stacked fit, its fold
-    set and its features' digest, class weights other than none, and `scored_by`, the metric its released
-    file's trial and fold scores are under where it is not `eval_metric` (`metrics.choice_metric`).
+    set and its features' digest, class weights other than none, `scored_by`, the metric its released
+    file's trial and fold scores are under where it is not `eval_metric` (`metrics.choice_metric`), and
+    how the folds deal rows where it is not by class (`split.fold_scheme`).
     """
     payload = {
         "data": fingerprint,
@@ -164,6 +166,8 @@ def task_key(fingerprint: str, model: TabularModel, params: dict, fold: Optional
         payload["class_weight"] = class_weight
     if scored_by not in (None, eval_metric):
         payload["scored_by"] = scored_by
+    if fold_scheme != "by_class" and num_folds > 1:
+        payload["fold_scheme"] = fold_scheme
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 

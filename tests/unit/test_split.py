@@ -59,6 +59,23 @@ def test_folds_balanced_and_seeded(labels):
             assert per_fold.max() - per_fold.min() <= 1
 
 
+def test_folds_by_rank_deal_each_run_of_sorted_neighbours_one_to_a_fold():
+    y = np.random.default_rng(3).lognormal(sigma=2.0, size=1003)
+    f = split.folds_by_rank(y, 5, 1)
+    sizes = np.bincount(f, minlength=5)
+    assert sizes.max() - sizes.min() <= 1 and sizes.sum() == 1003
+    runs = f[np.argsort(y, kind="stable")][:1000].reshape(-1, 5)
+    assert all(len(set(run)) == 5 for run in runs)  # the five largest values too: one a fold
+    assert np.array_equal(f, split.folds_by_rank(y, 5, 1))
+    assert not np.array_equal(f, split.folds_by_rank(y, 5, 2))
+
+
+def test_folds_by_rank_spread_tied_values_at_random():
+    f = split.folds_by_rank(np.zeros(1000), 4, 0)
+    assert np.array_equal(np.bincount(f), [250] * 4)
+    assert not np.array_equal(f, np.arange(1000) % 4)
+
+
 def test_largest_remainder_adds_up():
     assert split._largest_remainder([7, 2, 1], 3) == [2, 1, 0]
     assert sum(split._largest_remainder([5, 5, 5], 7)) == 7

@@ -61,3 +61,10 @@ def test_a_fit_whose_scores_are_kept_under_another_metric_has_its_own_key():
     plain = key(model, eval_metric="accuracy")
     assert key(model, eval_metric="accuracy", scored_by="log_loss") != plain
     assert key(model, eval_metric="roc_auc", scored_by="roc_auc") == key(model, eval_metric="roc_auc")
+
+
+def test_folds_dealt_by_the_label_rank_change_a_bag_fold_key_only():
+    model = LightGBMModel({})
+    assert key(model, fold_scheme="by_class") == key(model)
+    assert key(model, fold_scheme="by_rank") != key(model)
+    assert key(model, fold=None, num_folds=1, fold_scheme="by_rank") == key(model, fold=None, num_folds=1)

@@ -393,7 +393,7 @@ def simulate(tmp_path, seconds: dict, limit_s: float, trials=4, folds=2, right: 
         plan = plan.with_task(Task(REFIT, REFIT, DRIVER, ("collect", *(t.id for t in refits))))
         budget = TimeBudget(limit_s, start=clock.now, clock=clock, whole_run=True, tail=refit_tail)
     plan = plan.expanded() if every_trial else plan
-    data = SimpleNamespace(y=np.tile([0, 1], rows // 2), fingerprint="simulated")
+    data = SimpleNamespace(y=np.tile([0, 1], rows // 2), fingerprint="simulated", problem_type="binary")
     backend = SimulatedBackend(seconds, clock, rows, right, stops, stopped_learn)
     backend.one_at_a_time = serial
     source = source or TrialSource(HpoConf(), {}, {}, "maximize")

@@ -224,7 +224,8 @@ def test_every_trial_runs_where_no_task_reads_them_all(tmp_path):
     assert plan.listed["a"] < 25 and not any(t.kind == "ensemble" for t in plan.tasks)
     backend = SimulatedBackend({"a": 1.0, "b": 2.0}, Clock(), 8)
     Scheduler(plan, backend, ResultStore(tmp_path), TrialSource(HpoConf(), {}, {}, "maximize"),
-              {m: SleepModel({}, m) for m in "ab"}, SimpleNamespace(y=np.tile([0, 1], 4), fingerprint="s"),
+              {m: SleepModel({}, m) for m in "ab"},
+              SimpleNamespace(y=np.tile([0, 1], 4), fingerprint="s", problem_type="binary"),
               METRICS["roc_auc"], seed=0).run()
     ran = [f[0] for f in backend.submitted]
     assert sorted(ran) == sorted(fit_id(m, t, f) for m in "ab" for t in range(25) for f in range(2))

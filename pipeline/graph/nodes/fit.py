@@ -10,6 +10,7 @@ Its result joins the timeline and, for the pruner, the curves.
 from __future__ import annotations
 
 from pipeline.graph.nodes import NodeKind, register
+from pipeline.split import fold_scheme
 
 
 @register
@@ -28,7 +29,8 @@ class FitNode(NodeKind):
         seed = task_seed(ctx.seed, task.model, task.trial, task.fold)
         key = task_key(ctx.data.fingerprint, prototype, params, task.fold, num_folds, ctx.seed, seed,
                        ctx.metric.name, ctx.pruning, device=_device_kind(prototype, params, shares),
-                       class_weight=ctx.class_weight, scored_by=ctx.search_metric.name)
+                       class_weight=ctx.class_weight, scored_by=ctx.search_metric.name,
+                       fold_scheme=fold_scheme(ctx.data.problem_type))
         return FitRequest(
             task_id=task.id, key=key, model=prototype, params=params, model_name=task.model,
             trial=task.trial, fold=task.fold, num_folds=num_folds, fold_seed=ctx.seed, seed=seed,
@@ -109,7 +111,7 @@ def _stacked_request(task, shares, ctx):
     seed = task_seed(ctx.seed, task.id, best.trial, -1)
     key = task_key(ctx.data.fingerprint, prototype, params, task.fold, num_folds, ctx.seed, seed, ctx.metric.name,
                    device=_device_kind(prototype, params, shares), fold_set=task.fold_set, stack=stack,
-                   class_weight=ctx.class_weight)
+                   class_weight=ctx.class_weight, fold_scheme=fold_scheme(ctx.data.problem_type))
     return FitRequest(
         task_id=task.id, key=key, model=prototype, params=params, model_name=task.model, trial=best.trial,
         fold=task.fold, num_folds=num_folds, fold_seed=ctx.seed, seed=seed, eval_metric=ctx.metric.name,
