@@ -179,7 +179,10 @@ def write_evaluation(out: RunOutputs, evaluation, plan, data, metric, outcome) -
     save_predictors(out.run_dir, evaluation.predictors, top["model"])
     # first: the tracker logs the models while this process draws the plots
     _log_models(out, evaluation.predictors, rows, top["model"], _raw_example(data), tracker)
-    scores = {f"val_{metric.name}": top[f"val_{metric.name}"], f"test_{metric.name}": top[f"test_{metric.name}"]}
+    val = f"val_{metric.name}"
+    # a blend with refits has no held-out score (they learnt every row): the bagged side's answer's stands in
+    scored = next((r for r in rows if r[val] == r[val]), top)
+    scores = {val: scored[val], f"test_{metric.name}": top[f"test_{metric.name}"]}
     # the main metric at the top level, where MLflow's run list and charts show it unasked
     tracker.log_metrics({**scores, **{f"best/{k}": v for k, v in scores.items()}})
     tracker.set_tags({
@@ -191,7 +194,8 @@ def write_evaluation(out: RunOutputs, evaluation, plan, data, metric, outcome) -
     tracker.log_artifact(leaderboard_path)
     _log_memory(plan, outcome, out.run_dir, tracker, report)
     _log_artifacts(outcome, evaluation.best, out.run_dir, tracker)
-    report.console.print(f"best: {top['model']} (val {metric.name} {top[f'val_{metric.name}']:.4f}); "
+    held_out = "" if scored is top else f" of {scored['model']}, which it blends with the refits"
+    report.console.print(f"best: {top['model']} (val {metric.name} {scored[val]:.4f}{held_out}); "
                          f"run directory {out.run_dir}")
 
 

@@ -352,7 +352,7 @@ def _budget(settings: Settings, plan: Plan, runtime: Runtime):
              "for a start-up that had %.2f of a CPU (%s)", tail.fixed * share, 100 * share, cpu_share, measured)
     budget = TimeBudget(conf.time_limit_s, start=runtime.started, whole_run=True, tail=tail,
                         stacking=stacking)
-    object.__setattr__(tail, "fit_seconds", budget.best_estimate)  # a refit fits its model's best trial
+    object.__setattr__(tail, "fit_seconds", budget.refit_estimate)  # a refit fits its model's best trial
     object.__setattr__(tail, "saved_bytes", budget.model_bytes)
     return budget
 

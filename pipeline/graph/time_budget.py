@@ -159,6 +159,13 @@ class TimeBudget:
         own = self._trial_fits.get((model, best[1])) if best is not None else None
         return max(mean or 0.0, fmean(own)) if own else mean
 
+    def refit_estimate(self, model: str) -> Optional[float]:
+        """Seconds one fold fit of `model`'s best trial took, which its refit fits again on more rows; None
+        while the model has no complete trial (one withdrawn after its first folds has none to refit)."""
+        best = self._best.get(model)
+        own = self._trial_fits.get((model, best[1])) if best is not None else None
+        return fmean(own) if own else None
+
     def stacked_estimate(self, model: str) -> Optional[float]:
         """Seconds a stacked fit of `model` is priced from (times stack_reserve.LEVEL_COST): its best trial's
         fits (`best_estimate`), or the mean of its last `RECENT_FITS` whole level-1 fits where that is longer.

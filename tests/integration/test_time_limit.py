@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 
 import pandas as pd
 
 from pipeline.graph.tail import RECORD
 from pipeline.graph.time_budget import run_grace_s
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "real"
 
 
 def test_a_fit_time_limit_cuts_trials_and_still_ends_with_a_leaderboard(cli, tmp_path):
@@ -190,3 +193,38 @@ def test_stacking_under_a_time_limit_fits_its_level_after_a_search_that_leaves_i
     budget = json.loads((tmp_path / "run" / "run_state.json").read_text())["time_budget"]
     assert budget["trials_not_run"] > 0 and budget["left_out"] == [] and budget["stacked_s"] > 0
     assert "for the stacked levels" in " ".join(proc.stdout.split())
+
+
+def test_hpo_auto_on_a_number_to_predict_answers_with_the_blend_of_its_bags_and_refits(cli, tmp_path):
+    """A small regression table under hpo=auto: the bags' trials, each model's best refitted on every row,
+    and the run answers with the mean of the bagged ensemble's and the refits' ensemble's predictions: the
+    leaderboard's first row, the run directory's best predictor, what `pipeline.predict` serves."""
+    import shutil
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from pipeline.predictor_source import load_predictor
+
+    shutil.copy(REAL / "Auto.csv", tmp_path / "Auto.csv")
+    proc = cli("data.path=Auto.csv", "data.label=mpg", "model=gbm", "tracking=none", "time_limit_s=20",
+               "hydra.run.dir=run", check=True, timeout=120)
+    said = " ".join(proc.stdout.split())
+    assert "best trial is fitted once more on every training row (refit=true)" in said
+    run = tmp_path / "run"
+    board = pd.read_csv(run / "leaderboard.csv")
+    assert board["model"][0] == "ensemble_blend" and {"ensemble", "ensemble_refit"} <= set(board["model"])
+    assert np.isnan(board["val_rmse"][0]) and "which it blends with the refits" in said
+    assert (run / "predictors" / "BEST").read_text() == "ensemble_blend"
+    out = subprocess.run([sys.executable, "-m", "pipeline.predict", "source=run", "data.path=Auto.csv",
+                          "output=pred.csv"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    served = pd.read_csv(tmp_path / "pred.csv").iloc[:, -1].to_numpy()
+    rows = pd.read_csv(tmp_path / "Auto.csv").drop(columns="mpg")
+    both = [load_predictor("run", name, None, tmp_path).predict(rows)
+            for name in ("ensemble", "ensemble_refit")]
+    assert np.allclose(served, (both[0] + both[1]) / 2, rtol=1e-5)
+    assert not np.allclose(both[0], both[1])  # two answers, averaged
+    took = float(re.findall(r"time_limit_s=20 s: the run took ([0-9.]+) s", proc.stdout)[0])
+    assert took < 20 + run_grace_s(20)

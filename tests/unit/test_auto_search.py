@@ -283,3 +283,22 @@ def test_a_named_configuration_leaves_what_it_does_not_name_to_the_models_params
     assert source.params("m", 1) == {"learning_rate": 0.05, "lambda_l1": 1.0}
     searched = source.params("m", 2)
     assert set(searched) == set(space) and all(space[k].contains(v) for k, v in searched.items())
+
+
+@pytest.mark.parametrize("overrides, refit", [
+    (["time_limit_s=60", *REGRESSION], True),  # a number to predict, bagged: the refits and the blend join
+    (["time_limit_s=3600", *REGRESSION, "model=gbm"], True),  # models chosen: still hpo=auto's bags
+    (["time_limit_s=60", *REGRESSION, "refit=false"], False),  # the user's word
+    (["time_limit_s=60", *REGRESSION, "parallelism=default"], False),  # one holdout fit: no fold misses rows
+    (["time_limit_s=30", *REGRESSION[:-1], "data.rows=200000"], False),  # too many cells: not bagged
+    (["time_limit_s=60", *REGRESSION, "hpo=tpe"], False),  # not hpo=auto
+    (["time_limit_s=60", "data=synthetic", "data.rows=3000"], False),  # classes: the refits gained nothing
+    (["time_limit_s=60", "data=synthetic", "data.rows=3000", "data.classes=4"], False),
+])
+def test_hpo_auto_refits_and_blends_on_a_number_to_predict_when_it_bags(compose, overrides, refit, capsys):
+    settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
+    assert settings.conf.refit is refit
+    assert settings.plan_input(None).refit is refit  # what the plan reads
+    assert settings.params.get("refit", False) is refit  # logged as the run's param
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("(refit=true) and the run answers with ensemble_blend" in said) is refit

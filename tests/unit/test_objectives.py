@@ -53,3 +53,18 @@ def test_bad_objectives_are_config_errors(names, expected):
     with pytest.raises(ConfigError) as info:
         check(names)
     assert expected in str(info.value)
+
+
+def test_the_blend_with_the_refits_returns_the_bagged_sides_score_and_costs_both_sides():
+    """hpo=auto's blend of the bagged ensemble and the refits' (no held-out score: the refits learnt from
+    every row) returns the held-out score of the first row that has one, and costs the bags and the refits."""
+    nan = float("nan")
+    def row(model, level, fit_seconds, predict_seconds):
+        return {"model": model, "level": level, "val_roc_auc": nan, "fit_seconds": fit_seconds,
+                "predict_seconds": predict_seconds}
+
+    blend = row("ensemble_blend", 2, 0.0, 0.0)
+    refits = [row("lightgbm_refit", 1, 1.0, 0.1), row("ensemble_refit", 2, 0.0, 0.0)]
+    rows = [blend, *({**r, "level": 1 + (r["model"] == "ensemble")} for r in ROWS), *refits]
+    got = job_return(("val_score", "fit_seconds", "predict_seconds"), rows, "roc_auc")
+    assert got == [0.93, 3.0 + 4.0 + 1.0, 0.25 + 0.5 + 0.1]

@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from pipeline.models import FitContext, LightGBMModel, TorchMLPModel, XGBoostModel
@@ -56,3 +57,64 @@ def test_the_refits_that_ended_are_kept_and_no_ensemble_refit_is_made_without_ev
     best_both = {**best, "b": SimpleNamespace(trial=0)}
     both = refit_all({("a", 1): result, ("b", 1): result}, best_both, predictors, data, plan, None)
     assert [r["model"] for r in both] == ["a_refit", "b_refit", "ensemble_refit"]
+
+
+def _regression_board():
+    """A bagged ensemble of a and b and their refits on four test rows of a number to predict."""
+    from pipeline.ensemble import BaggedPredictor, EnsemblePredictor
+    from pipeline.graph.nodes.ensemble import Board
+
+    y = np.array([1.0, 2.0, 3.0, 4.0])
+    data = SimpleNamespace(problem_type="regression", y=y, test_idx=np.arange(4), classes=None)
+    bags = {m: BaggedPredictor(m, [], "regression", None, None) for m in ("a", "b")}
+    ensemble = EnsemblePredictor("ensemble", list(bags.values()), [0.5, 0.5], "regression", None)
+    bagged_pred = y + 1.0  # the bags' ensemble predicts one too high, the refits' one too low
+    rows = [{"model": "ensemble", "level": 2, "predict_rows_per_s": 400.0},
+            {"model": "a", "level": 1, "predict_rows_per_s": 800.0}]
+    board = Board(rows, {**bags, "ensemble": ensemble}, {"a": SimpleNamespace(trial=3),
+                                                         "b": SimpleNamespace(trial=0)},
+                  test_preds={"ensemble": bagged_pred})
+    result = SimpleNamespace(model=SimpleNamespace(params={}), test_pred=y - 1.0, test_predict_seconds=0.005,
+                             device="cpu", gpu_ids=(), fit_seconds=0.5, predict_seconds=0.01)
+    plan = SimpleNamespace(allocations=[SimpleNamespace(model="a"), SimpleNamespace(model="b")])
+    return data, board, plan, {("a", 1): result, ("b", 1): result}
+
+
+def test_the_blend_of_both_ensembles_is_their_mean_and_leads_the_board():
+    """Under hpo=auto the run answers with the mean of the bagged ensemble's and the refits' ensemble's
+    predictions: its row is scored on the blended test predictions, its predictor averages the two, and
+    the evaluation shows it first whatever the other rows score."""
+    from pipeline.graph.nodes.evaluate import EvaluateNode
+    from pipeline.graph.refit import BLEND, blend_row, refit_all
+
+    data, board, plan, refits = _regression_board()
+    predictors, preds = dict(board.predictors), dict(board.test_preds)
+    rows = refit_all(refits, board.best, predictors, data, plan, None, preds)
+    assert np.allclose(preds["ensemble_refit"], data.y - 1.0)
+    row = blend_row(preds, [*board.rows, *rows], predictors, data)
+    assert row["model"] == BLEND and row["test_rmse"] == 0.0  # +1 and -1 average out
+    assert np.isnan(row["val_rmse"])  # the refits have no held-out rows
+    assert row["level"] == 2 and row["num_folds"] == 1
+    # each ensemble predicts the four rows once: 4 / 400 s and 4 / (4 / 0.01 s) for the refits' two members
+    assert row["predict_rows_per_s"] == pytest.approx(4 / (4 / 400.0 + 0.01))
+    blended = predictors[BLEND]
+    assert [m.name for m in blended.members] == ["ensemble", "ensemble_refit"]
+    assert blended.weights == [0.5, 0.5]
+    from pipeline.graph.nodes.ensemble import Board
+
+    refit_board = Board([row, *rows], {}, lead=BLEND)
+    ctx = SimpleNamespace()
+    task = SimpleNamespace(depends_on=("ensemble", "refit"))
+    ordered = EvaluateNode().run(task, {"ensemble": board, "refit": refit_board}, ctx).rows
+    assert [r["model"] for r in ordered] == [BLEND, "ensemble", "a", "a_refit", "b_refit", "ensemble_refit"]
+
+
+def test_no_blend_is_made_without_the_refits_ensemble():
+    """A time limit that cut a member's refit leaves no refits' ensemble: no blend either, and the bagged
+    ensemble's board keeps its order."""
+    from pipeline.graph.refit import BLEND, blend_row, refit_all
+
+    data, board, plan, refits = _regression_board()
+    predictors, preds = dict(board.predictors), dict(board.test_preds)
+    rows = refit_all({("a", 1): refits[("a", 1)]}, board.best, predictors, data, plan, None, preds)
+    assert blend_row(preds, [*board.rows, *rows], predictors, data) is None and BLEND not in predictors

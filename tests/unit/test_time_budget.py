@@ -123,6 +123,19 @@ def test_the_stacked_fits_and_the_refit_are_priced_at_the_best_trials_own_fits_w
 
     assert budget.stacked_seconds() == pytest.approx(4 * (5.0 * LEVEL_COST + PER_FIT_S) + run_grace_s(1000.0))
     assert budget.best_estimate("new") is None  # nothing measured: nothing kept
+    # a refit fits the best trial's params once more: its own fits' time, not the mean of all
+    assert budget.refit_estimate("a") == pytest.approx(5.0) and budget.refit_estimate("new") is None
+
+
+def test_a_model_without_a_complete_trial_keeps_no_time_for_its_refit(tmp_path):
+    """A model withdrawn after its first folds (or whose every trial a limit cut) has no trial to refit:
+    the tail keeps nothing for it, though its fits were timed."""
+    seconds = {"a": [1.0] * 8}
+    _, _, budget, _, _ = simulate(tmp_path, seconds, limit_s=1000.0)
+    task = SimpleNamespace(model="b", trial=0, level=1, fold_set=None)
+    budget.record(task, 3.0)  # b's first fold ended, its trial never did
+    assert budget.model_estimate("b") == pytest.approx(3.0) and budget.refit_estimate("b") is None
+    assert budget.refit_estimate("a") == pytest.approx(1.0)
 
 
 def test_the_stacked_fits_are_priced_at_the_models_last_fits_where_they_are_slower():

@@ -27,6 +27,8 @@ class Board:
     predictors: dict  # name -> BaggedPredictor | EnsemblePredictor
     best: dict = field(default_factory=dict)  # model -> its best TrialResult
     schema: object = None  # FeatureSchema the predictors type their input with
+    test_preds: dict = field(default_factory=dict)  # the weighted ensemble's test predictions (for the blend)
+    lead: Optional[str] = None  # the row the leaderboard shows first whatever its score (the run's answer)
 
 
 @register
@@ -77,7 +79,8 @@ class EnsembleNode(NodeKind):
             for row in rows:
                 _set_threshold(row, predictors[row["model"]], *preds[row["model"]], data, metric.name)
         board_order(rows, metric, lead="ensemble" if searched and guard else None)
-        return Board(rows, predictors, best, schema)
+        answer = {"ensemble": preds["ensemble"][2]} if "ensemble" in preds else {}
+        return Board(rows, predictors, best, schema, answer)
 
     def describe(self, tasks, plan) -> str:
         names = [a.model for a in plan.allocations]

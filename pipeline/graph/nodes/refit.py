@@ -1,6 +1,7 @@
 """The refit node (refit=true): the refit fits (each model's best trial fitted once more on train +
 validation, at every stacked level; pipeline.graph.refit) as predictors and rows, and the ensemble of the
-refits with the bagged ensemble's weights. The fits ran on the backend as fit tasks of the plan."""
+refits with the bagged ensemble's weights; under hpo=auto also the blend of the two ensembles, the run's
+answer (pipeline.graph.refit.blend_row). The fits ran on the backend as fit tasks of the plan."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class RefitNode(NodeKind):
     partial_inputs = True  # the refits that ended, when the time limit left one without the time to
 
     def run(self, task, inputs, ctx) -> Board:
-        from pipeline.graph.refit import refit_all
+        from pipeline.graph.refit import blend_row, refit_all
 
         boards = [inputs[d] for d in task.depends_on if isinstance(inputs.get(d), Board)]
         if not boards:  # the ensemble was cut: no trial ended, so no refit had a trial to fit
@@ -25,8 +26,15 @@ class RefitNode(NodeKind):
         refits = {(fit.model, fit.level): inputs[fit.id] for fit in map(ctx.plan.task, task.depends_on)
                   if fit.kind == "fit" and fit.id in inputs}
         predictors = dict(board.predictors)
-        rows = refit_all(refits, board.best, predictors, ctx.data, ctx.plan, board.schema)
-        return Board(rows, {k: v for k, v in predictors.items() if k not in board.predictors})
+        test_preds = dict(board.test_preds)
+        rows = refit_all(refits, board.best, predictors, ctx.data, ctx.plan, board.schema, test_preds)
+        lead = None
+        if getattr(ctx.trials, "noise_guard", False):  # hpo=auto: the blend of both ensembles answers
+            row = blend_row(test_preds, [*board.rows, *rows], predictors, ctx.data)
+            if row is not None:
+                rows.insert(0, row)
+                lead = row["model"]
+        return Board(rows, {k: v for k, v in predictors.items() if k not in board.predictors}, lead=lead)
 
     def describe(self, tasks, plan) -> str:
         refits = sum(t.kind == "fit" and t.fold_set == () for t in plan.tasks)
