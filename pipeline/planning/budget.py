@@ -107,6 +107,7 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
 
     base_dir = base_dir or Path.cwd()
     shape = data_shape(conf.data, base_dir, settings.source)  # read once: bagging and the added kinds ask
+    problem = None  # the label column read once, where the bags ask: the refits and the added kinds do
     if bagging_fits(settings, overrides, shape):
         parallelism = dataclasses.replace(parallelism, num_folds=BAG_FOLDS)
         changes["parallelism.num_folds"] = BAG_FOLDS
@@ -118,7 +119,8 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
             f"under {BAG_ROWS_UNDER:,} rows); "
             "losing trials stop after their first folds (parallelism=default keeps one holdout fit)",
             highlight=False)
-        if refits_answer(settings, overrides, base_dir):
+        problem = settings.source.problem_type(base_dir)
+        if refits_answer(settings, overrides, problem):
             conf = dataclasses.replace(conf, refit=True)
             changes["refit"] = True
             report.console.print(
@@ -136,7 +138,7 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
     settings = dataclasses.replace(settings, conf=dataclasses.replace(conf, hpo=hpo, executor=executor,
                                                                       parallelism=parallelism),
                                    levels=check_parallelism(parallelism), params=params)
-    return with_added_kinds(settings, overrides, base_dir, shape)
+    return with_added_kinds(settings, overrides, base_dir, shape, problem)
 
 
 def busy_machine() -> Optional[str]:
@@ -163,15 +165,13 @@ def bagging_fits(settings: Settings, overrides: tuple[str, ...], shape) -> bool:
     return small_for_budget(settings, shape, BAG_CELLS_PER_HOUR)
 
 
-def refits_answer(settings: Settings, overrides: tuple[str, ...], base_dir: Path) -> bool:
+def refits_answer(settings: Settings, overrides: tuple[str, ...], problem: Optional[str]) -> bool:
     """Whether hpo=auto's bagged run also refits each model on every row and answers with the blend of both
     ensembles: on a number to predict, unless refit was set. A fold model never sees a fifth of the rows; on
     a panel (a firm's, a state's years) that fifth holds what the others say of its entity, and the refits
     learn it: on 43 regression tables at 30 s, two splits each, the answer was better on 52 of 86 and worse
     on 33 (EmplUK's RMSE 1.661 -> 1.449). Classes gained nothing (docs/time_budget.md)."""
-    if overridden("refit", overrides) or settings.conf.refit:
-        return False
-    return settings.source.problem_type(base_dir) == "regression"
+    return problem == "regression" and not (overridden("refit", overrides) or settings.conf.refit)
 
 
 def small_for_budget(settings: Settings, shape, cells_per_hour: float = CELLS_PER_HOUR) -> bool:
@@ -184,7 +184,8 @@ def small_for_budget(settings: Settings, shape, cells_per_hour: float = CELLS_PE
     return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < cells_per_hour * conf.time_limit_s / 3600
 
 
-def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape) -> Settings:
+def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape,
+                     problem: Optional[str] = None) -> Settings:
     """hpo=auto's models, with the kinds of `ADDED_KINDS` for the table's problem type beside the default ones
     where no model was chosen and the table is small for the budget: AutoGluon fits forests, CatBoost and a
     linear model among its defaults, and on a number to predict an ensemble of LightGBM and XGBoost gains
@@ -194,11 +195,11 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
     a fit, gives the classes' log-odds as a line where the choice is one, and among several classes a random
     forest's averaged votes gained where on two classes and on a number they did not (docs/time_budget.md).
     The forests' memory and CatBoost's time grow with the rows, hence the table's size. A kind whose library
-    is not installed is said and left out."""
+    is not installed is said and left out. `problem`: the table's problem type where read already."""
     conf = settings.conf
     if models_chosen(overrides) or conf.stack_levels or not small_for_budget(settings, shape):
         return settings
-    problem = settings.source.problem_type(base_dir)  # None: unknown before loading
+    problem = problem or settings.source.problem_type(base_dir)  # None: unknown before loading
     if problem is None:
         return settings
     from pipeline import report
