@@ -100,9 +100,9 @@ def blend_row(test_preds: dict, rows: list[dict], predictors: dict, data) -> Opt
     by_name = {r["model"]: r for r in rows}
     rates = [by_name.get(n, {}).get("predict_rows_per_s") for n in names]
     seconds = sum(num_test / r for r in rates) if all(rates) else None
-    level = by_name["ensemble" + SUFFIX]["level"] if "ensemble" + SUFFIX in by_name else 1
     return _row(BLEND, metrics_module.score_all(data.problem_type, data.y[data.test_idx], pred), 0.0, 0.0,
-                rows_per_second(num_test, seconds), "cpu", "-", {n: 0.5 for n in names}, level)
+                rows_per_second(num_test, seconds), "cpu", "-", {n: 0.5 for n in names},
+                by_name["ensemble" + SUFFIX]["level"])  # made with its predictions, so always there
 
 
 def _row(name: str, test: dict, fit_seconds: float, predict_seconds: float, rows_per_s, device: str, trial,
