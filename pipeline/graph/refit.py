@@ -29,11 +29,11 @@ log = logging.getLogger(__name__)
 
 
 def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, schema,
-              ensemble_preds: Optional[dict] = None) -> list[dict]:
+              ensemble_preds: Optional[dict] = None, stand_ins: Optional[dict] = None) -> list[dict]:
     """The predictors and leaderboard rows of the refit fits `refits` ((model kind, level) -> fold
     result; `best`: each level name's best bag), and of the ensemble over the refits with the bagged
-    ensemble's weights; adds the predictors to `predictors` and the refits' ensemble's test predictions to
-    `ensemble_preds`."""
+    ensemble's weights (`_refits_ensemble`; `stand_ins`: the bags that may stand in for a member's refit);
+    adds the predictors to `predictors` and the refits' ensemble's test predictions to `ensemble_preds`."""
     problem, y_test, num_test = data.problem_type, data.y[data.test_idx], len(data.test_idx)
     kinds = [a.model for a in plan.allocations]
     rows, test_preds, test_seconds = [], {}, {}
@@ -58,25 +58,47 @@ def refit_all(refits: dict, best: dict, predictors: dict, data, plan: Plan, sche
                          result.fit_seconds, result.predict_seconds, rows_per_second(num_test, seconds), device,
                          best[name].trial, {**result.model.params}, level))
     bagged = predictors.get("ensemble")
-    missing = [m.name for m in bagged.members if m.name + SUFFIX not in predictors] if isinstance(
-        bagged, EnsemblePredictor) else []
-    if missing:
+    if isinstance(bagged, EnsemblePredictor):
+        row = _refits_ensemble(bagged, predictors, test_preds, test_seconds, stand_ins, data, ensemble_preds,
+                               max(lvl for _, lvl in refits) + 1 if refits else 2)
+        rows.extend([row] if row is not None else [])
+    return rows
+
+
+def _refits_ensemble(bagged, predictors: dict, test_preds: dict, test_seconds: dict,
+                     stand_ins: Optional[dict], data, ensemble_preds: Optional[dict],
+                     level: int) -> Optional[dict]:
+    """The refits' ensemble, the bagged ensemble's weights over each member's refit, and its row; with
+    `stand_ins` (hpo=auto: each model's bagged trial by name) a member whose refit the time limit cut is in
+    it as its bag, and at least one refit must be: on diamonds at 30 s LightGBM's refit ended and XGBoost's
+    did not, and the run had no blend; without, every member needs its refit. None where it cannot be made
+    (said in the log)."""
+    problem, num_test = data.problem_type, len(data.test_idx)
+    missing = [m.name for m in bagged.members if m.name + SUFFIX not in predictors]
+    if missing and (stand_ins is None or len(missing) == len(bagged.members)
+                    or any(n not in stand_ins for n in missing)):
         log.warning("no ensemble%s: %s, in the ensemble, had no refit (the time limit cut it)", SUFFIX,
                     ", ".join(missing))
-    elif isinstance(bagged, EnsemblePredictor):
-        members = [predictors[m.name + SUFFIX] for m in bagged.members]
-        predictors["ensemble" + SUFFIX] = EnsemblePredictor("ensemble" + SUFFIX, members, bagged.weights, problem,
-                                                            data.classes)
-        predictors["ensemble" + SUFFIX].threshold = bagged.threshold
-        pred = blend([test_preds[m.name] for m in bagged.members], np.asarray(bagged.weights))
-        if ensemble_preds is not None:
-            ensemble_preds["ensemble" + SUFFIX] = pred
-        weights = dict(zip((m.name for m in members), bagged.weights))
-        seconds = ensemble_seconds([test_seconds[m.name] for m in bagged.members], bagged.weights)
-        level = max(lvl for _, lvl in refits) + 1
-        rows.append(_row("ensemble" + SUFFIX, metrics_module.score_all(problem, y_test, pred), 0.0, 0.0,
-                         rows_per_second(num_test, seconds), "cpu", "-", weights, level))
-    return rows
+        return None
+    if missing:
+        one = len(missing) == 1
+        log.warning("ensemble%s: %s stand%s in with %s bag%s: the time limit cut %s refit%s", SUFFIX,
+                    ", ".join(missing), "s" if one else "", "its" if one else "their", "" if one else "s",
+                    "its" if one else "their", "" if one else "s")
+        for name in missing:
+            test_preds[name] = stand_ins[name].test_pred
+            test_seconds[name] = {name: stand_ins[name].test_predict_seconds}
+    members = [predictors.get(m.name + SUFFIX, m) for m in bagged.members]
+    ensemble = EnsemblePredictor("ensemble" + SUFFIX, members, bagged.weights, problem, data.classes)
+    ensemble.threshold = bagged.threshold
+    predictors[ensemble.name] = ensemble
+    pred = blend([test_preds[m.name] for m in bagged.members], np.asarray(bagged.weights))
+    if ensemble_preds is not None:
+        ensemble_preds[ensemble.name] = pred
+    weights = dict(zip((m.name for m in members), bagged.weights))
+    seconds = ensemble_seconds([test_seconds[m.name] for m in bagged.members], bagged.weights)
+    return _row(ensemble.name, metrics_module.score_all(problem, data.y[data.test_idx], pred), 0.0, 0.0,
+                rows_per_second(num_test, seconds), "cpu", "-", weights, level)
 
 
 BLEND = "ensemble_blend"  # pipeline.objectives.BLEND names it too

@@ -110,11 +110,42 @@ def test_the_blend_of_both_ensembles_is_their_mean_and_leads_the_board():
 
 
 def test_no_blend_is_made_without_the_refits_ensemble():
-    """A time limit that cut a member's refit leaves no refits' ensemble: no blend either, and the bagged
-    ensemble's board keeps its order."""
+    """Without stand-ins (a `refit=true` the user chose), a time limit that cut a member's refit leaves no
+    refits' ensemble: no blend either, and the bagged ensemble's board keeps its order."""
     from pipeline.graph.refit import BLEND, blend_row, refit_all
 
     data, board, plan, refits = _regression_board()
     predictors, preds = dict(board.predictors), dict(board.test_preds)
     rows = refit_all({("a", 1): refits[("a", 1)]}, board.best, predictors, data, plan, None, preds)
     assert blend_row(preds, [*board.rows, *rows], predictors, data) is None and BLEND not in predictors
+
+
+def test_under_hpo_auto_a_member_whose_refit_was_cut_stands_in_with_its_bag(caplog):
+    """hpo=auto's blend needs the refits' ensemble: where the time limit cut a member's refit, that member is
+    in it as its bag, at its weight, beside the refits that ended, and the run says which. Without any refit
+    there is no refits' ensemble, and without stand-ins (refit=true chosen by the user) every member needs
+    its refit."""
+    from pipeline.ensemble import BaggedPredictor, EnsemblePredictor
+    from pipeline.graph.refit import BLEND, blend_row, refit_all
+
+    data, board, plan, refits = _regression_board()
+    c = BaggedPredictor("c", [], "regression", None, None)
+    members = [board.predictors["a"], board.predictors["b"], c]
+    weights = [0.5, 0.25, 0.25]
+    board.predictors.update(c=c, ensemble=EnsemblePredictor("ensemble", members, weights, "regression", None))
+    bag_of_c = SimpleNamespace(trial=2, test_pred=data.y + 3.0, test_predict_seconds=0.002)
+    stand_ins = {**board.best, "c": bag_of_c}
+    predictors, preds = dict(board.predictors), dict(board.test_preds)
+    with caplog.at_level("WARNING", logger="pipeline.graph.refit"):
+        rows = refit_all(refits, board.best, predictors, data, plan, None, preds, stand_ins)
+    # 0.5 (y - 1) + 0.25 (y - 1) + 0.25 (y + 3) = y
+    assert np.allclose(preds["ensemble_refit"], data.y) and rows[-1]["test_rmse"] == 0.0
+    assert [m.name for m in predictors["ensemble_refit"].members] == ["a_refit", "b_refit", "c"]
+    assert "ensemble_refit: c stands in with its bag: the time limit cut its refit" in caplog.text
+    assert blend_row(preds, [*board.rows, *rows], predictors, data)["model"] == BLEND
+    # no refit at all, or no stand-ins: no refits' ensemble, and so no blend
+    for made, allowed in (({}, stand_ins), (refits, None)):
+        predictors, preds = dict(board.predictors), dict(board.test_preds)
+        refit_all(made, board.best, predictors, data, plan, None, preds, allowed)
+        assert "ensemble_refit" not in predictors and "ensemble_refit" not in preds
+        assert blend_row(preds, [], predictors, data) is None
