@@ -80,14 +80,11 @@ def _refits_ensemble(bagged, predictors: dict, test_preds: dict, test_seconds: d
         log.warning("no ensemble%s: %s, in the ensemble, had no refit (the time limit cut it)", SUFFIX,
                     ", ".join(missing))
         return None
-    if missing:
-        one = len(missing) == 1
-        log.warning("ensemble%s: %s stand%s in with %s bag%s: the time limit cut %s refit%s", SUFFIX,
-                    ", ".join(missing), "s" if one else "", "its" if one else "their", "" if one else "s",
-                    "its" if one else "their", "" if one else "s")
-        for name in missing:
-            test_preds[name] = stand_ins[name].test_pred
-            test_seconds[name] = {name: stand_ins[name].test_predict_seconds}
+    test_preds, test_seconds = dict(test_preds), dict(test_seconds)  # the refits', and the stand-ins'
+    for name in missing:
+        log.warning("ensemble%s: %s stands in with its bag: the time limit cut its refit", SUFFIX, name)
+        test_preds[name] = stand_ins[name].test_pred
+        test_seconds[name] = {name: stand_ins[name].test_predict_seconds}
     members = [predictors.get(m.name + SUFFIX, m) for m in bagged.members]
     ensemble = EnsemblePredictor("ensemble" + SUFFIX, members, bagged.weights, problem, data.classes)
     ensemble.threshold = bagged.threshold
