@@ -240,7 +240,7 @@ class Engine:
         self.count += 1
         launch = self.scratch / "engine"
         run_dir = launch / "runs" / f"{self.count:04d}"
-        runtime = Runtime(run_dir=run_dir, launch_dir=launch, overrides=",".join(overrides))
+        runtime = Runtime(run_dir=run_dir, launch_dir=launch, overrides=tuple(overrides))
         patch = _preloaded(pipeline.data, data) if data is not None else contextlib.nullcontext()
         with open(self.scratch / "engine.log", "a") as out, contextlib.redirect_stdout(out), patch:
             print(f"== {' '.join(overrides)}", file=out)

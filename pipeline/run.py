@@ -24,38 +24,9 @@ from pipeline.objectives import inner_fit_seconds, job_return
 from pipeline.planning import make_plan, placed  # noqa: F401  (make_plan: importable from here too)
 from pipeline.settings import Settings, read_settings
 from pipeline.run_folder import make_run_folder
+from pipeline.runtime import Runtime  # noqa: F401  (importable from here too)
 
 log = logging.getLogger("pipeline")
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """Where a job runs: its Hydra output directory, the launch directory, its overrides (as its name
-    shows them: secrets masked, tracking.* and hydra.* left out) and, in a sweep, the keys it varies."""
-
-    run_dir: Path
-    launch_dir: Path
-    overrides: tuple[str, ...] = ()
-    job_num: Optional[int] = None
-    sweep_dir: Optional[Path] = None  # a job of a multirun: the sweep's directory (absolute)
-    swept: tuple[str, ...] = ()  # the keys the sweep varies, in its order
-    started: Optional[float] = None  # time.time() the run started (time_limit_s counts from it); None: now
-
-    @classmethod
-    def from_hydra(cls) -> "Runtime":
-        from hydra.core.hydra_config import HydraConfig
-
-        from pipeline.tracking import naming
-        from pipeline.tracking.sweep import sweep_directory, sweep_overrides
-
-        h = HydraConfig.get()
-        shown = tuple(naming.shown_overrides(h.overrides.task))
-        if h.mode.name != "MULTIRUN":
-            return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), shown)
-        sweep = sweep_directory(Path(h.runtime.cwd), h.sweep.dir)
-        params = h.sweeper.get("params") if "sweeper" in h else None
-        swept = naming.swept_keys(sweep_overrides(sweep), params)
-        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), shown, h.job.get("num"), sweep, tuple(swept))
 
 
 def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float, list[float]]:
@@ -71,11 +42,11 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     runtime = runtime or Runtime.from_hydra()
     runtime = dataclasses.replace(runtime, started=runtime.started or started)
     # read once, every config value checked once (pipeline.config_checks)
-    settings = read_settings(cfg, runtime.overrides)
+    settings = read_settings(cfg, runtime.choices)
     lean_imports_for_run(settings.lean_imports)
     from pipeline.planning.budget import search_for_budget
 
-    settings = search_for_budget(settings, runtime.overrides, runtime.launch_dir)
+    settings = search_for_budget(settings, runtime.choices, runtime.launch_dir)
     components = Components.resolve(settings)
     checked = check(settings, runtime.launch_dir)  # the data, the metric, the models' params: before any work
     make_run_folder(runtime.run_dir)  # checked (by Hydra's callback too, before Hydra wrote into it), made
@@ -124,7 +95,8 @@ def show_plan(settings: Settings, plan: Plan, runtime: Runtime, checked: Checked
 
         write_schema(runtime.run_dir / "schema.json", checked.roles)
     if settings.conf.time_limit_s is not None or settings.conf.fit_time_limit_s is not None:
-        report.console.print(report.time_limit_line(settings.conf.time_limit_s, settings.conf.fit_time_limit_s))
+        report.console.print(report.time_limit_line(settings.conf.time_limit_s, settings.conf.fit_time_limit_s,
+                                                     settings.conf.refit))
     plan.write(runtime.run_dir / "plan.json")
 
 

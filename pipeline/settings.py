@@ -111,7 +111,7 @@ class Settings:
         data = DataInput(shape, conf.data.test_size, conf.data.val_size)
         models = tuple(ModelInput(s, conf.hpo.trials_for(s.name, s.search_space)) for s in self.models)
         return PlanInput(models, self.levels, data, machine, conf.hardware, self.lean_imports, conf.dry_run,
-                         conf.refit, conf.stack_levels, on_cluster)
+                         bool(conf.refit), conf.stack_levels, on_cluster)
 
     @property
     def library_modules(self) -> tuple[str, ...]:

@@ -58,7 +58,17 @@ ADDED_KINDS = (
 
 def search_for_budget(settings: Settings, overrides: tuple[str, ...],
                       base_dir: Optional[Path] = None) -> Settings:
-    """`settings`, with hpo=auto when time_limit_s is set and the user chose no hpo (said on the terminal)."""
+    """`settings`, with hpo=auto when time_limit_s is set and the user chose no hpo (said on the terminal),
+    and `refit` decided where it was left to the engine (null: false unless `refits_answer`). `overrides`:
+    what the user chose (pipeline.runtime.Runtime.choices); a group among them is left as chosen."""
+    settings = _searched(settings, overrides, base_dir)
+    if settings.conf.refit is not None:
+        return settings
+    params = {**settings.params, "refit": False} if "refit" in settings.params else settings.params
+    return dataclasses.replace(settings, conf=dataclasses.replace(settings.conf, refit=False), params=params)
+
+
+def _searched(settings: Settings, overrides: tuple[str, ...], base_dir: Optional[Path]) -> Settings:
     from pipeline.searchers import AutoSearch
 
     conf = settings.conf
@@ -120,7 +130,7 @@ def search_for_budget(settings: Settings, overrides: tuple[str, ...],
             "losing trials stop after their first folds (parallelism=default keeps one holdout fit)",
             highlight=False)
         problem = settings.source.problem_type(base_dir)
-        if refits_answer(settings, overrides, problem):
+        if refits_answer(settings, problem):
             conf = dataclasses.replace(conf, refit=True)
             changes["refit"] = True
             report.console.print(
@@ -165,13 +175,14 @@ def bagging_fits(settings: Settings, overrides: tuple[str, ...], shape) -> bool:
     return small_for_budget(settings, shape, BAG_CELLS_PER_HOUR)
 
 
-def refits_answer(settings: Settings, overrides: tuple[str, ...], problem: Optional[str]) -> bool:
+def refits_answer(settings: Settings, problem: Optional[str]) -> bool:
     """Whether hpo=auto's bagged run also refits each model on every row and answers with the blend of both
     ensembles: on a number to predict, unless refit was set. A fold model never sees a fifth of the rows; on
     a panel (a firm's, a state's years) that fifth holds what the others say of its entity, and the refits
     learn it: on 43 regression tables at 30 s, two splits each, the answer was better on 52 of 86 and worse
-    on 33 (EmplUK's RMSE 1.661 -> 1.449). Classes gained nothing (docs/time_budget.md)."""
-    return problem == "regression" and not (overridden("refit", overrides) or settings.conf.refit)
+    on 33 (EmplUK's RMSE 1.661 -> 1.449). Classes gained nothing (docs/time_budget.md). `refit` set (true or
+    false, on the command line or in a config) is the user's: only null leaves it to the engine."""
+    return problem == "regression" and settings.conf.refit is None
 
 
 def small_for_budget(settings: Settings, shape, cells_per_hour: float = CELLS_PER_HOUR) -> bool:

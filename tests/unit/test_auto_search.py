@@ -289,6 +289,8 @@ def test_a_named_configuration_leaves_what_it_does_not_name_to_the_models_params
     (["time_limit_s=60", *REGRESSION], True),  # a number to predict, bagged: the refits and the blend join
     (["time_limit_s=3600", *REGRESSION, "model=gbm"], True),  # models chosen: still hpo=auto's bags
     (["time_limit_s=60", *REGRESSION, "refit=false"], False),  # the user's word
+    (["time_limit_s=60", *REGRESSION, "refit=null"], True),  # left to the engine, as by default
+    (["time_limit_s=60", "data=synthetic", "data.rows=3000", "refit=true"], True),  # the user's word on classes
     (["time_limit_s=60", *REGRESSION, "parallelism=default"], False),  # one holdout fit: no fold misses rows
     (["time_limit_s=30", *REGRESSION[:-1], "data.rows=200000"], False),  # too many cells: not bagged
     (["time_limit_s=60", *REGRESSION, "hpo=tpe"], False),  # not hpo=auto
@@ -301,4 +303,38 @@ def test_hpo_auto_refits_and_blends_on_a_number_to_predict_when_it_bags(compose,
     assert settings.plan_input(None).refit is refit  # what the plan reads
     assert settings.params.get("refit", False) is refit  # logged as the run's param
     said = " ".join(capsys.readouterr().out.split())
-    assert ("(refit=true) and the run answers with ensemble_blend" in said) is refit
+    decided = refit and "refit=true" not in overrides  # said where the engine turned refit on
+    assert ("(refit=true) and the run answers with ensemble_blend" in said) is decided
+
+
+EXPERIMENT = """# @package _global_
+defaults:
+  - override /model: gbm
+refit: false
+"""
+
+
+def test_what_a_users_experiment_config_chooses_is_theirs_as_on_the_command_line(compose, tmp_path):
+    """An experiment config of the user's (`+experiment=NAME` from their --config-dir) that chooses the
+    models and refit=false is the user's choice: hpo=auto adds no kinds and fits no refits, as with the same
+    keys on the command line."""
+    from pipeline.runtime import chosen_groups
+
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "gbm_only.yaml").write_text(EXPERIMENT)
+    overrides = ["time_limit_s=60", *REGRESSION, "+experiment=gbm_only", f"hydra.searchpath=[file://{tmp_path}]"]
+    chosen = chosen_groups(compose(overrides, return_hydra_config=True).hydra.runtime.choices)
+    assert set(chosen) == {"model=gbm", "experiment=gbm_only", "data=synthetic"}
+    settings = search_for_budget(read_settings(compose(overrides), (*overrides, *chosen)), (*overrides, *chosen))
+    assert isinstance(settings.conf.hpo.make_searcher(), AutoSearch)
+    assert [m.name for m in settings.models] == ["lightgbm", "xgboost"]
+    assert settings.conf.parallelism.num_folds == 5 and settings.conf.refit is False  # still hpo=auto's bags
+    assert settings.params["refit"] is False
+
+
+def test_groups_left_at_their_packaged_default_are_not_chosen(compose):
+    from pipeline.runtime import chosen_groups
+
+    assert chosen_groups(compose([], return_hydra_config=True).hydra.runtime.choices) == ()
+    listed = compose(["model=[lightgbm,nn]", "+hardware=4gpu"], return_hydra_config=True)
+    assert set(chosen_groups(listed.hydra.runtime.choices)) == {"model=[...]", "hardware=4gpu"}
