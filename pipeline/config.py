@@ -113,8 +113,8 @@ class Config:
     seed: int = 0
     eval_metric: str = "auto"
     dry_run: bool = False
-    # fit each model's best trial once more on train + validation (one model, no bag); null: the engine decides
-    # (hpo=auto's bagged runs on a number to predict refit: pipeline.planning.budget.refits_answer)
+    # fit each model's best trial once more on train + validation (one model, no bag); null: the engine
+    # decides (hpo=auto's bagged runs on a number to predict refit: pipeline.planning.budget.refits_answer)
     refit: Optional[bool] = None
     stack_levels: int = 0  # levels of models stacked on the base models' out-of-fold predictions (pipeline.graph.stacking)
     resume: Optional[str] = None  # null or false | true (the newest unfinished run) | a run directory

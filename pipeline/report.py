@@ -210,8 +210,9 @@ def leaderboard_table(rows: list[dict], metric: str) -> Table:
 def time_limit_line(limit_s, fit_limit_s=None, refit: bool = False) -> str:
     """Under the plan: what time_limit_s (or fit_time_limit_s) will do to it."""
     if limit_s is not None:
+        after = f"{'refits, ' if refit else ''}ensemble, saving and logging"
         head = (f"time limit: {limit_s:g} s for the whole run (time_limit_s), start-up to the last line; the fits "
-                f"end early enough for the {'refits, ' if refit else ''}ensemble, saving and logging after them")
+                f"end early enough for the {after} after them")
     else:
         head = f"time limit: {fit_limit_s:g} s for the fits (fit_time_limit_s), from the first one"
     return head + ("; trials run round by round across the models, and fits that cannot end by then are not "

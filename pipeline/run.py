@@ -95,8 +95,8 @@ def show_plan(settings: Settings, plan: Plan, runtime: Runtime, checked: Checked
 
         write_schema(runtime.run_dir / "schema.json", checked.roles)
     if settings.conf.time_limit_s is not None or settings.conf.fit_time_limit_s is not None:
-        report.console.print(report.time_limit_line(settings.conf.time_limit_s, settings.conf.fit_time_limit_s,
-                                                     settings.conf.refit))
+        conf = settings.conf
+        report.console.print(report.time_limit_line(conf.time_limit_s, conf.fit_time_limit_s, conf.refit))
     plan.write(runtime.run_dir / "plan.json")
 
 

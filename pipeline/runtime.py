@@ -45,8 +45,8 @@ class Runtime:
         sweep = sweep_directory(Path(h.runtime.cwd), h.sweep.dir)
         params = h.sweeper.get("params") if "sweeper" in h else None
         swept = naming.swept_keys(sweep_overrides(sweep), params)
-        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), shown, h.job.get("num"), sweep, tuple(swept),
-                   chosen=chosen)
+        return cls(Path(h.runtime.output_dir), Path(h.runtime.cwd), shown, h.job.get("num"), sweep,
+                   tuple(swept), chosen=chosen)
 
 
 def chosen_groups(choices: Mapping[str, object]) -> tuple[str, ...]:

@@ -68,15 +68,15 @@ def test_a_tuned_default_model_keeps_the_kinds_hpo_auto_adds(cli, tmp_path):
 
 
 def test_a_users_experiment_config_chooses_the_models_and_refit_as_the_command_line_does(cli, tmp_path):
-    """Through the CLI: `+experiment=NAME` from the user's own configs, choosing `model: gbm` and `refit: false`,
-    is the user's word, as the same keys typed would be: no added kinds, no refits (before, the engine read only
-    the command line's keys, added its kinds and turned refit on)."""
+    """Through the CLI: `+experiment=NAME` from the user's own configs, choosing `model: gbm` and
+    `refit: false`, is the user's word, as the same keys typed would be: no added kinds, no refits (before,
+    the engine read only the command line's keys, added its kinds and turned refit on)."""
     from tests.conftest import user_config
 
     searchpath = user_config(tmp_path, "experiment", "gbm_only",
                              "# @package _global_\ndefaults:\n  - override /model: gbm\nrefit: false\n")
-    proc = cli("data=synthetic", "data.classes=0", "data.rows=3000", "time_limit_s=60", "dry_run=true", searchpath,
-               "+experiment=gbm_only", "hydra.run.dir=mine", check=True, timeout=120)
+    proc = cli("data=synthetic", "data.classes=0", "data.rows=3000", "time_limit_s=60", "dry_run=true",
+               searchpath, "+experiment=gbm_only", "hydra.run.dir=mine", check=True, timeout=120)
     plan = json.loads((tmp_path / "mine" / "plan.json").read_text())
     assert [m["name"] for m in plan["models"]] == ["lightgbm", "xgboost"]
     assert not [t for t in plan["tasks"] if "refit" in t["id"]]

@@ -290,7 +290,7 @@ def test_a_named_configuration_leaves_what_it_does_not_name_to_the_models_params
     (["time_limit_s=3600", *REGRESSION, "model=gbm"], True),  # models chosen: still hpo=auto's bags
     (["time_limit_s=60", *REGRESSION, "refit=false"], False),  # the user's word
     (["time_limit_s=60", *REGRESSION, "refit=null"], True),  # left to the engine, as by default
-    (["time_limit_s=60", "data=synthetic", "data.rows=3000", "refit=true"], True),  # the user's word on classes
+    (["time_limit_s=60", "data=synthetic", "data.rows=3000", "refit=true"], True),  # the user's, on classes
     (["time_limit_s=60", *REGRESSION, "parallelism=default"], False),  # one holdout fit: no fold misses rows
     (["time_limit_s=30", *REGRESSION[:-1], "data.rows=200000"], False),  # too many cells: not bagged
     (["time_limit_s=60", *REGRESSION, "hpo=tpe"], False),  # not hpo=auto
@@ -322,10 +322,12 @@ def test_what_a_users_experiment_config_chooses_is_theirs_as_on_the_command_line
 
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "gbm_only.yaml").write_text(EXPERIMENT)
-    overrides = ["time_limit_s=60", *REGRESSION, "+experiment=gbm_only", f"hydra.searchpath=[file://{tmp_path}]"]
+    searchpath = f"hydra.searchpath=[file://{tmp_path}]"
+    overrides = ["time_limit_s=60", *REGRESSION, "+experiment=gbm_only", searchpath]
     chosen = chosen_groups(compose(overrides, return_hydra_config=True).hydra.runtime.choices)
     assert set(chosen) == {"model=gbm", "experiment=gbm_only", "data=synthetic"}
-    settings = search_for_budget(read_settings(compose(overrides), (*overrides, *chosen)), (*overrides, *chosen))
+    choices = (*overrides, *chosen)  # as pipeline.runtime.Runtime.choices has them
+    settings = search_for_budget(read_settings(compose(overrides), choices), choices)
     assert isinstance(settings.conf.hpo.make_searcher(), AutoSearch)
     assert [m.name for m in settings.models] == ["lightgbm", "xgboost"]
     assert settings.conf.parallelism.num_folds == 5 and settings.conf.refit is False  # still hpo=auto's bags
