@@ -319,10 +319,9 @@ def test_what_a_users_experiment_config_chooses_is_theirs_as_on_the_command_line
     models and refit=false is the user's choice: hpo=auto adds no kinds and fits no refits, as with the same
     keys on the command line."""
     from pipeline.runtime import chosen_groups
+    from tests.conftest import user_config
 
-    (tmp_path / "experiment").mkdir()
-    (tmp_path / "experiment" / "gbm_only.yaml").write_text(EXPERIMENT)
-    searchpath = f"hydra.searchpath=[file://{tmp_path}]"
+    searchpath = user_config(tmp_path, "experiment", "gbm_only", EXPERIMENT)
     overrides = ["time_limit_s=60", *REGRESSION, "+experiment=gbm_only", searchpath]
     chosen = chosen_groups(compose(overrides, return_hydra_config=True).hydra.runtime.choices)
     assert set(chosen) == {"model=gbm", "experiment=gbm_only", "data=synthetic"}
