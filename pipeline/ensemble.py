@@ -78,15 +78,9 @@ def blend(preds: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
     return sum(w * p for w, p in zip(weights, preds) if w > 0)
 
 
-@dataclass
-class BaggedPredictor:
-    """One model's fold models; predicts their average on raw input."""
+class OnRawInput:
+    """A predictor users call on raw rows: typed by its schema, then its `predict_typed`."""
 
-    name: str
-    models: list
-    problem_type: str
-    classes: Optional[list]
-    schema: FeatureSchema
     threshold = None  # binary: the positive class from this probability on (None: the likelier)
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
@@ -94,6 +88,17 @@ class BaggedPredictor:
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         return labels(self, self.predict_proba(frame))
+
+
+@dataclass
+class BaggedPredictor(OnRawInput):
+    """One model's fold models; predicts their average on raw input."""
+
+    name: str
+    models: list
+    problem_type: str
+    classes: Optional[list]
+    schema: FeatureSchema
 
     def predict_typed(self, X: pd.DataFrame, shared: Optional[dict] = None) -> np.ndarray:
         """predict_proba on rows already typed by the schema (`shared`: see StackedPredictor)."""
@@ -154,7 +159,7 @@ class StackedPredictor(BaggedPredictor):
 
 
 @dataclass
-class EnsemblePredictor:
+class EnsemblePredictor(OnRawInput):
     """The weighted blend of bagged predictors."""
 
     name: str
@@ -162,13 +167,6 @@ class EnsemblePredictor:
     weights: list[float]
     problem_type: str
     classes: Optional[list]
-    threshold = None  # binary: the positive class from this probability on (None: the likelier)
-
-    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
-        return self.predict_typed(self.schema.apply(frame))
-
-    def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        return labels(self, self.predict_proba(frame))
 
     def predict_typed(self, X: pd.DataFrame, shared: Optional[dict] = None) -> np.ndarray:
         """The members share the training schema: the input is typed once; stacked members predict
