@@ -28,16 +28,15 @@ if TYPE_CHECKING:
 EARLY_STOPPED_ROUNDS = 1000
 
 
-def boosting_work(fit, rounds, early_stopping: bool = False) -> float:
-    """A boosted-tree fit's work in its calibration's unit: training rows x features x rounds, in billions;
-    with `early_stopping`, at most `EARLY_STOPPED_ROUNDS` rounds."""
-    rounds = min(int(rounds), EARLY_STOPPED_ROUNDS) if early_stopping else int(rounds)
+def boosting_work(params: dict, fit, round_keys: tuple[str, ...], default_rounds: int,
+                  patience_keys: tuple[str, ...]) -> float:
+    """A boosted-tree fit's work in its calibration's unit: training rows x features x rounds, in billions.
+    The rounds are the first of `round_keys` the params set (else `default_rounds`); where they set a
+    patience under any of `patience_keys` (0 or None: none), at most `EARLY_STOPPED_ROUNDS`."""
+    rounds = int(next((params[k] for k in round_keys if k in params), default_rounds))
+    if any(params.get(key) for key in patience_keys):
+        rounds = min(rounds, EARLY_STOPPED_ROUNDS)
     return fit.train * fit.features * rounds / 1e9
-
-
-def stops_early(params: dict, keys: tuple[str, ...]) -> bool:
-    """Whether `params` set a patience under any of the library's names `keys` (0 or None: none)."""
-    return any(params.get(key) for key in keys)
 
 
 @dataclass(frozen=True)

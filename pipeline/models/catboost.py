@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.frames import with_columns
-from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work, stops_early
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
 from pipeline.models.profile import MiB, ModelProfile
 
 log = logging.getLogger("pipeline")
@@ -128,8 +128,7 @@ class CatBoostModel(TabularModel):
 
     @classmethod
     def fit_work(cls, params, fit):
-        rounds = next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS)
-        return boosting_work(fit, rounds, stops_early(params, PATIENCE))
+        return boosting_work(params, fit, ROUNDS, DEFAULT_ROUNDS, PATIENCE)
 
     @classmethod
     def gpu_request(cls, params):

@@ -11,7 +11,7 @@ from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
 from pipeline.models.lightgbm_gpu import device_log, log_from_this_thread, probe
 from pipeline.models.links import from_raw, to_raw
-from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work, stops_early
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
 from pipeline.models.profile import ModelProfile
 
 GPU_HELP = (
@@ -127,8 +127,7 @@ class LightGBMModel(TabularModel):
 
     @classmethod
     def fit_work(cls, params, fit):
-        rounds = next((params[k] for k in ROUNDS if k in params), DEFAULT_ROUNDS)
-        return boosting_work(fit, rounds, stops_early(params, PATIENCE))
+        return boosting_work(params, fit, ROUNDS, DEFAULT_ROUNDS, PATIENCE)
 
     @classmethod
     def gpu_request(cls, params):

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
-from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work, stops_early
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
 from pipeline.models.links import from_raw
 from pipeline.models.profile import ModelProfile
 
@@ -99,8 +99,7 @@ class XGBoostModel(TabularModel):
 
     @classmethod
     def fit_work(cls, params, fit):
-        patience = stops_early(params, ("early_stopping_rounds",))
-        return boosting_work(fit, params.get("num_boost_round", 1000), patience)
+        return boosting_work(params, fit, ("num_boost_round",), 1000, ("early_stopping_rounds",))
 
     @classmethod
     def gpu_request(cls, params):
