@@ -214,6 +214,20 @@ def figure_table(figures: list[dict]) -> list[str]:
     return lines
 
 
+# The suites that set the engine beside a plain script: (first header, [(header, figure, unit)], last header,
+# the word for scores that are not identical).
+SIDE_BY_SIDE = {
+    "overhead": ("data · model", [("engine", "engine seconds", "s"), ("plain", "plain seconds", "s"),
+                                  ("engine/plain", "time ratio engine/plain", "ratio"),
+                                  ("engine test AUC", "engine test ROC AUC", "roc_auc"),
+                                  ("plain test AUC", "plain test ROC AUC", "roc_auc")], "scores", "differ"),
+    "scale": ("model · rows", [("engine", "engine seconds", "s"), ("plain", "plain seconds", "s"),
+                               ("wall", "engine / plain wall", "ratio"), ("engine peak", "engine peak RSS", "MiB"),
+                               ("plain peak", "plain peak RSS", "MiB"),
+                               ("peak RSS", "engine / plain peak RSS", "ratio"),
+                               ("estimate / peak", "memory estimate / peak", "ratio")], "test AUC", "differs"),
+}
+
 def _summary(suite: str, figures: list[dict]) -> list[str]:
     """A side-by-side table for the suites that compare two things."""
     by = {(f.get("group"), f["name"]): f for f in figures if f.get("median") is not None}
@@ -223,27 +237,15 @@ def _summary(suite: str, figures: list[dict]) -> list[str]:
         return fmt(f["median"], unit) if f else "not measured"
 
     groups = list(dict.fromkeys(f.get("group") for f in figures))
-    if suite == "overhead":
-        lines = ["Medians side by side:", "", "| data · model | engine | plain | engine/plain | engine test AUC | "
-                 "plain test AUC | scores |", "|---|---:|---:|---:|---:|---:|---|"]
+    if suite in SIDE_BY_SIDE:
+        first, columns, last, differ = SIDE_BY_SIDE[suite]
+        lines = ["Medians side by side:", "", "| " + " | ".join([first, *(c[0] for c in columns), last]) + " |",
+                 "|---|" + "---:|" * len(columns) + "---|"]
         for g in groups:
             same = by.get((g, "plain test ROC AUC"), {}).get("identical")
-            lines.append(f"| {g} | {cell(g, 'engine seconds', 's')} | {cell(g, 'plain seconds', 's')} | "
-                         f"{cell(g, 'time ratio engine/plain', 'ratio')} | "
-                         f"{cell(g, 'engine test ROC AUC', 'roc_auc')} | "
-                         f"{cell(g, 'plain test ROC AUC', 'roc_auc')} | "
-                         f"{'identical' if same else 'differ' if same is False else 'not compared'} |")
-        return lines + ["", "All figures:", ""]
-    if suite == "scale":
-        lines = ["Medians side by side:", "", "| model · rows | engine | plain | wall | engine peak | plain peak | "
-                 "peak RSS | estimate / peak | test AUC |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for g in groups:
-            same = by.get((g, "plain test ROC AUC"), {}).get("identical")
-            lines.append(f"| {g} | {cell(g, 'engine seconds', 's')} | {cell(g, 'plain seconds', 's')} | "
-                         f"{cell(g, 'engine / plain wall', 'ratio')} | {cell(g, 'engine peak RSS', 'MiB')} | "
-                         f"{cell(g, 'plain peak RSS', 'MiB')} | {cell(g, 'engine / plain peak RSS', 'ratio')} | "
-                         f"{cell(g, 'memory estimate / peak', 'ratio')} | "
-                         f"{'identical' if same else 'differs' if same is False else 'not compared'} |")
+            verdict = "identical" if same else differ if same is False else "not compared"
+            lines.append("| " + " | ".join([str(g), *(cell(g, name, unit) for _, name, unit in columns), verdict])
+                         + " |")
         return lines + ["", "All figures:", ""]
     if suite == "autogluon" and by:
         lines = ["Medians side by side:", "", "| pairing | | seconds | best single model: test AUC | "
