@@ -228,6 +228,7 @@ SIDE_BY_SIDE = {
                                ("estimate / peak", "memory estimate / peak", "ratio")], "test AUC", "differs"),
 }
 
+
 def _summary(suite: str, figures: list[dict]) -> list[str]:
     """A side-by-side table for the suites that compare two things."""
     by = {(f.get("group"), f["name"]): f for f in figures if f.get("median") is not None}

@@ -33,11 +33,16 @@ def boosting_work(params: dict, fit, round_keys: tuple[str, ...], default_rounds
     """A boosted-tree fit's work in its calibration's unit: training rows x features x rounds, in billions.
     The rounds are the first of `round_keys` the params set (else `default_rounds`); where they set a
     patience under any of `patience_keys` (0 or None: none), at most `EARLY_STOPPED_ROUNDS`."""
-    rounds = int(next((params[k] for k in round_keys if k in params), default_rounds))
+    rounds = rounds_of(params, round_keys, default_rounds)
     if any(params.get(key) for key in patience_keys):
         rounds = min(rounds, EARLY_STOPPED_ROUNDS)
     return fit.train * fit.features * rounds / 1e9
 
+
+
+def rounds_of(params: dict, round_keys: tuple[str, ...], default_rounds: int) -> int:
+    """The most rounds `params` set under the first of the library's names `round_keys` it holds."""
+    return int(next((params[k] for k in round_keys if k in params), default_rounds))
 
 @dataclass(frozen=True)
 class Placement:

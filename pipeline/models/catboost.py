@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.frames import with_columns
-from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
+from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work, rounds_of
 from pipeline.models.profile import MiB, ModelProfile
 
 log = logging.getLogger("pipeline")
@@ -66,7 +66,7 @@ def memory(params: dict, fit, on_gpu: bool):
     categorical = fit.data.categorical
     borders = int(params.get("border_count", 128 if on_gpu else 254))
     depth = int(params.get("depth", params.get("max_depth", 6)))
-    rounds = int(next((params[key] for key in ROUNDS if key in params), DEFAULT_ROUNDS))
+    rounds = rounds_of(params, ROUNDS, DEFAULT_ROUNDS)
     permutations = int(params.get("fold_permutation_block", 1)) + 3  # learn permutations, and the one scored
     parts = {
         "fold_copies": rows * feature_bytes(fit),  # the codes and numbers the pools are made from
