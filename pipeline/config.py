@@ -3,17 +3,20 @@
 The primary config (`conf/config.yaml`) lists `config_schema` first in its defaults, so every
 group merges into these dataclasses: a misspelt key or a wrong type fails at compose time
 with Hydra's message naming the key. OmegaConf.to_object then builds them as the run's typed
-settings (`pipeline.settings`); `pipeline.config_checks` checks their values, once.
+settings (`pipeline.settings`); `pipeline.config_checks` checks their values, once. A model's
+search space is a map the user adds dimensions to (`+model.<name>.search_space.<param>={...}`),
+typed as it is built (`typed_dims`), its errors ConfigErrors naming the key.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.components import (  # noqa: F401  (the schema of every group is importable from here)
     BUNDLED, BUNDLED_SOURCE, NO_SEARCH, DataConf, HpoConf, SearchDimConf,
@@ -28,6 +31,27 @@ IN_PROCESS = ("auto", "always", "never")
 LOCAL_EXECUTOR = "pipeline.executors.local_backend"
 MLFLOW_TRACKER = "pipeline.tracking.factory.mlflow_tracker"
 NO_TRACKER = "pipeline.tracking.factory.no_tracker"
+
+
+def typed_dims(key: str, space: dict) -> dict:
+    """A model's search space `key` (name -> a SearchDimConf or a plain dict, as OmegaConf.to_object builds a
+    Dict[str, Any]) as SearchDimConfs, each dict merged into the schema as composition would: a misspelt key,
+    a wrong type or a value that is no mapping is a ConfigError naming `key.<name>`."""
+    typed = {}
+    for name, dim in space.items():
+        if isinstance(dim, SearchDimConf):
+            typed[name] = dim
+            continue
+        keys = ", ".join(f.name for f in fields(SearchDimConf))
+        if not isinstance(dim, dict):
+            raise ConfigError(f"{key}.{name}={dim!r} is not a mapping of a dimension's keys ({keys})")
+        try:
+            typed[name] = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SearchDimConf), dim))
+        except OmegaConfBaseException as error:
+            where = f"{key}.{name}" + (f".{error.full_key}" if getattr(error, "full_key", None) else "")
+            reason = str(error.msg).splitlines()[0]
+            raise ConfigError(f"{where}: {reason} (a dimension's keys: {keys})") from None
+    return typed
 
 
 @dataclass
@@ -69,7 +93,10 @@ class ModelSpecConf:
     device: str = "cpu"  # auto | cpu | cuda; auto: the planner's estimate picks (pipeline.planning.device_choice)
     gpu_params: Dict[str, Any] = field(default_factory=dict)  # laid over params when the model runs on a GPU
     resources: ResourcesConf = field(default_factory=ResourcesConf)
-    search_space: Dict[str, SearchDimConf] = field(default_factory=dict)
+    # each a SearchDimConf once read (`typed_dims`): composed as a plain map, since OmegaConf refuses a new
+    # key's dict in a Dict of dataclasses, so that
+    # `+model.xgboost.search_space.max_leaves={type:int,low:4,high:256}` adds one
+    search_space: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from pipeline import config_checks as checks
-from pipeline.config import Config, ModelSpecConf, PredictConfig, Resume, SearchDimConf
-from pipeline.errors import ConfigError
+from pipeline.config import Config, ModelSpecConf, PredictConfig, Resume, SearchDimConf, typed_dims
+from pipeline.errors import ConfigError, closest
 from pipeline.lean_imports import PRELOAD as LEAN_PRELOAD
 from pipeline.memory.budget import MemoryRequest
 from pipeline.objectives import check as check_objectives
@@ -145,7 +145,29 @@ def typed(cfg: DictConfig, schema: type):
             del cfg["hydra"]
     if OmegaConf.get_type(cfg) is not schema:  # composed without the schema in its defaults
         cfg = OmegaConf.merge(OmegaConf.structured(schema), cfg)
+    check_known_keys(cfg)
     return OmegaConf.to_object(cfg)
+
+
+def check_known_keys(node, path: str = "") -> None:
+    """A ConfigError for a key that no schema holds where one types the node. Hydra's `+key=value` adds a key
+    to a typed node (its own advice for a key that is not in the config: `+time_limit=60` for time_limit_s),
+    and OmegaConf.to_object would keep it as a stray attribute that nothing reads: the run would go on
+    without what was asked."""
+    if isinstance(node, DictConfig):
+        schema = OmegaConf.get_type(node)
+        known = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+        for key in node.keys():
+            where = f"{path}.{key}" if path else str(key)
+            if known is not None and key not in known:
+                value = node._get_node(key)
+                value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value._value()
+                raise ConfigError(f"{where}={value!r} is not a key of {path or 'the config'}"
+                                  f"{closest(str(key), known)}; its keys: {', '.join(known)}")
+            check_known_keys(node._get_node(key), where)
+    elif isinstance(node, ListConfig):
+        for index, item in enumerate(node._iter_ex(resolve=False)):
+            check_known_keys(node._get_node(index), f"{path}[{index}]")
 
 
 def values(cfg: DictConfig) -> dict:
@@ -226,5 +248,6 @@ def read_predict_settings(cfg: DictConfig) -> PredictConfig:
 
 def model_spec(name: str, spec: ModelSpecConf, allowed: tuple[str, ...]) -> ModelSpec:
     """One configured model, its class and resources checked."""
+    spec = dataclasses.replace(spec, search_space=typed_dims(f"model.{name}.search_space", spec.search_space))
     cls, resources, memory, device = checks.check_model(name, spec, allowed)
     return ModelSpec(name, dataclasses.replace(spec, device=device), cls, resources, memory)

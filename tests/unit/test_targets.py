@@ -99,7 +99,7 @@ def test_an_explicit_kind_is_checked():
 
 @pytest.mark.parametrize("overrides, message", [
     (["model=lightgbm", "model.lightgbm.search_space.num_leaves.type=categorical",
-      "model.lightgbm.search_space.num_leaves.choices=[15,{_target_:os.getcwd}]"],
+      "+model.lightgbm.search_space.num_leaves.choices=[15,{_target_:os.getcwd}]"],
      "model.lightgbm.search_space.num_leaves.choices[1]={'_target_': 'os.getcwd'} holds a _target_"),
     (["model=lightgbm", "+data.storage_options.fs={_target_:os.getcwd,token:abc}"],
      "data.storage_options.fs={'_target_': '***', 'token': '***'} holds a _target_"),
