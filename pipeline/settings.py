@@ -166,7 +166,7 @@ def check_known_keys(node, path: str = "") -> None:
                                   f"{closest(str(key), known)}; its keys: {', '.join(known)}")
             check_known_keys(node._get_node(key), where)
     elif isinstance(node, ListConfig):
-        for index, item in enumerate(node._iter_ex(resolve=False)):
+        for index in range(len(node)):
             check_known_keys(node._get_node(index), f"{path}[{index}]")
 
 
