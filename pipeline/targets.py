@@ -173,10 +173,16 @@ FORMER_NAME_KEYS = {
 }
 
 
+# Hydra's flags that choose another primary config, whose defaults may list hardware
+PRIMARY_CONFIG_FLAGS = ("--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp")
+
+
 def check_overrides(overrides, conf_dir: Path) -> None:
     """A ConfigError for a command-line override of a key that once named a component
     (`executor.name=ray`), saying what names it now (`executor=ray`, or `executor._target_=...`);
-    Hydra's own error would say only that the key is not in the schema."""
+    Hydra's own error would say only that the key is not in the schema. And one for a key under `hardware`
+    with no profile appended (`check_hardware_overrides`)."""
+    check_hardware_overrides(overrides, conf_dir)
     for override in overrides:
         if override.startswith("-"):
             continue
@@ -190,3 +196,23 @@ def check_overrides(overrides, conf_dir: Path) -> None:
         raise ConfigError(f"{key}={value!r}: {key} is not a key; the {group} component is named by its config "
                           f"group or its _target_: use {choose}, or {group}._target_={example} for your own "
                           "(its module in allowed_targets)")
+
+
+def check_hardware_overrides(overrides, conf_dir: Path) -> None:
+    """A ConfigError for a key under `hardware` (`hardware.num_gpus=2`) where no profile is appended: hardware
+    is not in the defaults (the machine is detected), so there is no node to set it in, and Hydra stops with
+    an AssertionError's traceback. The message names the profiles to append first."""
+    if any(o.split("=")[0] in PRIMARY_CONFIG_FLAGS for o in overrides):
+        return
+    given = [o for o in overrides if not o.startswith("-")]
+    keys = [override_parts(o)[0] for o in given]
+    if "hardware" in keys:
+        return
+    under = [o for o, key in zip(given, keys) if key.startswith("hardware.")]
+    if under:
+        profiles = sorted(p.stem for p in (conf_dir / "hardware").glob("*.yaml"))
+        first = under[0].lstrip("+~")
+        raise ConfigError(f"{first}: hardware is not in the defaults (this machine is detected), so there is "
+                          f"no {override_parts(first)[0]} to set; append a profile and set it over it: "
+                          f"+hardware={profiles[0] if profiles else 'NAME'} {first} (profiles: "
+                          f"{', '.join(profiles)})")

@@ -204,3 +204,27 @@ def test_a_former_name_key_on_the_command_line_says_what_names_the_component_now
     with pytest.raises(ConfigError, match="is not a key") as info:
         check_overrides(["model=lightgbm", override], CONF)
     assert advice in str(info.value)
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    (["hardware.num_gpus=2"], True),
+    (["+hardware.num_cpus=8", "model=gbm"], True),
+    (["-m", "hardware.num_gpus=1,2"], True),
+    (["+hardware=4gpu", "hardware.num_cpus=8"], False),  # set over an appended profile
+    (["+hardware=1gpu,4gpu", "hardware.num_cpus=8", "-m"], False),
+    (["--config-name=mine", "hardware.num_gpus=2"], False),  # another primary config may list hardware
+    (["-cd", "my_conf", "hardware.num_gpus=2"], False),
+    (["model=gbm", "parallelism.fit.num_gpus=1"], False),
+])
+def test_a_hardware_key_without_a_profile_names_the_profiles_to_append(overrides, refused):
+    from pipeline.errors import ConfigError
+    from pipeline.targets import check_overrides
+
+    if not refused:
+        check_overrides(overrides, CONF)
+        return
+    with pytest.raises(ConfigError, match="hardware is not in the defaults") as info:
+        check_overrides(overrides, CONF)
+    message = str(info.value)
+    assert "+hardware=1gpu hardware." in message and "profiles: 1gpu, 2gpu, 4gpu, 8gpu, cpu" in message
+

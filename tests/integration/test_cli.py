@@ -145,6 +145,12 @@ def test_a_sweep_with_a_tracking_config_error_reports_it_once_from_the_job(cli):
         (["hardware=4gpu"], ["To append to your default list use +hardware=4gpu"]),
         (["+hardware=4gpu", "model=gbm_gpu"], ["hardware.num_gpus=4 but this machine has no CUDA device", "dry_run=true"]),
         (["model=nn", "+model.nn.params.dropuot=0.2"], ["model.nn.params.dropuot", "did you mean 'dropout'"]),
+        # no hardware node without a profile (Hydra would stop with an AssertionError's traceback)
+        (["hardware.num_gpus=2"], ["hardware.num_gpus=2: hardware is not in the defaults",
+                                   "+hardware=1gpu hardware.num_gpus=2",
+                                   "profiles: 1gpu, 2gpu, 4gpu, 8gpu, cpu"]),
+        # a key added with + where the schema has none (kept by OmegaConf where nothing reads it)
+        (["+time_limit=60"], ["time_limit=60 is not a key of the config (did you mean 'time_limit_s'?)"]),
     ],
 )
 def test_bad_input_is_one_clear_message(cli, args, expected):
