@@ -185,7 +185,8 @@ def overridden(group: str, overrides: tuple[str, ...]) -> bool:
 
 def models_chosen(overrides: tuple[str, ...]) -> bool:
     """Whether the command line chose the models: the group (`model=gbm`, `model=[lightgbm,nn]`) or a model
-    added, replaced or removed (`+model.catboost=...`, `~model.nn`). A key below a model tunes it
+    replaced or removed (`++model.lightgbm={...}`, `~model.nn`; `+model.catboost=...` is refused before
+    composing: pipeline.targets.check_model_overrides). A key below a model tunes it
     (`model.nn.params.max_epochs=500`, `+model.xgboost.params.max_bin=128`) and leaves the models as they
     were."""
     return any(path[0] == "model" and len(path) <= 2 for path in map(key_path, overrides))

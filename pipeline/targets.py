@@ -181,8 +181,10 @@ def check_overrides(overrides, conf_dir: Path) -> None:
     """A ConfigError for a command-line override of a key that once named a component
     (`executor.name=ray`), saying what names it now (`executor=ray`, or `executor._target_=...`);
     Hydra's own error would say only that the key is not in the schema. And one for a key under `hardware`
-    with no profile appended (`check_hardware_overrides`)."""
+    with no profile appended, and for a model added or removed as a key (`check_hardware_overrides`,
+    `check_model_overrides`)."""
     check_hardware_overrides(overrides, conf_dir)
+    check_model_overrides(overrides, conf_dir)
     for override in overrides:
         if override.startswith("-"):
             continue
@@ -216,3 +218,28 @@ def check_hardware_overrides(overrides, conf_dir: Path) -> None:
                           f"no {override_parts(first)[0]} to set; append a profile and set it over it: "
                           f"+hardware={profiles[0] if profiles else 'NAME'} {first} (profiles: "
                           f"{', '.join(profiles)})")
+
+
+def check_model_overrides(overrides, conf_dir: Path) -> None:
+    """A ConfigError for a model added as a key (`+model.catboost={...}`: OmegaConf refuses a mapping for a
+    new key of the typed models) or set to null (`model.nn=null`), saying what adds or removes one: the model
+    group's list (`model=[all,catboost]`, a kind of your own from a config dir on `hydra.searchpath`), or
+    `~model.nn`."""
+    for override in overrides:
+        if override.startswith(("-", "~")):
+            continue
+        key, value = override_parts(override)
+        path = key.split(".")
+        if path[0] != "model" or len(path) != 2:
+            continue
+        name = path[1]
+        if value.strip() == "null":
+            raise ConfigError(f"{override}: a model is removed with ~model.{name}")
+        # `++model.lightgbm={...}` merges into a model the group chose; `+` adds a key, which fails
+        if override.startswith("+") and not override.startswith("++"):
+            kinds = sorted(p.stem for p in (conf_dir / "model").glob("*.yaml"))
+            listed = f"model=[all,{name}]" if name in kinds else "model=[all,my_kind]"
+            raise ConfigError(f"{key}: a model is added through the model group, not as a key: {listed} adds "
+                              f"it to the default models (kinds: {', '.join(kinds)}); a kind of your own is "
+                              "my_conf/model/my_kind.yaml with hydra.searchpath=[file://my_conf]")
+

@@ -228,3 +228,26 @@ def test_a_hardware_key_without_a_profile_names_the_profiles_to_append(overrides
     message = str(info.value)
     assert "+hardware=1gpu hardware." in message and "profiles: 1gpu, 2gpu, 4gpu, 8gpu, cpu" in message
 
+
+@pytest.mark.parametrize("override, message", [
+    ("+model.catboost={_target_:pipeline.models.catboost.CatBoostModel}",
+     "model.catboost: a model is added through the model group, not as a key: model=[all,catboost] adds it"),
+    ("+model.mine={_target_:my_pkg.Mine}", "model=[all,my_kind] adds it"),
+    ("model.nn=null", "model.nn=null: a model is removed with ~model.nn"),
+    ("~model.nn", None), ("model.nn.params.max_epochs=3", None), ("+model.nn.params.extra=1", None),
+    ("++model.lightgbm={params:{num_leaves:15}}", None), ("model=[all,catboost]", None),
+])
+def test_a_model_added_or_removed_as_a_key_says_what_adds_or_removes_one(compose, override, message):
+    from pipeline.errors import ConfigError
+    from pipeline.targets import check_overrides
+
+    if message is None:
+        check_overrides([override], CONF)
+        compose([override])  # and Hydra composes it
+        return
+    with pytest.raises(ConfigError) as info:
+        check_overrides([override], CONF)
+    assert message in str(info.value)
+    with pytest.raises(ConfigCompositionException):  # what Hydra does with it, without the advice
+        compose([override])
+
