@@ -38,11 +38,11 @@ def typed_dims(key: str, space: dict) -> dict:
     Dict[str, Any]) as SearchDimConfs, each dict merged into the schema as composition would: a misspelt key,
     a wrong type or a value that is no mapping is a ConfigError naming `key.<name>`."""
     typed = {}
+    keys = ", ".join(f.name for f in fields(SearchDimConf))
     for name, dim in space.items():
         if isinstance(dim, SearchDimConf):
             typed[name] = dim
             continue
-        keys = ", ".join(f.name for f in fields(SearchDimConf))
         if not isinstance(dim, dict):
             raise ConfigError(f"{key}.{name}={dim!r} is not a mapping of a dimension's keys ({keys})")
         try:

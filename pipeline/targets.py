@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from pipeline.errors import ConfigError, closest
-from pipeline.override_text import override_parts
+from pipeline.override_text import key_path, override_parts
 from pipeline.redact import MASK, STORAGE_OPTIONS, is_secret_key, redact
 
 ALWAYS_ALLOWED = ("pipeline.",)
@@ -173,6 +173,11 @@ FORMER_NAME_KEYS = {
 }
 
 
+def group_options(conf_dir: Path, group: str) -> list[str]:
+    """The options of config group `group` under `conf_dir`, by name."""
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+
+
 # Hydra's flags that choose another primary config, whose defaults may list hardware
 PRIMARY_CONFIG_FLAGS = ("--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp")
 
@@ -192,7 +197,7 @@ def check_overrides(overrides, conf_dir: Path) -> None:
         if key not in FORMER_NAME_KEYS:
             continue
         group, example = FORMER_NAME_KEYS[key]
-        options = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+        options = group_options(conf_dir, group)
         choose = (f"{group}={value}" if value in options else
                   f"one of {', '.join(f'{group}={o}' for o in options)}{closest(value, options)}")
         raise ConfigError(f"{key}={value!r}: {key} is not a key; the {group} component is named by its config "
@@ -212,7 +217,7 @@ def check_hardware_overrides(overrides, conf_dir: Path) -> None:
         return
     under = [o for o, key in zip(given, keys) if key.startswith("hardware.")]
     if under:
-        profiles = sorted(p.stem for p in (conf_dir / "hardware").glob("*.yaml"))
+        profiles = group_options(conf_dir, "hardware")
         first = under[0].lstrip("+~")
         raise ConfigError(f"{first}: hardware is not in the defaults (this machine is detected), so there is "
                           f"no {override_parts(first)[0]} to set; append a profile and set it over it: "
@@ -229,7 +234,7 @@ def check_model_overrides(overrides, conf_dir: Path) -> None:
         if override.startswith(("-", "~")):
             continue
         key, value = override_parts(override)
-        path = key.split(".")
+        path = key_path(override)
         if path[0] != "model" or len(path) != 2:
             continue
         name = path[1]
@@ -237,7 +242,7 @@ def check_model_overrides(overrides, conf_dir: Path) -> None:
             raise ConfigError(f"{override}: a model is removed with ~model.{name}")
         # `++model.lightgbm={...}` merges into a model the group chose; `+` adds a key, which fails
         if override.startswith("+") and not override.startswith("++"):
-            kinds = sorted(p.stem for p in (conf_dir / "model").glob("*.yaml"))
+            kinds = group_options(conf_dir, "model")
             listed = f"model=[all,{name}]" if name in kinds else "model=[all,my_kind]"
             raise ConfigError(f"{key}: a model is added through the model group, not as a key: {listed} adds "
                               f"it to the default models (kinds: {', '.join(kinds)}); a kind of your own is "
