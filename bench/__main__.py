@@ -1,7 +1,8 @@
 """Run the benchmark suites of the pipeline engine and write their figures to one JSON file.
 
 `python -m bench [--suite a,b] [--quick] [--out DIR]`. Suites: overhead, startup, parallel_folds, fixed_cost,
-nn_loop, autogluon, gpu, async_sweep, scale, real_tables, role_inference (all by default, in that order).
+nn_loop, autogluon, gpu, async_sweep, scale, real_tables, role_inference, equal_budget (all by default, in
+that order), and engine_ab (on request: the engine against itself, arms of overrides named by ENGINE_AB_ARMS).
 `python -m bench.report` turns every JSON under bench/results/ into docs/benchmarks.md.
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SUITES = ("overhead", "startup", "parallel_folds", "fixed_cost", "nn_loop", "autogluon", "gpu", "async_sweep", "scale",
           "real_tables", "role_inference", "equal_budget")
+ON_REQUEST = ("engine_ab",)  # run only when named: they need settings of their own
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -27,7 +29,7 @@ def parse(argv=None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Suites: " + ", ".join(SUITES))
+                                epilog="Suites: " + ", ".join(SUITES + ON_REQUEST))
     p.add_argument("--suite", default="all", help="comma-separated suites to run (default: all)")
     p.add_argument("--quick", action="store_true", help="fewer repeats and smaller data, for development")
     p.add_argument("--repeats", type=int, default=None, help="repeats of every figure (default: per suite and mode)")
@@ -42,9 +44,9 @@ def parse(argv=None) -> argparse.Namespace:
                    help="scale suite: the table sizes to run, of 200k,2M,10M (default: all three; --quick: 20k,50k)")
     args = p.parse_args(argv)
     names = SUITES if args.suite == "all" else tuple(s.strip() for s in args.suite.split(",") if s.strip())
-    unknown = [s for s in names if s not in SUITES]
+    unknown = [s for s in names if s not in SUITES + ON_REQUEST]
     if unknown:
-        p.error(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}")
+        p.error(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES + ON_REQUEST)}")
     args.suites = names
     if args.sizes is not None:
         from bench.suites.scale import SIZES
@@ -64,7 +66,8 @@ def main(argv=None) -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-"))
     opts = common.Options(quick=args.quick, repeats=args.repeats, scratch=scratch, bio_train=args.bio_train,
-                          autogluon_python=args.autogluon_python, sizes=args.sizes)
+                          autogluon_python=args.autogluon_python, sizes=args.sizes,
+                          keep_scratch=args.keep_scratch)
     started = datetime.now(timezone.utc)
     device = common.cuda_device_name()
     result = {

@@ -166,6 +166,7 @@ class Options:
     bio_train: Path
     autogluon_python: Path
     sizes: Optional[tuple[str, ...]] = None  # the scale suite's table sizes (None: the mode's)
+    keep_scratch: bool = False  # --keep-scratch: suites that remove their runs' folders as they go keep them
 
     def n(self, full: int, quick: int = 2) -> int:
         """Repeats for a figure: --repeats when given, else the mode's default."""

@@ -117,6 +117,15 @@ SUITES = {
         "wall within the limit plus 5 s, and at or above both peers on 3 tables of 4. Each side's scores and "
         "leaderboards are in the JSON (`settings.runs`).",
     ),
+    "engine_ab": (
+        "The engine against itself",
+        "Arms of CLI overrides (`ENGINE_AB_ARMS`) against the engine as it stands (arm A), at one time "
+        "limit on the equal_budget suite's tables, each table's arms run one after the other and scored on "
+        "the same test rows. Per table the arm's gap to A in the metric's better direction; per arm the "
+        "tables higher, lower and the same, the geometric mean of its error over A's (under 1: better), "
+        "and the tables where each side is at or above both peers' scores in the latest committed "
+        "equal_budget pass.",
+    ),
 }
 HIDDEN_SETTINGS = {"leaderboards", "tail", "traceback", "runs"}
 

@@ -354,6 +354,12 @@ def chosen_tables() -> dict:
     return {n: t for n, t in chosen.items() if n in only} if only else chosen
 
 
+def data_overrides(csv: Path, name: str, label: str, task: str, split: int) -> list[str]:
+    """The engine's overrides for one table and train/test split (data.seed), untracked."""
+    return ["data=csv", f"data.path={csv}", f"data.label={label}", f"data.name={name.replace(' ', '_')}",
+            f"data.problem_type={task}", f"data.seed={split}", "seed=0", "tracking=none"]
+
+
 def run(opts: Options) -> dict:
     peers = {"FLAML": FLAML_PYTHON, "AutoGluon": opts.autogluon_python}
     missing = {p: str(py) for p, py in peers.items() if not py.exists()}
@@ -376,9 +382,7 @@ def run(opts: Options) -> dict:
             record = f"{name} (split {split})" if split else name
             where = home / f"split{split}" if split else home
             where.mkdir(parents=True, exist_ok=True)
-            data_ov = ["data=csv", f"data.path={csv}", f"data.label={label}",
-                       f"data.name={name.replace(' ', '_')}", f"data.problem_type={task}", f"data.seed={split}",
-                       "seed=0", "tracking=none"]
+            data_ov = data_overrides(csv, name, label, task, split)
             data, _ = load_data(data_ov, opts.scratch / "engine")
             train, test = _write_split(data, where)
             log(f"equal_budget: {record}: engine default run")
