@@ -120,16 +120,16 @@ class HpoConf:
         # the target was checked by settings.read_settings; options are values, never built into objects
         return imported(self._target_)(**copy.deepcopy(self.options))
 
-    def check(self, spaces: dict[str, dict[str, SearchDimConf]]) -> None:
+    def check(self, spaces: dict[str, dict[str, SearchDimConf]], budget_searches: bool = False) -> None:
         """The search spaces against the searcher (its class already checked): each dimension valid,
-        none empty when searching."""
+        none empty when searching; `budget_searches`: a time limit's hpo=auto takes this searcher's place."""
         for model, space in spaces.items():
             for name, dim in space.items():
                 dim.check(f"model.{model}.search_space.{name}")
             if self.searches and not space:
                 raise ConfigError(f"hpo._target_={self._target_} searches, but model.{model}.search_space is "
                                   "empty; give it a search space, or choose hpo=none")
-        if not self.searches and self.num_trials > 1:
+        if not self.searches and self.num_trials > 1 and not budget_searches:
             log.warning(
                 "hpo._target_=%s does not search: the %d trials fit each model's own params with different "
                 "seeds; choose hpo=random, hpo=tpe or hpo=grid to search", self._target_, self.num_trials,

@@ -125,10 +125,12 @@ def check_limits(conf: Config) -> None:
                           "both set: time_limit_s bounds the whole run, fit_time_limit_s the fits alone; set one")
 
 
-def check_search(hpo: HpoConf, spaces: dict[str, dict[str, SearchDimConf]]) -> None:
+def check_search(hpo: HpoConf, spaces: dict[str, dict[str, SearchDimConf]],
+                 budget_searches: bool = False) -> None:
     """The search spaces against the searcher (its class already checked): each dimension valid, none
-    empty when searching (the schema's own checks: HpoConf.check, SearchDimConf.check)."""
-    hpo.check(spaces)
+    empty when searching (the schema's own checks: HpoConf.check, SearchDimConf.check). `budget_searches`:
+    a time limit's hpo=auto replaces hpo=none, so hpo=none's trials are not said to repeat its params."""
+    hpo.check(spaces, budget_searches)
 
 
 def check_component(key: str, target: str, allowed: tuple[str, ...], base: str, what: str = "") -> type:

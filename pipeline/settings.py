@@ -183,6 +183,17 @@ def overridden(group: str, overrides: tuple[str, ...]) -> bool:
     return any(key_path(o)[0] == group for o in overrides)
 
 
+def searcher_chosen(overrides: tuple[str, ...]) -> bool:
+    """Whether the command line chose the searcher (`hpo=tpe`, `hpo._target_=...`), not only set a key
+    under it (`hpo.pruning=false`, which tunes the hpo=auto a time limit brings: pipeline.planning.budget)."""
+    return any(key_path(o)[:2] in (["hpo"], ["hpo", "_target_"]) for o in overrides)
+
+
+def hpo_keys_set(overrides: tuple[str, ...]) -> set[str]:
+    """The keys under `hpo` the command line set: `hpo.pruning=false` -> {"pruning"}."""
+    return {path[1] for path in map(key_path, overrides) if path[0] == "hpo" and len(path) > 1}
+
+
 def models_chosen(overrides: tuple[str, ...]) -> bool:
     """Whether the command line chose the models: the group (`model=gbm`, `model=[lightgbm,nn]`) or a model
     replaced or removed (`++model.lightgbm={...}`, `~model.nn`; `+model.catboost=...` is refused before
@@ -205,7 +216,9 @@ def read_settings(cfg: DictConfig, overrides: Optional[tuple[str, ...]] = None) 
     models = tuple(model_spec(name, spec, allowed) for name, spec in conf.model.items())
     hpo = dataclasses.replace(conf.hpo, seed=checks.seed_or(conf.hpo.seed, conf.seed))
     checks.check_component("hpo", hpo._target_, allowed, "pipeline.searchers.Searcher", "a searcher class")
-    checks.check_search(hpo, {m.name: m.search_space for m in models})
+    # under a limit with no searcher chosen, hpo=auto replaces hpo=none and takes its num_trials as a ceiling
+    auto = conf.time_limit_s is not None and overrides is not None and not searcher_chosen(overrides)
+    checks.check_search(hpo, {m.name: m.search_space for m in models}, budget_searches=auto)
     checks.check_data_source(conf.data, allowed)
     data = dataclasses.replace(conf.data, seed=checks.seed_or(conf.data.seed, conf.seed))
     objectives = list(check_objectives(conf.objectives))

@@ -1,8 +1,9 @@
 """How a time budget is spent: with `time_limit_s` given and no `hpo` chosen, the run searches with
 hpo=auto (each model's own params, then its kind's portfolio of proven configurations, then TPE with
-pruning: pipeline.searchers.AutoSearch) for as many trials as the budget lets finish; hpo=auto without
-a limit is refused, since nothing would end its trials. Where the budget allows for the table's size
-and no parallelism was chosen, its trials are 5-fold bags (`bagging_fits`)."""
+pruning: pipeline.searchers.AutoSearch) for as many trials as the budget lets finish (`hpo.pruning`,
+`hpo.num_trials` and `hpo.seed` on the command line tune it, as a key under a model tunes the model);
+hpo=auto without a limit is refused, since nothing would end its trials. Where the budget allows for the
+table's size and no parallelism was chosen, its trials are 5-fold bags (`bagging_fits`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Optional
 from pipeline.components import HpoConf
 from pipeline.errors import ConfigError
 from pipeline.redact import flatten
-from pipeline.settings import Settings, models_chosen, overridden
+from pipeline.settings import Settings, hpo_keys_set, models_chosen, overridden, searcher_chosen
 
 log = logging.getLogger("pipeline")
 
@@ -56,6 +57,30 @@ ADDED_KINDS = (
 )
 
 
+# the keys under `hpo` a command line may set to tune hpo=auto rather than choose another searcher
+AUTO_TUNABLE = ("num_trials", "pruning", "seed")
+
+
+def _auto_hpo(chosen: HpoConf, tuned: set[str]) -> HpoConf:
+    """hpo=auto's settings, with the keys of AUTO_TUNABLE the command line set kept (num_trials is a
+    ceiling); any other key under hpo belongs to a searcher the user did not choose, and is refused."""
+    other = sorted(tuned - set(AUTO_TUNABLE))
+    if other:
+        key = other[0]
+        searcher = "grid" if key == "grid_points" else "tpe"
+        raise ConfigError(
+            f"hpo.{key}={_shown(getattr(chosen, key, None))}: under time_limit_s with no hpo chosen the run "
+            f"searches with hpo=auto, which takes {', '.join('hpo.' + k for k in AUTO_TUNABLE)}; choose the "
+            f"searcher hpo.{key} is for (e.g. hpo={searcher} hpo.{key}=...), or leave it out")
+    auto = HpoConf(num_trials=1000, seed=chosen.seed, start_from_defaults=True, pruning=True, _target_=AUTO)
+    return dataclasses.replace(auto, **{key: getattr(chosen, key) for key in AUTO_TUNABLE if key in tuned})
+
+
+def _shown(value) -> str:
+    """A value as the command line writes it (`false`, not `False`)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def search_for_budget(settings: Settings, overrides: tuple[str, ...],
                       base_dir: Optional[Path] = None) -> Settings:
     """`settings`, with hpo=auto when time_limit_s is set and the user chose no hpo (said on the terminal),
@@ -76,21 +101,25 @@ def _searched(settings: Settings, overrides: tuple[str, ...], base_dir: Optional
     if isinstance(conf.hpo.make_searcher(), AutoSearch) and not limited:
         raise ConfigError("hpo=auto searches for as long as a time budget allows: set time_limit_s (e.g. "
                           "time_limit_s=60), or choose hpo=tpe or hpo=random with hpo.num_trials")
-    if (conf.time_limit_s is None or overridden("hpo", overrides)
-            or conf.hpo._target_ != "pipeline.searchers.NoSearch" or conf.hpo.num_trials != 1):
+    tuned = hpo_keys_set(overrides)
+    if (conf.time_limit_s is None or searcher_chosen(overrides)
+            or conf.hpo._target_ != "pipeline.searchers.NoSearch"
+            or (conf.hpo.num_trials != 1 and "num_trials" not in tuned)):
         return settings
     empty = [s.name for s in settings.models if not s.search_space]
     if empty:
         log.warning("time_limit_s is set but model(s) %s have no search_space: hpo stays none", ", ".join(empty))
         return settings
-    hpo = HpoConf(num_trials=1000, seed=conf.hpo.seed, start_from_defaults=True, pruning=True, _target_=AUTO)
+    hpo = _auto_hpo(conf.hpo, tuned)
     from pipeline import report
 
+    kept = "".join(f", hpo.{key}={_shown(getattr(hpo, key))} as set" for key in AUTO_TUNABLE if key in tuned)
     report.console.print(
         f"hpo=auto: time_limit_s={conf.time_limit_s:g} is set and no hpo was chosen, so each model fits its own "
-        "params, then its kind's proven configurations, then a TPE search with pruning, for as many trials as "
-        "finish in time (hpo=none: one trial of each model's own params)", highlight=False)
-    changes = {"hpo._target_": AUTO, "hpo.num_trials": 1000, "hpo.pruning": True}
+        f"params, then its kind's proven configurations, then a TPE search{' with pruning' * hpo.pruning}, "
+        f"for as many trials as finish in time{kept} (hpo=none: one trial of each model's own params)",
+        highlight=False)
+    changes = {"hpo._target_": AUTO, "hpo.num_trials": hpo.num_trials, "hpo.pruning": hpo.pruning}
     executor = conf.executor
     if _in_driver(settings, overrides):
         # the pool's start (each worker importing LightGBM, XGBoost, torch) measured 3 s on the idle 2-core

@@ -245,3 +245,20 @@ def test_hpo_auto_on_a_number_to_predict_answers_with_the_blend_of_its_bags_and_
     assert not np.allclose(both[0], both[1])  # two answers, averaged
     took = float(re.findall(r"time_limit_s=20 s: the run took ([0-9.]+) s", proc.stdout)[0])
     assert took < 20 + run_grace_s(20)
+
+
+def test_a_key_under_hpo_tunes_hpo_auto_through_the_cli(cli, tmp_path):
+    """`time_limit_s=30 hpo.pruning=false` searches with hpo=auto, without pruning, as a key under a model
+    tunes that model (before, any key under `hpo` kept hpo=none: each model's own params once, unsaid)."""
+    proc = cli("time_limit_s=30", "hpo.pruning=false", "hpo.num_trials=40", "dry_run=true", "tracking=none",
+               "hydra.run.dir=tuned", check=True, timeout=120)
+    said = " ".join(proc.stdout.split())
+    assert "hpo=auto: time_limit_s=30 is set and no hpo was chosen" in said
+    assert "then a TPE search, for as many trials" in said  # no "with pruning"
+    assert "hpo.num_trials=40 as set, hpo.pruning=false as set" in said
+    plan = json.loads((tmp_path / "tuned" / "plan.json").read_text())
+    assert {m["name"]: m["num_trials"] for m in plan["models"]} == {"lightgbm": 40, "xgboost": 40, "nn": 40}
+    refused = cli("time_limit_s=30", "hpo.start_from_defaults=false", "dry_run=true", "tracking=none",
+                  "hydra.run.dir=refused", timeout=120)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "hpo.start_from_defaults=false: under time_limit_s with no hpo chosen" in refused.stdout + refused.stderr

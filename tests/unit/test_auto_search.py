@@ -26,6 +26,42 @@ def test_a_chosen_hpo_or_no_whole_run_limit_keeps_the_config(compose, overrides)
     assert isinstance(settings.conf.hpo.make_searcher(), NoSearch)
 
 
+@pytest.mark.parametrize("key, value, expected", [
+    ("hpo.pruning", "false", {"pruning": False, "num_trials": 1000}),
+    ("hpo.num_trials", "50", {"pruning": True, "num_trials": 50}),  # a ceiling on hpo=auto's trials
+    ("hpo.num_trials", "1", {"pruning": True, "num_trials": 1}),
+    ("hpo.seed", "7", {"pruning": True, "num_trials": 1000, "seed": 7}),
+])
+def test_a_key_under_hpo_tunes_hpo_auto_rather_than_turning_it_off(compose, capsys, caplog, key, value,
+                                                                   expected):
+    overrides = ("time_limit_s=60", f"{key}={value}")
+    with caplog.at_level("WARNING", logger="pipeline"):
+        settings = search_for_budget(read_settings(compose(list(overrides)), overrides), overrides)
+    hpo = settings.conf.hpo
+    assert isinstance(hpo.make_searcher(), AutoSearch) and hpo.start_from_defaults
+    assert {k: getattr(hpo, k) for k in expected} == expected
+    assert settings.params["hpo.num_trials"] == expected["num_trials"]
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"{key}={value} as set" in said
+    assert ("with pruning" in said) == expected["pruning"]
+    assert "does not search" not in caplog.text  # hpo=none's warning of repeated trials: not what runs
+
+
+@pytest.mark.parametrize("override, searcher", [("hpo.start_from_defaults=false", "hpo=tpe"),
+                                                ("hpo.grid_points=5", "hpo=grid")])
+def test_a_key_hpo_auto_does_not_take_is_refused_naming_the_searcher_it_belongs_to(compose, override, searcher):
+    overrides = ("time_limit_s=60", override)
+    with pytest.raises(ConfigError, match=f"{override}: .*hpo=auto.*e.g. {searcher} "):
+        search_for_budget(read_settings(compose(list(overrides)), overrides), overrides)
+
+
+@pytest.mark.parametrize("overrides", [("time_limit_s=60", "hpo=none", "hpo.num_trials=3"),
+                                       ("time_limit_s=60", "hpo._target_=pipeline.searchers.NoSearch")])
+def test_a_searcher_chosen_with_its_keys_stays_as_chosen(compose, overrides):
+    settings = search_for_budget(read_settings(compose(list(overrides)), overrides), overrides)
+    assert isinstance(settings.conf.hpo.make_searcher(), NoSearch)
+
+
 def test_hpo_auto_without_a_limit_is_refused_naming_the_key(compose):
     with pytest.raises(ConfigError, match="hpo=auto.*set time_limit_s"):
         search_for_budget(read_settings(compose(["hpo=auto"])), ("hpo=auto",))
