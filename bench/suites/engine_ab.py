@@ -122,8 +122,8 @@ def run(opts: Options) -> dict:
                     continue
                 a, b = scores[record]["A"], scores[record][arm]
                 if math.isfinite(a) and math.isfinite(b):
-                    figures.append(figure(f"{record} · {arm} − A", [sign * (b - a)], metric, group=record,
-                                          kind="score"))
+                    gap = sign * (b - a) + 0.0  # + 0.0: an equal RMSE is 0, not -0
+                    figures.append(figure(f"{record} · {arm} − A", [gap], metric, group=record, kind="score"))
                 else:
                     failed = [x for x in ("A", arm) if not math.isfinite(scores[record][x])]
                     figures.append(not_measured(f"{record} · {arm} − A", f"arm {' and '.join(failed)} failed",
