@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from pipeline import config_checks as checks
-from pipeline.config import Config, ModelSpecConf, PredictConfig, Resume, SearchDimConf, typed_dims
+from pipeline.config import NO_SEARCH, Config, ModelSpecConf, PredictConfig, Resume, SearchDimConf, typed_dims
 from pipeline.errors import ConfigError, closest
 from pipeline.lean_imports import PRELOAD as LEAN_PRELOAD
 from pipeline.memory.budget import MemoryRequest
@@ -194,6 +194,16 @@ def hpo_keys_set(overrides: tuple[str, ...]) -> set[str]:
     return {path[1] for path in map(key_path, overrides) if path[0] == "hpo" and len(path) > 1}
 
 
+def hpo_left_to_budget(conf: Config, overrides: Optional[tuple[str, ...]]) -> bool:
+    """Whether a time limit's hpo=auto takes the place of the config's hpo (pipeline.planning.budget):
+    time_limit_s set, no searcher chosen on the command line, and the config's hpo=none with one trial or
+    with its trial count set on the command line (then hpo=auto's ceiling)."""
+    if conf.time_limit_s is None or overrides is None or searcher_chosen(overrides):
+        return False
+    trials_set = "num_trials" in hpo_keys_set(overrides)
+    return conf.hpo._target_ == NO_SEARCH and (conf.hpo.num_trials == 1 or trials_set)
+
+
 def models_chosen(overrides: tuple[str, ...]) -> bool:
     """Whether the command line chose the models: the group (`model=gbm`, `model=[lightgbm,nn]`) or a model
     replaced or removed (`++model.lightgbm={...}`, `~model.nn`; `+model.catboost=...` is refused before
@@ -216,9 +226,8 @@ def read_settings(cfg: DictConfig, overrides: Optional[tuple[str, ...]] = None) 
     models = tuple(model_spec(name, spec, allowed) for name, spec in conf.model.items())
     hpo = dataclasses.replace(conf.hpo, seed=checks.seed_or(conf.hpo.seed, conf.seed))
     checks.check_component("hpo", hpo._target_, allowed, "pipeline.searchers.Searcher", "a searcher class")
-    # under a limit with no searcher chosen, hpo=auto replaces hpo=none and takes its num_trials as a ceiling
-    auto = conf.time_limit_s is not None and overrides is not None and not searcher_chosen(overrides)
-    checks.check_search(hpo, {m.name: m.search_space for m in models}, budget_searches=auto)
+    checks.check_search(hpo, {m.name: m.search_space for m in models},
+                        budget_searches=hpo_left_to_budget(conf, overrides))
     checks.check_data_source(conf.data, allowed)
     data = dataclasses.replace(conf.data, seed=checks.seed_or(conf.data.seed, conf.seed))
     objectives = list(check_objectives(conf.objectives))

@@ -16,7 +16,7 @@ from typing import Optional
 from pipeline.components import HpoConf
 from pipeline.errors import ConfigError
 from pipeline.redact import flatten
-from pipeline.settings import Settings, hpo_keys_set, models_chosen, overridden, searcher_chosen
+from pipeline.settings import Settings, hpo_keys_set, hpo_left_to_budget, models_chosen, overridden
 
 log = logging.getLogger("pipeline")
 
@@ -101,11 +101,9 @@ def _searched(settings: Settings, overrides: tuple[str, ...], base_dir: Optional
     if isinstance(conf.hpo.make_searcher(), AutoSearch) and not limited:
         raise ConfigError("hpo=auto searches for as long as a time budget allows: set time_limit_s (e.g. "
                           "time_limit_s=60), or choose hpo=tpe or hpo=random with hpo.num_trials")
-    tuned = hpo_keys_set(overrides)
-    if (conf.time_limit_s is None or searcher_chosen(overrides)
-            or conf.hpo._target_ != "pipeline.searchers.NoSearch"
-            or (conf.hpo.num_trials != 1 and "num_trials" not in tuned)):
+    if not hpo_left_to_budget(conf, overrides):
         return settings
+    tuned = hpo_keys_set(overrides)
     empty = [s.name for s in settings.models if not s.search_space]
     if empty:
         log.warning("time_limit_s is set but model(s) %s have no search_space: hpo stays none", ", ".join(empty))
