@@ -139,9 +139,9 @@ def run(opts: Options) -> dict:
         if math.isfinite(c["error_ratio"]):
             figures.append(figure(f"{arm}: error / A's error, geometric mean", [c["error_ratio"]], "x",
                                   group="summary"))
-        for side in ("A", arm):
-            figures.append(figure(f"{side} at or above both peers' committed scores (of {c['with_peers']})",
-                                  [c["above_peers"][side]], "tables", group="summary"))
+        for side in ("A", arm):  # A's count is over the tables this arm scored too: one figure per arm
+            name = f"{arm} vs A: {side} at or above both peers' committed scores (of {c['with_peers']})"
+            figures.append(figure(name, [c["above_peers"][side]], "tables", group="summary"))
     settings = {"limit_s": limit, "splits": splits, "arms": {a: " ".join(o) for a, o in arms.items()},
                 "engine": "python -m pipeline data=csv data.path=<table> data.label=<label> "
                           "data.problem_type=<task> data.seed=<split> seed=0 tracking=none time_limit_s=<L> "

@@ -97,3 +97,16 @@ def test_run_refuses_missing_arms_before_any_fit(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="names no arm"):
         engine_ab.run(Options(quick=False, repeats=None, scratch=tmp_path, bio_train=tmp_path,
                               autogluon_python=tmp_path))
+
+
+def test_each_figure_of_a_run_with_several_arms_has_a_name_of_its_own(tmp_path, monkeypatch):
+    frame = pd.DataFrame({"x": range(20), "y": [0, 1] * 10})
+    monkeypatch.setattr(engine_ab, "chosen_tables", lambda: {"T": (frame, "y", "binary")})
+    monkeypatch.setenv("ENGINE_AB_ARMS", "B=hpo.pruning=false;C=seed=1")
+    monkeypatch.setattr(engine_ab, "_engine", lambda overrides, run_dir, metric: {"score": 0.7})
+    monkeypatch.setattr(engine_ab, "committed_peer_scores", lambda folder, limit: {"T": (0.6, 0.65)})
+    out = engine_ab.run(Options(quick=False, repeats=None, scratch=tmp_path, bio_train=tmp_path,
+                                autogluon_python=tmp_path))
+    names = [f["name"] for f in out["figures"]]
+    assert len(names) == len(set(names))
+    assert "C vs A: A at or above both peers' committed scores (of 1)" in names
