@@ -205,6 +205,19 @@ class TabularModel(ABC):
         """A fresh, unfitted copy, with `params` laid over this model's own."""
         return type(self)({**self.params, **(params or {})}, self.name)
 
+    # ---- saving: the fitted object the profile names `packed` is pickled compressed, compressed once
+    def __getstate__(self):
+        if not self.profile.packed:
+            return dict(self.__dict__)
+        from pipeline.models.packing import packed_state
+
+        return packed_state(self, self.__dict__, self.profile.packed)
+
+    def __setstate__(self, state):
+        from pipeline.models.packing import unpacked_state
+
+        self.__dict__.update(unpacked_state(state, self.profile.packed) if self.profile.packed else state)
+
     # ---- the template
     def fit(self, X: pd.DataFrame, y: np.ndarray, X_val: pd.DataFrame, y_val: np.ndarray, ctx: FitContext):
         self._timed(ctx, lambda: self._fit(X, y, X_val, y_val, ctx))

@@ -63,6 +63,7 @@ PROFILE = ModelProfile(
         {"max_features": 0.5, "min_samples_leaf": 3},
     ),
     quick=(("n_estimators", 40),),
+    packed="model_",  # whole trees: 27 MB a fold on 2,164 rows, 6 MB compressed
 )
 
 

@@ -68,6 +68,9 @@ class ModelProfile:
     cost_name: str = ""  # the name its learners (`<cost_name>/cpu`) and packing are keyed by there
     # ---- what it saves: fitted objects (module, class) a save pickles once for all the files holding them
     shared_objects: tuple[tuple[str, str], ...] = ()
+    # the attribute holding its fitted object where a save compresses it (pipeline.models.packing: large and
+    # regular, as a forest's whole trees); "": pickled as it is
+    packed: str = ""
     # hpo=auto's first trials after the model's own params: proven configurations of this kind (values of
     # its search space; a key outside the space, or a value outside its range, is left to the sampler)
     portfolio: tuple[dict, ...] = ()

@@ -58,6 +58,30 @@ class TestExtraTrees(ModelKindConformance):
             ExtraTreesModel.check_params("et", {"patience": 0}, "binary")
 
 
+    def test_the_forest_is_saved_compressed_once_and_reads_back_the_same(self, datasets, monkeypatch):
+        import pickle
+        import zlib
+
+        data = datasets["regression"]
+        ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0)
+        model = ExtraTreesModel({"n_estimators": 40}, "et")
+        model.fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)
+        raw = len(pickle.dumps(model.model_, protocol=pickle.HIGHEST_PROTOCOL))
+        calls = []
+        compress = zlib.compress
+        monkeypatch.setattr(zlib, "compress", lambda *a: calls.append(1) or compress(*a))
+        saved = pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
+        assert len(saved) < raw / 2  # whole trees' node arrays: mostly small integers
+        assert pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL) == saved and len(calls) == 1
+        loaded = pickle.loads(saved)
+        rows = data.X.iloc[data.test_idx]
+        np.testing.assert_array_equal(loaded.predict(rows), model.predict(rows))
+        assert pickle.dumps(loaded, protocol=pickle.HIGHEST_PROTOCOL) == saved and len(calls) == 1
+        model.fit_rows(data.X, data.y, data.train_idx, data.val_idx, ctx)  # a new forest: packed anew
+        pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
+        assert len(calls) == 2
+
+
 def test_a_tree_holds_at_most_15000_leaves_whatever_the_rows():
     """Trees grown whole hold about two nodes a training row: on 34,500 rows (diamonds) one fold of the
     100-tree forest pickled to 424 MB, and a 30-s run kept 20 s for saving its predictor. The shipped params
