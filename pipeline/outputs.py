@@ -176,9 +176,9 @@ def write_evaluation(out: RunOutputs, evaluation, plan, data, metric, outcome) -
     leaderboard_path = out.run_dir / "leaderboard.csv"
     atomic_write_bytes(leaderboard_path, pd.DataFrame(rows).to_csv(index=False).encode())
     report.console.print(report.leaderboard_table(rows, metric.name))
-    save_predictors(out.run_dir, evaluation.predictors, top["model"])
+    saved = save_predictors(out.run_dir, evaluation.predictors, top["model"])
     # first: the tracker logs the models while this process draws the plots
-    _log_models(out, evaluation.predictors, rows, top["model"], _raw_example(data), tracker)
+    _log_models(out, evaluation.predictors, saved, rows, top["model"], _raw_example(data), tracker)
     val = f"val_{metric.name}"
     # a blend with refits has no held-out score (they learnt every row): the bagged side's answer's stands in
     scored = next((r for r in rows if r[val] == r[val]), top)
@@ -199,27 +199,31 @@ def write_evaluation(out: RunOutputs, evaluation, plan, data, metric, outcome) -
                          f"run directory {out.run_dir}")
 
 
-def save_predictors(run_dir: Path, predictors: dict, best: str) -> None:
+def save_predictors(run_dir: Path, predictors: dict, best: str) -> dict[str, bytes]:
     """Each predictor pickled under run_dir/predictors/, and the name of the best in predictors/BEST,
-    for batch prediction from the run directory. A fold model sits in its bag, in every stacked bag
-    above it and in the ensemble: its booster is serialized once (`_OnceEach`), not once per file."""
+    for batch prediction from the run directory; the bytes written, by name (what logging a model sends).
+    A fold model sits in its bag, in every stacked bag above it and in the ensemble: its booster is
+    serialized once (`_OnceEach`), not once per file."""
     import io
 
     from pipeline.predictor_source import BEST_FILE, PREDICTORS_DIR
 
-    folder, reductions = run_dir / PREDICTORS_DIR, {}
+    folder, reductions, saved = run_dir / PREDICTORS_DIR, {}, {}
     for name, predictor in predictors.items():
         buffer = io.BytesIO()
         _OnceEach(buffer, reductions).dump(predictor)
-        atomic_write_bytes(folder / f"{name}.pkl", buffer.getvalue())
+        saved[name] = buffer.getvalue()
+        atomic_write_bytes(folder / f"{name}.pkl", saved[name])
     atomic_write_bytes(folder / BEST_FILE, best.encode())
+    return saved
 
 
 class _OnceEach(pickle.Pickler):
     """A pickler that reuses a booster's reduction (its model string, or raw bytes) across the files of one
     save: `reductions` maps id(booster) to (booster, reduction), the booster kept referenced so that its
     id is not reused meanwhile. The boosters are the fitted objects the model kinds' profiles name
-    (ModelProfile.shared_objects)."""
+    (ModelProfile.shared_objects). They are not compressed: zlib took 0.86 s of a 30-s run's tail for a
+    2.7-times smaller save of 43 boosters (Computers), where writing them as they are takes 0.55 s."""
 
     def __init__(self, file, reductions: dict):
         from pipeline.models.profile import loaded_profiles
@@ -236,13 +240,13 @@ class _OnceEach(pickle.Pickler):
         return self.reductions[id(obj)][1]
 
 
-def _log_models(out, predictors: dict, rows: list[dict], best: str, example, tracker) -> None:
-    """Every predictor as a pyfunc with its own scores and fit time (its leaderboard row's); the best
-    one's URI as the
-    run's `best/model_uri` tag, and registered under tracking.register_model with its alias."""
+def _log_models(out, predictors: dict, saved: dict, rows: list[dict], best: str, example, tracker) -> None:
+    """Every predictor as a pyfunc with its own scores and fit time (its leaderboard row's), its pickle the
+    bytes `saved` in the run folder; the best one's URI as the run's `best/model_uri` tag, and registered
+    under tracking.register_model with its alias."""
     scores = {r["model"]: {f"{r['model']}/{k}": v for k, v in r.items()
                            if k.startswith(("val_", "test_")) or k == "fit_seconds"} for r in rows}
-    uris = {name: tracker.log_predictor(name, predictor, example, scores.get(name, {}))
+    uris = {name: tracker.log_predictor(name, predictor, example, scores.get(name, {}), saved.get(name))
             for name, predictor in predictors.items()}
     if uris.get(best) is None:
         return

@@ -29,8 +29,8 @@ PER_MODEL_S = 0.3  # a model's predictor saved (its fold models pickled) and its
 TRACKING_S = 3.0  # MLflow: the run's params, metrics and artifacts, and the ensemble logged as a model
 EXIT_S = 1.5  # the workers stopped (a Ray connection closed), the interpreter's exit
 IN_DRIVER_EXIT_S = 0.3  # the interpreter's exit where the fits ran in the driver: no worker to stop
-# a predictor's megabyte pickled and written to the run folder; with tracking twice more (its payload pickled
-# again and sent to the tracking service, which writes it into the store). Measured on the 2-core box: a
+# a predictor's megabyte pickled and written to the run folder; with tracking twice more (those bytes sent to
+# the tracking service, which writes them into the store). Measured on the 2-core box: a
 # forest's 121 MB predictor pickled in 0.11 s and written (synced) in 0.40 s, 0.0042 s a MB
 SAVE_S_PER_MB = 0.005
 KEEP, SAFETY, FLOOR = 8, 1.5, 0.25  # the measured shares kept; the margin on their largest; the least share

@@ -38,8 +38,10 @@ class NullTracker(abc.ABC):
 
     def log_artifact(self, path: Path, folder: Optional[str] = None) -> None: ...
 
-    def log_predictor(self, name: str, predictor, example, metrics: Optional[dict] = None) -> Optional[str]:
-        """Log a predictor as a model with its own `metrics` (`<name>/val_…`, `<name>/test_…`); its URI."""
+    def log_predictor(self, name: str, predictor, example, metrics: Optional[dict] = None,
+                      pickled: Optional[bytes] = None) -> Optional[str]:
+        """Log a predictor as a model with its own `metrics` (`<name>/val_…`, `<name>/test_…`); its URI.
+        `pickled`: the predictor's pickle as the run folder holds it, where a save made it."""
 
     def log_plots(self, run_dir: Path, data) -> None:
         """Draw the run's plots (`data`: pipeline.plots.RunPlots) into run_dir and log each as an

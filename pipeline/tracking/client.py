@@ -141,15 +141,16 @@ class TrackerClient:
         else:
             self._send("log_plots", (run_dir, data), {})
 
-    def log_predictor(self, name: str, predictor, example,
-                      metrics: Optional[dict] = None) -> Optional[PendingModelUri]:
-        """Send the model to be logged, as its payload (pickled here: the tracker's process never
-        imports the model's library); what stands for its URI until that process has it."""
+    def log_predictor(self, name: str, predictor, example, metrics: Optional[dict] = None,
+                      pickled: Optional[bytes] = None) -> Optional[PendingModelUri]:
+        """Send the model to be logged, as its payload (pickled here, or `pickled` as its save made it:
+        the tracker's process never imports the model's library); what stands for its URI until that
+        process has it."""
         if not self._tracker.log_models:
             return None
         from pipeline.tracking.models import ModelPayload
 
-        self._send("log_predictor", (name, ModelPayload.of(predictor, example), example, metrics), {})
+        self._send("log_predictor", (name, ModelPayload.of(predictor, example, pickled), example, metrics), {})
         return PendingModelUri(name)
 
     def end(self, status: str) -> None:

@@ -152,15 +152,16 @@ class MlflowTracker(NullTracker):
         if Path(path).exists():
             self._safely("log_artifact", mlflow.log_artifact, str(path), folder)
 
-    def log_predictor(self, name: str, predictor, example, metrics: Optional[dict] = None) -> Optional[str]:
+    def log_predictor(self, name: str, predictor, example, metrics: Optional[dict] = None,
+                      pickled: Optional[bytes] = None) -> Optional[str]:
         """Log a predictor as a pyfunc model (pipeline.tracking.models) with its own `metrics`, each
         linked to the split it was scored on; returns its model URI. `predictor` may come as its
-        ModelPayload already (made where the predictor lives)."""
+        ModelPayload already (made where the predictor lives); `pickled`: its pickle, made by a save."""
         if not self.log_models:
             return None
         from pipeline.tracking.models import ModelPayload, log_model_metrics, log_pyfunc
 
-        payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example)
+        payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example, pickled)
         uri = self._safely("log_model", log_pyfunc, name, payload, self.source, self.params)
         if uri is not None and metrics:
             self._safely("log_model_metrics", log_model_metrics, self.uri, self.run_id, uri, metrics,

@@ -70,10 +70,12 @@ class ModelPayload:
     prediction: Any
 
     @classmethod
-    def of(cls, predictor, example) -> "ModelPayload":
+    def of(cls, predictor, example, pickled: Optional[bytes] = None) -> "ModelPayload":
+        """`pickled`: the predictor's pickle where a save made it already (its file in the run folder)."""
         libraries = tuple(sorted(predictor.libraries))
-        return cls(pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL), libraries,
-                   example, predictor.predict(example))
+        if pickled is None:
+            pickled = pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL)
+        return cls(pickled, libraries, example, predictor.predict(example))
 
 
 _ENGINE_CODE: Optional[Path] = None
