@@ -62,7 +62,8 @@ def note_machine() -> None:
 
 def others_busy_cpus() -> Optional[float]:
     """How many CPUs' worth of work other processes did since `note_machine`: the machine's busy time
-    (Linux's /proc/stat, every CPU) less this process's, over the wall time; None where it cannot be
+    (Linux's /proc/stat, every CPU) less this process's and its descendants' (`_own_seconds`), over the
+    wall time; None where it cannot be
     told (no /proc/stat, or under MEASURABLE_S measured, a few clock ticks). A later job of a sweep,
     which reads this a moment after its own note, reads it from the note before (its earlier job's:
     this process's own work in that job is not counted)."""
@@ -78,8 +79,50 @@ def others_busy_cpus() -> Optional[float]:
 
 
 def _own_seconds() -> float:
+    """CPU seconds of this process and of the processes it started: those it waited for (os.times) and
+    those alive (/proc). A sweep's tracking service, a worker pool, a Ray node the run started do the run's
+    work: counted as another's, the tracking service starting beside a sweep's first job made an idle
+    machine look busy, and each fit kept one CPU of two."""
     times = os.times()
-    return times.user + times.system
+    return times.user + times.system + times.children_user + times.children_system + _descendants_seconds()
+
+
+def _descendants_seconds() -> float:
+    """CPU seconds of this process's live descendants, each with the children it waited for (Linux's
+    /proc/<pid>/stat: utime, stime, cutime, cstime); 0 where /proc cannot tell."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return 0.0
+    total, seen, pending = 0.0, set(), _children(os.getpid())
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # field 3 on, counted after the name
+            total += sum(float(v) for v in fields[11:15]) / tick  # fields 14 to 17
+        except (OSError, ValueError, IndexError):  # it ended meanwhile
+            continue
+        pending.extend(_children(pid))
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as f:
+                found.extend(int(child) for child in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def _machine_busy_seconds() -> Optional[float]:

@@ -172,14 +172,36 @@ def test_a_later_job_of_a_sweep_reads_the_machine_over_the_earlier_jobs_window(c
     assert run_clock.others_busy_cpus() == pytest.approx(0.5)  # its own window once measurable
 
 
+BUSY_SECOND = "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass"
+
+
 def test_others_busy_cpus_sees_another_process_busy():
     import subprocess
     import sys
+    import time
 
     run_clock.note_machine()
-    subprocess.run([sys.executable, "-c", "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass"],
-                   check=True)
-    assert run_clock.others_busy_cpus() > 0.5  # the child's second of work over about a second and a half
+    # a process that is not this one's descendant: started by a child that exits at once, it is orphaned
+    orphan = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {BUSY_SECOND!r}])"
+    subprocess.run([sys.executable, "-c", orphan], check=True)
+    time.sleep(1.3)
+    assert run_clock.others_busy_cpus() > 0.5  # its second of work over about a second and a half
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_the_work_of_processes_this_one_started_is_its_own(wait):
+    """A sweep's tracking service, a worker pool: alive or ended, their CPU time is not another's."""
+    import subprocess
+    import sys
+    import time
+
+    run_clock.note_machine()
+    child = subprocess.Popen([sys.executable, "-c", BUSY_SECOND])
+    time.sleep(1.3)  # the child's second of work done, alive (not waited for) or waited for below
+    if wait:
+        child.wait()
+    assert run_clock.others_busy_cpus() < 0.4
+    child.wait()
 
 
 @pytest.mark.parametrize("overrides, folds", [
