@@ -51,8 +51,21 @@ def run_grace_s(limit_s: float) -> float:
     return max(1.0, 0.03 * limit_s)
 
 
+LEAST_REFIT_SHARE = 0.05  # a refit still loads its rows and builds its data set, however few its rounds
+
+
 def _level(task) -> Optional[int]:
     return getattr(task, "level", None)
+
+
+def _refit_share(result) -> float:
+    """The share of a fold fit's work its model's refit does (TabularModel.refit_share), at least
+    `LEAST_REFIT_SHARE`; 1 where the result holds no model that says."""
+    share = getattr(getattr(result, "model", None), "refit_share", None)
+    try:
+        return min(1.0, max(LEAST_REFIT_SHARE, float(share()))) if callable(share) else 1.0
+    except Exception:  # noqa: BLE001 - a share it cannot tell prices the refit at a whole fold fit
+        return 1.0
 
 
 class TimeBudget:
@@ -75,6 +88,8 @@ class TimeBudget:
         self._bytes: dict[str, int] = {}  # model -> its first fitted fold model's pickled size
         self._trial_fits: dict[tuple, list[float]] = defaultdict(list)  # (model, trial) -> its level-1 fits'
         self._best: dict[str, tuple] = {}  # model -> (score, trial) of its best level-1 trial so far
+        # (model, trial) -> its level-1 fits' seconds times the share of each a refit does (refit_share)
+        self._refit_work: dict[tuple, list[float]] = defaultdict(list)
         self._recent: dict[str, deque] = {}  # model -> seconds of its last RECENT_FITS whole level-1 fits
 
     def begin(self, start: Optional[float] = None) -> float:
@@ -132,6 +147,7 @@ class TimeBudget:
                 and getattr(task, "trial", None) is not None):  # a trial's fold, not a stacked fit or refit
             self._trial_fits[(task.model, task.trial)].append(seconds)
             self._recent.setdefault(task.model, deque(maxlen=RECENT_FITS)).append(seconds)
+            self._refit_work[(task.model, task.trial)].append(seconds * _refit_share(result))
         fitted = getattr(result, "model", None)
         if fitted is not None and task.model not in self._bytes:
             import pickle
@@ -160,10 +176,11 @@ class TimeBudget:
         return max(mean or 0.0, fmean(own)) if own else mean
 
     def refit_estimate(self, model: str) -> Optional[float]:
-        """Seconds one fold fit of `model`'s best trial took, which its refit fits again on more rows; None
+        """Seconds of one fold fit of `model`'s best trial that its refit does again, on more rows: the rounds
+        (epochs, trees) the folds stopped at, not the patience they ran past them (`refit_share`); None
         while the model has no complete trial (one withdrawn after its first folds has none to refit)."""
         best = self._best.get(model)
-        own = self._trial_fits.get((model, best[1])) if best is not None else None
+        own = self._refit_work.get((model, best[1])) if best is not None else None
         return fmean(own) if own else None
 
     def stacked_estimate(self, model: str) -> Optional[float]:
@@ -183,6 +200,8 @@ class TimeBudget:
     def estimate(self, task) -> Optional[float]:
         """Seconds one fit of `task` takes: the mean of the model's complete fits at its level, else
         at any level, else the longest of its stopped fits (it took at least that), else the prior."""
+        if getattr(task, "fold_set", None) == () and self.refit_estimate(task.model) is not None:
+            return self.refit_estimate(task.model)  # a refit fit: its best trial's, at the refit's length
         key = (task.model, _level(task))
         if self._complete.get(key):
             return fmean(self._complete[key])

@@ -280,6 +280,12 @@ class TabularModel(ABC):
         epochs) the `fitted` fold models early-stopped at, with early stopping off."""
         return {}
 
+    def refit_share(self) -> float:
+        """The share of this fold fit's work a refit of it does (rows apart): the rounds, epochs or trees
+        `refit_params` keeps (the length it early-stopped at) over those it fitted, its patience past the
+        best included; 1 where a kind does not say (its refit costs a fold fit, as the tail prices it)."""
+        return 1.0
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "fit_seconds_"):
             raise RuntimeError(f"{self.name} is not fitted; call fit() first")

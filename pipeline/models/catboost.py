@@ -248,6 +248,10 @@ class CatBoostModel(TabularModel):
         rounds = max(1, round(float(np.mean([m.best_iteration_ + 1 for m in fitted]))))
         return {"iterations": rounds, "early_stopping_rounds": None, "od_wait": None, "use_best_model": False}
 
+    def refit_share(self):
+        fitted = max((len(v) for v in self.history_.values()), default=0)  # a score each round it fitted
+        return (self.best_iteration_ + 1) / fitted if fitted > self.best_iteration_ else 1.0
+
 
 def _environ() -> dict:
     import os

@@ -179,6 +179,7 @@ class ExtraTreesModel(TabularModel):
             if ctx.report is not None and ctx.report(forest.n_estimators, loss):
                 break
         kept = best[1] or forest.n_estimators
+        self.grown_ = forest.n_estimators
         forest.estimators_ = forest.estimators_[:kept]
         forest.set_params(n_estimators=kept, warm_start=False)
         self.model_, self.trees_ = forest, kept
@@ -208,3 +209,6 @@ class ExtraTreesModel(TabularModel):
         import numpy as np
 
         return {"n_estimators": max(1, round(float(np.mean([m.trees_ for m in fitted])))), "patience": 10**6}
+
+    def refit_share(self):
+        return self.trees_ / max(1, getattr(self, "grown_", self.trees_), self.trees_)

@@ -254,6 +254,11 @@ class LightGBMModel(TabularModel):
         rounds = max(1, round(float(np.mean([m.best_iteration_ for m in fitted]))))
         return {"num_iterations": rounds, "early_stopping_round": 0}
 
+    def refit_share(self):
+        # the booster keeps its rounds up to the best; its validation scores, one a round, count every round
+        fitted = max((len(v) for v in self.history_.values()), default=0)
+        return self.best_iteration_ / fitted if fitted > self.best_iteration_ > 0 else 1.0
+
     def feature_importance(self) -> Optional[dict[str, float]]:
         gains = self.booster_.feature_importance(importance_type="gain")
         names = getattr(self, "feature_names_", None) or self.booster_.feature_name()

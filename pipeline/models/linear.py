@@ -257,6 +257,9 @@ class LinearModel(TabularModel):
         c = float(np.exp(np.mean([np.log(_path({**OWN, **m.params})[m.step_ - 1]) for m in fitted])))
         return {"path_length": 1, "c_min": c, "c_max": c}
 
+    def refit_share(self):
+        return 1 / max(1, len(self.history_.get("valid_loss", ())))  # one penalty of the path's steps
+
 
 class _NumericFrame:
     """The column transformer, fed numbers as floats (an infinite value as missing) and categories as

@@ -199,6 +199,10 @@ class TorchMLPModel(TabularModel):
         epochs = max(1, round(float(np.mean([m.best_epoch_ + 1 for m in fitted]))))
         return {"max_epochs": epochs, "patience": 0}
 
+    def refit_share(self):
+        fitted = len(self.history_.get("val_loss", ()))  # an epoch each
+        return (self.best_epoch_ + 1) / fitted if fitted > self.best_epoch_ >= 0 else 1.0
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["module_"] = None  # weights travel as the CPU state dict

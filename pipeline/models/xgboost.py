@@ -266,6 +266,10 @@ class XGBoostModel(TabularModel):
         rounds = max(1, round(float(np.mean([m.best_iteration_ + 1 for m in fitted]))))
         return {"num_boost_round": rounds, "early_stopping_rounds": None}
 
+    def refit_share(self):
+        kept = self.best_iteration_ + 1
+        return kept / max(1, self.booster_.num_boosted_rounds(), kept)
+
 
 def zeros_as_missing(X, rows=None):
     """X (or its rows at positions `rows`) with the zeros of its numeric columns as NaN: XGBoost sends a

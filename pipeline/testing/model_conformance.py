@@ -160,7 +160,8 @@ class ModelKindConformance:
 
     def test_early_stopping_on_the_validation_fold(self, datasets):
         """With its configured params (early stopping on) a fit on the binary table stops before its cap;
-        the refit's params carry the length it stopped at."""
+        the refit's params carry the length it stopped at, and a time limit prices the refit at that length,
+        not at the fold fit's, which ran its patience past it (`refit_share`)."""
         import yaml
 
         conf = yaml.safe_load((ROOT / "conf" / "model" / f"{self.config}.yaml").read_text())[self.config]
@@ -168,6 +169,7 @@ class ModelKindConformance:
         refit = model.refit_params([model])
         key, length = next(iter(refit.items()))
         assert key in conf["params"] and 1 <= length < conf["params"][key]
+        assert 0 < model.refit_share() < 1
 
     def test_clone_is_unfitted_and_independent(self, datasets, fitted):
         model = fitted["binary"]
