@@ -150,7 +150,8 @@ class TrackerClient:
             return None
         from pipeline.tracking.models import ModelPayload
 
-        self._send("log_predictor", (name, ModelPayload.of(predictor, example, pickled), example, metrics), {})
+        payload = ModelPayload.of(predictor, example, pickled)
+        self._send("log_predictor", (name, payload, example, metrics), {})
         return PendingModelUri(name)
 
     def end(self, status: str) -> None:

@@ -161,7 +161,8 @@ class MlflowTracker(NullTracker):
             return None
         from pipeline.tracking.models import ModelPayload, log_model_metrics, log_pyfunc
 
-        payload = predictor if isinstance(predictor, ModelPayload) else ModelPayload.of(predictor, example, pickled)
+        payload = (predictor if isinstance(predictor, ModelPayload)
+                   else ModelPayload.of(predictor, example, pickled))
         uri = self._safely("log_model", log_pyfunc, name, payload, self.source, self.params)
         if uri is not None and metrics:
             self._safely("log_model_metrics", log_model_metrics, self.uri, self.run_id, uri, metrics,
