@@ -38,3 +38,14 @@ def test_a_model_pickled_before_packing_loads_and_an_unpacked_kind_stays_plain()
     model.model_ = {"trees": [1, 2]}
     state = pickle.loads(pickle.dumps(model)).__dict__
     assert state["model_"] == {"trees": [1, 2]} and "_packed_" not in state
+
+
+def test_a_forest_pickled_before_its_kind_was_packed_still_loads():
+    """An earlier run's tasks/ (resume) holds forests pickled as they were: read back as they are."""
+    from pipeline.models.extra_trees import ExtraTreesModel
+
+    assert ExtraTreesModel.profile.packed == "model_"
+    old = ExtraTreesModel.__new__(ExtraTreesModel)
+    old.__setstate__({"params": {}, "name": "et", "model_": {"trees": [1, 2]}})
+    assert old.model_ == {"trees": [1, 2]} and isinstance(pickle.dumps(old), bytes)
+    assert pickle.loads(pickle.dumps(old)).model_ == {"trees": [1, 2]}  # saved packed from then on
