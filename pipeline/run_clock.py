@@ -63,10 +63,9 @@ def note_machine() -> None:
 def others_busy_cpus() -> Optional[float]:
     """How many CPUs' worth of work other processes did since `note_machine`: the machine's busy time
     (Linux's /proc/stat, every CPU) less this process's and its descendants' (`_own_seconds`), over the
-    wall time; None where it cannot be
-    told (no /proc/stat, or under MEASURABLE_S measured, a few clock ticks). A later job of a sweep,
-    which reads this a moment after its own note, reads it from the note before (its earlier job's:
-    this process's own work in that job is not counted)."""
+    wall time; None where it cannot be told (no /proc/stat, or under MEASURABLE_S measured, a few clock
+    ticks). A later job of a sweep, which reads this a moment after its own note, reads it from the note
+    before (its earlier job's: this process's own work in that job is not counted)."""
     busy = _machine_busy_seconds()
     if busy is None:
         return None

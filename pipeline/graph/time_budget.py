@@ -200,8 +200,8 @@ class TimeBudget:
     def estimate(self, task) -> Optional[float]:
         """Seconds one fit of `task` takes: the mean of the model's complete fits at its level, else
         at any level, else the longest of its stopped fits (it took at least that), else the prior."""
-        if getattr(task, "fold_set", None) == () and self.refit_estimate(task.model) is not None:
-            return self.refit_estimate(task.model)  # a refit fit: its best trial's, at the refit's length
+        if getattr(task, "fold_set", None) == () and (refit := self.refit_estimate(task.model)) is not None:
+            return refit  # a refit fit: its best trial's, at the refit's length
         key = (task.model, _level(task))
         if self._complete.get(key):
             return fmean(self._complete[key])
