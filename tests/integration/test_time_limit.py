@@ -172,11 +172,19 @@ def test_under_hpo_auto_a_dear_kind_that_loses_and_adds_nothing_is_withdrawn_aft
                check=True, timeout=120)
     out = " ".join(proc.stdout.split())
     budget = json.loads((tmp_path / "run" / "run_state.json").read_text())["time_budget"]
-    withdrawn = [w.split(":")[0] for w in budget["withdrawn"]]
-    assert withdrawn == ["nn withdrawn after its first fold"], out[-2000:]
+    withdrawn = {w.split(" ")[0]: w for w in budget["withdrawn"]}
+    assert "nn" in withdrawn, out[-2000:]
     assert "nn withdrawn after its first fold: roc_auc" in out and "which the other models use" in out
+    # a cheap GBM that loses and adds nothing is withdrawn only where the fits' time is nearly out (on a
+    # loaded box its lead fold may end late): while time is plenty its few seconds of folds are not dear
+    for kind, line in withdrawn.items():
+        if kind != "nn":
+            time_left = float(re.search(r"of the ([0-9.]+) s left", line).group(1))
+            assert time_left < 0.25 * 20, line
     board = pd.read_csv(tmp_path / "run" / "leaderboard.csv")
-    assert "nn" not in set(board["model"]) and {"lightgbm", "xgboost", "ensemble"} <= set(board["model"])
+    kept = {"lightgbm", "xgboost"} - withdrawn.keys()
+    assert "nn" not in set(board["model"]) and kept and kept <= set(board["model"]), out[-2000:]
+    assert ("ensemble" in set(board["model"])) == (len(kept) > 1)
     timeline = json.loads((tmp_path / "run" / "timeline.json").read_text())
     # the withdrawn kind's trial counts as withdrawn, not as dropped: a trial dropped unfinished can only be
     # a later trial of another kind that a loaded machine's slower fits left short of the deadline
