@@ -6,6 +6,7 @@ directory, so a resumed run re-fits exactly the trials it had started.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
     from pipeline.config import HpoConf, SearchDimConf
 
 log = logging.getLogger(__name__)
+
+# the best finished trials a renewed study keeps (`TrialSource._asking_study`): TPE's good group holds the
+# best tenth of the trials, at most 25 (Optuna's default gamma)
+KEPT_BEST = 25
 
 
 def tell_study(study, trial, *args, **kwargs) -> None:
@@ -51,7 +56,8 @@ class TrialSource:
         self.dropped: set[tuple[str, int]] = set()  # cut by the time limit before all their folds ran
         self.pruned: set[tuple[str, int]] = set()  # stopped after some folds: losing (`fold_scored`)
         self._fold_scores: dict[tuple[str, int], list[float]] = {}
-        self._studies: dict[str, Any] = {}
+        self._studies: dict[str, Any] = {}  # model -> its current study (renewed past the searcher's window)
+        self._generations: dict[str, int] = {}  # model -> how often its study was renewed
         self._trials: dict[tuple[str, int], Any] = {}
         self._counts: dict[str, int] = {}  # model -> trials asked in this run
         self.best_error: dict[str, float] = {}  # model -> its best whole trial's error (`error`)
@@ -70,7 +76,7 @@ class TrialSource:
         if not self.searcher.searches:
             params = {}
         else:
-            study = self._study(model)
+            study = self._asking_study(model)
             space = self.spaces[model]
             fixed = self.prior.get(model, {}).get(str(trial))
             if fixed:  # recorded by an earlier run: its search space may have been another
@@ -116,7 +122,7 @@ class TrialSource:
             import optuna
 
             state = optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.COMPLETE
-            tell_study(self._study(model), optuna_trial, None if pruned else score, state=state)
+            self._tell(model, optuna_trial, None if pruned else score, state=state)
 
     def error(self, score: float) -> float:
         """A score as an error, lower better (`pipeline.metrics.error_of`)."""
@@ -152,7 +158,7 @@ class TrialSource:
 
         self.pruned.add(key)
         self._trials.pop(key)
-        tell_study(self._study(model), optuna_trial, state=optuna.trial.TrialState.PRUNED)
+        self._tell(model, optuna_trial, state=optuna.trial.TrialState.PRUNED)
         return True
 
     def drop(self, model: str, trial: int) -> None:
@@ -166,19 +172,67 @@ class TrialSource:
         if optuna_trial is not None:
             import optuna
 
-            tell_study(self._study(model), optuna_trial, state=optuna.trial.TrialState.FAIL)
+            self._tell(model, optuna_trial, state=optuna.trial.TrialState.FAIL)
 
     def _study(self, model: str):
+        """`model`'s current study, made on first use."""
         if model not in self._studies:
-            import optuna
-
-            optuna.logging.set_verbosity(optuna.logging.WARNING)
-            sampler = self.searcher.sampler(self.spec, model, self.spaces[model])
-            pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
-                      if self.spec.pruning else None)  # over folds: `fold_scored`
-            self._studies[model] = optuna.create_study(direction=self.direction, sampler=sampler,
-                                                       pruner=pruner, study_name=model)
+            self._studies[model] = self._new_study(model, 0)
         return self._studies[model]
+
+    def _new_study(self, model: str, generation: int):
+        """A study for `model`'s trials, its sampler seeded for its `generation` (0, then each renewal)."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        spec = self.spec
+        if generation and spec.seed is not None:
+            spec = dataclasses.replace(spec, seed=spec.seed + generation)
+        sampler = self.searcher.sampler(spec, model, self.spaces[model])
+        pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
+                  if self.spec.pruning else None)  # over folds: `fold_scored`
+        return optuna.create_study(direction=self.direction, sampler=sampler, pruner=pruner, study_name=model)
+
+    def _asking_study(self, model: str):
+        """The study `model`'s next trial is asked of. Where its finished trials reach twice the searcher's
+        `study_window`, a new study takes its place holding the window: the best KEPT_BEST whole trials and
+        the latest others, so that an ask's cost stays flat however many trials the budget runs (a sampler
+        such as TPE reads every trial its study holds at each ask). The trials still running are told to
+        the study that asked them, and join the new one as they end (`_tell`)."""
+        from optuna.trial import TrialState
+
+        study = self._study(model)
+        window = getattr(self.searcher, "study_window", None)
+        if window is None:
+            return study
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        if len(finished) < 2 * window:
+            return study
+        whole = [t for t in finished if t.state == TrialState.COMPLETE]
+        best = sorted(whole, key=lambda t: t.value, reverse=self.direction == "maximize")
+        best = best[:min(KEPT_BEST, window)]
+        numbers, room = {t.number for t in best}, window - len(best)
+        latest = [t for t in finished if t.number not in numbers][-room:] if room else []
+        generation = self._generations[model] = self._generations.get(model, 0) + 1
+        renewed = self._new_study(model, generation)
+        renewed.add_trials(best + latest)
+        self._studies[model] = renewed
+        log.debug("model %s: its study renewed after %d finished trials, with its %d best and %d latest",
+                  model, len(finished), len(best), len(latest))
+        return renewed
+
+    def _tell(self, model: str, optuna_trial, *args, **kwargs) -> None:
+        """Tell `optuna_trial` to the study that asked it; where `model`'s study was renewed since, the trial,
+        finished whole or pruned, joins the current study too."""
+        from optuna.trial import TrialState
+
+        asked_by = optuna_trial.study
+        tell_study(asked_by, optuna_trial, *args, **kwargs)
+        current = self._studies.get(model)
+        if current is not None and current is not asked_by:
+            frozen = asked_by.get_trials(deepcopy=False)[optuna_trial.number]
+            if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED):
+                current.add_trial(frozen)
 
     def _save(self, model: str, trial: int) -> None:
         """The trial just asked, appended to `<model>.jsonl` (a line per trial: O(1) per ask); the whole
