@@ -358,3 +358,24 @@ class ModelKindConformance:
         predictions = model.predict(frame.drop(columns=["income"]))
         assert (pd.Series(predictions) == frame["income"].values).mean() > 0.7
         assert all(names & set(group) for group in self.model_class.profile.distributions)
+
+    def test_the_logged_model_loads_with_the_engine_code_it_ships_alone(self, engine_run, tmp_path):
+        """A model ships the engine modules its pickle names and what they import, not the whole package: a
+        process that can import the engine only from that copy loads it and predicts as the run's did."""
+        import pandas as pd
+
+        from pipeline.testing.shipped_code_check import load_with_shipped_code, outside_shipped_code
+
+        cwd, _ = engine_run
+        frame = pd.read_parquet(ROOT / "pipeline" / "datasets" / "adult.parquet").head(50)
+        frame.drop(columns=["income"]).to_parquet(tmp_path / "rows.parquet")
+        loaded = load_with_shipped_code(f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}", self.config,
+                                        tmp_path / "rows.parquet", tmp_path)
+        module = self.model_class.__module__
+        assert outside_shipped_code(loaded) == []
+        assert module in loaded["modules"] or not module.startswith("pipeline.")
+        assert (pd.Series(loaded["predictions"]) == frame["income"].values).mean() > 0.7
+        shipped = Path(loaded["code"]) / "pipeline"
+        assert not list(shipped.rglob("*.parquet")) and not (shipped / "conf").exists()
+        assert sum(f.stat().st_size for f in shipped.rglob("*") if f.is_file()) < 0.7 * sum(
+            f.stat().st_size for f in (ROOT / "pipeline").rglob("*.py"))

@@ -1,8 +1,8 @@
 """The run's models in MLflow: each predictor as one pyfunc that serves, and the registry.
 
 A logged model carries its signature (with the `predict_method` parameter), pinned public
-requirements and the engine's own code (MLflow's `code_paths`), so `mlflow models serve` can
-build its environment from PyPI alone. Used by pipeline.tracking, which owns the run.
+requirements and the engine's code it loads with (MLflow's `code_paths`: pipeline.tracking.shipped_code),
+so `mlflow models serve` can build its environment from PyPI alone. Used by pipeline.tracking, which owns the run.
 
 The model is logged from its pickle, with the signature inferred from a few rows and what the
 predictor returned for them (`ModelPayload`, made where the predictor lives): the process that logs
@@ -12,9 +12,7 @@ and predict once more to check that example, which is the work the payload saves
 
 from __future__ import annotations
 
-import atexit
 import pickle
-import shutil
 import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -78,28 +76,6 @@ class ModelPayload:
         return cls(pickled, libraries, example, predictor.predict(example))
 
 
-_ENGINE_CODE: Optional[Path] = None
-
-
-def engine_code() -> Path:
-    """A copy of the `pipeline` package to ship with a model: code only, no bundled data. Made once per
-    process (a private temporary folder, removed at exit, the tracker process's quick exit included), as
-    each model's log copies it into its own folder again (a copy of its own per model besides: 1.5 s of a
-    14-model run's tracking)."""
-    global _ENGINE_CODE
-    if _ENGINE_CODE is None or not _ENGINE_CODE.is_dir():
-        from pipeline.tracking.protocol import before_exit_now
-
-        folder = Path(tempfile.mkdtemp(prefix="pipeline-code-"))
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        before_exit_now(lambda: shutil.rmtree(folder, ignore_errors=True))
-        target = folder / "pipeline"
-        shutil.copytree(Path(pipeline.__file__).parent, target,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.parquet", "conf"))
-        _ENGINE_CODE = target
-    return _ENGINE_CODE
-
-
 def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None,
                params: Optional[dict] = None) -> str:
     """Log the predictor of `payload` as the pyfunc model `name` of the active run, with `tags` (its run's
@@ -111,6 +87,8 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None,
     from mlflow.entities import LoggedModelOutput
     from mlflow.models import infer_signature
 
+    from pipeline.tracking.shipped_code import engine_code, pickled_modules
+
     active = mlflow.active_run()
     run_id = active.info.run_id if active else None
     code = Path(pipeline.__file__).parent / "tracking" / "mlflow_model.py"
@@ -120,7 +98,8 @@ def log_pyfunc(name: str, payload: ModelPayload, tags: Optional[dict] = None,
         artifact = Path(tmp) / "predictor.pkl"
         artifact.write_bytes(payload.pickled)
         signature = infer_signature(payload.example, payload.prediction, params={"predict_method": "predict"})
-        pinned_requirements, code_paths = requirements(payload.libraries), [str(engine_code())]
+        pinned_requirements = requirements(payload.libraries)
+        code_paths = [str(engine_code(pickled_modules(payload.pickled)))]
         # the logged model is made after what can fail without it: from there MLflow marks it READY or FAILED
         model = mlflow.initialize_logged_model(name=name, source_run_id=run_id, tags=tags or None,
                                                params={k: str(v) for k, v in (params or {}).items()} or None)

@@ -3,13 +3,16 @@ once where the path says so, else when the process answers), a dead driver's run
 logged without their library, the process below the fits in priority."""
 
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
+import pipeline
 from pipeline.errors import TrackingError
 from pipeline.tracking.client import TrackerClient
 from pipeline.tracking.mlflow_run import MlflowTracker
@@ -186,7 +189,7 @@ def test_a_model_logged_under_a_run_with_many_metrics_reads_none_of_their_histor
                             lambda self, *a, _name=method, _original=original, **kw:
                             reads.append(_name) or _original(self, *a, **kw))
     example = pd.DataFrame({"x": [1.0, 2.0, 3.0]})
-    payload = ModelPayload(b"not loaded here", (), example, np.array([0, 1, 0]))
+    payload = ModelPayload(pickle.dumps({"not": "loaded here"}), (), example, np.array([0, 1, 0]))
     uri = tracker.log_predictor("lightgbm", payload, example, {"lightgbm/val_roc_auc": 0.9})
     run_id = tracker.run_id
     assert tracker.failure is None and reads == []
@@ -222,18 +225,67 @@ def test_a_model_whose_logging_fails_before_mlflow_takes_it_leaves_no_logged_mod
     assert list(client.search_logged_models([tracker.experiment_id])) == []
 
 
-def test_the_engine_code_a_model_ships_is_copied_once_per_process_privately_without_bundled_data():
+def test_the_engine_code_a_model_ships_is_its_imports_copied_once_per_process_privately():
     import shutil
     import stat
 
-    from pipeline.tracking.models import engine_code
+    from pipeline.tracking.shipped_code import engine_code, import_closure
 
-    code = engine_code()
-    assert engine_code() == code  # each model's log copies it into its own folder: one copy here
-    assert stat.S_IMODE(code.parent.stat().st_mode) == 0o700 and code.parent.stat().st_uid == os.getuid()
-    assert (code / "ensemble.py").is_file() and not list(code.rglob("*.parquet")) and not (code / "conf").exists()
-    shutil.rmtree(code.parent)  # a temporary folder cleaned up under a long-lived process: made again
-    assert engine_code().is_dir()
+    needs = {"pipeline.ensemble", "pipeline.models.xgboost", "pipeline.schema"}
+    code = engine_code(needs)
+    assert engine_code(needs) == code  # each model's log copies it into its own folder: one copy here
+    root = code.parent.parent
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700 and root.stat().st_uid == os.getuid()
+    shipped = {str(p.relative_to(code.parent).with_suffix("")).replace("/", ".").removesuffix(".__init__")
+               for p in code.rglob("*.py")}
+    assert shipped == set(import_closure(needs)) and needs | {"pipeline.trusted"} <= shipped
+    assert (code / "models" / "xgboost_costs.yaml").is_file()  # package data beside a shipped module
+    assert "pipeline.run" not in shipped and not list(code.rglob("*.parquet"))
+    assert not (code / "conf").exists()
+    assert engine_code({"pipeline.models.linear"}) != code  # another closure, another copy
+    shutil.rmtree(root)  # a temporary folder cleaned up under a long-lived process: made again
+    assert engine_code(needs).is_dir()
+
+
+@pytest.mark.parametrize("installed", [True, False], ids=["engine-installed", "shipped-code-only"])
+def test_a_process_that_loaded_a_model_imports_what_it_did_not_ship_from_an_installed_engine(installed):
+    """MLflow puts a loaded model's code folder first on `sys.path`, so its partial copy stands for the
+    package in that process: the modules it does not hold come from an installed engine, where there is
+    one."""
+    from pipeline.tracking.shipped_code import engine_code
+
+    code = engine_code({"pipeline.ensemble", "pipeline.models.xgboost"})
+    assert not (code / "run.py").exists()
+    script = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        if not {installed}:
+            sys.path = [p for p in sys.path if not (Path(p or ".") / "pipeline" / "__init__.py").is_file()]
+        sys.path.insert(0, {str(code.parent)!r})
+        import pipeline.ensemble
+        print(pipeline.ensemble.__file__)
+        import pipeline.run
+        print(pipeline.run.__file__)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd="/")
+    files = proc.stdout.split()
+    assert files[0] == str(code / "ensemble.py")
+    if installed:
+        assert proc.returncode == 0, proc.stderr
+        assert files[1] == str(Path(pipeline.__file__).parent / "run.py")
+    else:
+        assert proc.returncode == 1 and "No module named 'pipeline.run'" in proc.stderr
+
+
+def test_the_modules_a_pickle_names_are_read_without_loading_it():
+    from pipeline.schema import FeatureSchema
+    from pipeline.tracking.shipped_code import pickled_modules
+
+    for protocol in (0, 2, pickle.HIGHEST_PROTOCOL):
+        named = {"schema": FeatureSchema, "twice": [FeatureSchema, FeatureSchema], "path": Path}
+        data = pickle.dumps(named, protocol)
+        assert {"pipeline.schema", "pathlib"} <= pickled_modules(data), protocol
 
 
 def test_a_tracker_process_leaving_at_once_removes_its_copy_of_the_engine_code(tmp_path):
@@ -243,8 +295,8 @@ def test_a_tracker_process_leaving_at_once_removes_its_copy_of_the_engine_code(t
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     script = textwrap.dedent("""
-        from pipeline.tracking.models import engine_code
         from pipeline.tracking.protocol import exit_now
+        from pipeline.tracking.shipped_code import engine_code
         print(engine_code(), flush=True)
         exit_now()
     """)
