@@ -22,6 +22,9 @@ A file that fails is never read and never silently written over: UntrustedFile n
 what is wrong, and the run stops (a planted file means someone else can write where the engine keeps
 its results; the user should see that, not have it replaced).
 
+A copy of the package shipped with a logged model looks for the modules it does not hold only in an
+engine tree that passes the same checks (`installed_package_folders`).
+
 The engine writes these files with `create_file` (mode 0644 less the umask, never through a symlink)
 into folders made by `make_folders` (0755 less the umask), so what it writes passes these checks
 under umask 0 too.
@@ -277,3 +280,35 @@ def _copy_tree_at(fd: int, source: Path, target: Path) -> None:
         else:  # a symbolic link, to a file or a folder, is refused by the check
             with open_trusted_at(fd, entry.name, source / entry.name) as src:
                 _copy_open(src, target / entry.name)
+
+
+_CHECKED_TREES: dict[str, Optional[str]] = {}  # an engine folder found on sys.path -> why it was refused
+
+
+def installed_package_folders(package: str, shipped: list[str]) -> list[str]:
+    """Where an installed engine holds `package` (`pipeline` or a package below it), for a copy of the
+    package shipped with a logged model (pipeline.tracking.shipped_code) whose `__path__` is `shipped`:
+    the folder of that name under each absolute `sys.path` entry, never the working directory's (anyone's
+    where it is a shared one), with an `__init__.py`, and only where the whole engine tree holding it
+    passes `check_tree`; a tree that fails is named in a warning and left out."""
+    import sys
+    import warnings
+
+    parts = package.split(".")
+    found = []
+    for entry in sys.path:
+        if not entry or not os.path.isabs(entry):
+            continue
+        top, folder = os.path.join(entry, parts[0]), os.path.join(entry, *parts)
+        if folder in shipped or folder in found or not os.path.isfile(os.path.join(folder, "__init__.py")):
+            continue
+        if top not in _CHECKED_TREES:
+            try:
+                check_tree(top, "an engine found on the path, for the modules a logged model does not ship")
+                _CHECKED_TREES[top] = None
+            except (UntrustedFile, OSError) as exc:
+                _CHECKED_TREES[top] = str(exc)
+                warnings.warn(str(exc), stacklevel=2)
+        if _CHECKED_TREES[top] is None:
+            found.append(folder)
+    return found

@@ -34,10 +34,12 @@ _GETS = {"BINGET", "LONG_BINGET", "GET"}
 
 # Loading a model puts its code folder first on `sys.path` (MLflow's `code_paths`), and in that process
 # the shipped copy then stands for the package: each shipped package looks for the modules it does not hold
-# in an installed engine, where there is one (pkgutil.extend_path), so the process can go on using the rest
+# in an installed engine, where there is one and no one else could have written it
+# (pipeline.trusted.installed_package_folders), so the process can go on using the rest
 EXTENDED_PATH = ("\n# shipped with a logged model (pipeline.tracking.shipped_code): what it does not hold"
                  "\n# comes from an installed engine, where there is one\n"
-                 "__path__ = __import__(\"pkgutil\").extend_path(__path__, __name__)\n")
+                 "from pipeline.trusted import installed_package_folders as _installed  # noqa: E402\n"
+                 "__path__ = [*__path__, *_installed(__name__, list(__path__))]\n")
 
 _COPIES: dict[frozenset, Path] = {}
 _ROOT: Optional[Path] = None

@@ -247,20 +247,36 @@ def test_the_engine_code_a_model_ships_is_its_imports_copied_once_per_process_pr
     assert engine_code(needs).is_dir()
 
 
-@pytest.mark.parametrize("installed", [True, False], ids=["engine-installed", "shipped-code-only"])
-def test_a_process_that_loaded_a_model_imports_what_it_did_not_ship_from_an_installed_engine(installed):
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("scene", ["engine-installed", "shipped-code-only", "planted-by-another-user",
+                                   "planted-in-the-working-directory"])
+def test_a_process_that_loaded_a_model_imports_what_it_did_not_ship_from_an_installed_engine(scene, tmp_path):
     """MLflow puts a loaded model's code folder first on `sys.path`, so its partial copy stands for the
     package in that process: the modules it does not hold come from an installed engine, where there is
-    one."""
+    one, and never from a `pipeline` folder another user could have written, nor from the working
+    directory's."""
     from pipeline.tracking.shipped_code import engine_code
 
     code = engine_code({"pipeline.ensemble", "pipeline.models.xgboost"})
     assert not (code / "run.py").exists()
+    planted = tmp_path / "planted"
+    (planted / "pipeline").mkdir(parents=True)
+    for name in ("__init__.py", "run.py"):
+        (planted / "pipeline" / name).write_text("print('PLANTED')\n")
+    if scene == "planted-by-another-user":
+        for path in (planted, planted / "pipeline", *(planted / "pipeline").iterdir()):
+            os.chown(path, NOBODY, NOBODY)
     script = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        if not {installed}:
+        if {scene != "engine-installed"}:
             sys.path = [p for p in sys.path if not (Path(p or ".") / "pipeline" / "__init__.py").is_file()]
+        if {scene == "planted-by-another-user"}:
+            sys.path.insert(0, {str(planted)!r})
+        if {scene == "planted-in-the-working-directory"}:
+            sys.path.insert(0, "")
         sys.path.insert(0, {str(code.parent)!r})
         import pipeline.ensemble
         print(pipeline.ensemble.__file__)
@@ -268,14 +284,17 @@ def test_a_process_that_loaded_a_model_imports_what_it_did_not_ship_from_an_inst
         print(pipeline.run.__file__)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          cwd="/")
+                          cwd=planted)
     files = proc.stdout.split()
-    assert files[0] == str(code / "ensemble.py")
-    if installed:
+    assert files[0] == str(code / "ensemble.py") and "PLANTED" not in proc.stdout
+    if scene == "engine-installed":
         assert proc.returncode == 0, proc.stderr
         assert files[1] == str(Path(pipeline.__file__).parent / "run.py")
     else:
         assert proc.returncode == 1 and "No module named 'pipeline.run'" in proc.stderr
+    if scene == "planted-by-another-user":
+        assert f"{planted / 'pipeline'} (an engine found on the path" in proc.stderr
+        assert f"belongs to uid {NOBODY}" in proc.stderr
 
 
 def test_the_modules_a_pickle_names_are_read_without_loading_it():
