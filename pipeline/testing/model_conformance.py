@@ -15,7 +15,8 @@ round trips; hpo=auto's portfolio and the search space; the memory estimate on t
 the device choice with and without a calibration, and the library parameters a device gives; and,
 through one CLI run shared by the kinds a session collects (`model=[a,b,...]`), a 3-fold bag of each,
 its batch prediction (`python -m pipeline.predict predictor=<kind>`) and its MLflow pyfunc model with
-its requirements, loaded in a process that can import the engine only from the code the model ships. Needs pytest (the `test` extra).
+its requirements, loaded in a process that can import the engine only from the code the model ships.
+Needs pytest (the `test` extra).
 """
 
 from __future__ import annotations

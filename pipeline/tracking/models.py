@@ -2,7 +2,8 @@
 
 A logged model carries its signature (with the `predict_method` parameter), pinned public
 requirements and the engine's code it loads with (MLflow's `code_paths`: pipeline.tracking.shipped_code),
-so `mlflow models serve` can build its environment from PyPI alone. Used by pipeline.tracking, which owns the run.
+so `mlflow models serve` can build its environment from PyPI alone. Used by pipeline.tracking, which owns
+the run.
 
 The model is logged from its pickle, with the signature inferred from a few rows and what the
 predictor returned for them (`ModelPayload`, made where the predictor lives): the process that logs
