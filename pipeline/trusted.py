@@ -282,7 +282,7 @@ def _copy_tree_at(fd: int, source: Path, target: Path) -> None:
                 _copy_open(src, target / entry.name)
 
 
-_CHECKED_TREES: dict[str, Optional[str]] = {}  # an engine folder found on sys.path -> why it was refused
+_CHECKED_TREES: dict[str, bool] = {}  # an engine folder found on sys.path -> whether it passed check_tree
 
 
 def installed_package_folders(package: str, shipped: list[str]) -> list[str]:
@@ -305,10 +305,10 @@ def installed_package_folders(package: str, shipped: list[str]) -> list[str]:
         if top not in _CHECKED_TREES:
             try:
                 check_tree(top, "an engine found on the path, for the modules a logged model does not ship")
-                _CHECKED_TREES[top] = None
+                _CHECKED_TREES[top] = True
             except (UntrustedFile, OSError) as exc:
-                _CHECKED_TREES[top] = str(exc)
+                _CHECKED_TREES[top] = False
                 warnings.warn(str(exc), stacklevel=2)
-        if _CHECKED_TREES[top] is None:
+        if _CHECKED_TREES[top]:
             found.append(folder)
     return found

@@ -14,10 +14,15 @@ import sys
 import textwrap
 from pathlib import Path
 
-SCRIPT = textwrap.dedent("""
-    import json, sys
+# a script's first lines: no engine on the path (an installed one, the checkout's, the working directory's)
+WITHOUT_ENGINE = textwrap.dedent("""
+    import sys
     from pathlib import Path
     sys.path = [p for p in sys.path if not (Path(p or ".") / "pipeline" / "__init__.py").is_file()]
+""")
+
+SCRIPT = WITHOUT_ENGINE + textwrap.dedent("""
+    import json
     assert "pipeline" not in sys.modules
     import mlflow, pandas as pd
     store, name, rows = sys.argv[1:4]

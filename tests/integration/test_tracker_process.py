@@ -257,6 +257,7 @@ def test_a_process_that_loaded_a_model_imports_what_it_did_not_ship_from_an_inst
     package in that process: the modules it does not hold come from an installed engine, where there is
     one, and never from a `pipeline` folder another user could have written, nor from the working
     directory's."""
+    from pipeline.testing.shipped_code_check import WITHOUT_ENGINE
     from pipeline.tracking.shipped_code import engine_code
 
     code = engine_code({"pipeline.ensemble", "pipeline.models.xgboost"})
@@ -268,11 +269,7 @@ def test_a_process_that_loaded_a_model_imports_what_it_did_not_ship_from_an_inst
     if scene == "planted-by-another-user":
         for path in (planted, planted / "pipeline", *(planted / "pipeline").iterdir()):
             os.chown(path, NOBODY, NOBODY)
-    script = textwrap.dedent(f"""
-        import sys
-        from pathlib import Path
-        if {scene != "engine-installed"}:
-            sys.path = [p for p in sys.path if not (Path(p or ".") / "pipeline" / "__init__.py").is_file()]
+    script = (WITHOUT_ENGINE if scene != "engine-installed" else "import sys\n") + textwrap.dedent(f"""
         if {scene == "planted-by-another-user"}:
             sys.path.insert(0, {str(planted)!r})
         if {scene == "planted-in-the-working-directory"}:
