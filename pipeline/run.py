@@ -21,7 +21,7 @@ from pipeline.errors import ConfigError, Interrupted
 from pipeline.lean_imports import for_run as lean_imports_for_run
 from pipeline.graph.plan import EVALUATE, Plan
 from pipeline.objectives import inner_fit_seconds, job_return
-from pipeline.planning import make_plan, placed  # noqa: F401  (make_plan: importable from here too)
+from pipeline.planning.planner import make_plan, placed  # noqa: F401  (make_plan: importable from here too)
 from pipeline.settings import Settings, read_settings
 from pipeline.run_folder import make_run_folder
 from pipeline.runtime import Runtime  # noqa: F401  (importable from here too)

@@ -48,7 +48,7 @@ def test_the_graph_writes_no_state_prints_nothing_and_logs_nothing():
 
 
 def test_planning_reads_a_plan_input_not_the_settings():
-    from pipeline.planning import make_plan
+    from pipeline.planning.planner import make_plan
 
     assert list(inspect.signature(make_plan).parameters) == ["given"]
     for path in (PIPELINE / "planning").glob("*.py"):
@@ -58,7 +58,7 @@ def test_planning_reads_a_plan_input_not_the_settings():
 
 def test_a_plan_from_a_hand_made_input_is_the_plan_of_the_settings(compose):
     from pipeline.hardware import Machine
-    from pipeline.planning import make_plan
+    from pipeline.planning.planner import make_plan
     from pipeline.planning.inputs import DataInput, Levels, ModelInput, PlanInput
     from pipeline.resources import Request
     from pipeline.settings import read_settings
@@ -100,7 +100,7 @@ def test_reading_and_planning_change_no_config_object(compose, monkeypatch, tmp_
     from pipeline import settings as settings_module
     from pipeline.checks import check
     from pipeline.hardware import Machine
-    from pipeline.planning import make_plan, placed
+    from pipeline.planning.planner import make_plan, placed
     from pipeline.run import Runtime, load_data
 
     built = {}

@@ -255,7 +255,7 @@ def test_a_gpu_share_given_to_a_fit_that_runs_on_the_cpu_reserves_no_gpu_memory(
 
 def test_the_idle_gpu_warning_names_the_auto_choice(compose, caplog):
     """The warning says auto chose the CPU and why, not a params.device the user never set."""
-    from pipeline.planning import make_plan
+    from pipeline.planning.planner import make_plan
     from pipeline.settings import read_settings
 
     cfg = compose(["+hardware=1gpu", "model=nn_gpu", "parallelism.num_folds=2", "parallelism.fit.num_gpus=0.5",

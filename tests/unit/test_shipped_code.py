@@ -59,3 +59,14 @@ def test_the_forms_of_an_import_statement(tmp_path, monkeypatch):
                            "pipeline.gamma"}
     finally:
         _imports.cache_clear()
+
+
+def test_a_model_s_code_holds_neither_the_planner_nor_the_execution_graph():
+    """A fit-time estimate (pipeline.planning.payoff) reached from a model's profile once brought the planning
+    package's `__init__` along, and with it the planner, the graph and the checks: 92 modules a model, 70
+    without them."""
+    for kind in ("lightgbm", "xgboost", "nn", "linear", "knn"):
+        shipped = import_closure([f"pipeline.models.{kind}", "pipeline.predictor_source"])
+        assert "pipeline.planning.payoff" in shipped
+        planner = [m for m in shipped if m == "pipeline.planning.planner" or m.startswith("pipeline.graph")]
+        assert not planner, kind
