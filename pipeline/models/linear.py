@@ -182,25 +182,8 @@ class LinearModel(TabularModel):
                      "raises the cap", self.name, params["max_iter"], c, train.shape[0], self.name)
 
     def _encoder(self, X, params: dict):
-        from sklearn.compose import ColumnTransformer
-        from sklearn.impute import SimpleImputer
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import OneHotEncoder, QuantileTransformer, StandardScaler
-
-        self.categories_ = [str(c) for c in X.columns if X[c].dtype.name == "category"]
-        self.numbers_ = [str(c) for c in X.columns if X[c].dtype.name != "category"]
-        scale = StandardScaler() if params["numeric"] == "standard" else \
-            QuantileTransformer(n_quantiles=max(10, min(1000, len(X))), output_distribution="normal",
-                                subsample=100_000, random_state=0)
-        parts = []
-        if self.numbers_:
-            imputer = SimpleImputer(strategy="median", add_indicator=True, keep_empty_features=True)
-            numbers = make_pipeline(imputer, scale)
-            parts.append(("numbers", numbers, self.numbers_))
-        for name in self.categories_:
-            parts.append((f"category {name}", OneHotEncoder(handle_unknown="infrequent_if_exist",
-                                                            min_frequency=params["min_frequency"]), [name]))
-        return _NumericFrame(ColumnTransformer(parts, sparse_threshold=0.3))
+        self.categories_, self.numbers_ = column_kinds(X)
+        return encoder(X, params["numeric"], params["min_frequency"])
 
     @staticmethod
     def _estimator(ctx: FitContext, params: dict):
@@ -259,6 +242,35 @@ class LinearModel(TabularModel):
 
     def refit_share(self):
         return 1 / max(1, len(self.history_.get("valid_loss", ())))  # one penalty of the path's steps
+
+
+def column_kinds(X) -> tuple[list[str], list[str]]:
+    """(the category columns' names, the other columns' names) as strings."""
+    categories = [str(c) for c in X.columns if X[c].dtype.name == "category"]
+    return categories, [str(c) for c in X.columns if X[c].dtype.name != "category"]
+
+
+def encoder(X, numeric: str, min_frequency: int) -> "_NumericFrame":
+    """An unfitted encoder of X's columns: numbers median-imputed (a missing-value indicator beside each
+    column with missing values) and scaled (`numeric`: standard | quantile), each category column one-hot
+    encoded (rarer than `min_frequency` rows: one shared column; unseen or missing: none of them)."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, QuantileTransformer, StandardScaler
+
+    categories, numbers = column_kinds(X)
+    scale = StandardScaler() if numeric == "standard" else \
+        QuantileTransformer(n_quantiles=max(10, min(1000, len(X))), output_distribution="normal",
+                            subsample=100_000, random_state=0)
+    parts = []
+    if numbers:
+        imputer = SimpleImputer(strategy="median", add_indicator=True, keep_empty_features=True)
+        parts.append(("numbers", make_pipeline(imputer, scale), numbers))
+    for name in categories:
+        parts.append((f"category {name}", OneHotEncoder(handle_unknown="infrequent_if_exist",
+                                                        min_frequency=min_frequency), [name]))
+    return _NumericFrame(ColumnTransformer(parts, sparse_threshold=0.3))
 
 
 class _NumericFrame:

@@ -233,10 +233,12 @@ REGRESSION = ["data=synthetic", "data.classes=0", "data.rows=3000"]
 
 
 REGRESSION_KINDS = ["extra_trees", "catboost", "linear"]
+BINARY_KINDS = ["linear", "knn"]
 MULTICLASS_KINDS = ["linear", "random_forest"]
 WHAT = {"extra_trees": "scikit-learn's extremely randomised trees", "catboost": "CatBoost's ordered boosting",
         "linear": "a linear model choosing its own penalty",
-        "random_forest": "scikit-learn's random forest, its trees of at most 128 leaves"}
+        "random_forest": "scikit-learn's random forest, its trees of at most 128 leaves",
+        "knn": "k nearest neighbours choosing their own number"}
 
 
 @pytest.mark.parametrize("overrides, added", [
@@ -244,9 +246,9 @@ WHAT = {"extra_trees": "scikit-learn's extremely randomised trees", "catboost": 
     # linear model join
     (["time_limit_s=3600", *REGRESSION], REGRESSION_KINDS),
     (["time_limit_s=60", *REGRESSION], REGRESSION_KINDS),
-    # a class to predict: the linear model, and among several classes the random forest
-    (["time_limit_s=3600"], ["linear"]),  # adult, binary
-    (["time_limit_s=3600", "data=synthetic", "data.rows=3000"], ["linear"]),  # binary
+    # a class to predict: the linear model; on two classes k nearest neighbours, on more the random forest
+    (["time_limit_s=3600"], BINARY_KINDS),  # adult, binary
+    (["time_limit_s=3600", "data=synthetic", "data.rows=3000"], BINARY_KINDS),  # binary
     (["time_limit_s=3600", "data=synthetic", "data.rows=3000", "data.classes=4"], MULTICLASS_KINDS),
     (["time_limit_s=30"], []),  # adult's ~39,000 training rows x 14 features: too many cells for 30 s
     (["time_limit_s=10", *REGRESSION[:-1], "data.rows=90000"], []),  # too many cells for 10 s

@@ -1,0 +1,211 @@
+"""k nearest neighbours through scikit-learn's NearestNeighbors, on the CPU.
+
+A row is predicted from the training rows closest to it: their labels' mean, or each class's share of
+their votes. It memorises what trees can only approximate (rows repeated with their label, a label that
+follows a neighbourhood), and AutoGluon fits two such models among its defaults. Its one hyperparameter
+that matters, the number of neighbours k, is chosen by each fit itself: the fit finds the `n_neighbors`
+nearest training rows of every validation row once, then scores k = 1, 2, 3, 5, 8, ... up to
+`n_neighbors` (each about 1.5 times the last), each neighbour counted alike (`uniform`) and weighed by
+its inverse distance (`distance`; a row at distance 0 takes all the weight), and keeps the pair with the
+lowest validation loss (`weights: auto`; or the weighting named); a refit on every row uses the pair
+its folds kept. A class's probability is its share of the votes with `prior_weight` more votes spread
+by the training rows' class shares, so a class no neighbour holds is unlikely, not impossible (a log
+loss of infinity would end the ensemble's use of the model).
+Numbers are imputed with their training median (a missing-value indicator beside each column with
+missing values) and standardised (`numeric: standard`) or mapped through their quantiles onto a normal
+(`numeric: quantile`); categories are one-hot encoded (as the linear model's); distances are
+Minkowski's with power `p` (1: the sum of absolute differences, 2: Euclidean).
+The fit's time and the predictor's memory grow with the training rows times their encoded columns:
+hpo=auto adds this kind only where a table is small for the budget (docs/time_budget.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+from pipeline.errors import ConfigError, closest
+from pipeline.models.base import FitContext, TabularModel
+from pipeline.models.fold_loss import validation_loss
+from pipeline.models.linear import column_kinds, encoder
+from pipeline.models.profile import MiB, ModelProfile
+
+OWN = {"n_neighbors": 100, "weights": "auto", "p": 2, "prior_weight": 1.0, "numeric": "standard",
+       "min_frequency": 1}
+WEIGHTS = ("auto", "uniform", "distance")
+NUMERIC = ("standard", "quantile")
+LADDER_GROWTH = 1.5  # each k tried about this many times the last
+
+
+def memory(params: dict, fit, on_gpu: bool):
+    """The encoded training rows as float64 (about two columns a feature with its one-hot categories and
+    missing-value indicators), kept by the index and the predictor; the query's distances, in chunks of
+    scikit-learn's working memory (1 GiB at most)."""
+    from pipeline.memory.estimates import Estimate, feature_bytes
+
+    rows = fit.train + fit.held_out
+    parts = {
+        "fold_copies": rows * feature_bytes(fit),
+        "matrix": 2 * rows * 2 * fit.features * 8,
+        "distances": min(1024 * MiB, fit.held_out * fit.train * 8),
+        "runtime": 20 * MiB,
+    }
+    return Estimate(0, 0, parts)
+
+
+PROFILE = ModelProfile(
+    library="scikit-learn",
+    accelerators=frozenset({"cpu"}),
+    modules=("sklearn.neighbors", "sklearn.preprocessing", "sklearn.compose"),
+    distributions=(("scikit-learn",),),
+    memory=memory,
+    import_bytes=40 * MiB,  # sklearn.neighbors with scipy beside numpy and pandas
+    memory_hint="fewer rows (data.max_rows), or a larger model.{name}.params.min_frequency (fewer one-hot "
+                "columns)",
+    thread_serial_share=0.2,  # the distances of the query's chunks are computed on the fit's threads
+    portfolio=({"numeric": "quantile"}, {"p": 1}),  # skewed numbers; the sum of absolute differences
+    quick=(("n_neighbors", 30),),
+)
+
+
+def ladder(most: int) -> list[int]:
+    """k = 1, 2, 3, 5, 8, ..., each about LADDER_GROWTH times the last, up to `most` (always included)."""
+    out, k = [], 1.0
+    while round(k) < most:
+        if not out or round(k) > out[-1]:
+            out.append(round(k))
+        k *= LADDER_GROWTH
+    return out + [most]
+
+
+def neighbour_weights(distances, weighting: str):
+    """Each of a row's neighbours' weight, summing to their count per row: alike (`uniform`), or by
+    inverse distance (`distance`), where a row with neighbours at distance 0 weighs only those (as
+    scikit-learn's KNeighbors estimators do)."""
+    import numpy as np
+
+    k = distances.shape[1]
+    if weighting == "uniform":
+        return np.ones_like(distances)
+    with np.errstate(divide="ignore"):
+        inverse = 1.0 / distances
+    exact = distances == 0
+    on_a_row = exact.any(axis=1)
+    inverse[on_a_row] = exact[on_a_row]
+    return inverse * (k / inverse.sum(axis=1, keepdims=True))
+
+
+class KNeighborsModel(TabularModel):
+    profile = PROFILE
+
+    @classmethod
+    def gpu_request(cls, params):
+        return False, False, ""
+
+    @classmethod
+    def check_params(cls, name, params, problem_type=None):
+        for key in params:
+            if key not in OWN:
+                raise ConfigError(f"model.{name}.params.{key} is not a parameter of the k-nearest-neighbours "
+                                  f"model{closest(key, set(OWN))}")
+        own = {**OWN, **params}
+        for key in ("n_neighbors", "min_frequency"):
+            if not isinstance(own[key], int) or isinstance(own[key], bool) or own[key] < 1:
+                raise ConfigError(f"model.{name}.params.{key}={own[key]!r} must be a whole number >= 1")
+        if own["p"] not in (1, 2) or isinstance(own["p"], bool):
+            raise ConfigError(f"model.{name}.params.p={own['p']!r} must be 1 (the sum of absolute "
+                              "differences) or 2 (Euclidean distance)")
+        if isinstance(own["prior_weight"], bool) or not isinstance(own["prior_weight"], (int, float)) \
+                or own["prior_weight"] < 0:
+            raise ConfigError(f"model.{name}.params.prior_weight={own['prior_weight']!r} must be a number "
+                              ">= 0 (votes spread by the training rows' class shares)")
+        for key, valid in (("weights", WEIGHTS), ("numeric", NUMERIC)):
+            if own[key] not in valid:
+                raise ConfigError(f"model.{name}.params.{key}={own[key]!r} must be one of {', '.join(valid)}")
+
+    # ---- fitting
+    def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=ctx.placement.num_cpus):
+            self._fit_index(X, y, X_val, y_val, ctx)
+
+    def _fit_index(self, X, y, X_val, y_val, ctx: FitContext) -> None:
+        import numpy as np
+        from sklearn.neighbors import NearestNeighbors
+
+        params = {**OWN, **self.params}
+        self.categories_, self.numbers_ = column_kinds(X)
+        started = time.perf_counter()
+        self.encoder_ = encoder(X, params["numeric"], params["min_frequency"])
+        train = self.encoder_.fit_transform(X)
+        most = min(params["n_neighbors"], len(y))
+        threads = ctx.placement.num_cpus
+        self.index_ = NearestNeighbors(n_neighbors=most, p=params["p"], n_jobs=threads).fit(train)
+        self.labels_ = np.asarray(y, dtype=np.float64 if ctx.problem_type == "regression" else np.int64)
+        weight, _ = ctx.row_weights(y, y_val)
+        self.row_weights_ = None if weight is None else np.asarray(weight, dtype=np.float64)
+        self.prior_ = None if ctx.problem_type == "regression" else \
+            np.bincount(self.labels_, weights=self.row_weights_, minlength=ctx.num_classes) / \
+            (len(y) if self.row_weights_ is None else self.row_weights_.sum())
+        built = time.perf_counter() - started
+        if not len(y_val):  # a refit on every row: the neighbours and weighting its folds kept
+            self.k_, self.weighting_ = most, "uniform" if params["weights"] == "auto" else params["weights"]
+            self.history_, self.share_ = {}, 1.0
+            return
+        distances, neighbours = self.index_.kneighbors(self.encoder_.transform(X_val))
+        weightings = ("uniform", "distance") if params["weights"] == "auto" else (params["weights"],)
+        losses, best = [], (np.inf, 1, weightings[0], None)
+        for k in ladder(most):
+            step = np.inf
+            for weighting in weightings:
+                pred = self._vote(distances[:, :k], neighbours[:, :k], weighting)
+                loss = validation_loss(y_val, pred, ctx.problem_type)
+                step = min(step, loss)
+                if loss < best[0]:
+                    best = (loss, k, weighting, pred)
+            losses.append(step)
+        _, self.k_, self.weighting_, self.validation_raw_ = best
+        self.history_ = {"valid_loss": losses}
+        # a refit builds the index and queries nothing
+        self.share_ = built / max(time.perf_counter() - started, 1e-9)
+        if ctx.report is not None:
+            ctx.report(1, best[0])
+
+    def _vote(self, distances, neighbours, weighting: str):
+        """The neighbours' labels' weighted mean, or each class's weighted share of their votes with
+        `prior_weight` votes spread by the class shares."""
+        import numpy as np
+
+        weights = neighbour_weights(distances, weighting)
+        if self.row_weights_ is not None:
+            weights = weights * self.row_weights_[neighbours]
+        labels = self.labels_[neighbours]
+        if self.problem_type_ == "regression":
+            return (weights * labels).sum(axis=1) / weights.sum(axis=1)
+        prior_weight = float({**OWN, **self.params}["prior_weight"])
+        votes = np.zeros((len(labels), self.num_classes_))
+        rows = np.repeat(np.arange(len(labels)), labels.shape[1])
+        np.add.at(votes, (rows, labels.ravel()), weights.ravel())
+        votes += prior_weight * self.prior_
+        return votes / votes.sum(axis=1, keepdims=True)
+
+    def _predict(self, X):
+        from threadpoolctl import threadpool_limits
+
+        threads = getattr(self, "predict_threads_", None) or 1
+        with threadpool_limits(limits=threads):
+            self.index_.set_params(n_jobs=threads)
+            distances, neighbours = self.index_.kneighbors(self.encoder_.transform(X), n_neighbors=self.k_)
+        return self._vote(distances, neighbours, self.weighting_)
+
+    def refit_params(self, fitted):
+        """The weighting most folds kept, at the geometric mean of the numbers of neighbours they kept."""
+        import numpy as np
+
+        ks = [m.k_ for m in fitted]
+        weightings = [m.weighting_ for m in fitted]
+        return {"n_neighbors": max(1, round(float(np.exp(np.mean(np.log(ks)))))),
+                "weights": max(sorted(set(weightings)), key=weightings.count)}
+
+    def refit_share(self):
+        return min(1.0, max(self.share_, 1e-3))
