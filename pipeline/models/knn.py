@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import time
 
-from pipeline.errors import ConfigError, closest
+from pipeline.errors import ConfigError
 from pipeline.models.base import FitContext, TabularModel
 from pipeline.models.fold_loss import validation_loss
 from pipeline.models.linear import column_kinds, encoder
+from pipeline.models.own_params import checked
 from pipeline.models.profile import MiB, ModelProfile
 
 OWN = {"n_neighbors": 100, "weights": "auto", "p": 2, "prior_weight": 1.0, "numeric": "standard",
@@ -103,14 +104,9 @@ class KNeighborsModel(TabularModel):
 
     @classmethod
     def check_params(cls, name, params, problem_type=None):
-        for key in params:
-            if key not in OWN:
-                raise ConfigError(f"model.{name}.params.{key} is not a parameter of the k-nearest-neighbours "
-                                  f"model{closest(key, set(OWN))}")
-        own = {**OWN, **params}
-        for key in ("n_neighbors", "min_frequency"):
-            if not isinstance(own[key], int) or isinstance(own[key], bool) or own[key] < 1:
-                raise ConfigError(f"model.{name}.params.{key}={own[key]!r} must be a whole number >= 1")
+        own = checked(name, params, OWN, "the k-nearest-neighbours model",
+                      whole=("n_neighbors", "min_frequency"),
+                      choices=(("weights", WEIGHTS), ("numeric", NUMERIC)))
         if own["p"] not in (1, 2) or isinstance(own["p"], bool):
             raise ConfigError(f"model.{name}.params.p={own['p']!r} must be 1 (the sum of absolute "
                               "differences) or 2 (Euclidean distance)")
@@ -118,9 +114,6 @@ class KNeighborsModel(TabularModel):
                 or own["prior_weight"] < 0:
             raise ConfigError(f"model.{name}.params.prior_weight={own['prior_weight']!r} must be a number "
                               ">= 0 (votes spread by the training rows' class shares)")
-        for key, valid in (("weights", WEIGHTS), ("numeric", NUMERIC)):
-            if own[key] not in valid:
-                raise ConfigError(f"model.{name}.params.{key}={own[key]!r} must be one of {', '.join(valid)}")
 
     # ---- fitting
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:

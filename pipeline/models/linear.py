@@ -27,10 +27,11 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from pipeline.errors import ConfigError, closest
+from pipeline.errors import ConfigError
 from pipeline.label_range import check_extend, label_range, within
 from pipeline.models.base import FitContext, RoundClock, TabularModel
 from pipeline.models.fold_loss import every_class, validation_loss
+from pipeline.models.own_params import checked
 from pipeline.models.profile import MiB, ModelProfile
 from pipeline.said_once import say_once
 
@@ -92,14 +93,9 @@ class LinearModel(TabularModel):
 
     @classmethod
     def check_params(cls, name, params, problem_type=None):
-        for key in params:
-            if key not in OWN:
-                raise ConfigError(f"model.{name}.params.{key} is not a parameter of the linear model"
-                                  f"{closest(key, set(OWN))}")
-        own = {**OWN, **params}
-        for key in ("path_length", "patience", "max_iter", "min_frequency"):
-            if not isinstance(own[key], int) or isinstance(own[key], bool) or own[key] < 1:
-                raise ConfigError(f"model.{name}.params.{key}={own[key]!r} must be a whole number >= 1")
+        own = checked(name, params, OWN, "the linear model",
+                      whole=("path_length", "patience", "max_iter", "min_frequency"),
+                      choices=(("numeric", NUMERIC),))
         for key in ("c_min", "c_max"):
             if not isinstance(own[key], (int, float)) or own[key] <= 0:
                 raise ConfigError(f"model.{name}.params.{key}={own[key]!r} must be a number > 0 (an inverse "
@@ -111,9 +107,6 @@ class LinearModel(TabularModel):
             raise ConfigError(f"model.{name}.params.tol={own['tol']!r} must be a number >= 0 "
                               "(a share of the loss)")
         check_extend(own["y_range_extend"], f"model.{name}.params.y_range_extend")
-        if own["numeric"] not in NUMERIC:
-            raise ConfigError(f"model.{name}.params.numeric={own['numeric']!r} must be one of "
-                              f"{', '.join(NUMERIC)}")
 
     # ---- fitting
     def _fit(self, X, y, X_val, y_val, ctx: FitContext) -> None:
