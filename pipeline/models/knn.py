@@ -15,8 +15,9 @@ Numbers are imputed with their training median (a missing-value indicator beside
 missing values) and standardised (`numeric: standard`) or mapped through their quantiles onto a normal
 (`numeric: quantile`); categories are one-hot encoded (as the linear model's); distances are
 Minkowski's with power `p` (1: the sum of absolute differences, 2: Euclidean).
-The fit's time and the predictor's memory grow with the training rows times their encoded columns:
-hpo=auto adds this kind only where a table is small for the budget (docs/time_budget.md).
+The predictor's memory grows with the training rows times their encoded columns, a fit's query with the
+validation rows times that (on Adult, 3,072 and 30,720 training rows: 0.2 and 9.3 s a fold on one CPU):
+hpo=auto adds this kind only on binary tables small for the budget (docs/time_budget.md).
 """
 
 from __future__ import annotations
