@@ -27,7 +27,7 @@ import time
 from pipeline.errors import ConfigError
 from pipeline.models.base import FitContext, TabularModel
 from pipeline.models.fold_loss import validation_loss
-from pipeline.models.linear import column_kinds, encoder
+from pipeline.models.linear import encoder
 from pipeline.models.own_params import checked
 from pipeline.models.profile import MiB, ModelProfile
 
@@ -128,7 +128,6 @@ class KNeighborsModel(TabularModel):
         from sklearn.neighbors import NearestNeighbors
 
         params = {**OWN, **self.params}
-        self.categories_, self.numbers_ = column_kinds(X)
         started = time.perf_counter()
         self.encoder_ = encoder(X, params["numeric"], params["min_frequency"])
         train = self.encoder_.fit_transform(X)
@@ -138,9 +137,9 @@ class KNeighborsModel(TabularModel):
         self.labels_ = np.asarray(y, dtype=np.float64 if ctx.problem_type == "regression" else np.int64)
         weight, _ = ctx.row_weights(y, y_val)
         self.row_weights_ = None if weight is None else np.asarray(weight, dtype=np.float64)
-        self.prior_ = None if ctx.problem_type == "regression" else \
-            np.bincount(self.labels_, weights=self.row_weights_, minlength=ctx.num_classes) / \
-            (len(y) if self.row_weights_ is None else self.row_weights_.sum())
+        if ctx.problem_type != "regression":
+            counts = np.bincount(self.labels_, weights=self.row_weights_, minlength=ctx.num_classes)
+            self.prior_ = counts / counts.sum()
         built = time.perf_counter() - started
         if not len(y_val):  # a refit on every row: the neighbours and weighting its folds kept
             self.k_, self.weighting_ = most, "uniform" if params["weights"] == "auto" else params["weights"]
