@@ -17,7 +17,8 @@ missing values) and standardised (`numeric: standard`) or mapped through their q
 Minkowski's with power `p` (1: the sum of absolute differences, 2: Euclidean).
 The predictor's memory grows with the training rows times their encoded columns, a fit's query with the
 validation rows times that (on Adult, 3,072 and 30,720 training rows: 0.2 and 9.3 s a fold on one CPU):
-hpo=auto adds this kind only on binary tables small for the budget (docs/time_budget.md).
+hpo=auto adds this kind only on binary tables small for the budget, and only where a bag's queries would
+take at most a tenth of the limit (`bag_seconds`; docs/time_budget.md).
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ def memory(params: dict, fit, on_gpu: bool):
     return Estimate(0, 0, parts)
 
 
+# pairs of rows times features a query compares in a second on one CPU: Adult's 30,720 training rows
+# (7,680 validation rows, 14 features, 108 encoded columns) took 9.3 s a fold, 3.5e8 a second; 3,072
+# rows took 0.2 s, 1.6e8 (the fixed costs weigh more). Numbers alone encode to fewer columns, and few of
+# them go through scikit-learn's trees rather than every pair: this errs towards the longer time
+PAIR_FEATURES_PER_S = 3e8
+
+
+def bag_seconds(rows: int, features: int) -> float:
+    """Rough seconds of a 5-fold bag on `rows` training rows and its test rows' prediction, on one CPU:
+    each fold compares its fifth of the rows with the other four fifths (0.8 rows² pairs in all), and the
+    test rows (about a quarter as many) with every training row."""
+    return (0.8 + 0.25) * rows * rows * features / PAIR_FEATURES_PER_S
+
+
 PROFILE = ModelProfile(
     library="scikit-learn",
     accelerators=frozenset({"cpu"}),
@@ -66,6 +81,7 @@ PROFILE = ModelProfile(
     thread_serial_share=0.2,  # the distances of the query's chunks are computed on the fit's threads
     portfolio=({"numeric": "quantile"}, {"p": 1}),  # skewed numbers; the sum of absolute differences
     quick=(("n_neighbors", 30),),
+    bag_seconds=bag_seconds,
 )
 
 

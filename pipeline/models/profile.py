@@ -74,6 +74,11 @@ class ModelProfile:
     # hpo=auto's first trials after the model's own params: proven configurations of this kind (values of
     # its search space; a key outside the space, or a value outside its range, is left to the sampler)
     portfolio: tuple[dict, ...] = ()
+    # ---- hpo=auto's added kinds (pipeline.planning.budget): a kind whose cost grows faster than its rows
+    # states the rough seconds of a 5-fold bag and its test rows' prediction on one CPU, for (training rows,
+    # features); one that would take more than a tenth of the limit is left out. None: the table's size
+    # rule alone bounds it
+    bag_seconds: Optional[Callable[[int, int], float]] = None
     # params that make a fit short (fewer rounds or epochs): smoke runs and the conformance suite
     quick: tuple[tuple[str, object], ...] = ()
 

@@ -59,6 +59,10 @@ ADDED_KINDS = (
     ("knn", "k nearest neighbours choosing their own number", ("binary",), {}),
 )
 
+# the share of the limit an added kind's bag may take where its time grows faster than the rows (a kind's
+# profile's `bag_seconds`: k nearest neighbours'): one query cannot be stopped by the deadline
+ADDED_BAG_SHARE = 0.1
+
 
 # the keys under `hpo` a command line may set to tune hpo=auto rather than choose another searcher
 AUTO_TUNABLE = ("num_trials", "pruning", "seed")
@@ -215,14 +219,32 @@ def refits_answer(settings: Settings, problem: Optional[str]) -> bool:
     return problem == "regression" and settings.conf.refit is None
 
 
+def training_rows(settings: Settings, shape) -> float:
+    """The rows left for training and validation once the test rows are set aside."""
+    test = shape.test_rows if shape.test_rows is not None else shape.rows * settings.conf.data.test_size
+    return shape.rows - test
+
+
 def small_for_budget(settings: Settings, shape, cells_per_hour: float = CELLS_PER_HOUR) -> bool:
     """FLAML's rule, training rows x features / 0.9 under `cells_per_hour` per hour of budget (its own 10
     million by default) and under 100,000 rows (an unknown shape, None, is not small)."""
     if shape is None:
         return False
-    conf = settings.conf
-    rows = shape.rows - (shape.test_rows if shape.test_rows is not None else shape.rows * conf.data.test_size)
-    return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < cells_per_hour * conf.time_limit_s / 3600
+    rows = training_rows(settings, shape)
+    return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < cells_per_hour * settings.conf.time_limit_s / 3600
+
+
+def _too_slow(settings: Settings, shape, profile) -> Optional[str]:
+    """Why an added kind whose cost grows faster than its rows (its profile's `bag_seconds`) is left out:
+    a bag would take more than `ADDED_BAG_SHARE` of the limit; None where it fits."""
+    if profile.bag_seconds is None:
+        return None
+    seconds = profile.bag_seconds(int(training_rows(settings, shape)), shape.features)
+    limit = settings.conf.time_limit_s
+    if seconds <= ADDED_BAG_SHARE * limit:
+        return None
+    return (f"a 5-fold bag would take about {seconds:,.0f} s on one CPU, more than {ADDED_BAG_SHARE:.0%} of "
+            f"time_limit_s={limit:g}, as its time grows faster than the rows")
 
 
 def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape,
@@ -257,6 +279,10 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
             package = absent[0].split(".")[0]
             missing.append(f"{name} ({package} is not installed: pip install 'tabular-pipeline[{name}]', "
                            f"or pip install {package})")
+            continue
+        slow = _too_slow(settings, shape, spec.cls.profile)
+        if slow:
+            missing.append(f"{name} ({slow})")
             continue
         settings = _with_kind(settings, name, tree, spec)
         added.append(f"{name} ({what})")
