@@ -230,8 +230,8 @@ def small_for_budget(settings: Settings, shape, cells_per_hour: float = CELLS_PE
     million by default) and under 100,000 rows (an unknown shape, None, is not small)."""
     if shape is None:
         return False
-    rows = training_rows(settings, shape)
-    return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < cells_per_hour * settings.conf.time_limit_s / 3600
+    rows, hours = training_rows(settings, shape), settings.conf.time_limit_s / 3600
+    return rows < BAG_ROWS_UNDER and rows * shape.features / 0.9 < cells_per_hour * hours
 
 
 def _too_slow(settings: Settings, shape, profile) -> Optional[str]:

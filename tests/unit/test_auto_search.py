@@ -407,8 +407,8 @@ def test_groups_left_at_their_packaged_default_are_not_chosen(compose):
 
 
 @pytest.mark.parametrize("limit, added", [(900, True), (600, False)])
-def test_k_nearest_neighbours_join_only_where_their_quadratic_bag_fits_a_tenth_of_the_limit(compose, capsys, limit,
-                                                                                            added):
+def test_k_nearest_neighbours_join_only_where_their_quadratic_bag_fits_a_tenth_of_the_limit(
+        compose, capsys, limit, added):
     """Adult's ~39,000 training rows are small for FLAML's rule at 600 s, but k nearest neighbours compare
     every row with every other: a bag estimated at about 70 s on one CPU is left out of a 600-s run (a query
     cannot be stopped by the deadline) and said, and joins a 900-s one."""
