@@ -260,7 +260,8 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
     nearest neighbours answer a row from the rows most like it, which trees only approximate
     (docs/time_budget.md).
     The forests' memory and CatBoost's time grow with the rows, hence the table's size. A kind whose library
-    is not installed is said and left out. `problem`: the table's problem type where read already."""
+    is not installed, or whose bag would take more than `ADDED_BAG_SHARE` of the limit (`_too_slow`), is said
+    and left out. `problem`: the table's problem type where read already."""
     conf = settings.conf
     if models_chosen(overrides) or conf.stack_levels or not small_for_budget(settings, shape):
         return settings
@@ -269,7 +270,7 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
         return settings
     from pipeline import report
 
-    added, missing = [], []
+    added, left_out = [], []
     for name, what, problems, start in ADDED_KINDS:
         if name in conf.model or problem not in problems:
             continue
@@ -277,12 +278,12 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
         absent = [m for m in spec.cls.profile.modules if importlib.util.find_spec(m.split(".")[0]) is None]
         if absent:
             package = absent[0].split(".")[0]
-            missing.append(f"{name} ({package} is not installed: pip install 'tabular-pipeline[{name}]', "
+            left_out.append(f"{name} ({package} is not installed: pip install 'tabular-pipeline[{name}]', "
                            f"or pip install {package})")
             continue
         slow = _too_slow(settings, shape, spec.cls.profile)
         if slow:
-            missing.append(f"{name} ({slow})")
+            left_out.append(f"{name} ({slow})")
             continue
         settings = _with_kind(settings, name, tree, spec)
         added.append(f"{name} ({what})")
@@ -292,8 +293,8 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
             f"{'s' if len(added) == 1 else ''} the models, since the table is small for the budget; "
             f"{'its' if len(added) == 1 else 'their'} fits are candidates for the ensemble "
             "(model=... chooses your own models)", highlight=False)
-    if missing:
-        report.console.print(f"hpo=auto: left out: {'; '.join(missing)}", highlight=False, markup=False)
+    if left_out:
+        report.console.print(f"hpo=auto: left out: {'; '.join(left_out)}", highlight=False, markup=False)
     return settings
 
 
