@@ -2,7 +2,10 @@
 a worker or a Ray task before its first fit): importing it installs `pipeline.lean_imports`, so the
 libraries imported after it, in it and in every process forked from it, come without scikit-learn."""
 
-import pipeline.models  # noqa: F401 - the engine's model kinds: their profiles name what is imported lean
+# the engine's default model kinds: their profiles name what is imported lean
+import pipeline.models.lightgbm  # noqa: F401
+import pipeline.models.nn  # noqa: F401
+import pipeline.models.xgboost  # noqa: F401
 from pipeline.lean_imports import install
 
 install()
