@@ -16,9 +16,9 @@ missing values) and standardised (`numeric: standard`) or mapped through their q
 (`numeric: quantile`); categories are one-hot encoded (as the linear model's); distances are
 Minkowski's with power `p` (1: the sum of absolute differences, 2: Euclidean).
 The predictor's memory grows with the training rows times their encoded columns, a fit's query with the
-validation rows times that (on Adult, 3,072 and 30,720 training rows: 0.2 and 9.3 s a fold on one CPU):
-hpo=auto adds this kind only on binary tables small for the budget, and only where a bag's queries would
-take at most a tenth of the limit (`bag_seconds`; docs/time_budget.md).
+validation rows times that, compared as dense rows by brute force (`dense`; on Adult, 25,000 training
+rows: 1.6 s a fold on one CPU): hpo=auto adds this kind only on binary tables small for the budget, and
+only where a bag's queries would take at most a tenth of the limit (`bag_seconds`; docs/time_budget.md).
 """
 
 from __future__ import annotations
@@ -40,35 +40,44 @@ LADDER_GROWTH = 1.5  # each k tried about this many times the last
 
 
 def memory(params: dict, fit, on_gpu: bool):
-    """The encoded training rows as float64 (about two columns a feature with its one-hot categories and
-    missing-value indicators), kept by the index and the predictor; the query's distances, in chunks of
-    scikit-learn's working memory (1 GiB at most)."""
+    """The encoded training rows as float32 (about two columns a feature with its one-hot categories and
+    missing-value indicators, `dense`), kept by the index and the predictor, and the queried rows'; each
+    queried row's nearest neighbours, their distances and row numbers (scikit-learn reduces the distances
+    in chunks as it goes: on Adult the whole 5-fold bag peaked at 378 MiB, against 2,375 MiB when the
+    one-hot rows stayed sparse)."""
     from pipeline.memory.estimates import Estimate, feature_bytes
 
     rows = fit.train + fit.held_out
+    most = min(int({**OWN, **params}["n_neighbors"]), max(fit.train, 1))
     parts = {
         "fold_copies": rows * feature_bytes(fit),
-        "matrix": 2 * rows * 2 * fit.features * 8,
-        "distances": min(1024 * MiB, fit.held_out * fit.train * 8),
+        "matrix": 2 * rows * 2 * fit.features * 4,
+        "neighbours": fit.held_out * most * 16,
         "runtime": 20 * MiB,
     }
     return Estimate(0, 0, parts)
 
 
-# pairs of rows times features a query compares in a second on one CPU: Adult's 30,720 training rows
-# (7,680 validation rows, 14 features, 108 encoded columns) took 9.3 s a fold, 3.5e8 a second; 3,072
-# rows took 0.2 s, 1.6e8 (the fixed costs weigh more). Numbers alone encode to fewer columns, and few of
-# them go through scikit-learn's trees rather than every pair: this errs towards the longer time (random
-# numbers, one fold on one CPU: 60,000 rows x 10 in 5.4 s against 19 s estimated, 20,000 x 40 in 0.2 s
-# against 8.5 s)
-PAIR_FEATURES_PER_S = 3e8
+# One CPU compares a queried row with a training row in about (SELECT_COLUMNS + encoded columns) x
+# PAIR_COLUMN_SECONDS: BLAS's products, and choosing the nearest 100 of each row's distances, which weighs as
+# 42 columns do. Dense float32 rows by brute force, one thread, 100 neighbours: 60,000 training rows of 10
+# random numbers 3.4e-9 s a pair, 20,000 x 40 5.6e-9, 30,720 x 107 8.1e-9, 10,000 x 200 1.6e-8.
+PAIR_COLUMN_SECONDS = 6.5e-11
+SELECT_COLUMNS = 42
+# encoded columns: a number's value and maybe a missing-value indicator; a category's one-hot columns, of
+# which the table's shape knows only a guess (Adult's 8 category columns encode to 101)
+COLUMNS_PER_NUMBER = 2
+COLUMNS_PER_CATEGORY = 12
 
 
-def bag_seconds(rows: int, features: int) -> float:
+def bag_seconds(rows: int, shape) -> float:
     """Rough seconds of a 5-fold bag on `rows` training rows and its test rows' prediction, on one CPU:
-    each fold compares its fifth of the rows with the other four fifths (0.8 rows² pairs in all), and the
-    test rows (about a quarter as many) with every training row."""
-    return (0.8 + 0.25) * rows * rows * features / PAIR_FEATURES_PER_S
+    each fold compares its fifth of the rows with the other four fifths (0.8 rows² pairs in all), and each
+    fold model the test rows (about a quarter as many) with its four fifths (1.0 rows²). Adult (39,073
+    training rows, 6 number and 8 category columns): 27 s estimated; the bag and its test rows took 22 s
+    of a whole run's wall time on two CPUs."""
+    columns = COLUMNS_PER_NUMBER * shape.numeric + COLUMNS_PER_CATEGORY * shape.categorical
+    return (0.8 + 1.0) * rows * rows * (SELECT_COLUMNS + columns) * PAIR_COLUMN_SECONDS
 
 
 PROFILE = ModelProfile(
@@ -85,6 +94,17 @@ PROFILE = ModelProfile(
     quick=(("n_neighbors", 30),),
     bag_seconds=bag_seconds,
 )
+
+
+def dense(encoded):
+    """The encoded rows as a dense float32 array. scikit-learn compares sparse rows (one-hot categories)
+    pair by pair, and with few columns walks a k-d tree: on Adult (30,720 training rows, 107 encoded
+    columns, 7,680 queried) a query took 9.7 s sparse and 0.9 s dense through BLAS (1.0 s in float32, at
+    half the memory); 60,000 rows of 10 random numbers 9.7 s through the tree and 2.2 s by brute force."""
+    import numpy as np
+
+    encoded = encoded.toarray() if hasattr(encoded, "toarray") else encoded
+    return np.asarray(encoded, dtype=np.float32)
 
 
 def ladder(most: int) -> list[int]:
@@ -148,10 +168,11 @@ class KNeighborsModel(TabularModel):
         params = {**OWN, **self.params}
         started = time.perf_counter()
         self.encoder_ = encoder(X, params["numeric"], params["min_frequency"])
-        train = self.encoder_.fit_transform(X)
+        train = dense(self.encoder_.fit_transform(X))
         most = min(params["n_neighbors"], len(y))
         threads = ctx.placement.num_cpus
-        self.index_ = NearestNeighbors(n_neighbors=most, p=params["p"], n_jobs=threads).fit(train)
+        self.index_ = NearestNeighbors(n_neighbors=most, p=params["p"], algorithm="brute",
+                                       n_jobs=threads).fit(train)
         self.labels_ = np.asarray(y, dtype=np.float64 if ctx.problem_type == "regression" else np.int64)
         weight, _ = ctx.row_weights(y, y_val)
         self.row_weights_ = None if weight is None else np.asarray(weight, dtype=np.float64)
@@ -163,7 +184,7 @@ class KNeighborsModel(TabularModel):
             self.k_, self.weighting_ = most, "uniform" if params["weights"] == "auto" else params["weights"]
             self.history_, self.share_ = {}, 1.0
             return
-        distances, neighbours = self.index_.kneighbors(self.encoder_.transform(X_val))
+        distances, neighbours = self.index_.kneighbors(dense(self.encoder_.transform(X_val)))
         weightings = ("uniform", "distance") if params["weights"] == "auto" else (params["weights"],)
         losses, best = [], (np.inf, 1, weightings[0], None)
         for k in ladder(most):
@@ -206,7 +227,8 @@ class KNeighborsModel(TabularModel):
         threads = getattr(self, "predict_threads_", None) or 1
         with threadpool_limits(limits=threads):
             self.index_.set_params(n_jobs=threads)
-            distances, neighbours = self.index_.kneighbors(self.encoder_.transform(X), n_neighbors=self.k_)
+            queried = dense(self.encoder_.transform(X))
+            distances, neighbours = self.index_.kneighbors(queried, n_neighbors=self.k_)
         return self._vote(distances, neighbours, self.weighting_)
 
     def refit_params(self, fitted):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 if TYPE_CHECKING:
     from pipeline.fit_cost import Calibration
     from pipeline.memory.estimates import Estimate, FitShape
+    from pipeline.memory.shape import DataShape
 
 MiB = 2**20
 
@@ -76,9 +77,9 @@ class ModelProfile:
     portfolio: tuple[dict, ...] = ()
     # ---- hpo=auto's added kinds (pipeline.planning.budget): a kind whose cost grows faster than its rows
     # states the rough seconds of a 5-fold bag and its test rows' prediction on one CPU, for (training rows,
-    # features); one that would take more than a tenth of the limit is left out. None: the table's size
-    # rule alone bounds it
-    bag_seconds: Optional[Callable[[int, int], float]] = None
+    # the table's shape: pipeline.memory.shape.DataShape); one that would take more than a tenth of the limit
+    # is left out. None: the table's size rule alone bounds it
+    bag_seconds: Optional[Callable[[int, "DataShape"], float]] = None
     # params that make a fit short (fewer rounds or epochs): smoke runs and the conformance suite
     quick: tuple[tuple[str, object], ...] = ()
 

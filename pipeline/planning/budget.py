@@ -239,7 +239,7 @@ def _too_slow(settings: Settings, shape, profile) -> Optional[str]:
     a bag would take more than `ADDED_BAG_SHARE` of the limit; None where it fits."""
     if profile.bag_seconds is None:
         return None
-    seconds = profile.bag_seconds(int(training_rows(settings, shape)), shape.features)
+    seconds = profile.bag_seconds(int(training_rows(settings, shape)), shape)
     limit = settings.conf.time_limit_s
     if seconds <= ADDED_BAG_SHARE * limit:
         return None

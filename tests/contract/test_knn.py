@@ -44,6 +44,21 @@ class TestKNeighbors(ModelKindConformance):
             X, y, X.iloc[[]], y[[]], ctx)
         assert (model.predict(X.iloc[:50]) == y[:50]).all()
 
+    def test_one_hot_rows_are_compared_dense_by_brute_force(self):
+        """scikit-learn compares sparse rows pair by pair, and with 15 columns or fewer walks a k-d tree: on
+        Adult's one-hot rows a 5-fold bag took 90.8 s and 2.43 GB, dense 22.2 s and 0.45 GB, and 60,000 rows
+        of 10 numbers 9.7 s a query through the tree against 3.1 s by brute force."""
+        rng = np.random.default_rng(0)
+        X = pd.DataFrame({"a": rng.normal(size=300),
+                          "c": pd.Categorical(rng.choice(list("pqrstuvw"), 300))})  # 9 columns, mostly zeros
+        y = rng.integers(0, 2, 300)
+        ctx = FitContext("binary", 2, Placement(1), seed=0)
+        model = KNeighborsModel({"n_neighbors": 10}, "knn").fit(X[:200], y[:200], X[200:], y[200:], ctx)
+        index = model.index_
+        assert index._fit_method == "brute" and isinstance(index._fit_X, np.ndarray)  # noqa: SLF001
+        assert index._fit_X.dtype == np.float32 and index._fit_X.shape == (200, 9)  # noqa: SLF001
+        assert model.predict_proba(X[200:]).shape == (100, 2)
+
     def test_no_class_is_given_probability_zero(self, datasets):
         data = datasets["multiclass"]
         ctx = FitContext(data.problem_type, data.num_classes, Placement(1), seed=0)
