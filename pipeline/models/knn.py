@@ -40,18 +40,17 @@ LADDER_GROWTH = 1.5  # each k tried about this many times the last
 
 
 def memory(params: dict, fit, on_gpu: bool):
-    """The encoded training rows as float32 (about two columns a feature with its one-hot categories and
-    missing-value indicators, `dense`), kept by the index and the predictor, and the queried rows'; each
-    queried row's nearest neighbours, their distances and row numbers (scikit-learn reduces the distances
-    in chunks as it goes: on Adult the whole 5-fold bag peaked at 378 MiB, against 2,375 MiB when the
-    one-hot rows stayed sparse)."""
+    """The encoded training rows as float32 (`dense`, `encoded_columns`), kept by the index and the
+    predictor, and the queried rows'; each queried row's nearest neighbours, their distances and row
+    numbers (scikit-learn reduces the distances in chunks as it goes: on Adult the whole 5-fold bag peaked
+    at 378 MiB, against 2,375 MiB when the one-hot rows stayed sparse)."""
     from pipeline.memory.estimates import Estimate, feature_bytes
 
     rows = fit.train + fit.held_out
     most = min(int({**OWN, **params}["n_neighbors"]), max(fit.train, 1))
     parts = {
         "fold_copies": rows * feature_bytes(fit),
-        "matrix": 2 * rows * 2 * fit.features * 4,
+        "matrix": 2 * rows * encoded_columns(fit.data) * 4,
         "neighbours": fit.held_out * most * 16,
         "runtime": 20 * MiB,
     }
@@ -70,14 +69,18 @@ COLUMNS_PER_NUMBER = 2
 COLUMNS_PER_CATEGORY = 12
 
 
+def encoded_columns(shape) -> int:
+    """About how many columns the encoder makes of the table's (pipeline.memory.shape.DataShape)."""
+    return COLUMNS_PER_NUMBER * shape.numeric + COLUMNS_PER_CATEGORY * shape.categorical
+
+
 def bag_seconds(rows: int, shape) -> float:
     """Rough seconds of a 5-fold bag on `rows` training rows and its test rows' prediction, on one CPU:
     each fold compares its fifth of the rows with the other four fifths (0.8 rows² pairs in all), and each
     fold model the test rows (about a quarter as many) with its four fifths (1.0 rows²). Adult (39,073
     training rows, 6 number and 8 category columns): 27 s estimated; the bag and its test rows took 22 s
     of a whole run's wall time on two CPUs."""
-    columns = COLUMNS_PER_NUMBER * shape.numeric + COLUMNS_PER_CATEGORY * shape.categorical
-    return (0.8 + 1.0) * rows * rows * (SELECT_COLUMNS + columns) * PAIR_COLUMN_SECONDS
+    return (0.8 + 1.0) * rows * rows * (SELECT_COLUMNS + encoded_columns(shape)) * PAIR_COLUMN_SECONDS
 
 
 PROFILE = ModelProfile(
