@@ -68,8 +68,9 @@ run: install
 	$(PY) -m pipeline $(ARGS)
 
 # Two pytest-xdist workers: in one process the suite used 0.9 of the two CPUs, waiting on processes,
-# servers and sockets (26.5 min; two workers 17.9 min, three no quicker). Each worker takes whole files, so
-# a file's fixtures are built once. TEST_WORKERS= runs it in one process.
+# servers and sockets (26.5 min; two workers 17.9 min, three no quicker; since, two 890 s and three 865 s,
+# which is not worth the time-limited tests' runs sharing the CPUs three ways). Each worker takes whole
+# files, so a file's fixtures are built once. TEST_WORKERS= runs it in one process.
 TEST_WORKERS ?= -n 2 --dist loadfile
 
 test: install
