@@ -264,13 +264,14 @@ def run_fit(request: FitRequest) -> FoldResult:
         X = request.stack.join(X)
     with PeakMemory(gpu=bool(request.gpu_ids)) as peak:
         model.fit_rows(X, y, train_rows, held_out, ctx)
-        t0 = time.perf_counter()
-        val_pred = model.take_validation_proba()  # scored while it trained: not predicted again
-        if val_pred is None:
-            val_pred = model.predict_proba(X.iloc[held_out])
-        t1 = time.perf_counter()
-        test_pred = model.predict_proba(X.iloc[data.test_idx])
-        t2 = time.perf_counter()
+        with model.predicting_on(request.num_cpus):
+            t0 = time.perf_counter()
+            val_pred = model.take_validation_proba()  # scored while it trained: not predicted again
+            if val_pred is None:
+                val_pred = model.predict_proba(X.iloc[held_out])
+            t1 = time.perf_counter()
+            test_pred = model.predict_proba(X.iloc[data.test_idx])
+            t2 = time.perf_counter()
     if ctx.checkpoint_dir is not None and ctx.checkpoint_dir.exists():
         import shutil
 

@@ -7,6 +7,7 @@ predict, so importing a model, reading its class attributes and calling its chec
 
 from __future__ import annotations
 
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -274,6 +275,21 @@ class TabularModel(ABC):
     def place(self, device: str, num_cpus: int) -> None:
         """Predict on `device` ('cpu', 'cuda:0') with `num_cpus` threads from now on."""
         self.predict_threads_ = num_cpus
+
+    @contextlib.contextmanager
+    def predicting_on(self, num_cpus: int):
+        """Inside the block, predict with `num_cpus` threads: a fit's own CPUs while it scores its rows
+        (unset, scikit-learn's kinds predicted on one thread and the boosters on every core of the box).
+        After it, as before: the model saved and logged keeps no thread count of the box it was fitted on."""
+        before = self.__dict__.get("predict_threads_")
+        self.predict_threads_ = num_cpus
+        try:
+            yield self
+        finally:
+            if before is None:
+                self.__dict__.pop("predict_threads_", None)
+            else:
+                self.predict_threads_ = before
 
     def refit_params(self, fitted: list["TabularModel"]) -> dict:
         """Parameters that fit this model once more on all the data for the mean length (rounds,

@@ -149,3 +149,31 @@ def test_xgboost_sums_the_kept_rounds_again_for_an_objective_of_another_link(adu
     model.fit_rows(adult.X, adult.y, adult.train_idx, adult.val_idx, FitContext("binary", 2, Placement(1)))
     assert model.best_iteration_ + 1 < model.booster_.num_boosted_rounds()
     np.testing.assert_array_equal(model.take_validation_proba(), model.predict_proba(adult.X.iloc[adult.val_idx]))
+
+
+def test_a_fold_scores_its_rows_on_its_own_cpus_and_keeps_no_thread_count(adult):
+    """A fit granted two CPUs predicted its held-out and test rows on one (scikit-learn's kinds) or on every
+    core of the box (the boosters): Adult's k-nearest-neighbours bag spent 11.6 s of its 22 s predicting the
+    test rows on one of two CPUs. The count is the fit's while it scores, and not saved with the model: a
+    logged model is served where `place()` is never called."""
+    from pipeline.models.knn import KNeighborsModel
+
+    seen = []
+
+    class Recording(KNeighborsModel):
+        def _predict(self, X):
+            seen.append(getattr(self, "predict_threads_", None))
+            return super()._predict(X)
+
+    request = FitRequest(
+        task_id="fit/m/t0/f0", key="k", model=Recording({"n_neighbors": 10}, "knn"), params={},
+        model_name="m", trial=0, fold=0, num_folds=1, fold_seed=0, seed=0, eval_metric="roc_auc", num_cpus=2,
+        gpu_ids=(), gpu_shares=(Fraction(0),), data=DataRef(obj=adult),
+    )
+    result = run_fit(request)
+    assert seen == [2]  # the test rows (the validation rows were scored while it fitted)
+    assert "predict_threads_" not in result.model.__dict__
+    result.model.place("cpu", 3)
+    with result.model.predicting_on(1):
+        assert result.model.predict_threads_ == 1
+    assert result.model.predict_threads_ == 3  # a placed model keeps its placement
