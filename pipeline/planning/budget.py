@@ -279,7 +279,7 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
         if absent:
             package = absent[0].split(".")[0]
             left_out.append(f"{name} ({package} is not installed: pip install 'tabular-pipeline[{name}]', "
-                           f"or pip install {package})")
+                            f"or pip install {package})")
             continue
         slow = _too_slow(settings, shape, spec.cls.profile)
         if slow:
