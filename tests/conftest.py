@@ -42,6 +42,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def box_turns_lock(tmp_path_factory) -> Path:
+    """The lock file every pytest-xdist worker of this session shares (their scratch folders' parent)."""
+    return tmp_path_factory.getbasetemp().parent / "box-turns.lock"
+
+
+@pytest.fixture(autouse=True)
+def box_turns(request, tmp_path_factory):
+    """A `wall_clock` test (it asserts what a time budget did) never runs while a `floods_the_box` test (many
+    runs at once) runs on the other pytest-xdist worker: one flock over the session's scratch, shared by
+    the former, exclusive for the latter. Eight runs on two CPUs slowed a 20-s run's fits five times in
+    mid-run, past what any budget measured before could hold."""
+    floods, timed = (request.node.get_closest_marker(name) for name in ("floods_the_box", "wall_clock"))
+    if not (floods or timed):
+        yield
+        return
+    import fcntl
+
+    with open(box_turns_lock(tmp_path_factory), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if floods else fcntl.LOCK_SH)
+        yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def library_answers_cache(tmp_path_factory):
     """The engine's cache of library answers (pipeline.private_cache.folder) in the session's scratch,

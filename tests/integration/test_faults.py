@@ -44,6 +44,7 @@ def test_models_that_all_predict_nan_are_one_clear_error(cli, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.wall_clock
 def test_under_hpo_auto_a_kind_whose_fits_fail_leaves_the_run_and_the_others_go_on(cli, tmp_path):
     """The engine chose the trials: as AutoGluon's time-limited fit, it goes on without a model that raised,
     and says so; the failed fit is retried first (executor.max_retries)."""

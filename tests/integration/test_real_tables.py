@@ -243,6 +243,7 @@ def test_infinite_values_train_and_predict_as_missing_values_and_are_said(tables
     assert len(predictions) == len(frame) and predictions.notna().all()
 
 
+@pytest.mark.wall_clock
 def test_a_class_of_three_rows_under_a_time_budget_ends_with_a_leaderboard(tables):
     """Three of Smarket's 1,250 days 'Big': two of a bag's five folds hold none of them, where ROC AUC is
     undefined; the search read each fold's score and the run failed. Those folds now judge nothing."""

@@ -100,6 +100,7 @@ def _ended(procs):
     return [p.returncode for p in procs], outputs
 
 
+@pytest.mark.floods_the_box
 def test_eight_runs_at_once_half_on_one_sqlite_store_half_on_one_tracking_server(tmp_path, mlflow_server):
     server = [f"tracking.uri={mlflow_server.uri}", "tracking.experiment=load8"]
     local, served = _start(AT_ONCE, TINY, tmp_path / "local"), _start(AT_ONCE, [*TINY, *server], tmp_path / "served")

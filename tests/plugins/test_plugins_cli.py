@@ -67,6 +67,7 @@ def test_half_gpu_jobs_run_in_parallel_processes_pinned_to_their_slots(cli, tmp_
     assert overlapping([span(job) for job in jobs.values()]), "the jobs ran one after another"
 
 
+@pytest.mark.floods_the_box
 def test_eight_parallel_jobs_share_one_sqlite_store(cli, tmp_path):
     proc = cli(*GPU_LAUNCHER, "hydra.launcher.gpus_per_job=0", "hydra.launcher.cpus_per_job=1",
                "hydra.launcher.n_jobs=8", "model=lightgbm", "data.max_rows=800",
