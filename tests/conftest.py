@@ -51,8 +51,9 @@ def box_turns_lock(tmp_path_factory) -> Path:
 def box_turns(request, tmp_path_factory):
     """A `wall_clock` test (it asserts what a time budget did) never runs while a `floods_the_box` test (many
     runs at once) runs on the other pytest-xdist worker: one flock over the session's scratch, shared by
-    the former, exclusive for the latter. Eight runs on two CPUs slowed a 20-s run's fits five times in
-    mid-run, past what any budget measured before could hold."""
+    the former, exclusive for the latter. Under a burst of load in a whole suite's run, a 20-s stacked run's
+    last level-1 fits took four times their usual length (its reserve for level 2 14.2 s against 3.5 s),
+    and level 2 still ran past it."""
     floods, timed = (request.node.get_closest_marker(name) for name in ("floods_the_box", "wall_clock"))
     if not (floods or timed):
         yield
