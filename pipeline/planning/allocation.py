@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 from pipeline.errors import ConfigError, ResourceError
 from pipeline.levels import derived_gpu_share
@@ -24,9 +24,11 @@ def allocate(
     gpu_capacities: Sequence[Fraction] = (),
     warn=None,
     alongside: bool = False,
+    fit_cpus_most: Optional[int] = None,
 ) -> Allocation:
     """Check total >= bag >= fit for one model and derive the unset levels (`alongside`: other models of
-    the run fit several folds at once on the CPUs, see pipeline.planning.payoff).
+    the run fit several folds at once on the CPUs, see pipeline.planning.payoff; `fit_cpus_most`: no
+    derived fit above this many CPUs, on a machine others keep busy, see pipeline.planning.busy_box).
 
     Folds in parallel = min(k, bag.cpus // fit.cpus, bag.gpus // fit.gpus); a trial reserves
     folds_parallel x fit; trials in parallel = min(trials, total // reservation), per resource
@@ -77,6 +79,8 @@ def allocate(
     if fit_request.num_cpus is None and fit_gpus > 0:
         # a GPU fit holds only the threads its host side uses; the rest stay for fits on the CPUs beside it
         fit_cpus = min(fit_cpus, needs.gpu_fit_cpus)
+    if fit_request.num_cpus is None and fit_cpus_most is not None:
+        fit_cpus = min(fit_cpus, fit_cpus_most)
     fit = Resources(fit_cpus, fit_gpus)
     _check_model_devices(needs, fit, fit_request, f"{bag_keys[1]}={fmt(bag.num_gpus)}", warn)
 
@@ -85,7 +89,10 @@ def allocate(
         from pipeline.planning.payoff import folds_at_once
 
         choice = folds_at_once(folds, bag.num_cpus, needs.serial_share, alongside)  # threads vs folds at once
-        fit = Resources(choice.fit_cpus, fit.num_gpus)
+        if fit_cpus_most is not None and choice.fit_cpus > fit_cpus_most:
+            choice = None  # more threads than the busy machine leaves: the capped fits, as many at once as fit
+        else:
+            fit = Resources(choice.fit_cpus, fit.num_gpus)
     if sequential:
         folds_parallel = trials_parallel = 1
     else:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from pipeline.components import HpoConf
+from pipeline.planning.busy_box import busy_machine
 from pipeline.errors import ConfigError
 from pipeline.redact import flatten
 from pipeline.settings import Settings, hpo_keys_set, hpo_left_to_budget, models_chosen, overridden
@@ -35,13 +36,6 @@ CELLS_PER_HOUR, BAG_ROWS_UNDER = 10_000_000, 100_000
 # trial the budget cuts keeps the folds that ended (docs/time_budget.md). On the 2-core box the bound's
 # default bags take about 80% of the fits' time
 BAG_CELLS_PER_HOUR = 80_000_000
-# A fit's threads wait for CPUs others hold: on the 2-core box a 20-round LightGBM fit on 800 rows took 0.02 s
-# with two threads and 0.03 s with one idle, 0.05 s and 0.03 s beside one other busy process, 0.13-0.54 s and
-# 0.06 s beside three. The machine counts as busy from half a CPU of others' work over the start-up, or,
-# where that cannot be measured, below this share of a CPU for the run's main thread (about 0.9 idle and
-# beside one busy process, 0.47 beside three)
-OTHERS_BUSY_FROM = 0.5
-BUSY_BELOW = 0.75
 # what hpo=auto adds on a table small for the budget (`with_added_kinds`): (the kind, what it is, the problem
 # types it joins on, the params it starts from over its own); the packages it needs are its profile's
 # `modules`. Each was chosen by its gain as one more ensemble candidate on the bench's tables at 30 s
@@ -183,20 +177,6 @@ def _searched(settings: Settings, overrides: tuple[str, ...], base_dir: Optional
                                                                       parallelism=parallelism),
                                    levels=check_parallelism(parallelism), params=params)
     return with_added_kinds(settings, overrides, base_dir, shape, problem)
-
-
-def busy_machine() -> Optional[str]:
-    """Why this machine counts as busy while the run started, or None where it does not: other processes
-    kept `OTHERS_BUSY_FROM` CPUs or more busy (pipeline.run_clock.others_busy_cpus), or, where that cannot
-    be told, the run's main thread had less than `BUSY_BELOW` of a CPU (more runnable threads than CPUs)."""
-    from pipeline.run_clock import cpu_share_so_far, others_busy_cpus
-
-    others = others_busy_cpus()
-    if others is not None:
-        busy = others >= OTHERS_BUSY_FROM
-        return f"other processes kept {others:.1f} CPUs busy while this run started" if busy else None
-    share = cpu_share_so_far()
-    return f"this run's start-up had {share:.2f} of a CPU" if share < BUSY_BELOW else None
 
 
 def bagging_fits(settings: Settings, overrides: tuple[str, ...], shape) -> bool:

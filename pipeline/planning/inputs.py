@@ -38,6 +38,7 @@ class Levels:
     bag_memory: MemoryRequest
     fit_memory: MemoryRequest
     sequential: bool = False
+    fit_cpus_most: Optional[int] = None  # a machine others keep busy: no derived fit above this (busy_box)
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,8 @@ def _place(model: ModelInput, levels: Levels, hardware, fit_shape) -> _Placed:
                      alongside: bool = False) -> Allocation:
         return allocate(total, levels.bag, request, needs, num_folds=levels.num_folds,
                         num_trials=model.num_trials, sequential=levels.sequential,
-                        gpu_capacities=gpu_capacities, warn=warn, alongside=alongside)
+                        gpu_capacities=gpu_capacities, warn=warn, alongside=alongside,
+                        fit_cpus_most=levels.fit_cpus_most)
 
     request = spec.resources.over(levels.fit)
     on_cpu = lambda needs: allocate_for(request, needs, None)  # noqa: E731  (the threads a CPU fit gets)

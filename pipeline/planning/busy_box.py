@@ -1,0 +1,95 @@
+"""Fits on a machine other processes keep busy: each fit's threads are capped at the CPUs the others leave.
+
+LightGBM's, XGBoost's and torch's worker threads spin while they wait for a partner thread, and a thread
+the kernel has descheduled for another process's keeps its partners spinning: on the 2-core box beside two
+busy loops, `python -m pipeline tracking=none` took 77.7 s with each fit on both CPUs (13.4 s alone), and
+24.7 s with each fit on one CPU, two at once (14.4 s alone). Where the user left the fits' CPUs to the
+engine, the run measures the others' load over its start-up and derives no fit above the CPUs left."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Optional
+
+from pipeline.settings import Settings, overridden
+
+LOCAL_BACKEND = "pipeline.executors.local_backend"
+# A fit's threads wait for CPUs others hold: on the 2-core box a 20-round LightGBM fit on 800 rows took 0.02 s
+# with two threads and 0.03 s with one idle, 0.05 s and 0.03 s beside one other busy process, 0.13-0.54 s and
+# 0.06 s beside three. The machine counts as busy from half a CPU of others' work over the start-up, or,
+# where that cannot be measured, below this share of a CPU for the run's main thread (about 0.9 idle and
+# beside one busy process, 0.47 beside three)
+OTHERS_BUSY_FROM = 0.5
+BUSY_BELOW = 0.75
+
+
+def cap_threads_on_busy_box(settings: Settings, overrides: tuple[str, ...]) -> Settings:
+    """`settings` with `levels.fit_cpus_most` set where the machine is busy and the choice was left to the
+    engine: the fits run here (the local executor, not in the driver alone), on the whole detected machine
+    (no declared hardware, no launcher's slot or SLURM job, which share it out themselves), no `parallelism`
+    chosen; said on the terminal. Unchanged otherwise."""
+    from pipeline import hardware
+
+    conf = settings.conf
+    if (overridden("parallelism", overrides) or conf.hardware is not None or conf.executor._target_ != LOCAL_BACKEND
+            or conf.executor.in_process == "always" or os.environ.get(hardware.SLOT_CPUS_ENV)
+            or hardware.slurm_cpus_per_task() is not None):
+        return settings
+    total_cpus = _cpus_here()
+    load = machine_load() if total_cpus > 1 else None
+    most = load.free_cpus(total_cpus) if load else total_cpus
+    if most >= total_cpus:
+        return settings
+    from pipeline import report
+
+    report.console.print(
+        f"the machine is busy ({load.why}): each fit takes at most {most} of its {total_cpus} CPUs, several fits "
+        "at once where the plan has them, since threads waiting for a CPU others hold slow a fit several "
+        "times over (parallelism.fit.num_cpus sets them)", highlight=False)
+    return dataclasses.replace(settings, levels=dataclasses.replace(settings.levels, fit_cpus_most=most))
+
+
+def _cpus_here() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def busy_machine() -> Optional[str]:
+    """Why this machine counts as busy while the run started, or None where it does not (`machine_load`)."""
+    load = machine_load()
+    return load.why if load else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """What others leave a run on a busy machine: their CPUs' worth of work over its start-up (None where
+    /proc/stat cannot tell), the share of a CPU its main thread had, and the reason in words."""
+
+    others: Optional[float]
+    share: float
+    why: str
+
+    def free_cpus(self, total_cpus: int) -> int:
+        """The CPUs the others leave: the total less their CPUs rounded up, or, where those cannot be
+        measured, the start-up's share of a CPU times the total; at least one."""
+        if self.others is not None:  # /proc/stat counts every CPU of the machine, this process's or not
+            return max(1, min(total_cpus, (os.cpu_count() or total_cpus) - math.ceil(self.others)))
+        return max(1, math.floor(total_cpus * self.share))
+
+
+def machine_load() -> Optional[Load]:
+    """The machine's load while the run started where it counts as busy, else None: other processes kept
+    `OTHERS_BUSY_FROM` CPUs or more busy (pipeline.run_clock.others_busy_cpus), or, where that cannot be
+    told, the run's main thread had less than `BUSY_BELOW` of a CPU (more runnable threads than CPUs)."""
+    from pipeline.run_clock import cpu_share_so_far, others_busy_cpus
+
+    others = others_busy_cpus()
+    if others is not None:
+        why = f"other processes kept {others:.1f} CPUs busy while this run started"
+        return Load(others, 1.0, why) if others >= OTHERS_BUSY_FROM else None
+    share = cpu_share_so_far()
+    return Load(None, share, f"this run's start-up had {share:.2f} of a CPU") if share < BUSY_BELOW else None

@@ -1,0 +1,47 @@
+"""A run started beside processes that keep every CPU busy: its fits take one CPU each, said on the terminal,
+and the run ends with its board; the same command with the parallelism chosen keeps the fits as chosen."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.floods_the_box]
+
+SMALL = ["data.max_rows=2000", "model.lightgbm.params.num_iterations=30", "model.xgboost.params.num_boost_round=30",
+         "model.nn.params.max_epochs=2", "tracking=none"]
+
+
+@contextmanager
+def busy_loops():
+    """One spinning process per CPU this process may use, for the block's length."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(len(os.sched_getaffinity(0)))]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
+def _plan(run_dir) -> dict:
+    return {m["name"]: m["fit"]["num_cpus"] for m in json.loads((run_dir / "plan.json").read_text())["models"]}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a fit on one CPU is all a one-CPU machine has")
+def test_fits_beside_busy_processes_take_one_cpu_each_unless_the_parallelism_was_chosen(cli, tmp_path):
+    with busy_loops():
+        capped = cli(*SMALL, "hydra.run.dir=capped", check=True)
+        chosen = cli(*SMALL, "parallelism=default", "hydra.run.dir=chosen", check=True)
+    said = " ".join(capped.stdout.split())
+    assert "the machine is busy (other processes kept" in said and "each fit takes at most 1 of its" in said
+    assert set(_plan(tmp_path / "capped").values()) == {1}
+    assert (tmp_path / "capped" / "leaderboard.csv").is_file()
+    assert "the machine is busy" not in chosen.stdout
+    assert set(_plan(tmp_path / "chosen").values()) == {len(os.sched_getaffinity(0))}

@@ -1,0 +1,112 @@
+"""On a machine other processes keep busy, a fit the engine derives takes no more CPUs than they leave:
+threads waiting for a CPU another process holds spin, and slow the fit several times over."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import run_clock
+from pipeline.planning import busy_box
+from pipeline.planning.allocation import allocate
+from pipeline.planning.busy_box import cap_threads_on_busy_box
+from pipeline.planning.planner import make_plan
+from pipeline.resources import ModelNeeds, Request, Resources
+from pipeline.settings import read_settings
+
+NEEDS = ModelNeeds("m", wants_gpu=False, requires_gpu=False, max_gpus_per_fit=1)
+ANY = Request(None, None)
+
+
+def _box(monkeypatch, *, cpus: int, others, share: float = 1.0, machine_cpus=None) -> None:
+    monkeypatch.setattr(busy_box, "_cpus_here", lambda: cpus)
+    monkeypatch.setattr(busy_box.os, "cpu_count", lambda: machine_cpus or cpus)
+    monkeypatch.setattr(run_clock, "others_busy_cpus", lambda: others)
+    monkeypatch.setattr(run_clock, "cpu_share_so_far", lambda: share)
+    monkeypatch.delenv("PIPELINE_SLOT_CPUS", raising=False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_CPUS_ON_NODE", raising=False)
+
+
+@pytest.mark.parametrize("others, share, cpus, machine_cpus, most", [
+    (1.4, 1.0, 2, None, 1),  # two busy loops on two CPUs, as measured over a start-up: one CPU a fit
+    (0.6, 1.0, 2, None, 1),
+    (4.3, 1.0, 16, None, 11),
+    (4.0, 1.0, 2, 16, 2),  # this process may run on 2 of 16 CPUs: the others' 4 leave it both
+    (15.5, 1.0, 16, None, 1),  # never below one
+    (None, 0.47, 2, None, 1),  # unmeasured: the start-up's share of a CPU times the CPUs
+    (None, 0.6, 16, None, 9),
+])
+def test_the_cpus_a_busy_machine_leaves(monkeypatch, others, share, cpus, machine_cpus, most):
+    _box(monkeypatch, cpus=cpus, others=others, share=share, machine_cpus=machine_cpus)
+    load = busy_box.machine_load()
+    assert load is not None and load.free_cpus(cpus) == most
+
+
+@pytest.mark.parametrize("others, share", [(0.0, 0.3), (0.49, 1.0), (None, 0.8)])
+def test_a_machine_not_busy_has_no_load_to_leave(monkeypatch, others, share):
+    _box(monkeypatch, cpus=2, others=others, share=share)
+    assert busy_box.machine_load() is None and busy_box.busy_machine() is None
+
+
+def test_a_cap_holds_a_derived_fit_and_runs_more_at_once():
+    total = Resources(16, 0)
+    whole = allocate(total, ANY, ANY, NEEDS, num_folds=1, num_trials=1)
+    capped = allocate(total, ANY, ANY, NEEDS, num_folds=1, num_trials=1, fit_cpus_most=11)
+    assert whole.fit.num_cpus == 16 and capped.fit.num_cpus == 11
+    two = allocate(Resources(2, 0), ANY, ANY, NEEDS, num_folds=1, num_trials=3, fit_cpus_most=1)
+    assert (two.fit.num_cpus, two.trials_parallel) == (1, 2)  # each fit one CPU, two at once
+    # a bag's choice of threads against folds at once keeps within the cap
+    bag = allocate(Resources(16, 0), ANY, ANY, ModelNeeds("m", False, False, 1, serial_share=0.0), num_folds=2,
+                   num_trials=1, fit_cpus_most=4)
+    assert bag.fit.num_cpus <= 4 and bag.folds_parallel == 2
+
+
+def test_a_fit_the_user_sized_is_not_capped():
+    fit = allocate(Resources(16, 0), ANY, Request(8, None), NEEDS, num_folds=1, num_trials=1, fit_cpus_most=2)
+    assert fit.fit.num_cpus == 8
+
+
+def test_a_busy_machine_caps_the_default_runs_fits_and_says_so(compose, monkeypatch, capsys):
+    _box(monkeypatch, cpus=2, others=1.4)
+    settings = cap_threads_on_busy_box(read_settings(compose([])), ())
+    assert settings.levels.fit_cpus_most == 1
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the machine is busy (other processes kept 1.4 CPUs busy while this run started): each fit takes at " \
+           "most 1 of its 2 CPUs" in said
+    plan = make_plan(settings.plan_input(None, _machine(2)))
+    assert {a.fit.num_cpus for a in plan.allocations} == {1}
+    idle = make_plan(read_settings(compose([])).plan_input(None, _machine(2)))
+    assert {a.fit.num_cpus for a in idle.allocations} == {2}  # without the cap: both CPUs a fit
+
+
+@pytest.mark.parametrize("overrides, env", [
+    (["parallelism=default"], {}),  # the user chose the parallelism
+    (["parallelism.fit.num_cpus=2"], {}),
+    (["+hardware=cpu"], {}),  # declared hardware
+    (["executor=ray"], {}),  # fits on a cluster's nodes
+    (["executor.in_process=always"], {}),  # one fit at a time in the driver
+    ([], {"PIPELINE_SLOT_CPUS": "2"}),  # a launcher's slot: its share is already its own
+    ([], {"SLURM_CPUS_PER_TASK": "2", "SLURM_JOB_ID": "7"}),
+])
+def test_a_choice_the_user_made_or_a_share_given_is_kept_on_a_busy_machine(compose, monkeypatch, capsys,
+                                                                           overrides, env):
+    _box(monkeypatch, cpus=2, others=1.9)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = read_settings(compose(overrides), tuple(overrides))
+    assert cap_threads_on_busy_box(settings, tuple(overrides)).levels.fit_cpus_most is None
+    assert "the machine is busy" not in capsys.readouterr().out
+
+
+def test_an_idle_machine_keeps_every_cpu_a_fit(compose, monkeypatch, capsys):
+    _box(monkeypatch, cpus=2, others=0.1)
+    assert cap_threads_on_busy_box(read_settings(compose([])), ()).levels.fit_cpus_most is None
+    assert "busy" not in capsys.readouterr().out
+
+
+def _machine(cpus: int):
+    from pipeline.hardware import Machine
+
+    return Machine(cpus)
+
