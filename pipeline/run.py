@@ -48,7 +48,7 @@ def run(cfg: DictConfig, runtime: Optional[Runtime] = None) -> Union[None, float
     from pipeline.planning.busy_box import cap_threads_on_busy_box
 
     settings = search_for_budget(settings, runtime.choices, runtime.launch_dir)
-    settings = cap_threads_on_busy_box(settings, runtime.choices)
+    settings = cap_threads_on_busy_box(settings)
     components = Components.resolve(settings)
     checked = check(settings, runtime.launch_dir)  # the data, the metric, the models' params: before any work
     make_run_folder(runtime.run_dir)  # checked (by Hydra's callback too, before Hydra wrote into it), made

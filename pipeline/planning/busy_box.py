@@ -13,7 +13,7 @@ import math
 import os
 from typing import Optional
 
-from pipeline.settings import Settings, overridden
+from pipeline.settings import Settings
 
 LOCAL_BACKEND = "pipeline.executors.local_backend"
 # A fit's threads wait for CPUs others hold: on the 2-core box a 20-round LightGBM fit on 800 rows took 0.02 s
@@ -25,16 +25,18 @@ OTHERS_BUSY_FROM = 0.5
 BUSY_BELOW = 0.75
 
 
-def cap_threads_on_busy_box(settings: Settings, overrides: tuple[str, ...]) -> Settings:
-    """`settings` with `levels.fit_cpus_most` set where the machine is busy and the choice was left to the
-    engine: the fits run here (the local executor, not in the driver alone), on the whole detected machine
-    (no declared hardware, no launcher's slot or SLURM job, which share it out themselves), no `parallelism`
-    chosen; said on the terminal. Unchanged otherwise."""
+def cap_threads_on_busy_box(settings: Settings) -> Settings:
+    """`settings` with `levels.fit_cpus_most` set where the machine is busy: the fits run here (the local
+    executor, not in the driver alone) on the whole detected machine (no declared hardware, no launcher's
+    slot or SLURM job, which share it out themselves); said on the terminal. Unchanged otherwise. The cap
+    holds only the fits whose CPUs the engine derives: `parallelism.fit.num_cpus` or a model's own
+    `resources.num_cpus` keeps them as set."""
     from pipeline import hardware
 
     conf = settings.conf
-    if (overridden("parallelism", overrides) or conf.hardware is not None or conf.executor._target_ != LOCAL_BACKEND
-            or conf.executor.in_process == "always" or os.environ.get(hardware.SLOT_CPUS_ENV)
+    if (conf.hardware is not None or settings.levels.fit.num_cpus is not None
+            or conf.executor._target_ != LOCAL_BACKEND or conf.executor.in_process == "always"
+            or os.environ.get(hardware.SLOT_CPUS_ENV)
             or hardware.slurm_cpus_per_task() is not None):
         return settings
     total_cpus = _cpus_here()
@@ -45,8 +47,8 @@ def cap_threads_on_busy_box(settings: Settings, overrides: tuple[str, ...]) -> S
     from pipeline import report
 
     report.console.print(
-        f"the machine is busy ({load.why}): each fit takes at most {most} of its {total_cpus} CPUs, several fits "
-        "at once where the plan has them, since threads waiting for a CPU others hold slow a fit several "
+        f"the machine is busy ({load.why}): each fit whose CPUs are left to the engine takes at most {most} of "
+        f"its {total_cpus} CPUs, several fits at once where the plan has them, since threads waiting for a CPU others hold slow a fit several "
         "times over (parallelism.fit.num_cpus sets them)", highlight=False)
     return dataclasses.replace(settings, levels=dataclasses.replace(settings.levels, fit_cpus_most=most))
 

@@ -1,5 +1,5 @@
 """A run started beside processes that keep every CPU busy: its fits take one CPU each, said on the terminal,
-and the run ends with its board; the same command with the parallelism chosen keeps the fits as chosen."""
+and the run ends with its board; the same command with the fits' CPUs set keeps them as set."""
 
 from __future__ import annotations
 
@@ -35,13 +35,14 @@ def _plan(run_dir) -> dict:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a fit on one CPU is all a one-CPU machine has")
-def test_fits_beside_busy_processes_take_one_cpu_each_unless_the_parallelism_was_chosen(cli, tmp_path):
+def test_fits_beside_busy_processes_take_one_cpu_each_unless_their_cpus_were_set(cli, tmp_path):
     with busy_loops():
         capped = cli(*SMALL, "hydra.run.dir=capped", check=True)
-        chosen = cli(*SMALL, "parallelism=default", "hydra.run.dir=chosen", check=True)
+        every = len(os.sched_getaffinity(0))
+        chosen = cli(*SMALL, f"parallelism.fit.num_cpus={every}", "hydra.run.dir=chosen", check=True)
     said = " ".join(capped.stdout.split())
-    assert "the machine is busy (other processes kept" in said and "each fit takes at most 1 of its" in said
+    assert "the machine is busy (other processes kept" in said and "takes at most 1 of its" in said
     assert set(_plan(tmp_path / "capped").values()) == {1}
     assert (tmp_path / "capped" / "leaderboard.csv").is_file()
     assert "the machine is busy" not in chosen.stdout
-    assert set(_plan(tmp_path / "chosen").values()) == {len(os.sched_getaffinity(0))}
+    assert set(_plan(tmp_path / "chosen").values()) == {every}

@@ -69,11 +69,11 @@ def test_a_fit_the_user_sized_is_not_capped():
 
 def test_a_busy_machine_caps_the_default_runs_fits_and_says_so(compose, monkeypatch, capsys):
     _box(monkeypatch, cpus=2, others=1.4)
-    settings = cap_threads_on_busy_box(read_settings(compose([])), ())
+    settings = cap_threads_on_busy_box(read_settings(compose([])))
     assert settings.levels.fit_cpus_most == 1
     said = " ".join(capsys.readouterr().out.split())
-    assert "the machine is busy (other processes kept 1.4 CPUs busy while this run started): each fit takes at " \
-           "most 1 of its 2 CPUs" in said
+    assert "the machine is busy (other processes kept 1.4 CPUs busy while this run started): each fit whose CPUs " \
+           "are left to the engine takes at most 1 of its 2 CPUs" in said
     plan = make_plan(settings.plan_input(None, _machine(2)))
     assert {a.fit.num_cpus for a in plan.allocations} == {1}
     idle = make_plan(read_settings(compose([])).plan_input(None, _machine(2)))
@@ -81,27 +81,38 @@ def test_a_busy_machine_caps_the_default_runs_fits_and_says_so(compose, monkeypa
 
 
 @pytest.mark.parametrize("overrides, env", [
-    (["parallelism=default"], {}),  # the user chose the parallelism
-    (["parallelism.fit.num_cpus=2"], {}),
     (["+hardware=cpu"], {}),  # declared hardware
+    (["parallelism.fit.num_cpus=2"], {}),  # every fit's CPUs set
     (["executor=ray"], {}),  # fits on a cluster's nodes
     (["executor.in_process=always"], {}),  # one fit at a time in the driver
     ([], {"PIPELINE_SLOT_CPUS": "2"}),  # a launcher's slot: its share is already its own
     ([], {"SLURM_CPUS_PER_TASK": "2", "SLURM_JOB_ID": "7"}),
 ])
-def test_a_choice_the_user_made_or_a_share_given_is_kept_on_a_busy_machine(compose, monkeypatch, capsys,
-                                                                           overrides, env):
+def test_declared_hardware_a_cluster_the_driver_or_a_share_given_are_kept_on_a_busy_machine(
+        compose, monkeypatch, capsys, overrides, env):
     _box(monkeypatch, cpus=2, others=1.9)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     settings = read_settings(compose(overrides), tuple(overrides))
-    assert cap_threads_on_busy_box(settings, tuple(overrides)).levels.fit_cpus_most is None
+    assert cap_threads_on_busy_box(settings).levels.fit_cpus_most is None
     assert "the machine is busy" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("overrides, cpus", [
+    (["parallelism=bag5"], {1}),  # folds chosen, their threads left to the engine: capped
+    (["parallelism.fit.num_cpus=2"], {2}),  # the threads set: kept
+    (["model=lightgbm", "model.lightgbm.resources.num_cpus=2"], {2}),
+])
+def test_only_the_fits_whose_cpus_the_engine_derives_are_capped(compose, monkeypatch, overrides, cpus):
+    _box(monkeypatch, cpus=2, others=1.4)
+    settings = cap_threads_on_busy_box(read_settings(compose(overrides), tuple(overrides)))
+    plan = make_plan(settings.plan_input(None, _machine(2)))
+    assert {a.fit.num_cpus for a in plan.allocations} == cpus
 
 
 def test_an_idle_machine_keeps_every_cpu_a_fit(compose, monkeypatch, capsys):
     _box(monkeypatch, cpus=2, others=0.1)
-    assert cap_threads_on_busy_box(read_settings(compose([])), ()).levels.fit_cpus_most is None
+    assert cap_threads_on_busy_box(read_settings(compose([]))).levels.fit_cpus_most is None
     assert "busy" not in capsys.readouterr().out
 
 
