@@ -90,7 +90,7 @@ def allocate(
 
         choice = folds_at_once(folds, bag.num_cpus, needs.serial_share, alongside)  # threads vs folds at once
         if fit_cpus_most is not None and choice.fit_cpus > fit_cpus_most:
-            choice = None  # more threads than the busy machine leaves: the capped fits, as many at once as fit
+            choice = None  # more threads than a busy machine leaves: the capped fits, as many at once as fit
         else:
             fit = Resources(choice.fit_cpus, fit.num_gpus)
     if sequential:

@@ -2,8 +2,9 @@
 
 LightGBM's, XGBoost's and torch's worker threads spin while they wait for a partner thread, and a thread
 the kernel has descheduled for another process's keeps its partners spinning: on the 2-core box beside two
-busy loops, `python -m pipeline tracking=none` took 77.7 s with each fit on both CPUs (13.4 s alone), and
-24.7 s with each fit on one CPU, two at once (14.4 s alone). Where the user left the fits' CPUs to the
+busy loops, `python -m pipeline tracking=none` took 77.7 s with each fit on both CPUs, and 25.2 s capped
+here at one CPU a fit, two at once (13.4 s alone either way; beside one busy loop 40 to 50 s against 15.2
+to 15.5 s). Where the user left the fits' CPUs to the
 engine, the run measures the others' load over its start-up and derives no fit above the CPUs left."""
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ def cap_threads_on_busy_box(settings: Settings) -> Settings:
     from pipeline import report
 
     report.console.print(
-        f"the machine is busy ({load.why}): each fit whose CPUs are left to the engine takes at most {most} of "
-        f"its {total_cpus} CPUs, several fits at once where the plan has them, since threads waiting for a CPU others hold slow a fit several "
-        "times over (parallelism.fit.num_cpus sets them)", highlight=False)
+        f"the machine is busy ({load.why}): each fit whose CPUs are left to the engine takes at most "
+        f"{most} of its {total_cpus} CPUs, several fits at once where the plan has them, since threads "
+        "waiting for a CPU others hold slow a fit several times over (parallelism.fit.num_cpus sets them)",
+        highlight=False)
     return dataclasses.replace(settings, levels=dataclasses.replace(settings.levels, fit_cpus_most=most))
 
 

@@ -13,7 +13,8 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.floods_the_box]
 
-SMALL = ["data.max_rows=2000", "model.lightgbm.params.num_iterations=30", "model.xgboost.params.num_boost_round=30",
+SMALL = ["data.max_rows=2000", "model.lightgbm.params.num_iterations=30",
+         "model.xgboost.params.num_boost_round=30",
          "model.nn.params.max_epochs=2", "tracking=none"]
 
 
@@ -31,7 +32,8 @@ def busy_loops():
 
 
 def _plan(run_dir) -> dict:
-    return {m["name"]: m["fit"]["num_cpus"] for m in json.loads((run_dir / "plan.json").read_text())["models"]}
+    models = json.loads((run_dir / "plan.json").read_text())["models"]
+    return {m["name"]: m["fit"]["num_cpus"] for m in models}
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a fit on one CPU is all a one-CPU machine has")

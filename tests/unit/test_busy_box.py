@@ -57,8 +57,8 @@ def test_a_cap_holds_a_derived_fit_and_runs_more_at_once():
     two = allocate(Resources(2, 0), ANY, ANY, NEEDS, num_folds=1, num_trials=3, fit_cpus_most=1)
     assert (two.fit.num_cpus, two.trials_parallel) == (1, 2)  # each fit one CPU, two at once
     # a bag's choice of threads against folds at once keeps within the cap
-    bag = allocate(Resources(16, 0), ANY, ANY, ModelNeeds("m", False, False, 1, serial_share=0.0), num_folds=2,
-                   num_trials=1, fit_cpus_most=4)
+    parallel = ModelNeeds("m", False, False, 1, serial_share=0.0)  # threads would win without the cap
+    bag = allocate(Resources(16, 0), ANY, ANY, parallel, num_folds=2, num_trials=1, fit_cpus_most=4)
     assert bag.fit.num_cpus <= 4 and bag.folds_parallel == 2
 
 
@@ -72,8 +72,8 @@ def test_a_busy_machine_caps_the_default_runs_fits_and_says_so(compose, monkeypa
     settings = cap_threads_on_busy_box(read_settings(compose([])))
     assert settings.levels.fit_cpus_most == 1
     said = " ".join(capsys.readouterr().out.split())
-    assert "the machine is busy (other processes kept 1.4 CPUs busy while this run started): each fit whose CPUs " \
-           "are left to the engine takes at most 1 of its 2 CPUs" in said
+    assert ("the machine is busy (other processes kept 1.4 CPUs busy while this run started): each fit whose "
+            "CPUs are left to the engine takes at most 1 of its 2 CPUs") in said
     plan = make_plan(settings.plan_input(None, _machine(2)))
     assert {a.fit.num_cpus for a in plan.allocations} == {1}
     idle = make_plan(read_settings(compose([])).plan_input(None, _machine(2)))
