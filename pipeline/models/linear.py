@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 OWN = {"path_length": 25, "c_min": 1e-4, "c_max": 1e4, "patience": 3, "tol": 0.001, "numeric": "standard",
        "min_frequency": 1, "max_iter": 500, "y_range_extend": 0.05}
-NUMERIC = ("standard", "quantile")
+NUMERIC = ("standard", "quantile", "spline")
+SPLINE_KNOTS, SPLINE_DEGREE = 5, 3  # numeric: spline, each number a cubic B-spline basis of 7 columns
 
 
 def memory(params: dict, fit, on_gpu: bool):
@@ -48,9 +49,10 @@ def memory(params: dict, fit, on_gpu: bool):
     from pipeline.memory.estimates import Estimate, feature_bytes
 
     rows = fit.train + fit.held_out
+    spread = SPLINE_KNOTS + SPLINE_DEGREE - 1 if params.get("numeric") == "spline" else 1  # columns a number
     parts = {
         "fold_copies": rows * feature_bytes(fit),
-        "matrix": 3 * rows * fit.features * 8,
+        "matrix": 3 * rows * fit.features * 8 * spread,
         "one_hot": rows * fit.features * 12,
         "runtime": 20 * MiB,
     }
@@ -245,21 +247,26 @@ def column_kinds(X) -> tuple[list[str], list[str]]:
 
 def encoder(X, numeric: str, min_frequency: int) -> "_NumericFrame":
     """An unfitted encoder of X's columns: numbers median-imputed (a missing-value indicator beside each
-    column with missing values) and scaled (`numeric`: standard | quantile), each category column one-hot
+    column with missing values) and scaled (`numeric`: standard | quantile), or standardised and spread on a
+    cubic B-spline basis of 5 knots over the training range (spline), each category column one-hot
     encoded (rarer than `min_frequency` rows: one shared column; unseen or missing: none of them)."""
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
     from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import OneHotEncoder, QuantileTransformer, StandardScaler
+    from sklearn.preprocessing import OneHotEncoder, QuantileTransformer, SplineTransformer, StandardScaler
 
     categories, numbers = column_kinds(X)
-    scale = StandardScaler() if numeric == "standard" else \
-        QuantileTransformer(n_quantiles=max(10, min(1000, len(X))), output_distribution="normal",
-                            subsample=100_000, random_state=0)
+    if numeric == "quantile":
+        scale = [QuantileTransformer(n_quantiles=max(10, min(1000, len(X))), output_distribution="normal",
+                                     subsample=100_000, random_state=0)]
+    else:
+        scale = [StandardScaler()]
+        if numeric == "spline":  # a curve for each number, flat past the training range
+            scale.append(SplineTransformer(n_knots=SPLINE_KNOTS, degree=SPLINE_DEGREE))
     parts = []
     if numbers:
         imputer = SimpleImputer(strategy="median", add_indicator=True, keep_empty_features=True)
-        parts.append(("numbers", make_pipeline(imputer, scale), numbers))
+        parts.append(("numbers", make_pipeline(imputer, *scale), numbers))
     for name in categories:
         parts.append((f"category {name}", OneHotEncoder(handle_unknown="infrequent_if_exist",
                                                         min_frequency=min_frequency), [name]))

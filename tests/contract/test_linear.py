@@ -89,6 +89,26 @@ class TestLinear(ModelKindConformance):
         importance = model.feature_importance()
         assert set(importance) == {str(c) for c in X.columns} and importance[number] > 0
 
+    def test_numbers_on_a_spline_basis_learn_a_curve_a_line_cannot(self):
+        """`numeric: spline` spreads each number on a cubic B-spline basis: an additive model of curves. A
+        class set by |x| > 1 is beyond a line in x, within the curve; a missing, an infinite and an unseen
+        far value are answered, flat past the training range."""
+        from sklearn.metrics import roc_auc_score
+
+        rng = np.random.default_rng(0)
+        X = pd.DataFrame({"x": rng.normal(size=1200), "noise": rng.normal(size=1200)})
+        y = (X["x"].abs() > 1).to_numpy().astype(np.int64)
+        ctx = FitContext("binary", 2, Placement(1), seed=0)
+        train, held = np.arange(800), np.arange(800, 1000)
+        scores = {}
+        for numeric in ("standard", "spline"):
+            model = LinearModel({"numeric": numeric}, "lin").fit_rows(X, y, train, held, ctx)
+            scores[numeric] = roc_auc_score(y[1000:], model.predict_proba(X.iloc[1000:])[:, 1])
+        assert scores["standard"] < 0.65 and scores["spline"] > 0.95
+        odd = pd.DataFrame({"x": [np.nan, np.inf, 50.0, -50.0], "noise": [0.0, 0.0, 0.0, 0.0]})
+        proba = model.predict_proba(odd)
+        assert np.isfinite(proba).all() and proba[2, 1] > 0.5 and proba[3, 1] > 0.5
+
     def test_a_slice_of_float64_columns_is_fitted_without_writing_into_it(self):
         """pandas' copy-on-write hands a float64 column's own values out read-only: cleaning them in place
         raised 'assignment destination is read-only' on a slice of a frame."""
@@ -101,7 +121,7 @@ class TestLinear(ModelKindConformance):
         assert np.isfinite(model.predict(X.iloc[150:])).all() and X.loc[3, "a"] == np.inf
 
     def test_parameters_out_of_range_are_refused_naming_what_is_valid(self):
-        with pytest.raises(ConfigError, match=r"params.numeric='log' must be one of standard, quantile"):
+        with pytest.raises(ConfigError, match=r"numeric='log' must be one of standard, quantile, spline"):
             LinearModel.check_params("lin", {"numeric": "log"}, "binary")
         with pytest.raises(ConfigError, match=r"model.lin.params.c_min=100.0 is above c_max=1.0"):
             LinearModel.check_params("lin", {"c_min": 100.0, "c_max": 1.0}, "binary")
