@@ -114,11 +114,16 @@ def detect() -> Machine:
     return Machine(cpus, machine.gpu_tokens, machine.gpu_names, machine.gpu_memory, machine.simulated, share)
 
 
-def _detect_devices() -> Machine:
+def affinity_cpus() -> int:
+    """The CPUs this process may run on (its affinity; elsewhere than Linux, the machine's)."""
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
+        return os.cpu_count() or 1
+
+
+def _detect_devices() -> Machine:
+    cpus = affinity_cpus()
     simulated = os.environ.get(SIMULATE_ENV)
     if simulated:
         n = int(simulated)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from pipeline.components import HpoConf
-from pipeline.planning.busy_box import busy_machine
 from pipeline.errors import ConfigError
+from pipeline.planning.busy_box import busy_machine
 from pipeline.redact import flatten
 from pipeline.settings import Settings, hpo_keys_set, hpo_left_to_budget, models_chosen, overridden
 

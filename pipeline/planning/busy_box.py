@@ -4,8 +4,8 @@ LightGBM's, XGBoost's and torch's worker threads spin while they wait for a part
 the kernel has descheduled for another process's keeps its partners spinning: on the 2-core box beside two
 busy loops, `python -m pipeline tracking=none` took 77.7 s with each fit on both CPUs, and 25.2 s capped
 here at one CPU a fit, two at once (13.4 s alone either way; beside one busy loop 40 to 50 s against 15.2
-to 15.5 s). Where the user left the fits' CPUs to the
-engine, the run measures the others' load over its start-up and derives no fit above the CPUs left."""
+to 15.5 s). Where the user left the fits' CPUs to the engine, the run measures the others' load over its
+start-up and derives no fit above the CPUs left."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def cap_threads_on_busy_box(settings: Settings) -> Settings:
             or os.environ.get(hardware.SLOT_CPUS_ENV)
             or hardware.slurm_cpus_per_task() is not None):
         return settings
-    total_cpus = _cpus_here()
+    total_cpus = hardware.affinity_cpus()
     load = machine_load() if total_cpus > 1 else None
     most = load.free_cpus(total_cpus) if load else total_cpus
     if most >= total_cpus:
@@ -53,13 +53,6 @@ def cap_threads_on_busy_box(settings: Settings) -> Settings:
         "waiting for a CPU others hold slow a fit several times over (parallelism.fit.num_cpus sets them)",
         highlight=False)
     return dataclasses.replace(settings, levels=dataclasses.replace(settings.levels, fit_cpus_most=most))
-
-
-def _cpus_here() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def busy_machine() -> Optional[str]:

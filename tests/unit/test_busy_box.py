@@ -18,7 +18,7 @@ ANY = Request(None, None)
 
 
 def _box(monkeypatch, *, cpus: int, others, share: float = 1.0, machine_cpus=None) -> None:
-    monkeypatch.setattr(busy_box, "_cpus_here", lambda: cpus)
+    monkeypatch.setattr("pipeline.hardware.affinity_cpus", lambda: cpus)
     monkeypatch.setattr(busy_box.os, "cpu_count", lambda: machine_cpus or cpus)
     monkeypatch.setattr(run_clock, "others_busy_cpus", lambda: others)
     monkeypatch.setattr(run_clock, "cpu_share_so_far", lambda: share)
