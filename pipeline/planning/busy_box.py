@@ -14,9 +14,9 @@ import math
 import os
 from typing import Optional
 
+from pipeline.config import LOCAL_EXECUTOR
 from pipeline.settings import Settings
 
-LOCAL_BACKEND = "pipeline.executors.local_backend"
 # A fit's threads wait for CPUs others hold: on the 2-core box a 20-round LightGBM fit on 800 rows took 0.02 s
 # with two threads and 0.03 s with one idle, 0.05 s and 0.03 s beside one other busy process, 0.13-0.54 s and
 # 0.06 s beside three. The machine counts as busy from half a CPU of others' work over the start-up, or,
@@ -36,7 +36,7 @@ def cap_threads_on_busy_box(settings: Settings) -> Settings:
 
     conf = settings.conf
     if (conf.hardware is not None or settings.levels.fit.num_cpus is not None
-            or conf.executor._target_ != LOCAL_BACKEND or conf.executor.in_process == "always"
+            or conf.executor._target_ != LOCAL_EXECUTOR or conf.executor.in_process == "always"
             or os.environ.get(hardware.SLOT_CPUS_ENV)
             or hardware.slurm_cpus_per_task() is not None):
         return settings
