@@ -103,15 +103,22 @@ def detect() -> Machine:
     """
     cuda.pin_order()  # before anything in this process starts CUDA: its ordinals follow NVML's order
     machine = _detect_devices()
-    cpus, share = machine.num_cpus, None
+    cpus, share = job_cpus(machine.num_cpus), None
+    if os.environ.get(SLOT_GPUS_ENV):
+        share = min(gpu_amount(float(os.environ[SLOT_GPUS_ENV]), SLOT_GPUS_ENV), Fraction(machine.num_gpus))
+    return Machine(cpus, machine.gpu_tokens, machine.gpu_names, machine.gpu_memory, machine.simulated, share)
+
+
+def job_cpus(machine_cpus: Optional[int] = None) -> int:
+    """The CPUs this job may use: the machine's (its affinity, where not given), within a SLURM job's and
+    a launcher slot's CPUs. No GPU is looked for."""
+    cpus = affinity_cpus() if machine_cpus is None else machine_cpus
     slurm_cpus = slurm_cpus_per_task()
     if slurm_cpus is not None:
         cpus = min(cpus, slurm_cpus)
     if os.environ.get(SLOT_CPUS_ENV):
         cpus = min(cpus, cpu_count(int(os.environ[SLOT_CPUS_ENV]), SLOT_CPUS_ENV))
-    if os.environ.get(SLOT_GPUS_ENV):
-        share = min(gpu_amount(float(os.environ[SLOT_GPUS_ENV]), SLOT_GPUS_ENV), Fraction(machine.num_gpus))
-    return Machine(cpus, machine.gpu_tokens, machine.gpu_names, machine.gpu_memory, machine.simulated, share)
+    return cpus
 
 
 def affinity_cpus() -> int:

@@ -23,6 +23,12 @@ log = logging.getLogger("pipeline")
 
 AUTO = "pipeline.searchers.AutoSearch"
 IN_DRIVER_UP_TO_S = 60.0  # a limit this short fits hpo=auto's trials in the driver: no worker pool to start
+# ...unless the pool would fit this many times as much. The driver fits one at a time, each with every CPU; a
+# GBM fit keeps a share of its one-thread time serial (pipeline.planning.payoff), so the pool's fits, one
+# thread each, get cpus x fit_time(cpus) times as much done: 1.3 on 2 CPUs, where whole 30-s runs with the
+# pool fitted 1.4 to 1.7 times the driver's fit seconds at the same scores and the pool's start under load
+# took 20 s (docs/time_budget.md); 1.6 on 3 CPUs, 3.1 on 8, 5.5 on 16
+POOL_FITS_FROM = 1.5
 BAG_FOLDS = 5
 # FLAML's rule for cross-validation over a holdout (flaml.automl eval_method="auto", flaml.config): the
 # training cells (rows x features / 0.9) under 10 million per hour of budget, and under 100,000 rows. It
@@ -120,7 +126,15 @@ def _searched(settings: Settings, overrides: tuple[str, ...], base_dir: Optional
         highlight=False)
     changes = {"hpo._target_": AUTO, "hpo.num_trials": hpo.num_trials, "hpo.pruning": hpo.pruning}
     executor = conf.executor
-    if _in_driver(settings, overrides):
+    short = _short_and_local(settings, overrides)
+    cpus = _fit_cpus(settings) if short else 1
+    if short and pool_gain(cpus) >= POOL_FITS_FROM:
+        report.console.print(
+            f"hpo=auto under time_limit_s={conf.time_limit_s:g}: the trials keep the worker pool, several "
+            f"fits at once, since on {cpus} CPUs it fits about {pool_gain(cpus):.1f} times as much as one "
+            "fit at a time with every CPU in the driver (executor.in_process=always fits in the driver)",
+            highlight=False)
+    elif short:
         # the pool's start (each worker importing LightGBM, XGBoost, torch) measured 3 s on the idle 2-core
         # box and 20 s under load: a short budget cannot spare it, and the default run has none to start
         executor = dataclasses.replace(executor, in_process="always")
@@ -309,11 +323,30 @@ def _with_kind(settings: Settings, name: str, tree, spec) -> Settings:
                                models=(*settings.models, added), params=params)
 
 
-def _in_driver(settings: Settings, overrides: tuple[str, ...]) -> bool:
-    """Whether hpo=auto's fits run in the driver: a short limit, the local executor left to choose
+def _short_and_local(settings: Settings, overrides: tuple[str, ...]) -> bool:
+    """Whether hpo=auto's fits may run in the driver: a short limit, the local executor left to choose
     (in_process=auto, no task timeout, which needs worker processes), no executor setting overridden."""
     from pipeline.config import LOCAL_EXECUTOR
 
     ex = settings.conf.executor
     return (settings.conf.time_limit_s <= IN_DRIVER_UP_TO_S and not overridden("executor", overrides)
             and ex._target_ == LOCAL_EXECUTOR and ex.in_process == "auto" and ex.task_timeout_s is None)
+
+
+def _fit_cpus(settings: Settings) -> int:
+    """The CPUs the run's fits share: the declared hardware's, else this job's (`hardware.job_cpus`)."""
+    from pipeline import hardware
+
+    declared = settings.conf.hardware
+    if declared is not None and declared.num_cpus is not None:
+        return int(declared.num_cpus)
+    return hardware.job_cpus()
+
+
+def pool_gain(cpus: int) -> float:
+    """How many times as much a worker pool's fits on `cpus` CPUs, one thread each, get done as one fit at
+    a time with every CPU (the driver's): cpus x fit_time(cpus), the planner's estimate for a GBM fit
+    (`pipeline.planning.payoff`)."""
+    from pipeline.planning.payoff import fit_time
+
+    return cpus * fit_time(cpus)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import run_clock
+from pipeline import hardware, run_clock
 from pipeline.errors import ConfigError
 from pipeline.hpo import TrialSource
 from pipeline.models import LightGBMModel
-from pipeline.planning.budget import search_for_budget
+from pipeline.planning.budget import POOL_FITS_FROM, pool_gain, search_for_budget
 from pipeline.searchers import AutoSearch, NoSearch
 from pipeline.settings import read_settings
 
@@ -111,10 +111,43 @@ def test_xgboosts_portfolio_reaches_trees_of_4_leaves_inside_its_space(compose):
 def test_a_short_limit_fits_hpo_autos_trials_in_the_driver_unless_the_executor_was_chosen(compose, overrides,
                                                                                          in_process, monkeypatch):
     monkeypatch.setattr(run_clock, "others_busy_cpus", lambda: 0.0)  # an idle machine
+    monkeypatch.setattr(hardware, "job_cpus", lambda machine_cpus=None: 2)
     settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
     assert settings.conf.executor.in_process == in_process
     # one fit at a time in the driver: each is planned with the whole box, not one CPU of it
     assert settings.plan_input(None).levels.sequential is (in_process == "always")
+
+
+def test_the_pool_fits_more_than_the_driver_from_three_cpus():
+    """One fit at a time with every CPU against one thread a fit (Amdahl, a GBM fit's serial share)."""
+    assert pool_gain(1) == pytest.approx(1.0)
+    assert pool_gain(2) == pytest.approx(1.3) and pool_gain(2) < POOL_FITS_FROM
+    assert pool_gain(3) >= POOL_FITS_FROM
+    assert pool_gain(16) == pytest.approx(5.5)
+
+
+@pytest.mark.parametrize("cpus, declared, in_process, sequential", [
+    (2, None, "always", True),  # this machine's two CPUs: one fit at a time in the driver
+    (16, None, "auto", False),  # a workstation: the pool, several fits at once
+    (2, 16, "auto", False),  # the declared box's CPUs count, not this machine's (a dry run plans for it)
+    (16, 2, "always", True),
+])
+def test_a_short_limit_keeps_the_worker_pool_where_it_fits_more(compose, monkeypatch, capsys, cpus, declared,
+                                                                in_process, sequential):
+    """On many CPUs one fit at a time with every thread leaves most of them idle (a fit's threads do not
+    scale): hpo=auto's short limit keeps the pool there, and the run says why."""
+    monkeypatch.setattr(run_clock, "others_busy_cpus", lambda: 0.0)
+    monkeypatch.setattr(hardware, "job_cpus", lambda machine_cpus=None: cpus)
+    overrides = ["time_limit_s=30"] + (["+hardware=cpu", f"hardware.num_cpus={declared}", "dry_run=true"]
+                                       if declared else [])
+    settings = search_for_budget(read_settings(compose(overrides)), tuple(overrides))
+    assert settings.conf.executor.in_process == in_process
+    assert settings.plan_input(None).levels.sequential is sequential
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("the trials keep the worker pool" in said) is (in_process == "auto")
+    assert ("fitted in the driver" in said) is (in_process == "always")
+    if in_process == "auto":
+        assert "on 16 CPUs it fits about 5.5 times as much" in said
 
 
 @pytest.mark.parametrize("others, share, whole_box, why", [
@@ -131,6 +164,7 @@ def test_fits_in_the_driver_take_every_cpu_only_on_a_machine_not_busy(compose, m
     keeps one CPU's share, and the run says why."""
     monkeypatch.setattr(run_clock, "others_busy_cpus", lambda: others)
     monkeypatch.setattr(run_clock, "cpu_share_so_far", lambda: share)
+    monkeypatch.setattr(hardware, "job_cpus", lambda machine_cpus=None: 2)
     overrides = ("time_limit_s=30",)
     settings = search_for_budget(read_settings(compose(list(overrides))), overrides)
     assert settings.plan_input(None).levels.sequential is whole_box

@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline.errors import HardwareError
-from pipeline.hardware import SIMULATE_ENV, detect
+from pipeline.hardware import SIMULATE_ENV, SLOT_CPUS_ENV, detect, job_cpus
 
 SLURM = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 
@@ -50,3 +50,17 @@ def test_a_malformed_slurm_cpu_count_is_a_hardware_error(node):
     node.setenv("SLURM_CPUS_PER_TASK", "two")
     with pytest.raises(HardwareError, match="SLURM_CPUS_PER_TASK='two' is not a CPU count"):
         detect()
+
+
+@pytest.mark.parametrize("env, cpus", [
+    ({}, 4),
+    ({"SLURM_JOB_ID": "17", "SLURM_CPUS_PER_TASK": "2"}, 2),
+    ({SLOT_CPUS_ENV: "3"}, 3),  # a launcher slot's share
+    ({"SLURM_JOB_ID": "17", "SLURM_CPUS_ON_NODE": "3", SLOT_CPUS_ENV: "1"}, 1),
+])
+def test_the_jobs_cpus_are_detects_without_looking_for_gpus(node, env, cpus):
+    node.delenv(SLOT_CPUS_ENV, raising=False)
+    for key, value in env.items():
+        node.setenv(key, value)
+    node.setattr("pipeline.hardware._detect_devices", lambda: pytest.fail("job_cpus looked for GPUs"))
+    assert job_cpus() == cpus
