@@ -249,6 +249,7 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
     from pipeline.hpo import TrialSource
     from pipeline.metrics import choice_metric
     from pipeline.outputs import HookList, OutputHooks, RunHooks, RunOutputs
+    from pipeline.planning.busy_box import thread_cap
     from pipeline.report import FitProgress
     from pipeline.store import ResultStore, prior_trials, resume_sources
 
@@ -282,6 +283,7 @@ def run_graph(settings: Settings, plan: Plan, models: tuple, data, metric, runti
             pruning=settings.conf.hpo.pruning, unseen_categories=settings.conf.data.unseen_categories, budget=budget,
             class_weight=settings.conf.data.class_weight,
         )
+        scheduler.ctx.thread_cap = thread_cap(settings)
         try:
             outcome = scheduler.run()
         finally:

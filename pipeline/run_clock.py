@@ -60,6 +60,13 @@ def note_machine() -> None:
     _machine_at_start = None if busy is None else (time.time(), busy, _own_seconds())
 
 
+def machine_reading() -> Optional[tuple[float, float, float]]:
+    """(time.time(), the machine's busy CPU seconds, this process's and its descendants'); None where
+    /proc/stat cannot tell. Two readings give the others' CPUs between them, as `others_busy_cpus` does."""
+    busy = _machine_busy_seconds()
+    return None if busy is None else (time.time(), busy, _own_seconds())
+
+
 def others_busy_cpus() -> Optional[float]:
     """How many CPUs' worth of work other processes did since `note_machine`: the machine's busy time
     (Linux's /proc/stat, every CPU) less this process's and its descendants' (`_own_seconds`), over the

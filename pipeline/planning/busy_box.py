@@ -5,7 +5,8 @@ the kernel has descheduled for another process's keeps its partners spinning: on
 busy loops, `python -m pipeline tracking=none` took 77.7 s with each fit on both CPUs, and 25.2 s capped
 here at one CPU a fit, two at once (13.4 s alone either way; beside one busy loop 40 to 50 s against 15.2
 to 15.5 s). Where the user left the fits' CPUs to the engine, the run measures the others' load over its
-start-up and derives no fit above the CPUs left."""
+start-up and derives no fit above the CPUs left; while it fits, each fit's start reads the load again
+(`ThreadCap`), so that others who began after the plan cap the threads of the fits that follow."""
 
 from __future__ import annotations
 
@@ -34,11 +35,7 @@ def cap_threads_on_busy_box(settings: Settings) -> Settings:
     `resources.num_cpus` keeps them as set."""
     from pipeline import hardware
 
-    conf = settings.conf
-    if (conf.hardware is not None or settings.levels.fit.num_cpus is not None
-            or conf.executor._target_ != LOCAL_EXECUTOR or conf.executor.in_process == "always"
-            or os.environ.get(hardware.SLOT_CPUS_ENV)
-            or hardware.slurm_cpus_per_task() is not None):
+    if not _engine_sizes_fits(settings) or settings.conf.executor.in_process == "always":
         return settings
     total_cpus = hardware.affinity_cpus()
     load = machine_load() if total_cpus > 1 else None
@@ -53,6 +50,78 @@ def cap_threads_on_busy_box(settings: Settings) -> Settings:
         "waiting for a CPU others hold slow a fit several times over (parallelism.fit.num_cpus sets them)",
         highlight=False)
     return dataclasses.replace(settings, levels=dataclasses.replace(settings.levels, fit_cpus_most=most))
+
+
+def _engine_sizes_fits(settings: Settings) -> bool:
+    """Whether the engine sizes the fits on this whole machine: the local executor, no declared hardware,
+    no launcher's slot or SLURM job (they share the machine out themselves), no `parallelism.fit.num_cpus`."""
+    from pipeline import hardware
+
+    conf = settings.conf
+    return not (conf.hardware is not None or settings.levels.fit.num_cpus is not None
+                or conf.executor._target_ != LOCAL_EXECUTOR or os.environ.get(hardware.SLOT_CPUS_ENV)
+                or hardware.slurm_cpus_per_task() is not None)
+
+
+def thread_cap(settings: Settings) -> Optional["ThreadCap"]:
+    """A `ThreadCap` for the run's fits where the engine sizes them (`_engine_sizes_fits`) on more than one
+    CPU; None otherwise."""
+    from pipeline import hardware
+
+    total_cpus = hardware.affinity_cpus()
+    if total_cpus < 2 or not _engine_sizes_fits(settings):
+        return None
+    sized = frozenset(s.name for s in settings.models if s.resources.num_cpus is None)
+    return ThreadCap(total_cpus, sized) if sized else None
+
+
+class ThreadCap:
+    """The load read again while the run fits: a fit that starts while other processes keep
+    `OTHERS_BUSY_FROM` CPUs or more busy, over the last `WINDOW_S` or more, gets at most the CPUs they leave
+    as its threads (its place in the plan, and so the fits at once, stay as planned); said when that
+    begins and ends. The plan itself follows the start-up's reading (`cap_threads_on_busy_box`). Only the
+    fits of `models`, whose CPUs the engine derives."""
+
+    WINDOW_S = 2.0  # /proc/stat counts clock ticks; a fit's start reads the load since the last reading
+
+    def __init__(self, total_cpus: int, models: frozenset):
+        from pipeline.run_clock import machine_reading
+
+        self.total_cpus, self.models = total_cpus, models
+        self._since, self._most = machine_reading(), total_cpus
+
+    def threads(self, model: str, num_cpus: int) -> int:
+        """The threads a fit of `model` planned with `num_cpus` CPUs starts with now."""
+        if model not in self.models:
+            return num_cpus
+        self._read()
+        return min(num_cpus, self._most)
+
+    def _read(self) -> None:
+        from pipeline.run_clock import machine_reading
+
+        now = machine_reading()
+        if now is None or self._since is None:
+            self._since = self._since or now
+            return
+        wall = now[0] - self._since[0]
+        if wall < self.WINDOW_S:
+            return
+        others = max(0.0, (now[1] - self._since[1] - (now[2] - self._since[2])) / wall)
+        self._since = now
+        busy = others >= OTHERS_BUSY_FROM
+        most = Load(others, 1.0, "").free_cpus(self.total_cpus) if busy else self.total_cpus
+        if most == self._most:
+            return
+        from pipeline import report
+
+        load = f"other processes kept {others:.1f} CPUs busy over the last {wall:.1f} s"
+        report.console.print(
+            f"the machine got busy while the run fitted ({load}): fits starting from now take at most {most} "
+            f"of the {self.total_cpus} CPUs as threads" if most < self._most else
+            f"the machine is less busy ({load}): fits starting from now take up to {most} of the "
+            f"{self.total_cpus} CPUs the plan gave them as threads", highlight=False)
+        self._most = most
 
 
 def busy_machine() -> Optional[str]:

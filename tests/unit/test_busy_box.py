@@ -121,3 +121,82 @@ def _machine(cpus: int):
 
     return Machine(cpus)
 
+
+
+@pytest.fixture
+def reading(monkeypatch):
+    """The machine's readings (time, busy CPU seconds, the run's own), set by the test."""
+    now = {"wall": 100.0, "busy": 0.0, "own": 0.0}
+    monkeypatch.setattr(run_clock, "machine_reading", lambda: (now["wall"], now["busy"], now["own"]))
+    monkeypatch.setattr(busy_box.os, "cpu_count", lambda: 2)
+
+    def after(seconds: float, others: float, own: float) -> None:  # CPUs' worth over the seconds
+        now.update(wall=now["wall"] + seconds, busy=now["busy"] + (others + own) * seconds,
+                   own=now["own"] + own * seconds)
+    return after
+
+
+def test_fits_started_while_others_keep_cpus_busy_take_the_cpus_left_and_the_run_says_so(reading, capsys):
+    cap = busy_box.ThreadCap(2, frozenset({"lightgbm"}))
+    reading(3.0, others=0.1, own=2.0)  # the run alone on both CPUs
+    assert cap.threads("lightgbm", 2) == 2
+    assert "busy" not in capsys.readouterr().out
+    reading(3.0, others=1.6, own=0.4)  # two busy loops started meanwhile
+    assert cap.threads("lightgbm", 2) == 1
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the machine got busy while the run fitted (other processes kept 1.6 CPUs busy over the last " \
+           "3.0 s): fits starting from now take at most 1 of the 2 CPUs" in said
+    reading(1.0, others=0.0, own=2.0)
+    assert cap.threads("lightgbm", 2) == 1  # under WINDOW_S since the last reading: that reading holds
+    reading(2.0, others=0.0, own=2.0)
+    assert cap.threads("lightgbm", 2) == 2
+    assert "the machine is less busy (other processes kept 0.0 CPUs busy over the last 3.0 s)" in " ".join(
+        capsys.readouterr().out.split())
+
+
+def test_a_fit_the_user_sized_or_planned_below_the_cap_keeps_its_cpus(reading):
+    cap = busy_box.ThreadCap(2, frozenset({"lightgbm"}))
+    reading(3.0, others=1.9, own=0.1)
+    assert cap.threads("xgboost", 2) == 2  # its CPUs were set: model.xgboost.resources.num_cpus
+    assert cap.threads("lightgbm", 1) == 1
+
+
+def test_without_proc_stat_the_plans_cpus_hold(monkeypatch):
+    monkeypatch.setattr(run_clock, "machine_reading", lambda: None)
+    cap = busy_box.ThreadCap(2, frozenset({"lightgbm"}))
+    assert cap.threads("lightgbm", 2) == 2
+
+
+@pytest.mark.parametrize("overrides, env, models", [
+    ([], {}, {"lightgbm", "xgboost", "nn"}),
+    (["executor.in_process=always"], {}, {"lightgbm", "xgboost", "nn"}),  # fits in the driver spin too
+    (["model=gbm", "model.lightgbm.resources.num_cpus=2"], {}, {"xgboost"}),
+    (["+hardware=cpu"], {}, None),  # declared hardware
+    (["parallelism.fit.num_cpus=2"], {}, None),
+    (["executor=ray"], {}, None),
+    ([], {"PIPELINE_SLOT_CPUS": "2"}, None),
+    ([], {"SLURM_CPUS_PER_TASK": "2", "SLURM_JOB_ID": "7"}, None),
+])
+def test_the_cap_reads_the_load_where_the_engine_sizes_the_fits(compose, monkeypatch, overrides, env, models):
+    _box(monkeypatch, cpus=2, others=0.0)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    cap = busy_box.thread_cap(read_settings(compose(overrides), tuple(overrides)))
+    assert (cap.models if cap else None) == (frozenset(models) if models else None)
+
+
+def test_one_cpu_has_no_threads_to_take(compose, monkeypatch):
+    _box(monkeypatch, cpus=1, others=0.0)
+    assert busy_box.thread_cap(read_settings(compose([]))) is None
+
+
+def test_a_fit_on_gpus_keeps_its_host_threads(reading):
+    from types import SimpleNamespace
+
+    from pipeline.graph.nodes.context import GraphContext
+
+    ctx = GraphContext(*[None] * 7, thread_cap=busy_box.ThreadCap(2, frozenset({"nn"})))
+    reading(3.0, others=1.9, own=0.1)
+    task = SimpleNamespace(model="nn", resources=Resources(2, 0))
+    assert ctx.fit_threads(task, shares=((0, 1),)) == 2
+    assert ctx.fit_threads(task, shares=()) == 1

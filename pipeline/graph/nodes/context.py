@@ -97,6 +97,13 @@ class GraphContext:
     rungs: dict[tuple[str, int], Any] = field(default_factory=dict)  # (model, fold) -> round_pruning.RungTable
     retention: Retention = field(default_factory=Retention)  # which trials keep their fold models
     standing: Any = None  # graph.first_trials.LeadStanding under a budget whose first bags may end short
+    thread_cap: Any = None  # planning.busy_box.ThreadCap: a fit's threads while others keep CPUs busy
+
+    def fit_threads(self, task, shares) -> int:
+        """The threads a fit starts with: its planned CPUs, fewer on CPUs others have taken since the plan
+        (a fit on GPUs keeps its host threads)."""
+        cpus = task.resources.num_cpus
+        return self.thread_cap.threads(task.model, cpus) if self.thread_cap and not shares else cpus
 
     @property
     def search_metric(self) -> Metric:

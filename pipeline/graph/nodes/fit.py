@@ -34,7 +34,7 @@ class FitNode(NodeKind):
         return FitRequest(
             task_id=task.id, key=key, model=prototype, params=params, model_name=task.model,
             trial=task.trial, fold=task.fold, num_folds=num_folds, fold_seed=ctx.seed, seed=seed,
-            eval_metric=ctx.metric.name, num_cpus=task.resources.num_cpus,
+            eval_metric=ctx.metric.name, num_cpus=ctx.fit_threads(task, shares),
             gpu_ids=tuple(d for d, _ in shares), gpu_shares=tuple(s for _, s in shares), data=ctx.data_ref,
             checkpoint_dir=str(ctx.store.checkpoint_dir(key)), pruning=ctx.pruning,
             prune_thresholds=ctx.rung_thresholds(task.model, task.fold) if ctx.pruning else (),
@@ -50,7 +50,8 @@ class FitNode(NodeKind):
                 **({"fold_set": list(task.fold_set)} if task.fold_set is not None else {}),
                 "start": result.start, "end": result.end, "pid": result.pid, "host": result.host,
                 "node": result.node,
-                "num_cpus": request.num_cpus, "device_ids": list(result.gpu_ids),
+                "num_cpus": task.resources.num_cpus, "threads": request.num_cpus,  # fewer on a busy machine
+                "device_ids": list(result.gpu_ids),
                 "gpu_shares": [float(s) for s in request.gpu_shares],
                 "cuda_visible_devices": result.cuda_visible_devices, "device": result.device,
                 "nvml_devices": list(getattr(result, "nvml_devices", ())),  # () for a result kept before it was recorded
@@ -115,7 +116,8 @@ def _stacked_request(task, shares, ctx):
     return FitRequest(
         task_id=task.id, key=key, model=prototype, params=params, model_name=task.model, trial=best.trial,
         fold=task.fold, num_folds=num_folds, fold_seed=ctx.seed, seed=seed, eval_metric=ctx.metric.name,
-        num_cpus=task.resources.num_cpus, gpu_ids=tuple(d for d, _ in shares), gpu_shares=tuple(s for _, s in shares),
+        num_cpus=ctx.fit_threads(task, shares), gpu_ids=tuple(d for d, _ in shares),
+        gpu_shares=tuple(s for _, s in shares),
         data=ctx.data_ref, checkpoint_dir=str(ctx.store.checkpoint_dir(key)), fold_set=task.fold_set, stack=stack,
         class_weight=ctx.class_weight,
     )
