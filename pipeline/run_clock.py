@@ -55,16 +55,21 @@ def note_machine() -> None:
     """Note the machine's busy CPU time and this process's now: `others_busy_cpus` measures from here
     (called first thing by `python -m pipeline`, and at each later run of the same process)."""
     global _machine_at_start, _machine_before
-    busy = _machine_busy_seconds()
     _machine_before = _machine_at_start
-    _machine_at_start = None if busy is None else (time.time(), busy, _own_seconds())
+    _machine_at_start = machine_reading()
 
 
 def machine_reading() -> Optional[tuple[float, float, float]]:
     """(time.time(), the machine's busy CPU seconds, this process's and its descendants'); None where
-    /proc/stat cannot tell. Two readings give the others' CPUs between them, as `others_busy_cpus` does."""
+    /proc/stat cannot tell. Two readings give the others' CPUs between them (`others_between`)."""
     busy = _machine_busy_seconds()
     return None if busy is None else (time.time(), busy, _own_seconds())
+
+
+def others_between(earlier: tuple[float, float, float], later: tuple[float, float, float]) -> float:
+    """How many CPUs' worth of work other processes did between two `machine_reading`s: the machine's busy
+    time less this process's and its descendants', over the wall time."""
+    return max(0.0, (later[1] - earlier[1] - (later[2] - earlier[2])) / (later[0] - earlier[0]))
 
 
 def others_busy_cpus() -> Optional[float]:
@@ -73,14 +78,12 @@ def others_busy_cpus() -> Optional[float]:
     wall time; None where it cannot be told (no /proc/stat, or under MEASURABLE_S measured, a few clock
     ticks). A later job of a sweep, which reads this a moment after its own note, reads it from the note
     before (its earlier job's: this process's own work in that job is not counted)."""
-    busy = _machine_busy_seconds()
-    if busy is None:
+    now = machine_reading()
+    if now is None:
         return None
-    now, own = time.time(), _own_seconds()
     for note in (_machine_at_start, _machine_before):
-        if note is not None and now - note[0] >= MEASURABLE_S:
-            wall0, busy0, own0 = note
-            return max(0.0, (busy - busy0 - (own - own0)) / (now - wall0))
+        if note is not None and now[0] - note[0] >= MEASURABLE_S:
+            return others_between(note, now)
     return None
 
 

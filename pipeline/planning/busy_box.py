@@ -98,7 +98,7 @@ class ThreadCap:
         return min(num_cpus, self._most)
 
     def _read(self) -> None:
-        from pipeline.run_clock import machine_reading
+        from pipeline.run_clock import machine_reading, others_between
 
         now = machine_reading()
         if now is None or self._since is None:
@@ -107,8 +107,7 @@ class ThreadCap:
         wall = now[0] - self._since[0]
         if wall < self.WINDOW_S:
             return
-        others = max(0.0, (now[1] - self._since[1] - (now[2] - self._since[2])) / wall)
-        self._since = now
+        others, self._since = others_between(self._since, now), now
         busy = others >= OTHERS_BUSY_FROM
         most = Load(others, 1.0, "").free_cpus(self.total_cpus) if busy else self.total_cpus
         if most == self._most:
