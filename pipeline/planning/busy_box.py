@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from typing import Optional
 
 from pipeline.config import LOCAL_EXECUTOR
@@ -100,6 +101,8 @@ class ThreadCap:
     def _read(self) -> None:
         from pipeline.run_clock import machine_reading, others_between
 
+        if self._since is not None and time.time() - self._since[0] < self.WINDOW_S:
+            return  # no /proc to walk at each fit's start: the last reading holds
         now = machine_reading()
         if now is None or self._since is None:
             self._since = self._since or now

@@ -200,3 +200,14 @@ def test_a_fit_on_gpus_keeps_its_host_threads(reading):
     task = SimpleNamespace(model="nn", resources=Resources(2, 0))
     assert ctx.fit_threads(task, shares=((0, 1),)) == 2
     assert ctx.fit_threads(task, shares=()) == 1
+
+
+def test_a_fit_starting_within_the_window_reads_no_proc(monkeypatch):
+    import time
+
+    readings = []
+    monkeypatch.setattr(run_clock, "machine_reading", lambda: readings.append(1) or (time.time(), 0.0, 0.0))
+    cap = busy_box.ThreadCap(2, frozenset({"lightgbm"}))
+    for _ in range(100):
+        assert cap.threads("lightgbm", 2) == 2
+    assert len(readings) == 1  # the first, at the cap's making: every fit since started within WINDOW_S
