@@ -107,10 +107,7 @@ class ThreadCap:
         if now is None or self._since is None:
             self._since = self._since or now
             return
-        wall = now[0] - self._since[0]
-        if wall < self.WINDOW_S:
-            return
-        others, self._since = others_between(self._since, now), now
+        wall, others, self._since = now[0] - self._since[0], others_between(self._since, now), now
         busy = others >= OTHERS_BUSY_FROM
         most = Load(others, 1.0, "").free_cpus(self.total_cpus) if busy else self.total_cpus
         if most == self._most:

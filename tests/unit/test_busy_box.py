@@ -128,6 +128,7 @@ def reading(monkeypatch):
     """The machine's readings (time, busy CPU seconds, the run's own), set by the test."""
     now = {"wall": 100.0, "busy": 0.0, "own": 0.0}
     monkeypatch.setattr(run_clock, "machine_reading", lambda: (now["wall"], now["busy"], now["own"]))
+    monkeypatch.setattr(busy_box.time, "time", lambda: now["wall"])
     monkeypatch.setattr(busy_box.os, "cpu_count", lambda: 2)
 
     def after(seconds: float, others: float, own: float) -> None:  # CPUs' worth over the seconds
