@@ -11,6 +11,7 @@ from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
 from pipeline.models.lightgbm_gpu import device_log, log_from_this_thread, probe
 from pipeline.models.links import from_raw, to_raw
+from pipeline.models.plateau import lightgbm_plateau
 from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
 from pipeline.models.profile import ModelProfile
 
@@ -220,6 +221,9 @@ class LightGBMModel(TabularModel):
         log_from_this_thread()
         record: dict = {}
         callbacks = [lgb.record_evaluation(record)]
+        patience = next((int(params[k] or 0) for k in PATIENCE if k in params), 0)
+        if patience > 0:
+            callbacks.append(lightgbm_plateau(patience))
         if ctx.report is not None:
             callbacks.append(_pruning_callback(ctx.report))
         if ctx.deadline is not None:

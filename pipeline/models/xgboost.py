@@ -11,6 +11,7 @@ from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
 from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
 from pipeline.models.links import from_raw
+from pipeline.models.plateau import xgboost_plateau
 from pipeline.models.profile import ModelProfile
 
 TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds")  # xgb.train's arguments, not booster params
@@ -196,6 +197,9 @@ class XGBoostModel(TabularModel):
         callbacks = []
         if on_gpu:
             callbacks.append(_GpuGuard(self.name, params["device"]))
+        patience = int(self.params.get("early_stopping_rounds") or 0)
+        if patience > 0:
+            callbacks.append(xgboost_plateau(patience))
         if ctx.report is not None:
             callbacks.append(_PruningCallback(ctx.report))
         if ctx.deadline is not None:
