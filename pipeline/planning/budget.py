@@ -245,7 +245,8 @@ def _too_slow(settings: Settings, shape, profile) -> Optional[str]:
 def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: Path, shape,
                      problem: Optional[str] = None) -> Settings:
     """hpo=auto's models, with the kinds of `ADDED_KINDS` for the table's problem type beside the default ones
-    where no model was chosen and the table is small for the budget: AutoGluon fits forests, CatBoost and a
+    where no model was chosen, no levels are stacked (the kinds it would add are named) and the table is
+    small for the budget: AutoGluon fits forests, CatBoost and a
     linear model among its defaults, and on a number to predict an ensemble of LightGBM and XGBoost gains
     from the forests' smooth averages, CatBoost's ordered boosting and a linear trend trees can only
     approximate in steps. On classification tables extremely randomised trees and CatBoost added nothing the
@@ -258,12 +259,23 @@ def with_added_kinds(settings: Settings, overrides: tuple[str, ...], base_dir: P
     is not installed, or whose bag would take more than `ADDED_BAG_SHARE` of the limit (`_too_slow`), is said
     and left out. `problem`: the table's problem type where read already."""
     conf = settings.conf
-    if models_chosen(overrides) or conf.stack_levels or not small_for_budget(settings, shape):
+    if models_chosen(overrides) or not small_for_budget(settings, shape):
         return settings
     problem = problem or settings.source.problem_type(base_dir)  # None: unknown before loading
     if problem is None:
         return settings
     from pipeline import report
+
+    if conf.stack_levels:
+        kept_out = [name for name, _, problems, _ in ADDED_KINDS
+                    if name not in conf.model and problem in problems]
+        if kept_out:
+            models = ",".join([*conf.model, *kept_out])
+            report.console.print(
+                f"hpo=auto under time_limit_s={conf.time_limit_s:g} with stack_levels={conf.stack_levels}: "
+                f"{_listed(kept_out)}, which join the models on a table this small without stacking, do not "
+                f"here (model=[{models}] adds them)", highlight=False, markup=False)
+        return settings
 
     added, left_out = [], []
     for name, what, problems, start in ADDED_KINDS:

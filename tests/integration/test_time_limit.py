@@ -70,6 +70,23 @@ def test_a_tuned_default_model_keeps_the_kinds_hpo_auto_adds(cli, tmp_path):
     assert [m["name"] for m in plan["models"]] == ["lightgbm", "xgboost"]
 
 
+def test_under_stacking_the_kinds_hpo_auto_would_add_are_named_and_left_to_the_user(cli, tmp_path):
+    """Through the CLI: with stack_levels=1 hpo=auto adds no kinds; the run names those it would have added
+    and how to add them (before, they were left out unsaid), and that command line adds them."""
+    table = ("data=synthetic", "data.classes=0", "data.rows=3000", "time_limit_s=60", "dry_run=true",
+             "stack_levels=1")
+    proc = cli(*table, "hydra.run.dir=stacked", check=True, timeout=120)
+    plan = json.loads((tmp_path / "stacked" / "plan.json").read_text())
+    assert [m["name"] for m in plan["models"]] == ["lightgbm", "xgboost", "nn"]
+    said = " ".join(proc.stdout.split())
+    models = "lightgbm,xgboost,nn,extra_trees,catboost,linear"
+    assert ("with stack_levels=1: extra_trees, catboost and linear, which join the models on a table this "
+            f"small without stacking, do not here (model=[{models}] adds them)") in said
+    cli(*table, f"model=[{models}]", "hydra.run.dir=added", check=True, timeout=120)
+    plan = json.loads((tmp_path / "added" / "plan.json").read_text())
+    assert [m["name"] for m in plan["models"]] == models.split(",")
+
+
 def test_a_users_experiment_config_chooses_the_models_and_refit_as_the_command_line_does(cli, tmp_path):
     """Through the CLI: `+experiment=NAME` from the user's own configs, choosing `model: gbm` and
     `refit: false`, is the user's word, as the same keys typed would be: no added kinds, no refits (before,
