@@ -69,13 +69,9 @@ def xgboost_plateau(patience: int):
             self.plateau = Plateau(patience)
 
         def after_iteration(self, model, epoch, evals_log):
-            history = evals_log.get("valid") or next(iter(evals_log.values()), {})
-            if not history:
-                return False
-            metric, values = list(history.items())[-1]
+            metric, values = list(evals_log["valid"].items())[-1]  # the engine's one evaluation set
             higher = metric.split("@")[0] in MAXIMIZED_BY_XGBOOST
-            loss = float(values[-1][0] if isinstance(values[-1], tuple) else values[-1])
-            return self.plateau.stalled(epoch, -loss if higher else loss)
+            return self.plateau.stalled(epoch, -values[-1] if higher else values[-1])
 
     return Callback()
 
