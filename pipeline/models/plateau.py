@@ -69,12 +69,17 @@ def xgboost_plateau(patience: int):
             self.plateau = Plateau(patience)
 
         def after_iteration(self, model, epoch, evals_log):
-            metric, values = list(evals_log["valid"].items())[-1]  # the engine's one evaluation set
-            higher = metric.split("@")[0] in MAXIMIZED_BY_XGBOOST
-            return self.plateau.stalled(epoch, -values[-1] if higher else values[-1])
+            return self.plateau.stalled(epoch, xgboost_loss(evals_log))
 
     return Callback()
 
 
-# XGBoost's metrics where higher is better (its early stopping maximizes them)
+def xgboost_loss(evals_log: dict) -> float:
+    """This round's score on the engine's one evaluation set, lower is better: its last metric, the one
+    XGBoost's early stopping reads, negated where early stopping maximizes it."""
+    metric, values = list(evals_log["valid"].items())[-1]
+    return -values[-1] if metric.split("@")[0] in MAXIMIZED_BY_XGBOOST else values[-1]
+
+
+# XGBoost's metrics where higher is better, `@k` or not (its early stopping maximizes them; `mape` is not `map`)
 MAXIMIZED_BY_XGBOOST = ("auc", "aucpr", "pre", "map", "ndcg")

@@ -11,7 +11,7 @@ from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
 from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
 from pipeline.models.links import from_raw
-from pipeline.models.plateau import xgboost_plateau
+from pipeline.models.plateau import xgboost_loss, xgboost_plateau
 from pipeline.models.profile import ModelProfile
 
 TRAIN_ARGS = ("num_boost_round", "early_stopping_rounds")  # xgb.train's arguments, not booster params
@@ -380,7 +380,8 @@ class _DeadlineCallback:
 
 
 class _PruningCallback:
-    """Report the validation loss every 10 rounds; stop when the trial is pruned."""
+    """Report the validation loss every 10 rounds (the metric early stopping reads, as the plateau does);
+    stop when the trial is pruned."""
 
     def __new__(cls, report):
         import xgboost as xgb
@@ -389,8 +390,6 @@ class _PruningCallback:
             def after_iteration(self, model, epoch, evals_log):
                 if epoch % 10:
                     return False
-                metric, values = next(iter(evals_log["valid"].items()))
-                higher = metric in ("auc", "aucpr", "map", "ndcg")
-                return bool(report(epoch, -values[-1] if higher else values[-1]))
+                return bool(report(epoch, xgboost_loss(evals_log)))
 
         return Callback()

@@ -78,3 +78,21 @@ def test_a_booster_creeping_on_a_pure_group_stops_at_its_plateau_and_keeps_its_b
     monkeypatch.setattr(plateau, "PLATEAU_GAIN", 0.0)  # early stopping alone: the same fit runs to its cap
     alone, _ = fit(cls)
     assert len(next(iter(alone.history_.values()))) >= 9000
+
+
+@pytest.mark.parametrize("metric, value, loss", [
+    ("logloss", 0.3, 0.3), ("auc", 0.8, -0.8), ("map@3", 0.6, -0.6), ("pre", 0.7, -0.7),
+    ("ndcg@5-", 0.5, -0.5), ("mape", 0.2, 0.2), ("rmse", 1.5, 1.5),
+])
+def test_xgboost_scores_turn_into_losses_by_early_stoppings_own_direction(metric, value, loss):
+    assert plateau.xgboost_loss({"valid": {"logloss": [9.0], metric: [0.1, value]}}) == loss
+
+
+def test_xgboosts_pruning_reports_the_metric_early_stopping_reads_as_a_loss():
+    from pipeline.models.xgboost import _PruningCallback
+
+    reported = []
+    callback = _PruningCallback(lambda step, value: reported.append((step, value)))
+    log = {"valid": {"logloss": [0.5], "map@10": [0.75]}}  # early stopping reads the last, and maximizes it
+    assert callback.after_iteration(None, 10, log) is False and callback.after_iteration(None, 11, log) is False
+    assert reported == [(10, -0.75)]
