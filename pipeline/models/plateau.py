@@ -81,5 +81,6 @@ def xgboost_loss(evals_log: dict) -> float:
     return -values[-1] if metric.split("@")[0] in MAXIMIZED_BY_XGBOOST else values[-1]
 
 
-# XGBoost's metrics where higher is better, `@k` or not (its early stopping maximizes them; `mape` is not `map`)
+# XGBoost's metrics where higher is better, `@k` or not (its early stopping maximizes them;
+# `mape` is not `map`)
 MAXIMIZED_BY_XGBOOST = ("auc", "aucpr", "pre", "map", "ndcg")

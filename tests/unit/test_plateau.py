@@ -94,5 +94,6 @@ def test_xgboosts_pruning_reports_the_metric_early_stopping_reads_as_a_loss():
     reported = []
     callback = _PruningCallback(lambda step, value: reported.append((step, value)))
     log = {"valid": {"logloss": [0.5], "map@10": [0.75]}}  # early stopping reads the last, and maximizes it
-    assert callback.after_iteration(None, 10, log) is False and callback.after_iteration(None, 11, log) is False
+    assert callback.after_iteration(None, 10, log) is False
+    assert callback.after_iteration(None, 11, log) is False
     assert reported == [(10, -0.75)]
