@@ -11,8 +11,8 @@ from pipeline.errors import ConfigError, HardwareError, closest
 from pipeline.models import memory
 from pipeline.models.lightgbm_gpu import device_log, log_from_this_thread, probe
 from pipeline.models.links import from_raw, to_raw
-from pipeline.models.plateau import lightgbm_plateau
 from pipeline.models.base import FitContext, RoundClock, TabularModel, boosting_work
+from pipeline.models.plateau import lightgbm_loss, lightgbm_plateau
 from pipeline.models.profile import ModelProfile
 
 GPU_HELP = (
@@ -376,8 +376,7 @@ def _pruning_callback(report):
     def callback(env):
         if env.iteration % 10 or not env.evaluation_result_list:
             return
-        _, _, value, higher_better = env.evaluation_result_list[0][:4]
-        if report(env.iteration, -value if higher_better else value):
+        if report(env.iteration, lightgbm_loss(env)):
             raise lgb.callback.EarlyStopException(env.iteration, env.evaluation_result_list)
 
     callback.order = 40

@@ -47,8 +47,7 @@ def lightgbm_plateau(patience: int):
     def callback(env):
         if not env.evaluation_result_list:
             return
-        _, _, value, higher_better = env.evaluation_result_list[0][:4]
-        stalled = plateau.stalled(env.iteration, -value if higher_better else value)
+        stalled = plateau.stalled(env.iteration, lightgbm_loss(env))
         if plateau.best_round == env.iteration:
             at_best[:] = [env.evaluation_result_list]
         if stalled:
@@ -56,6 +55,13 @@ def lightgbm_plateau(patience: int):
 
     callback.order = 35  # after early stopping (30), before pruning (40) and the deadline (50)
     return callback
+
+
+def lightgbm_loss(env) -> float:
+    """This round's score in a `lgb.train` callback's `env`, lower is better: its first metric, negated where
+    LightGBM says higher is better (the one the pruning reports and the plateau watches)."""
+    _, _, value, higher_better = env.evaluation_result_list[0][:4]
+    return -value if higher_better else value
 
 
 def xgboost_plateau(patience: int):
